@@ -1,0 +1,10 @@
+{
+  "targets": [
+    {
+      "target_name": "dsrlb_native",
+      "sources": ["src/packet_ring.c"],
+      "defines": ["NAPI_VERSION=8", "_GNU_SOURCE"],
+      "cflags": ["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+    }
+  ]
+}

@@ -1,0 +1,50 @@
+// `dsrlb status` as a table in the spirit of `ipvsadm -Ln`: one line per service, one per real.
+
+interface RealStatus {
+  address: string;
+  forwarding: string;
+  weight: number;
+  intent: string;
+  removed: boolean;
+  health: { state: string; since: string; lastError: string | null };
+  activeFlows: number;
+  inactiveFlows: number;
+  pps: number;
+  bytesPerSecond: number;
+}
+interface ServiceStatus {
+  name: string;
+  protocol: string;
+  vip: string;
+  port: number;
+  scheduler: string;
+  forwarding: string;
+  panic: boolean;
+  dropping: boolean;
+  reals: RealStatus[];
+}
+
+function since(iso: string, now: number): string {
+  const s = Math.max(0, Math.round((now - Date.parse(iso)) / 1000));
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.round(s / 60)}m`;
+  return `${Math.round(s / 3600)}h`;
+}
+
+export function formatStatus(status: { services: ServiceStatus[] }, now = Date.now()): string {
+  const rows: string[][] = [['Prot', 'LocalAddress:Port', 'Scheduler', 'Forward', 'Weight', 'Intent', 'Health', 'ActiveConn', 'InActConn', 'Pkt/s', 'Bytes/s']];
+  const lines: string[] = [];
+  for (const s of status.services) {
+    const vip = s.vip.includes(':') ? `[${s.vip}]` : s.vip;
+    const flags = [s.panic ? 'PANIC(failOpen)' : '', s.dropping ? 'DROPPING' : ''].filter(Boolean).join(' ');
+    rows.push([s.protocol.toUpperCase(), `${vip}:${s.port}`, s.scheduler, s.forwarding, '', '', flags || s.name, '', '', '', '']);
+    for (const r of s.reals) {
+      const addr = r.address.includes(':') ? `[${r.address}]` : r.address;
+      const health = `${r.health.state} ${since(r.health.since, now)}${r.health.lastError ? ` (${r.health.lastError})` : ''}`;
+      rows.push(['', `  -> ${addr}:${s.port}`, '', r.forwarding, String(r.weight), r.removed ? 'removed' : r.intent, health, String(r.activeFlows), String(r.inactiveFlows), String(Math.round(r.pps)), String(Math.round(r.bytesPerSecond))]);
+    }
+  }
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
+  for (const r of rows) lines.push(r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
+  return lines.join('\n');
+}

@@ -1,0 +1,79 @@
+// The validated, normalised configuration: what every other module reads. Produced only by
+// src/config/validate.ts from the YAML file; durations are in milliseconds, addresses in
+// canonical text form (ipaddr.js toString()), defaults filled in, the whole object frozen.
+
+export type Protocol = 'tcp' | 'udp';
+export type SchedulerKind = 'maglev' | 'rendezvous' | 'wlc';
+export type ForwardingMode = 'l2' | 'ipip';
+export type RealIntent = 'active' | 'drain' | 'disabled';
+export type WhenAllDown = 'failOpen' | 'drop';
+export type IoKind = 'afpacket' | 'pcap';
+export type HealthCheckType = 'tcp' | 'http' | 'https' | 'udp' | 'icmp' | 'exec' | 'none';
+export type AddressFamily = 4 | 6;
+
+export interface ListenAddress {
+  readonly host: string; // canonical address text, e.g. "127.0.0.1" or "::1"
+  readonly port: number;
+}
+
+export interface HealthCheckConfig {
+  readonly type: HealthCheckType;
+  readonly port: number; // default: the service port (for port-0 services: required unless type is icmp/exec/none)
+  readonly path: string; // http/https, default "/"
+  readonly host: string | null; // http/https Host header, default: the real's address
+  readonly expectStatus: readonly number[]; // http/https, default [200]
+  readonly expectBody: string | null; // http/https: substring the body must contain
+  readonly payload: string | null; // udp: datagram to send (default "ping")
+  readonly expectPayload: string | null; // udp: substring the reply must contain (null: any reply)
+  readonly command: string | null; // exec: run through /bin/sh -c with DSRLB_REAL, DSRLB_PORT, DSRLB_VIP set
+  readonly intervalMs: number; // default 2000
+  readonly timeoutMs: number; // default 1000, must be <= intervalMs
+  readonly rise: number; // default 2
+  readonly fall: number; // default 3
+}
+
+export interface RealConfig {
+  readonly address: string;
+  readonly family: AddressFamily;
+  readonly weight: number; // 0..65535, default 100
+  readonly state: RealIntent; // default active
+  readonly forwarding: ForwardingMode; // resolved: the real's override or the service's mode
+}
+
+export interface ServiceConfig {
+  readonly name: string; // default "<protocol>://<vip>:<port>" (IPv6 in brackets)
+  readonly vip: string;
+  readonly family: AddressFamily;
+  readonly port: number; // 0 = every port of the VIP
+  readonly protocol: Protocol;
+  readonly scheduler: SchedulerKind; // default maglev
+  readonly forwarding: ForwardingMode; // default l2
+  readonly whenAllDown: WhenAllDown; // default failOpen
+  readonly tableSize: number; // Maglev table size, a prime; default 65537
+  readonly healthCheck: HealthCheckConfig; // default type none
+  readonly reals: readonly RealConfig[];
+}
+
+export interface FlowTableConfig {
+  readonly capacity: number; // default 1000000
+  readonly tcpTimeouts: { readonly synMs: number; readonly establishedMs: number; readonly finMs: number };
+  readonly udpTimeoutMs: number; // default 300000
+}
+
+export interface Config {
+  readonly interface: string;
+  readonly io: IoKind; // default afpacket
+  readonly hashSeed: number; // uint32, default 0; must be equal on every LB of a scale-out group
+  readonly flowTable: FlowTableConfig;
+  readonly tunnel: { readonly sourceV4: string | null; readonly sourceV6: string | null };
+  readonly metrics: { readonly listen: ListenAddress }; // default 127.0.0.1:9742
+  readonly admin: { readonly listen: ListenAddress; readonly tokenFile: string | null }; // default 127.0.0.1:9743
+  readonly stateFile: string | null; // runtime intent; default: "<config dir>/dsrlb.state.json"
+  readonly services: readonly ServiceConfig[];
+}
+
+/** One problem found in a config file: `path: message`, e.g. `services[0].port: 70000 is not a port (0..65535)`. */
+export interface ConfigProblem {
+  readonly path: string;
+  readonly message: string;
+}

@@ -1,0 +1,801 @@
+// The one config validator: YAML (or JSON) text in, a frozen normalised Config or every problem
+// found out. Each problem names the field path, the value given and what was expected.
+
+import { dirname, join, resolve } from 'node:path';
+import ipaddr from 'ipaddr.js';
+import { parseDocument } from 'yaml';
+import { formatDurationMs, parseDurationMs } from './duration.js';
+import type {
+  AddressFamily,
+  Config,
+  ConfigProblem,
+  ForwardingMode,
+  HealthCheckConfig,
+  HealthCheckType,
+  IoKind,
+  ListenAddress,
+  Protocol,
+  RealConfig,
+  RealIntent,
+  SchedulerKind,
+  ServiceConfig,
+  WhenAllDown,
+} from './types.js';
+
+export type ConfigResult = { ok: true; config: Config } | { ok: false; problems: ConfigProblem[] };
+
+export interface ParseOptions {
+  /** The file the text came from: relative stateFile/tokenFile paths and the default stateFile are resolved against its directory. */
+  readonly sourcePath?: string;
+}
+
+export const DEFAULT_METRICS_LISTEN: ListenAddress = Object.freeze({ host: '127.0.0.1', port: 9742 });
+export const DEFAULT_ADMIN_LISTEN: ListenAddress = Object.freeze({ host: '127.0.0.1', port: 9743 });
+export const DEFAULT_TABLE_SIZE = 65537;
+export const MIN_TABLE_SIZE = 7;
+/** A prime; 40 MB of Int32 slots per service is already far past what a few hundred reals need. */
+export const MAX_TABLE_SIZE = 10_000_019;
+export const STATE_FILE_NAME = 'dsrlb.state.json';
+
+const PROTOCOLS: readonly Protocol[] = ['tcp', 'udp'];
+const SCHEDULERS: readonly SchedulerKind[] = ['maglev', 'rendezvous', 'wlc'];
+const FORWARDINGS: readonly ForwardingMode[] = ['l2', 'ipip'];
+const INTENTS: readonly RealIntent[] = ['active', 'drain', 'disabled'];
+const WHEN_ALL_DOWN: readonly WhenAllDown[] = ['failOpen', 'drop'];
+const IO_KINDS: readonly IoKind[] = ['afpacket', 'pcap'];
+const CHECK_TYPES: readonly HealthCheckType[] = ['tcp', 'http', 'https', 'udp', 'icmp', 'exec', 'none'];
+
+const TOP_KEYS = ['interface', 'io', 'hashSeed', 'flowTable', 'tunnel', 'metrics', 'admin', 'stateFile', 'services'];
+const FLOW_TABLE_KEYS = ['capacity', 'tcpTimeouts', 'udpTimeout'];
+const TCP_TIMEOUT_KEYS = ['syn', 'established', 'fin'];
+const TUNNEL_KEYS = ['sourceV4', 'sourceV6'];
+const METRICS_KEYS = ['listen'];
+const ADMIN_KEYS = ['listen', 'tokenFile'];
+const SERVICE_KEYS = ['name', 'vip', 'port', 'protocol', 'scheduler', 'forwarding', 'whenAllDown', 'tableSize', 'healthCheck', 'reals'];
+const CHECK_KEYS = ['type', 'port', 'path', 'host', 'expectStatus', 'expectBody', 'payload', 'expectPayload', 'command', 'interval', 'timeout', 'rise', 'fall'];
+const REAL_KEYS = ['address', 'weight', 'state', 'forwarding'];
+
+/**
+ * Which health-check keys mean something for which type. A key set for a type that ignores it
+ * (a `path` on a tcp check) is refused, because it shows the operator expects a check that will not
+ * happen. `type: none` is exempt: switching a check off while keeping its settings is normal.
+ */
+const CHECK_KEY_TYPES: Readonly<Record<string, readonly HealthCheckType[]>> = {
+  port: ['tcp', 'http', 'https', 'udp', 'exec'],
+  path: ['http', 'https'],
+  host: ['http', 'https'],
+  expectStatus: ['http', 'https'],
+  expectBody: ['http', 'https'],
+  payload: ['udp'],
+  expectPayload: ['udp'],
+  command: ['exec'],
+};
+
+// IPVS-like flow timeouts (ipvsadm --set 900 120 300; SYN_RECV 60 s).
+const DEFAULT_SYN_MS = 60_000;
+const DEFAULT_ESTABLISHED_MS = 900_000;
+const DEFAULT_FIN_MS = 120_000;
+const DEFAULT_UDP_MS = 300_000;
+const DEFAULT_CAPACITY = 1_000_000;
+const MAX_CAPACITY = 100_000_000;
+const DEFAULT_WEIGHT = 100;
+const MAX_WEIGHT = 65535;
+const MAX_HASH_SEED = 0xffff_ffff;
+
+type Raw = Record<string, unknown>;
+
+class ProblemList {
+  readonly items: ConfigProblem[] = [];
+  add(path: string, message: string): void {
+    this.items.push({ path, message });
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Public helpers other modules use to read the same notation (CLI arguments, admin API paths).
+
+/** Parses strict address text: dotted-quad IPv4 (no octal/hex/short forms) or IPv6 without a zone index. */
+export function parseIpAddress(text: string): { address: string; family: AddressFamily } | null {
+  if (ipaddr.IPv4.isValidFourPartDecimal(text)) return { address: ipaddr.IPv4.parse(text).toString(), family: 4 };
+  if (!text.includes('%') && ipaddr.IPv6.isValid(text)) return { address: ipaddr.IPv6.parse(text).toString(), family: 6 };
+  return null;
+}
+
+/** The address form of a service, as the CLI accepts it: tcp://203.0.113.10:80, udp://[2001:db8::10]:53. */
+export function serviceAddressName(protocol: Protocol, vip: string, port: number): string {
+  return `${protocol}://${vip.includes(':') ? `[${vip}]` : vip}:${port}`;
+}
+
+/** Parses `host:port` or `[v6]:port` with an IP host and a port 1..65535. */
+export function parseListenAddress(text: string): ListenAddress | null {
+  const match = /^(?:\[([^\]]*)\]|([^:[\]]*)):(\d{1,5})$/.exec(text);
+  if (match === null) return null;
+  const host = match[1] ?? match[2] ?? '';
+  const parsed = parseIpAddress(host);
+  if (parsed === null || (match[1] !== undefined) !== (parsed.family === 6)) return null;
+  const port = Number(match[3]);
+  if (port < 1 || port > 65535) return null;
+  return { host: parsed.address, port };
+}
+
+/** One `path: message` line per problem, in the order found. */
+export function formatProblems(problems: readonly ConfigProblem[]): string {
+  return problems.map((problem) => `${problem.path}: ${problem.message}`).join('\n');
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/** Parses YAML or JSON config text and validates it; see validateConfig. */
+export function parseConfigText(text: string, opts: ParseOptions = {}): ConfigResult {
+  const doc = parseDocument(text.startsWith('\uFEFF') ? text.slice(1) : text, { uniqueKeys: true, prettyErrors: true });
+  if (doc.errors.length > 0) {
+    return { ok: false, problems: doc.errors.map((error) => yamlProblem(error.message, error.linePos?.[0])) };
+  }
+  let raw: unknown;
+  try {
+    raw = doc.toJS({ maxAliasCount: 100 });
+  } catch (error) {
+    return { ok: false, problems: [yamlProblem(error instanceof Error ? error.message : String(error), undefined)] };
+  }
+  return validateConfig(raw, opts);
+}
+
+/** Validates an already parsed document (plain objects, arrays, scalars) into a frozen Config. */
+export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigResult {
+  const p = new ProblemList();
+  const configDir = opts.sourcePath === undefined ? null : dirname(resolve(opts.sourcePath));
+  if (raw === null || raw === undefined) {
+    p.add('(file)', 'the file is empty; expected a mapping with at least interface and services');
+    return { ok: false, problems: p.items };
+  }
+  if (!isMapping(raw)) {
+    p.add('(file)', `expected a mapping with at least interface and services, got ${describe(raw)}`);
+    return { ok: false, problems: p.items };
+  }
+  checkKeys(p, raw, '', TOP_KEYS);
+
+  const iface = interfaceName(p, raw);
+  const io = oneOf(p, raw, 'io', '', IO_KINDS, 'afpacket');
+  const hashSeed = integer(p, raw, 'hashSeed', '', 0, MAX_HASH_SEED, 'a hash seed', 0);
+  const flowTable = flowTableSection(p, raw);
+  const tunnel = tunnelSection(p, raw);
+  const metrics = section(p, raw, 'metrics', '', METRICS_KEYS, 'metrics settings');
+  const metricsListen = listen(p, metrics, 'metrics', DEFAULT_METRICS_LISTEN);
+  const admin = section(p, raw, 'admin', '', ADMIN_KEYS, 'admin API settings');
+  const adminListen = listen(p, admin, 'admin', DEFAULT_ADMIN_LISTEN);
+  const tokenFile = filePath(p, admin, 'tokenFile', 'admin', configDir);
+  if (adminListen !== null && admin !== null && tokenFile === null && admin['tokenFile'] == null && !isLoopback(adminListen.host)) {
+    p.add('admin.tokenFile', `missing; a token file is required when admin.listen (${formatListen(adminListen)}) is not a loopback address`);
+  }
+  if (metricsListen !== null && adminListen !== null && listensClash(metricsListen, adminListen)) {
+    p.add('admin.listen', `${formatListen(adminListen)} clashes with metrics.listen (${formatListen(metricsListen)}); they need different ports`);
+  }
+  const explicitStateFile = filePath(p, raw, 'stateFile', '', configDir);
+  const stateFile = explicitStateFile ?? (configDir === null ? null : join(configDir, STATE_FILE_NAME));
+  const services = serviceList(p, raw);
+
+  if (p.items.length > 0) return { ok: false, problems: p.items };
+  const config: Config = {
+    interface: iface as string,
+    io: io as IoKind,
+    hashSeed: hashSeed as number,
+    flowTable: flowTable as Config['flowTable'],
+    tunnel,
+    metrics: { listen: metricsListen as ListenAddress },
+    admin: { listen: adminListen as ListenAddress, tokenFile },
+    stateFile,
+    services,
+  };
+  return { ok: true, config: deepFreeze(config) };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sections
+
+function interfaceName(p: ProblemList, raw: Raw): string | undefined {
+  const name = requiredString(p, raw, 'interface', '', 'a network interface name, e.g. eth0');
+  if (name === undefined) return undefined;
+  // Linux dev_valid_name(): shorter than IFNAMSIZ (16), not "." or "..", no "/", ":" or whitespace.
+  if (name.length > 15 || name === '.' || name === '..' || /[/:\s]/.test(name) || hasControl(name)) {
+    p.add('interface', `${JSON.stringify(name)} is not a network interface name (1..15 characters, no "/", ":" or whitespace)`);
+    return undefined;
+  }
+  return name;
+}
+
+function flowTableSection(p: ProblemList, raw: Raw): Config['flowTable'] | undefined {
+  const table = section(p, raw, 'flowTable', '', FLOW_TABLE_KEYS, 'flow table settings');
+  if (table === null) return undefined;
+  const capacity = integer(p, table, 'capacity', 'flowTable', 1, MAX_CAPACITY, 'a flow table capacity', DEFAULT_CAPACITY);
+  const tcp = section(p, table, 'tcpTimeouts', 'flowTable', TCP_TIMEOUT_KEYS, 'TCP timeouts (syn, established, fin)');
+  const synMs = tcp === null ? undefined : duration(p, tcp, 'syn', 'flowTable.tcpTimeouts', DEFAULT_SYN_MS);
+  const establishedMs = tcp === null ? undefined : duration(p, tcp, 'established', 'flowTable.tcpTimeouts', DEFAULT_ESTABLISHED_MS);
+  const finMs = tcp === null ? undefined : duration(p, tcp, 'fin', 'flowTable.tcpTimeouts', DEFAULT_FIN_MS);
+  const udpTimeoutMs = duration(p, table, 'udpTimeout', 'flowTable', DEFAULT_UDP_MS);
+  if (capacity === undefined || synMs === undefined || establishedMs === undefined || finMs === undefined || udpTimeoutMs === undefined) {
+    return undefined;
+  }
+  return { capacity, tcpTimeouts: { synMs, establishedMs, finMs }, udpTimeoutMs };
+}
+
+function tunnelSection(p: ProblemList, raw: Raw): Config['tunnel'] {
+  const tunnel = section(p, raw, 'tunnel', '', TUNNEL_KEYS, 'tunnel settings (sourceV4, sourceV6)');
+  if (tunnel === null) return { sourceV4: null, sourceV6: null };
+  const v4 = optionalAddress(p, tunnel, 'sourceV4', 'tunnel', 4);
+  const v6 = optionalAddress(p, tunnel, 'sourceV6', 'tunnel', 6);
+  return { sourceV4: v4, sourceV6: v6 };
+}
+
+function optionalAddress(p: ProblemList, obj: Raw, key: string, path: string, family: AddressFamily): string | null {
+  const value = obj[key];
+  if (value === undefined || value === null) return null;
+  const at = join2(path, key);
+  const parsed = unicastAddress(p, value, at, 'a tunnel source');
+  if (parsed === null) return null;
+  if (parsed.family !== family) {
+    p.add(at, `${describe(value)} is not an IPv${family} address`);
+    return null;
+  }
+  return parsed.address;
+}
+
+function listen(p: ProblemList, obj: Raw | null, path: string, fallback: ListenAddress): ListenAddress | null {
+  if (obj === null) return null;
+  const value = obj['listen'];
+  if (value === undefined || value === null) return fallback;
+  const at = join2(path, 'listen');
+  const example = `e.g. ${formatListen(fallback)} or [::1]:${fallback.port}`;
+  if (typeof value !== 'string') {
+    p.add(at, `${describe(value)} is not a listen address (host:port, ${example})`);
+    return null;
+  }
+  const parsed = parseListenAddress(value);
+  if (parsed !== null) return parsed;
+  const match = /^(?:\[([^\]]*)\]|(.*)):([^:\]]*)$/.exec(value);
+  if (match === null) {
+    p.add(at, `${JSON.stringify(value)} is not a listen address (host:port, ${example})`);
+  } else if (match[1] === undefined && (match[2] ?? '').includes(':')) {
+    p.add(at, `${JSON.stringify(value)} is not a listen address; put an IPv6 host in brackets, e.g. [::1]:${fallback.port}`);
+  } else if (parseIpAddress(match[1] ?? match[2] ?? '') === null) {
+    p.add(at, `${JSON.stringify(value)} is not a listen address: ${JSON.stringify(match[1] ?? match[2])} is not an IP address (${example})`);
+  } else if (match[1] !== undefined && !(match[1] ?? '').includes(':')) {
+    p.add(at, `${JSON.stringify(value)} is not a listen address: only IPv6 hosts go in brackets`);
+  } else {
+    p.add(at, `${JSON.stringify(value)} is not a listen address: ${JSON.stringify(match[3])} is not a port (1..65535)`);
+  }
+  return null;
+}
+
+function serviceList(p: ProblemList, raw: Raw): ServiceConfig[] {
+  const value = raw['services'];
+  if (value === undefined) {
+    p.add('services', 'missing; expected a list of services');
+    return [];
+  }
+  if (!Array.isArray(value)) {
+    p.add('services', `expected a list of services, got ${describe(value)}`);
+    return [];
+  }
+  if (value.length === 0) {
+    p.add('services', 'an empty list; expected at least one service');
+    return [];
+  }
+  const services: ServiceConfig[] = [];
+  const explicitNames: (string | null)[] = [];
+  const slots: (ServiceConfig | null)[] = [];
+  value.forEach((item: unknown, index: number) => {
+    const parsed = serviceEntry(p, item, `services[${index}]`);
+    slots.push(parsed?.service ?? null);
+    explicitNames.push(parsed?.explicitName ?? null);
+    if (parsed !== null && parsed.service !== null) services.push(parsed.service);
+  });
+  checkServiceIdentity(p, slots, explicitNames);
+  return services;
+}
+
+/** (vip, protocol, port) must be unique, and no name may equal another service's name or address form. */
+function checkServiceIdentity(p: ProblemList, slots: readonly (ServiceConfig | null)[], explicitNames: readonly (string | null)[]): void {
+  const firstByKey = new Map<string, number>();
+  slots.forEach((service, index) => {
+    if (service === null) return;
+    const key = serviceAddressName(service.protocol, service.vip, service.port);
+    const first = firstByKey.get(key);
+    if (first === undefined) {
+      firstByKey.set(key, index);
+    } else {
+      p.add(`services[${index}]`, `${key} is already defined by services[${first}] (${JSON.stringify(slots[first]?.name)})`);
+    }
+  });
+  explicitNames.forEach((name, index) => {
+    if (name === null) return;
+    for (let other = 0; other < slots.length; other++) {
+      const service = slots[other];
+      if (other === index || service === null || service === undefined) continue;
+      if (serviceAddressName(service.protocol, service.vip, service.port) === name) {
+        p.add(`services[${index}].name`, `${JSON.stringify(name)} is the address of services[${other}]; choose another name`);
+        return;
+      }
+      if (other < index && service.name === name) {
+        p.add(`services[${index}].name`, `${JSON.stringify(name)} is already the name of services[${other}]`);
+        return;
+      }
+    }
+  });
+}
+
+interface ServiceEntry {
+  readonly service: ServiceConfig | null;
+  readonly explicitName: string | null;
+}
+
+function serviceEntry(p: ProblemList, item: unknown, path: string): ServiceEntry | null {
+  if (!isMapping(item)) {
+    p.add(path, `expected a mapping with vip, port and reals, got ${describe(item)}`);
+    return null;
+  }
+  const before = p.items.length;
+  checkKeys(p, item, path, SERVICE_KEYS);
+  const explicitName = serviceName(p, item, path);
+  const vipValue = item['vip'];
+  let vip: { address: string; family: AddressFamily } | null = null;
+  if (vipValue === undefined || vipValue === null) {
+    p.add(join2(path, 'vip'), `${vipValue === null ? 'is empty' : 'missing'}; expected an IPv4 or IPv6 address`);
+  } else {
+    vip = unicastAddress(p, vipValue, join2(path, 'vip'), 'a VIP');
+  }
+  const port = integer(p, item, 'port', path, 0, 65535, 'a port', undefined);
+  const protocol = oneOf(p, item, 'protocol', path, PROTOCOLS, 'tcp');
+  const scheduler = oneOf(p, item, 'scheduler', path, SCHEDULERS, 'maglev');
+  const forwarding = oneOf(p, item, 'forwarding', path, FORWARDINGS, 'l2');
+  const whenAllDown = oneOf(p, item, 'whenAllDown', path, WHEN_ALL_DOWN, 'failOpen');
+  const tableSize = tableSizeField(p, item, path, scheduler);
+  const healthCheck = healthCheckSection(p, item, path, port);
+  const reals = realList(p, item, path, vip, forwarding);
+  if (tableSize !== undefined && reals !== null && reals.length > tableSize) {
+    p.add(join2(path, 'tableSize'), `${tableSize} is smaller than the number of reals (${reals.length}); Maglev needs at least one slot per real`);
+  }
+  // The address form is known as soon as its three parts are, so duplicate checks still run
+  // when something else in the service is wrong.
+  if (vip === null || port === undefined || protocol === undefined) return { service: null, explicitName };
+  const name = explicitName ?? serviceAddressName(protocol, vip.address, port);
+  if (p.items.length > before) {
+    // Enough of the service for identity checks; the rest is never returned because problems exist.
+    return { service: { name, vip: vip.address, family: vip.family, port, protocol } as ServiceConfig, explicitName };
+  }
+  const service: ServiceConfig = {
+    name,
+    vip: vip.address,
+    family: vip.family,
+    port,
+    protocol,
+    scheduler: scheduler as SchedulerKind,
+    forwarding: forwarding as ForwardingMode,
+    whenAllDown: whenAllDown as WhenAllDown,
+    tableSize: tableSize ?? DEFAULT_TABLE_SIZE,
+    healthCheck: healthCheck as HealthCheckConfig,
+    reals: reals as RealConfig[],
+  };
+  return { service, explicitName };
+}
+
+function serviceName(p: ProblemList, item: Raw, path: string): string | null {
+  const value = item['name'];
+  if (value === undefined || value === null) return null;
+  const at = join2(path, 'name');
+  if (typeof value !== 'string') {
+    p.add(at, `${describe(value)} is not a service name (a string)`);
+    return null;
+  }
+  if (value.length === 0 || value.trim() !== value || hasControl(value)) {
+    p.add(at, `${JSON.stringify(value)} is not a service name (non-empty, no leading or trailing spaces, no control characters)`);
+    return null;
+  }
+  return value;
+}
+
+function tableSizeField(p: ProblemList, item: Raw, path: string, scheduler: SchedulerKind | undefined): number | undefined {
+  const value = item['tableSize'];
+  if (value === undefined || value === null) return undefined;
+  const at = join2(path, 'tableSize');
+  if (scheduler !== undefined && scheduler !== 'maglev') {
+    p.add(at, `applies only to the maglev scheduler (scheduler is ${scheduler})`);
+    return undefined;
+  }
+  const size = integer(p, item, 'tableSize', path, MIN_TABLE_SIZE, MAX_TABLE_SIZE, 'a Maglev table size', undefined);
+  if (size === undefined) return undefined;
+  if (!isPrime(size)) {
+    p.add(at, `${size} is not a prime; Maglev needs a prime table size (e.g. 65537)`);
+    return undefined;
+  }
+  return size;
+}
+
+function healthCheckSection(p: ProblemList, item: Raw, path: string, servicePort: number | undefined): HealthCheckConfig | undefined {
+  const at = join2(path, 'healthCheck');
+  const value = item['healthCheck'];
+  const base = {
+    port: servicePort ?? 0,
+    path: '/',
+    host: null,
+    expectStatus: [200],
+    expectBody: null,
+    payload: null,
+    expectPayload: null,
+    command: null,
+    intervalMs: 2000,
+    timeoutMs: 1000,
+    rise: 2,
+    fall: 3,
+  };
+  if (value === undefined || value === null) return { type: 'none', ...base };
+  if (!isMapping(value)) {
+    p.add(at, `expected a mapping with a type (${CHECK_TYPES.join(', ')}), got ${describe(value)}`);
+    return undefined;
+  }
+  checkKeys(p, value, at, CHECK_KEYS);
+  if (value['type'] === undefined || value['type'] === null) {
+    p.add(join2(at, 'type'), `${value['type'] === null ? 'is empty' : 'missing'}; expected one of ${CHECK_TYPES.join(', ')}`);
+    return undefined;
+  }
+  const type = oneOf(p, value, 'type', at, CHECK_TYPES, 'none');
+  if (type === undefined) return undefined;
+  if (type === 'none') return { type, ...base };
+
+  const before = p.items.length;
+  for (const [key, types] of Object.entries(CHECK_KEY_TYPES)) {
+    if (value[key] !== undefined && !types.includes(type)) {
+      p.add(join2(at, key), `applies only to ${listWords(types, 'and')} checks (type is ${type})`);
+    }
+  }
+  let port: number | undefined = base.port;
+  if (value['port'] !== undefined && value['port'] !== null) {
+    port = integer(p, value, 'port', at, 1, 65535, 'a health-check port', undefined);
+  } else if (servicePort === 0 && type !== 'icmp' && type !== 'exec') {
+    p.add(join2(at, 'port'), `missing; a ${type} check needs a port because the service port is 0 (every port)`);
+  }
+  let checkPath = base.path;
+  const pathValue = value['path'];
+  if (pathValue !== undefined && pathValue !== null) {
+    if (typeof pathValue !== 'string' || !pathValue.startsWith('/') || /\s/.test(pathValue) || hasControl(pathValue)) {
+      p.add(join2(at, 'path'), `${describe(pathValue)} is not a URL path (it must start with "/" and have no spaces)`);
+    } else {
+      checkPath = pathValue;
+    }
+  }
+  const host = optionalString(p, value, 'host', at, 'a Host header value', /^[^\s\x00-\x1f\x7f]+$/);
+  const expectStatus = statusList(p, value, at);
+  const expectBody = optionalString(p, value, 'expectBody', at, 'a non-empty body substring', /^[\s\S]+$/);
+  const payload = type === 'udp' ? (optionalString(p, value, 'payload', at, 'a UDP payload string', /^[\s\S]*$/) ?? 'ping') : null;
+  const expectPayload = optionalString(p, value, 'expectPayload', at, 'a non-empty reply substring', /^[\s\S]+$/);
+  let command: string | null = null;
+  if (type === 'exec') {
+    command = optionalString(p, value, 'command', at, 'a shell command', /\S/);
+    if (command === null && (value['command'] === undefined || value['command'] === null)) {
+      p.add(join2(at, 'command'), 'missing; an exec check needs a command (run with /bin/sh -c)');
+    }
+  }
+  const intervalMs = duration(p, value, 'interval', at, base.intervalMs);
+  const timeoutMs = duration(p, value, 'timeout', at, base.timeoutMs);
+  if (intervalMs !== undefined && timeoutMs !== undefined && timeoutMs > intervalMs) {
+    p.add(join2(at, 'timeout'), `${formatDurationMs(timeoutMs)} is longer than the interval (${formatDurationMs(intervalMs)}); a probe must end before the next one starts`);
+  }
+  const rise = integer(p, value, 'rise', at, 1, 100, 'a success count', base.rise);
+  const fall = integer(p, value, 'fall', at, 1, 100, 'a failure count', base.fall);
+  if (p.items.length > before) return undefined;
+  return {
+    type,
+    port: port as number,
+    path: checkPath,
+    host,
+    expectStatus: expectStatus as number[],
+    expectBody,
+    payload,
+    expectPayload,
+    command,
+    intervalMs: intervalMs as number,
+    timeoutMs: timeoutMs as number,
+    rise: rise as number,
+    fall: fall as number,
+  };
+}
+
+function statusList(p: ProblemList, check: Raw, path: string): number[] | undefined {
+  const value = check['expectStatus'];
+  if (value === undefined || value === null) return [200];
+  const at = join2(path, 'expectStatus');
+  // A single status is accepted as a list of one.
+  const items: unknown[] = Array.isArray(value) ? value : [value];
+  if (items.length === 0) {
+    p.add(at, 'an empty list; expected at least one HTTP status, e.g. [200]');
+    return undefined;
+  }
+  const statuses: number[] = [];
+  items.forEach((status, index) => {
+    const itemPath = Array.isArray(value) ? `${at}[${index}]` : at;
+    if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599) {
+      p.add(itemPath, `${describe(status)} is not an HTTP status (100..599)`);
+    } else {
+      statuses.push(status);
+    }
+  });
+  return statuses.length === items.length ? statuses : undefined;
+}
+
+function realList(
+  p: ProblemList,
+  item: Raw,
+  path: string,
+  vip: { address: string; family: AddressFamily } | null,
+  serviceForwarding: ForwardingMode | undefined,
+): RealConfig[] | null {
+  const at = join2(path, 'reals');
+  const value = item['reals'];
+  if (value === undefined || value === null) {
+    p.add(at, `${value === null ? 'is empty' : 'missing'}; expected a list of reals (write [] for none yet)`);
+    return null;
+  }
+  if (!Array.isArray(value)) {
+    p.add(at, `expected a list of reals, got ${describe(value)}`);
+    return null;
+  }
+  const reals: RealConfig[] = [];
+  const firstByAddress = new Map<string, number>();
+  value.forEach((entry: unknown, index: number) => {
+    const realPath = `${at}[${index}]`;
+    if (!isMapping(entry)) {
+      p.add(realPath, `expected a mapping with an address, got ${describe(entry)}`);
+      return;
+    }
+    checkKeys(p, entry, realPath, REAL_KEYS);
+    const addressPath = join2(realPath, 'address');
+    const addressValue = entry['address'];
+    let address: { address: string; family: AddressFamily } | null = null;
+    if (addressValue === undefined || addressValue === null) {
+      p.add(addressPath, `${addressValue === null ? 'is empty' : 'missing'}; expected an IPv4 or IPv6 address`);
+    } else {
+      address = unicastAddress(p, addressValue, addressPath, 'a real');
+    }
+    const weight = integer(p, entry, 'weight', realPath, 0, MAX_WEIGHT, 'a weight', DEFAULT_WEIGHT);
+    const state = oneOf(p, entry, 'state', realPath, INTENTS, 'active');
+    const override = oneOf(p, entry, 'forwarding', realPath, FORWARDINGS, null);
+    const forwarding = override ?? serviceForwarding;
+    if (address !== null) {
+      const first = firstByAddress.get(address.address);
+      if (first !== undefined) {
+        p.add(addressPath, `${describe(addressValue)} is the same address as ${at}[${first}]`);
+      } else {
+        firstByAddress.set(address.address, index);
+      }
+      if (vip !== null && address.address === vip.address) {
+        p.add(addressPath, `${describe(addressValue)} is the VIP itself; a real must be another host`);
+      } else if (vip !== null && address.family !== vip.family) {
+        if (vip.family === 6) {
+          p.add(addressPath, `${describe(addressValue)} is IPv4 but the VIP ${vip.address} is IPv6; an IPv6 VIP needs IPv6 reals`);
+        } else if (forwarding === 'l2') {
+          p.add(addressPath, `${describe(addressValue)} is IPv6 but the VIP ${vip.address} is IPv4; l2 forwarding needs the same family (ipip can carry IPv4 in IPv6)`);
+        }
+      }
+    }
+    if (address !== null && weight !== undefined && state !== undefined && forwarding !== undefined) {
+      reals.push({ address: address.address, family: address.family, weight, state, forwarding });
+    }
+  });
+  return reals;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field readers: each reports its own problem and returns undefined (or null) when the value is bad.
+
+function section(p: ProblemList, obj: Raw, key: string, path: string, keys: readonly string[], what: string): Raw | null {
+  const value = obj[key];
+  const at = join2(path, key);
+  if (value === undefined || value === null) return {};
+  if (!isMapping(value)) {
+    p.add(at, `expected a mapping of ${what}, got ${describe(value)}`);
+    return null;
+  }
+  checkKeys(p, value, at, keys);
+  return value;
+}
+
+function requiredString(p: ProblemList, obj: Raw, key: string, path: string, what: string): string | undefined {
+  const value = obj[key];
+  const at = join2(path, key);
+  if (value === undefined || value === null) {
+    p.add(at, `${value === null ? 'is empty' : 'missing'}; expected ${what}`);
+    return undefined;
+  }
+  if (typeof value !== 'string' || value.length === 0) {
+    p.add(at, `${describe(value)} is not ${what}`);
+    return undefined;
+  }
+  return value;
+}
+
+function optionalString(p: ProblemList, obj: Raw, key: string, path: string, what: string, shape: RegExp): string | null {
+  const value = obj[key];
+  if (value === undefined || value === null) return null;
+  if (typeof value !== 'string' || !shape.test(value)) {
+    const quoteHint = typeof value === 'number' || typeof value === 'boolean' ? '; put it in quotes' : '';
+    p.add(join2(path, key), `${describe(value)} is not ${what}${quoteHint}`);
+    return null;
+  }
+  return value;
+}
+
+/** A file path; relative paths are taken relative to the config file's directory, like nginx's include. */
+function filePath(p: ProblemList, obj: Raw | null, key: string, path: string, configDir: string | null): string | null {
+  if (obj === null) return null;
+  const value = optionalString(p, obj, key, path, 'a file path', /^[^\x00]+$/);
+  if (value === null) return null;
+  return configDir === null ? value : resolve(configDir, value);
+}
+
+function integer(p: ProblemList, obj: Raw, key: string, path: string, min: number, max: number, what: string, fallback: number | undefined): number | undefined {
+  const value = obj[key];
+  const at = join2(path, key);
+  if (value === undefined || value === null) {
+    if (fallback !== undefined) return fallback;
+    p.add(at, `${value === null ? 'is empty' : 'missing'}; expected ${what} (${min}..${max})`);
+    return undefined;
+  }
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    const quoteHint = typeof value === 'string' && /^\d+$/.test(value) ? '; write the number without quotes' : '';
+    p.add(at, `${describe(value)} is not ${what} (${min}..${max})${quoteHint}`);
+    return undefined;
+  }
+  return value;
+}
+
+function oneOf<T extends string, F extends T | null>(p: ProblemList, obj: Raw, key: string, path: string, allowed: readonly T[], fallback: F): T | F | undefined {
+  const value = obj[key];
+  if (value === undefined || value === null) return fallback;
+  if (typeof value === 'string' && (allowed as readonly string[]).includes(value)) return value as T;
+  const folded = typeof value === 'string' ? allowed.find((option) => option.toLowerCase() === value.toLowerCase()) : undefined;
+  const hint = folded === undefined ? '' : ` (did you mean "${folded}"?)`;
+  p.add(join2(path, key), `${describe(value)} is not ${listWords(allowed, 'or')}${hint}`);
+  return undefined;
+}
+
+function duration(p: ProblemList, obj: Raw, key: string, path: string, fallbackMs: number): number | undefined {
+  const value = obj[key];
+  if (value === undefined || value === null) return fallbackMs;
+  const parsed = parseDurationMs(value);
+  if (parsed.ok) return parsed.ms;
+  p.add(join2(path, key), parsed.message);
+  return undefined;
+}
+
+/** An address for a VIP, real or tunnel source: unicast, and IPv4 written as IPv4. */
+function unicastAddress(p: ProblemList, value: unknown, at: string, role: string): { address: string; family: AddressFamily } | null {
+  const parsed = typeof value === 'string' ? parseIpAddress(value) : null;
+  if (parsed === null) {
+    const zoneHint = typeof value === 'string' && value.includes('%') ? ' (zone indexes such as %eth0 are not supported)' : '';
+    p.add(at, `${describe(value)} is not an IPv4 or IPv6 address${zoneHint}`);
+    return null;
+  }
+  const range = ipaddr.parse(parsed.address).range();
+  if (range === 'ipv4Mapped') {
+    const v4 = (ipaddr.IPv6.parse(parsed.address) as ipaddr.IPv6).toIPv4Address().toString();
+    p.add(at, `${describe(value)} is an IPv4-mapped IPv6 address; write the IPv4 address ${v4}`);
+    return null;
+  }
+  const refused: Readonly<Record<string, string>> = {
+    unspecified: 'the unspecified address',
+    multicast: 'a multicast address',
+    broadcast: 'the broadcast address',
+    loopback: 'a loopback address',
+  };
+  const what = refused[range];
+  if (what !== undefined) {
+    p.add(at, `${describe(value)} is ${what}; ${role} must be a unicast address reachable on the network`);
+    return null;
+  }
+  return parsed;
+}
+
+function checkKeys(p: ProblemList, obj: Raw, path: string, known: readonly string[]): void {
+  for (const key of Object.keys(obj)) {
+    if (known.includes(key)) continue;
+    const hint = closestKey(key, known);
+    p.add(join2(path, key), hint === null ? `unknown key (expected one of ${known.join(', ')})` : `unknown key (did you mean "${hint}"?)`);
+  }
+}
+
+/** The known key a typo most likely meant: same letters in another case, or within edit distance 2. */
+export function closestKey(key: string, known: readonly string[]): string | null {
+  const folded = known.find((candidate) => candidate.toLowerCase() === key.toLowerCase());
+  if (folded !== undefined) return folded;
+  let best: string | null = null;
+  let bestDistance = 3;
+  for (const candidate of known) {
+    const distance = levenshtein(key.toLowerCase(), candidate.toLowerCase());
+    if (distance < bestDistance) {
+      best = candidate;
+      bestDistance = distance;
+    }
+  }
+  // Two edits turn any two-letter key into any other: demand the key be longer than the edits.
+  return best !== null && bestDistance < Math.max(key.length, best.length) ? best : null;
+}
+
+function levenshtein(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      current.push(Math.min((previous[j] as number) + 1, (current[j - 1] as number) + 1, (previous[j - 1] as number) + cost));
+    }
+    previous = current;
+  }
+  return previous[b.length] as number;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small utilities
+
+function yamlProblem(message: string, pos: { line: number; col: number } | undefined): ConfigProblem {
+  // yaml's pretty errors append " at line L, column C:" and a code frame; the position goes in the path.
+  const text = (message.split('\n')[0] ?? message).replace(/ at line \d+, column \d+:?\s*$/, '');
+  return { path: pos === undefined ? '(yaml)' : `(yaml) line ${pos.line}, column ${pos.col}`, message: text };
+}
+
+function isMapping(value: unknown): value is Raw {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** A value as the operator wrote it: strings quoted, numbers bare, containers by kind. */
+function describe(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  if (value === null) return 'an empty value';
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (Array.isArray(value)) return 'a list';
+  if (typeof value === 'object') return 'a mapping';
+  return String(value);
+}
+
+function listWords(words: readonly string[], conjunction: 'and' | 'or'): string {
+  if (words.length <= 1) return words.join('');
+  return `${words.slice(0, -1).join(', ')} ${conjunction} ${words[words.length - 1]}`;
+}
+
+function join2(path: string, key: string): string {
+  return path === '' ? key : `${path}.${key}`;
+}
+
+function hasControl(text: string): boolean {
+  return /[\x00-\x1f\x7f]/.test(text);
+}
+
+function isPrime(n: number): boolean {
+  if (n < 2) return false;
+  if (n % 2 === 0) return n === 2;
+  for (let d = 3; d * d <= n; d += 2) if (n % d === 0) return false;
+  return true;
+}
+
+function isLoopback(host: string): boolean {
+  return ipaddr.parse(host).range() === 'loopback';
+}
+
+function formatListen(address: ListenAddress): string {
+  return address.host.includes(':') ? `[${address.host}]:${address.port}` : `${address.host}:${address.port}`;
+}
+
+/** Two listeners clash on the same port when the hosts are equal or one is the wildcard of that family. */
+function listensClash(a: ListenAddress, b: ListenAddress): boolean {
+  if (a.port !== b.port) return false;
+  if (a.host === b.host) return true;
+  const wildcard = (host: string): boolean => host === '0.0.0.0' || host === '::';
+  // Linux binds [::] dual-stack by default, so it overlaps IPv4 listeners too.
+  return wildcard(a.host) && (a.host === '::' || !b.host.includes(':')) || wildcard(b.host) && (b.host === '::' || !a.host.includes(':'));
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const child of Object.values(value as object)) deepFreeze(child);
+  }
+  return value;
+}

@@ -1,0 +1,502 @@
+// The control plane of `dsrlb run`: loads the config, owns the host changes, the packet-loop
+// worker, the reals' ids, intent and MACs, and builds and hands over forwarding snapshots.
+// The packet loop runs in a worker thread; nothing here can stall it.
+
+import { once } from 'node:events';
+import { readFile, rename, writeFile } from 'node:fs/promises';
+import { Worker } from 'node:worker_threads';
+import { loadConfigFile } from '../config/load.js';
+import type { Config, ConfigProblem, RealIntent, ServiceConfig } from '../config/types.js';
+import { Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter, createCounters } from '../dataplane/counters.js';
+import type { FlowTimeouts } from '../dataplane/flow-table.js';
+import type { LoopEvent, LoopRequest, LoopWorkerData } from '../dataplane/loop-worker.js';
+import type { HealthFact } from '../health/eligibility.js';
+import { addressWords, formatMac } from './addresses.js';
+import { HostSetup } from './host-setup.js';
+import type { Logger } from './logger.js';
+import { DaemonMetrics, type MetricsRealView } from './metrics.js';
+import { NeighborWatcher } from './neighbors.js';
+import { RealRegistry } from './real-registry.js';
+import { SnapshotBuilder, type RealView, type ServiceBuildReport, type ServiceView } from './snapshot-builder.js';
+
+export const CLOSE_TIMEOUT_MS = 10_000;
+
+export class DaemonError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly problems: readonly ConfigProblem[] = [],
+  ) {
+    super(message);
+  }
+}
+
+/** Intent set at run time through the admin API, with the config values it overrode. */
+interface IntentOverride {
+  state?: RealIntent;
+  weight?: number;
+  configState: RealIntent;
+  configWeight: number;
+}
+
+interface RealRuntime {
+  key: string;
+  id: number;
+  service: string; // service identity
+  address: string;
+  removed: boolean;
+  health: HealthFact;
+  healthSince: number;
+  lastError: string | null;
+}
+
+export function serviceIdentity(s: ServiceConfig): string {
+  return `${s.protocol}|${s.vip}|${s.port}`;
+}
+
+export function timeoutsOf(cfg: Config): FlowTimeouts {
+  return {
+    synMs: cfg.flowTable.tcpTimeouts.synMs,
+    establishedMs: cfg.flowTable.tcpTimeouts.establishedMs,
+    finMs: cfg.flowTable.tcpTimeouts.finMs,
+    closeMs: 10_000,
+    udpMs: cfg.flowTable.udpTimeoutMs,
+  };
+}
+
+export class Daemon {
+  config!: Config;
+  readonly counters = createCounters();
+  readonly registry = new RealRegistry(MAX_REAL_IDS);
+  readonly metrics: DaemonMetrics;
+  private readonly builder = new SnapshotBuilder();
+  private host!: HostSetup;
+  private neighbors!: NeighborWatcher;
+  private worker: Worker | null = null;
+  private activeByReal: Int32Array = new Int32Array(MAX_REAL_IDS);
+  private inactiveByReal: Int32Array = new Int32Array(MAX_REAL_IDS);
+  private readonly reals = new Map<string, RealRuntime>();
+  private overrides = new Map<string, IntentOverride>();
+  private lastReports: readonly ServiceBuildReport[] = [];
+  private rebuildQueued = false;
+  private requestSeq = 0;
+  private readonly pending = new Map<number, (e: LoopEvent) => void>();
+  private housekeeping: NodeJS.Timeout | null = null;
+  private rates = new Map<number, { pps: number; bps: number; packets: number; bytes: number }>();
+  private loopRunning = false;
+  localMac: Uint8Array = new Uint8Array(6);
+  mtu = 1500;
+
+  constructor(
+    readonly configPath: string,
+    readonly log: Logger,
+  ) {
+    this.metrics = new DaemonMetrics({
+      counters: () => this.counters,
+      reals: () => this.metricsView(),
+      activeFlows: (id) => this.activeByReal[id] ?? 0,
+      inactiveFlows: (id) => this.inactiveByReal[id] ?? 0,
+      flowTableCapacity: () => this.config.flowTable.capacity,
+    });
+  }
+
+  async start(): Promise<void> {
+    const loaded = await loadConfigFile(this.configPath);
+    if (!loaded.ok) throw new DaemonError('CONFIG_INVALID', `config ${this.configPath} is invalid`, loaded.problems);
+    this.config = loaded.config;
+    await this.loadOverrides();
+    this.host = new HostSetup(this.config.interface, this.log);
+    this.neighbors = new NeighborWatcher(this.config.interface, this.log);
+    await this.host.adopt();
+    await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' });
+    await this.startWorker();
+    this.syncReals();
+    this.neighbors.on('change', () => this.queueRebuild('neighbour change'));
+    this.neighbors.setWanted(this.l2RealAddresses());
+    this.neighbors.start();
+    this.rebuild('start');
+    this.metrics.reloads.inc({ result: 'success' }, 0);
+    this.metrics.lastReloadSuccess.set(Date.now() / 1000);
+    this.housekeeping = setInterval(() => this.tick(), 1000);
+    this.log.info('dsrlb running', {
+      interface: this.config.interface,
+      io: this.config.io,
+      mac: formatMac(this.localMac),
+      services: this.config.services.map((s) => s.name),
+    });
+  }
+
+  private async startWorker(): Promise<void> {
+    const data: LoopWorkerData = {
+      io: this.config.io,
+      interface: this.config.interface,
+      flowCapacity: this.config.flowTable.capacity,
+      timeouts: timeoutsOf(this.config),
+      maxRealIds: MAX_REAL_IDS,
+      counters: this.counters,
+    };
+    const worker = new Worker(new URL('../dataplane/loop-worker.js', import.meta.url), { workerData: data });
+    this.worker = worker;
+    const ready = new Promise<void>((resolve, reject) => {
+      worker.on('message', (e: LoopEvent) => {
+        switch (e.type) {
+          case 'ready':
+            this.localMac = e.localMac;
+            this.mtu = e.mtu;
+            this.activeByReal = e.activeByReal;
+            this.inactiveByReal = e.inactiveByReal;
+            this.loopRunning = true;
+            resolve();
+            break;
+          case 'error':
+            reject(new DaemonError(e.code, e.message));
+            break;
+          case 'explained':
+          case 'flows': {
+            const cb = this.pending.get(e.id);
+            this.pending.delete(e.id);
+            cb?.(e);
+            break;
+          }
+          case 'stopped':
+            this.loopRunning = false;
+            break;
+        }
+      });
+      worker.on('error', (err) => {
+        this.loopRunning = false;
+        this.log.error('packet loop crashed', { error: err.message });
+        reject(err);
+      });
+      worker.on('exit', (code) => {
+        this.loopRunning = false;
+        if (this.worker === worker) this.log.warn('packet loop exited', { code });
+      });
+    });
+    await ready;
+  }
+
+  private send(m: LoopRequest): void {
+    this.worker?.postMessage(m);
+  }
+
+  private vips(): string[] {
+    return [...new Set(this.config.services.map((s) => s.vip))];
+  }
+
+  private l2RealAddresses(): string[] {
+    const out = new Set<string>();
+    for (const s of this.config.services) for (const r of s.reals) if (r.forwarding === 'l2') out.add(r.address);
+    for (const r of this.reals.values()) if (r.removed) out.add(r.address);
+    return [...out];
+  }
+
+  /** Make this.reals match the config: new pairs get ids, vanished ones are marked removed (drained). */
+  private syncReals(): void {
+    const present = new Set<string>();
+    for (const s of this.config.services) {
+      const sid = serviceIdentity(s);
+      for (const r of s.reals) {
+        const key = RealRegistry.keyOf(sid, r.address);
+        present.add(key);
+        const existing = this.reals.get(key);
+        if (existing) {
+          existing.removed = false;
+          continue;
+        }
+        this.reals.set(key, {
+          key,
+          id: this.registry.idFor(key),
+          service: sid,
+          address: r.address,
+          removed: false,
+          // Probes are not wired in yet (src/health): every configured real counts as up.
+          health: 'up',
+          healthSince: Date.now(),
+          lastError: null,
+        });
+      }
+    }
+    for (const r of this.reals.values()) {
+      if (!present.has(r.key) && !r.removed) {
+        r.removed = true;
+        this.log.info('real removed from config: draining', { service: r.service, real: r.address });
+      }
+    }
+  }
+
+  private intentOf(key: string, cfgState: RealIntent, cfgWeight: number): { state: RealIntent; weight: number } {
+    const o = this.overrides.get(key);
+    if (!o || o.configState !== cfgState || o.configWeight !== cfgWeight) return { state: cfgState, weight: cfgWeight };
+    return { state: o.state ?? cfgState, weight: o.weight ?? cfgWeight };
+  }
+
+  private serviceViews(): ServiceView[] {
+    const views: ServiceView[] = [];
+    for (const s of this.config.services) {
+      const sid = serviceIdentity(s);
+      const reals: RealView[] = [];
+      for (const r of s.reals) {
+        const key = RealRegistry.keyOf(sid, r.address);
+        const rt = this.reals.get(key)!;
+        const intent = this.intentOf(key, r.state, r.weight);
+        reals.push({
+          id: rt.id,
+          address: r.address,
+          weight: intent.weight,
+          intent: intent.state,
+          forwarding: r.forwarding,
+          health: rt.health,
+          removed: false,
+          mac: this.neighbors.macOf(r.address),
+        });
+      }
+      for (const rt of this.reals.values()) {
+        if (rt.service !== sid || !rt.removed) continue;
+        reals.push({
+          id: rt.id,
+          address: rt.address,
+          weight: 0,
+          intent: 'drain',
+          forwarding: 'l2',
+          health: rt.health,
+          removed: true,
+          mac: this.neighbors.macOf(rt.address),
+        });
+      }
+      views.push({ config: s, reals });
+    }
+    return views;
+  }
+
+  private queueRebuild(why: string): void {
+    if (this.rebuildQueued) return;
+    this.rebuildQueued = true;
+    setImmediate(() => {
+      this.rebuildQueued = false;
+      this.rebuild(why);
+    });
+  }
+
+  /** Build a snapshot from the current view and hand it to the packet loop. */
+  rebuild(why: string): void {
+    const { snapshot, services } = this.builder.build(this.serviceViews(), this.config.hashSeed, MAX_REAL_IDS);
+    for (const s of services) {
+      if (s.movedSlots > 0) {
+        this.metrics.tableMovedSlots.inc({ service: s.name }, s.movedSlots);
+        this.log.info('forwarding table rebuilt', { service: s.name, movedSlots: s.movedSlots, tableSize: s.tableSize, why });
+      }
+      const prev = this.lastReports.find((p) => p.name === s.name);
+      if (s.panic && !prev?.panic) this.log.warn('no real is up: failOpen, forwarding to all wanted reals', { service: s.name });
+      if (s.dropping && !prev?.dropping) this.log.warn('no real can take new flows: dropping', { service: s.name });
+    }
+    this.lastReports = services;
+    this.send({ type: 'snapshot', snapshot });
+  }
+
+  /** Once a second: rates, and forgetting removed reals whose last flow is gone. */
+  private tick(): void {
+    let forget = false;
+    for (const r of [...this.reals.values()]) {
+      const c = REAL_BASE + r.id * REAL_STRIDE;
+      const packets = this.counters[c + RealCounter.forwardedPackets]!;
+      const bytes = this.counters[c + RealCounter.forwardedBytes]!;
+      const prev = this.rates.get(r.id);
+      this.rates.set(r.id, { packets, bytes, pps: prev ? packets - prev.packets : 0, bps: prev ? bytes - prev.bytes : 0 });
+      if (r.removed && this.activeByReal[r.id] === 0 && this.inactiveByReal[r.id] === 0) {
+        this.reals.delete(r.key);
+        this.registry.release(r.key);
+        this.log.info('removed real drained: forgotten', { service: r.service, real: r.address });
+        forget = true;
+      }
+    }
+    if (forget) {
+      this.neighbors.setWanted(this.l2RealAddresses());
+      this.rebuild('removed real drained');
+    }
+  }
+
+  /** Reload the config file: all or nothing. */
+  async reload(): Promise<{ ok: boolean; problems: readonly ConfigProblem[] }> {
+    const loaded = await loadConfigFile(this.configPath);
+    if (!loaded.ok) {
+      this.metrics.reloads.inc({ result: 'failure' });
+      this.log.error('reload refused: config invalid, the running config stays', {
+        problems: loaded.problems.map((p) => `${p.path}: ${p.message}`),
+      });
+      return { ok: false, problems: loaded.problems };
+    }
+    const next = loaded.config;
+    const refusal = this.unreloadable(next);
+    if (refusal) {
+      this.metrics.reloads.inc({ result: 'failure' });
+      this.log.error('reload refused', { problems: [`${refusal.path}: ${refusal.message}`] });
+      return { ok: false, problems: [refusal] };
+    }
+    try {
+      await this.host.apply([...new Set(next.services.map((s) => s.vip))], { disableGro: next.io === 'pcap' });
+    } catch (err) {
+      this.metrics.reloads.inc({ result: 'failure' });
+      const p = { path: '(host)', message: (err as Error).message };
+      this.log.error('reload refused: host change failed', { problems: [`${p.path}: ${p.message}`] });
+      await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
+      return { ok: false, problems: [p] };
+    }
+    this.config = next;
+    this.send({ type: 'timeouts', timeouts: timeoutsOf(next) });
+    this.syncReals();
+    this.neighbors.setWanted(this.l2RealAddresses());
+    this.rebuild('reload');
+    this.metrics.reloads.inc({ result: 'success' });
+    this.metrics.lastReloadSuccess.set(Date.now() / 1000);
+    this.log.info('reload taken', { services: next.services.map((s) => s.name) });
+    return { ok: true, problems: [] };
+  }
+
+  /** Keys a running daemon cannot change without a restart. */
+  private unreloadable(next: Config): ConfigProblem | null {
+    const cur = this.config;
+    if (next.interface !== cur.interface) return { path: 'interface', message: `changing the interface ("${cur.interface}" -> "${next.interface}") needs a restart` };
+    if (next.io !== cur.io) return { path: 'io', message: `changing io ("${cur.io}" -> "${next.io}") needs a restart` };
+    if (next.flowTable.capacity !== cur.flowTable.capacity) return { path: 'flowTable.capacity', message: 'changing the flow table capacity needs a restart' };
+    if (next.hashSeed !== cur.hashSeed) return { path: 'hashSeed', message: 'changing hashSeed needs a restart (it would move every flow)' };
+    return null;
+  }
+
+  findService(ref: string): ServiceConfig | null {
+    for (const s of this.config.services) {
+      if (s.name === ref) return s;
+      const host = s.family === 6 ? `[${s.vip}]` : s.vip;
+      if (ref === `${s.protocol}://${host}:${s.port}`) return s;
+    }
+    return null;
+  }
+
+  /** Operator intent for one real (admin API); persisted beside the config. */
+  async setIntent(serviceRef: string, realAddress: string, change: { state?: RealIntent; weight?: number }): Promise<{ before: { state: RealIntent; weight: number }; after: { state: RealIntent; weight: number } }> {
+    const s = this.findService(serviceRef);
+    if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
+    const r = s.reals.find((x) => x.address === realAddress);
+    if (!r) throw new DaemonError('UNKNOWN_REAL', `service "${s.name}" has no real "${realAddress}"`);
+    const key = RealRegistry.keyOf(serviceIdentity(s), r.address);
+    const before = this.intentOf(key, r.state, r.weight);
+    const o = this.overrides.get(key);
+    const base: IntentOverride = o && o.configState === r.state && o.configWeight === r.weight ? o : { configState: r.state, configWeight: r.weight };
+    const next: IntentOverride = { ...base, ...change };
+    this.overrides.set(key, next);
+    await this.saveOverrides();
+    const after = this.intentOf(key, r.state, r.weight);
+    this.log.info('intent changed', { service: s.name, real: r.address, before, after });
+    this.rebuild('intent');
+    return { before, after };
+  }
+
+  private async loadOverrides(): Promise<void> {
+    if (!this.config.stateFile) return;
+    try {
+      const raw = JSON.parse(await readFile(this.config.stateFile, 'utf8')) as { intent?: Record<string, IntentOverride> };
+      this.overrides = new Map(Object.entries(raw.intent ?? {}));
+    } catch {
+      this.overrides = new Map();
+    }
+  }
+
+  private async saveOverrides(): Promise<void> {
+    if (!this.config.stateFile) return;
+    const tmp = `${this.config.stateFile}.tmp`;
+    await writeFile(tmp, JSON.stringify({ intent: Object.fromEntries(this.overrides) }, null, 2));
+    await rename(tmp, this.config.stateFile);
+  }
+
+  /** Where a flow from client would go (explain), asked of the packet loop itself. */
+  async explain(serviceRef: string, clientIp: string, clientPort: number): Promise<Record<string, unknown>> {
+    const s = this.findService(serviceRef);
+    if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
+    const id = ++this.requestSeq;
+    const addr = new Uint32Array(8);
+    addr.set(addressWords(clientIp), 0);
+    addr.set(addressWords(s.vip), 4);
+    const reply = new Promise<LoopEvent>((resolve) => this.pending.set(id, resolve));
+    this.send({ type: 'explain', id, family: s.family, protocol: s.protocol === 'tcp' ? 6 : 17, addr, srcPort: clientPort, dstPort: s.port });
+    const e = await reply;
+    if (e.type !== 'explained') throw new DaemonError('INTERNAL', 'unexpected reply');
+    const real = [...this.reals.values()].find((r) => r.id === e.real);
+    return { service: s.name, client: `${clientIp}:${clientPort}`, real: real?.address ?? null, reason: e.placement, generation: e.generation };
+  }
+
+  loopHealthy(): boolean {
+    const age = Date.now() - (this.counters[Counter.loopHeartbeatMs] ?? 0);
+    return this.loopRunning && age < 5000;
+  }
+
+  status(): Record<string, unknown> {
+    const views = this.serviceViews();
+    return {
+      interface: this.config.interface,
+      io: this.config.io,
+      mac: formatMac(this.localMac),
+      loop: { running: this.loopRunning, healthy: this.loopHealthy(), snapshotGeneration: this.counters[Counter.snapshotGeneration] },
+      flowTable: { entries: this.counters[Counter.flowTableEntries], capacity: this.config.flowTable.capacity },
+      services: views.map((v) => {
+        const report = this.lastReports.find((r) => r.name === v.config.name);
+        return {
+          name: v.config.name,
+          vip: v.config.vip,
+          port: v.config.port,
+          protocol: v.config.protocol,
+          scheduler: v.config.scheduler,
+          forwarding: v.config.forwarding,
+          whenAllDown: v.config.whenAllDown,
+          panic: report?.panic ?? false,
+          dropping: report?.dropping ?? false,
+          tableFingerprint: report?.tableFingerprint ?? null,
+          reals: v.reals.map((r) => {
+            const rt = [...this.reals.values()].find((x) => x.id === r.id)!;
+            const c = REAL_BASE + r.id * REAL_STRIDE;
+            const rate = this.rates.get(r.id);
+            return {
+              address: r.address,
+              forwarding: r.forwarding,
+              weight: r.weight,
+              intent: r.intent,
+              removed: r.removed,
+              health: { state: rt.health, since: new Date(rt.healthSince).toISOString(), lastError: rt.lastError },
+              mac: r.mac ? formatMac(r.mac) : null,
+              activeFlows: this.activeByReal[r.id] ?? 0,
+              inactiveFlows: this.inactiveByReal[r.id] ?? 0,
+              packets: this.counters[c + RealCounter.forwardedPackets],
+              bytes: this.counters[c + RealCounter.forwardedBytes],
+              pps: rate?.pps ?? 0,
+              bytesPerSecond: rate?.bps ?? 0,
+            };
+          }),
+        };
+      }),
+    };
+  }
+
+  private metricsView(): MetricsRealView[] {
+    if (!this.config) return [];
+    const out: MetricsRealView[] = [];
+    for (const v of this.serviceViews()) {
+      for (const r of v.reals) out.push({ service: v.config.name, real: r.address, id: r.id, weight: r.weight, intent: r.intent, up: r.health === 'up' });
+    }
+    return out;
+  }
+
+  async stop(): Promise<void> {
+    if (this.housekeeping) clearInterval(this.housekeeping);
+    this.neighbors?.stop();
+    const worker = this.worker;
+    if (worker) {
+      this.send({ type: 'stop' });
+      const exited = once(worker, 'exit');
+      const timer = setTimeout(() => void worker.terminate(), CLOSE_TIMEOUT_MS);
+      await exited.catch(() => undefined);
+      clearTimeout(timer);
+      this.worker = null;
+    }
+    await this.host?.undo();
+    this.log.info('dsrlb stopped');
+  }
+}

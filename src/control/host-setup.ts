@@ -1,0 +1,158 @@
+// What the daemon changes on the LB host, and undoes on stop: each VIP on lo (so the kernel
+// answers ARP for it; IPv6 VIPs get a proxy-NDP entry on the interface), and an nftables table
+// that drops TCP/UDP to the VIPs at prerouting (raw) so the LB's own kernel never answers or
+// resets VIP traffic while the packet socket still sees it (lab-facts: "Owning the VIP").
+// A run-state file remembers what we added, so a restart after a crash adopts and later undoes it.
+
+import { execFile } from 'node:child_process';
+import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { promisify } from 'node:util';
+import type { Logger } from './logger.js';
+
+const run = promisify(execFile);
+
+/** Runs a host command; injectable so tests and simulate run without privileges. */
+export type CommandRunner = (argv: readonly string[], stdin?: string) => Promise<{ stdout: string }>;
+
+export const systemRunner: CommandRunner = async (argv, stdin) => {
+  if (stdin !== undefined) {
+    return new Promise((resolve, reject) => {
+      const child = execFile(argv[0]!, argv.slice(1), (err, stdout, stderr) => {
+        if (err) reject(new Error(`${argv.join(' ')}: ${stderr.trim() || err.message}`));
+        else resolve({ stdout });
+      });
+      child.stdin!.end(stdin);
+    });
+  }
+  try {
+    const r = await run(argv[0]!, argv.slice(1));
+    return { stdout: r.stdout };
+  } catch (err) {
+    const e = err as { stderr?: string; message: string };
+    throw new Error(`${argv.join(' ')}: ${(e.stderr ?? '').trim() || e.message}`);
+  }
+};
+
+export const NFT_TABLE = 'dsrlb';
+
+interface HostState {
+  interface: string;
+  addedAddresses: string[]; // "VIP/32" or "VIP/128" on lo
+  proxyNdp: string[];
+  groDisabled: boolean;
+}
+
+export class HostSetup {
+  private state: HostState;
+  private readonly statePath: string;
+
+  constructor(
+    private readonly ifname: string,
+    private readonly log: Logger,
+    private readonly runner: CommandRunner = systemRunner,
+    runDir = '/run/dsrlb',
+  ) {
+    this.statePath = `${runDir}/host-${ifname}.json`;
+    this.state = { interface: ifname, addedAddresses: [], proxyNdp: [], groDisabled: false };
+  }
+
+  /** Adopt what a previous run (that crashed) left behind, so stop() can undo it. */
+  async adopt(): Promise<void> {
+    try {
+      const prev = JSON.parse(await readFile(this.statePath, 'utf8')) as HostState;
+      this.state = { ...prev, interface: this.ifname };
+      this.log.info('adopted host state from a previous run', { ...prev });
+    } catch {
+      // no previous state
+    }
+  }
+
+  /** Make the host match this VIP set: add missing VIPs, remove ones we added that are gone. */
+  async apply(vips: readonly string[], opts: { disableGro: boolean }): Promise<void> {
+    const wanted = new Set(vips.map((v) => (v.includes(':') ? `${v}/128` : `${v}/32`)));
+    const onLo = await this.addressesOnLo();
+    for (const cidr of wanted) {
+      if (onLo.has(cidr)) continue;
+      await this.runner(['ip', 'addr', 'add', cidr, 'dev', 'lo', ...(cidr.endsWith('/128') ? ['nodad'] : [])]);
+      this.state.addedAddresses.push(cidr);
+      this.log.info('added VIP on lo', { address: cidr });
+    }
+    for (const cidr of [...this.state.addedAddresses]) {
+      if (wanted.has(cidr)) continue;
+      await this.runner(['ip', 'addr', 'del', cidr, 'dev', 'lo']).catch(() => undefined);
+      this.state.addedAddresses = this.state.addedAddresses.filter((a) => a !== cidr);
+      this.log.info('removed VIP from lo', { address: cidr });
+    }
+    const v6 = vips.filter((v) => v.includes(':'));
+    if (v6.length > 0) await this.runner(['sysctl', '-qw', `net.ipv6.conf.${this.ifname}.proxy_ndp=1`]);
+    for (const v of v6) {
+      if (this.state.proxyNdp.includes(v)) continue;
+      await this.runner(['ip', '-6', 'neigh', 'replace', 'proxy', v, 'dev', this.ifname]);
+      this.state.proxyNdp.push(v);
+    }
+    for (const v of [...this.state.proxyNdp]) {
+      if (v6.includes(v)) continue;
+      await this.runner(['ip', '-6', 'neigh', 'del', 'proxy', v, 'dev', this.ifname]).catch(() => undefined);
+      this.state.proxyNdp = this.state.proxyNdp.filter((a) => a !== v);
+    }
+    await this.runner(['nft', '-f', '-'], nftRuleset(vips));
+    if (opts.disableGro && !this.state.groDisabled) {
+      // libpcap gives no GSO metadata: keep the kernel from merging frames beyond the MTU.
+      await this.runner(['ethtool', '-K', this.ifname, 'gro', 'off', 'lro', 'off']).catch((e: Error) =>
+        this.log.warn('could not turn GRO/LRO off', { error: e.message }),
+      );
+      this.state.groDisabled = true;
+    }
+    await this.save();
+  }
+
+  /** Undo everything this daemon (or a crashed predecessor) added. */
+  async undo(): Promise<void> {
+    await this.runner(['nft', 'delete', 'table', 'inet', NFT_TABLE]).catch(() => undefined);
+    for (const cidr of this.state.addedAddresses) {
+      await this.runner(['ip', 'addr', 'del', cidr, 'dev', 'lo']).catch(() => undefined);
+    }
+    for (const v of this.state.proxyNdp) {
+      await this.runner(['ip', '-6', 'neigh', 'del', 'proxy', v, 'dev', this.ifname]).catch(() => undefined);
+    }
+    if (this.state.groDisabled) {
+      await this.runner(['ethtool', '-K', this.ifname, 'gro', 'on']).catch(() => undefined);
+    }
+    this.log.info('host changes undone', { addresses: this.state.addedAddresses, proxyNdp: this.state.proxyNdp });
+    this.state = { interface: this.ifname, addedAddresses: [], proxyNdp: [], groDisabled: false };
+    await rm(this.statePath, { force: true });
+  }
+
+  private async addressesOnLo(): Promise<Set<string>> {
+    const { stdout } = await this.runner(['ip', '-j', 'addr', 'show', 'dev', 'lo']);
+    const parsed = JSON.parse(stdout || '[]') as { addr_info?: { local: string; prefixlen: number }[] }[];
+    const out = new Set<string>();
+    for (const link of parsed) for (const a of link.addr_info ?? []) out.add(`${a.local}/${a.prefixlen}`);
+    return out;
+  }
+
+  private async save(): Promise<void> {
+    const dir = this.statePath.slice(0, this.statePath.lastIndexOf('/'));
+    await mkdir(dir, { recursive: true });
+    const tmp = `${this.statePath}.tmp`;
+    await writeFile(tmp, JSON.stringify(this.state));
+    await rename(tmp, this.statePath);
+  }
+}
+
+/** The whole nftables table, replaced atomically on every apply (nft -f is one transaction). */
+export function nftRuleset(vips: readonly string[]): string {
+  const v4 = vips.filter((v) => !v.includes(':'));
+  const v6 = vips.filter((v) => v.includes(':'));
+  const lines = [
+    `table inet ${NFT_TABLE} {}`,
+    `delete table inet ${NFT_TABLE}`,
+    `table inet ${NFT_TABLE} {`,
+    `  chain prerouting {`,
+    `    type filter hook prerouting priority raw; policy accept;`,
+  ];
+  if (v4.length > 0) lines.push(`    meta l4proto { tcp, udp } ip daddr { ${v4.join(', ')} } drop`);
+  if (v6.length > 0) lines.push(`    meta l4proto { tcp, udp } ip6 daddr { ${v6.join(', ')} } drop`);
+  lines.push('  }', '}');
+  return lines.join('\n') + '\n';
+}

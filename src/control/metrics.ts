@@ -1,0 +1,170 @@
+// Prometheus metrics: prom-client objects whose collect() reads the packet loop's typed-array
+// counters at scrape time. Nothing here runs on a timer and nothing touches the packet path.
+// Labels are service and real (bounded by the config), never client addresses.
+
+import client from 'prom-client';
+import { Counter as Slot, REAL_BASE, REAL_STRIDE, RealCounter } from '../dataplane/counters.js';
+import { DropReason, dropReasonLabels } from '../dataplane/drop-reasons.js';
+
+/** What the metrics need to know about each configured real, read at scrape time. */
+export interface MetricsRealView {
+  readonly service: string;
+  readonly real: string;
+  readonly id: number;
+  readonly weight: number;
+  readonly intent: 'active' | 'drain' | 'disabled';
+  readonly up: boolean;
+}
+
+export interface MetricsSource {
+  counters(): Float64Array;
+  reals(): readonly MetricsRealView[];
+  activeFlows(id: number): number;
+  inactiveFlows(id: number): number;
+  flowTableCapacity(): number;
+}
+
+export class DaemonMetrics {
+  readonly registry = new client.Registry();
+  readonly reloads: client.Counter<'result'>;
+  readonly lastReloadSuccess: client.Gauge;
+  readonly tableMovedSlots: client.Counter<'service'>;
+
+  constructor(src: MetricsSource) {
+    const registry = this.registry;
+    client.collectDefaultMetrics({ register: registry });
+    const global = (name: string, help: string, slot: number): void => {
+      new client.Counter({
+        name,
+        help,
+        registers: [registry],
+        collect() {
+          this.reset();
+          this.inc(src.counters()[slot]!);
+        },
+      });
+    };
+    global('dsrlb_rx_packets_total', 'Frames received by the packet loop.', Slot.rxPackets);
+    global('dsrlb_rx_bytes_total', 'Bytes received by the packet loop.', Slot.rxBytes);
+    global('dsrlb_passed_packets_total', 'Frames not for a service, left to the kernel.', Slot.passedPackets);
+    global('dsrlb_tx_packets_total', 'Frames sent by the packet loop.', Slot.txPackets);
+    global('dsrlb_flows_rescheduled_total', 'Existing flows moved because their real could no longer keep them.', Slot.flowsRescheduled);
+    global('dsrlb_flow_table_evictions_total', 'Flow entries evicted because the table was full.', Slot.flowTableEvictions);
+
+    new client.Counter({
+      name: 'dsrlb_dropped_packets_total',
+      help: 'Frames dropped by the packet loop, by reason.',
+      labelNames: ['reason'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        const c = src.counters();
+        for (const slot of Object.values(DropReason)) this.inc({ reason: dropReasonLabels[slot]! }, c[Slot.dropBase + slot]!);
+      },
+    });
+    const perReal = (name: string, help: string, offset: number): void => {
+      new client.Counter({
+        name,
+        help,
+        labelNames: ['service', 'real'],
+        registers: [registry],
+        collect() {
+          this.reset();
+          const c = src.counters();
+          for (const r of src.reals()) this.inc({ service: r.service, real: r.real }, c[REAL_BASE + r.id * REAL_STRIDE + offset]!);
+        },
+      });
+    };
+    perReal('dsrlb_forwarded_packets_total', 'Frames forwarded to a real.', RealCounter.forwardedPackets);
+    perReal('dsrlb_forwarded_bytes_total', 'Bytes forwarded to a real.', RealCounter.forwardedBytes);
+    perReal('dsrlb_flows_created_total', 'Flow entries created for a real.', RealCounter.flowsCreated);
+
+    new client.Gauge({
+      name: 'dsrlb_flows_active',
+      help: 'Flow entries per real (established TCP and live UDP), as IPVS ActiveConn.',
+      labelNames: ['service', 'real'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const r of src.reals()) this.set({ service: r.service, real: r.real }, src.activeFlows(r.id));
+      },
+    });
+    new client.Gauge({
+      name: 'dsrlb_flows_inactive',
+      help: 'Flow entries per real in SYN, FIN or closed state, as IPVS InActConn.',
+      labelNames: ['service', 'real'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const r of src.reals()) this.set({ service: r.service, real: r.real }, src.inactiveFlows(r.id));
+      },
+    });
+    new client.Gauge({
+      name: 'dsrlb_flow_table_entries',
+      help: 'Live entries in the flow table.',
+      registers: [registry],
+      collect() {
+        this.set(src.counters()[Slot.flowTableEntries]!);
+      },
+    });
+    new client.Gauge({
+      name: 'dsrlb_flow_table_capacity',
+      help: 'Capacity of the flow table (flowTable.capacity).',
+      registers: [registry],
+      collect() {
+        this.set(src.flowTableCapacity());
+      },
+    });
+    new client.Gauge({
+      name: 'dsrlb_real_up',
+      help: 'Observed health of a real: 1 up, 0 down (fact, from probes).',
+      labelNames: ['service', 'real'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const r of src.reals()) this.set({ service: r.service, real: r.real }, r.up ? 1 : 0);
+      },
+    });
+    new client.Gauge({
+      name: 'dsrlb_real_weight',
+      help: 'Weight of a real in force.',
+      labelNames: ['service', 'real'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const r of src.reals()) this.set({ service: r.service, real: r.real }, r.weight);
+      },
+    });
+    new client.Gauge({
+      name: 'dsrlb_real_state',
+      help: 'Operator intent for a real: 1 for the state in force (active, drain, disabled).',
+      labelNames: ['service', 'real', 'state'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const r of src.reals()) {
+          for (const s of ['active', 'drain', 'disabled'] as const) this.set({ service: r.service, real: r.real, state: s }, r.intent === s ? 1 : 0);
+        }
+      },
+    });
+    this.reloads = new client.Counter({
+      name: 'dsrlb_config_reloads_total',
+      help: 'Configuration reloads, by result.',
+      labelNames: ['result'],
+      registers: [registry],
+    });
+    this.reloads.inc({ result: 'success' }, 0);
+    this.reloads.inc({ result: 'failure' }, 0);
+    this.lastReloadSuccess = new client.Gauge({
+      name: 'dsrlb_config_last_reload_success_timestamp_seconds',
+      help: 'When the configuration in force was loaded.',
+      registers: [registry],
+    });
+    this.tableMovedSlots = new client.Counter({
+      name: 'dsrlb_table_moved_slots_total',
+      help: 'Consistent-hash table slots that changed real on rebuilds.',
+      labelNames: ['service'],
+      registers: [registry],
+    });
+  }
+}

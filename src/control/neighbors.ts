@@ -1,0 +1,90 @@
+// Real servers' MAC addresses for L2 DSR, taken from the kernel's neighbour table of the
+// forwarding interface. A real with no entry is made resolvable by sending it one UDP datagram
+// (the kernel then ARPs / solicits for it); until then its frames are dropped and counted.
+
+import { createSocket } from 'node:dgram';
+import { EventEmitter } from 'node:events';
+import { formatMac, parseMac } from './addresses.js';
+import { systemRunner, type CommandRunner } from './host-setup.js';
+import type { Logger } from './logger.js';
+
+const USABLE_STATES = new Set(['REACHABLE', 'STALE', 'DELAY', 'PROBE', 'PERMANENT', 'NOARP']);
+
+interface NeighEntry {
+  dst: string;
+  lladdr?: string;
+  state?: string[];
+}
+
+export class NeighborWatcher extends EventEmitter {
+  private readonly known = new Map<string, string>();
+  private wanted = new Set<string>();
+  private timer: NodeJS.Timeout | null = null;
+  private lastKick = new Map<string, number>();
+
+  constructor(
+    private readonly ifname: string,
+    private readonly log: Logger,
+    private readonly runner: CommandRunner = systemRunner,
+  ) {
+    super();
+  }
+
+  /** The addresses whose MACs the data plane needs. */
+  setWanted(addresses: Iterable<string>): void {
+    this.wanted = new Set(addresses);
+  }
+
+  macOf(address: string): Uint8Array | null {
+    const m = this.known.get(address);
+    return m ? parseMac(m) : null;
+  }
+
+  start(): void {
+    const tick = async (): Promise<void> => {
+      await this.refresh().catch((e: Error) => this.log.warn('neighbour refresh failed', { error: e.message }));
+      const unresolved = [...this.wanted].some((a) => !this.known.has(a));
+      this.timer = setTimeout(() => void tick(), unresolved ? 250 : 2000);
+    };
+    void tick();
+  }
+
+  stop(): void {
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  /** Read the neighbour table once; emits 'change' when a wanted real's MAC appears or changes. */
+  async refresh(): Promise<void> {
+    const { stdout } = await this.runner(['ip', '-j', 'neigh', 'show', 'dev', this.ifname]);
+    const entries = JSON.parse(stdout || '[]') as NeighEntry[];
+    let changed = false;
+    const seen = new Set<string>();
+    for (const e of entries) {
+      if (!e.lladdr || !e.state || !e.state.some((s) => USABLE_STATES.has(s))) continue;
+      seen.add(e.dst);
+      const mac = formatMac(parseMac(e.lladdr));
+      if (this.wanted.has(e.dst) && this.known.get(e.dst) !== mac) {
+        this.log.info('real MAC resolved', { real: e.dst, mac, previous: this.known.get(e.dst) ?? null });
+        this.known.set(e.dst, mac);
+        changed = true;
+      }
+    }
+    const now = Date.now();
+    for (const a of this.wanted) {
+      // Kick resolution for reals with no usable entry (and keep entries from going away).
+      if (!seen.has(a) && now - (this.lastKick.get(a) ?? 0) > 1000) {
+        this.lastKick.set(a, now);
+        this.kick(a);
+      }
+    }
+    if (changed) this.emit('change');
+  }
+
+  private kick(address: string): void {
+    const sock = createSocket(address.includes(':') ? 'udp6' : 'udp4');
+    sock.on('error', () => sock.close());
+    // Port 9 (discard): the datagram only makes the kernel resolve the neighbour.
+    sock.send(Buffer.alloc(0), 9, address, () => sock.close());
+  }
+}

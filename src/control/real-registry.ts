@@ -1,0 +1,42 @@
+// Stable small integer ids for (service, real) pairs. The packet loop's flow table and counters
+// refer to reals by id, so an id must not change while flows may point at it: it is kept across
+// reloads while the pair exists or still holds flows, and only then reused.
+
+export class RealRegistry {
+  private readonly ids = new Map<string, number>();
+  private readonly free: number[] = [];
+  private nextId = 0;
+
+  constructor(private readonly maxIds: number) {}
+
+  static keyOf(serviceIdentity: string, address: string): string {
+    return `${serviceIdentity}#${address}`;
+  }
+
+  /** The id of a pair, allocating one if the pair is new. */
+  idFor(key: string): number {
+    const existing = this.ids.get(key);
+    if (existing !== undefined) return existing;
+    const id = this.free.length > 0 ? this.free.shift()! : this.nextId++;
+    if (id >= this.maxIds) throw new RangeError(`more than ${this.maxIds} reals`);
+    this.ids.set(key, id);
+    return id;
+  }
+
+  has(key: string): boolean {
+    return this.ids.has(key);
+  }
+
+  /** Give an id back once nothing refers to it any more (no config entry, no flows). */
+  release(key: string): void {
+    const id = this.ids.get(key);
+    if (id === undefined) return;
+    this.ids.delete(key);
+    this.free.push(id);
+    this.free.sort((a, b) => a - b);
+  }
+
+  entries(): IterableIterator<[string, number]> {
+    return this.ids.entries();
+  }
+}

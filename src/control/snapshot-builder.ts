@@ -1,0 +1,202 @@
+// Builds the forwarding snapshot the packet loop reads, from the configured services and the
+// control plane's view of each real (intent, health, MAC, stable id). Pure apart from a cache of
+// Maglev tables keyed by their inputs, so a reload rebuilds only the tables whose inputs changed.
+
+import type { ServiceConfig } from '../config/types.js';
+import {
+  FWD_IPIP,
+  FWD_L2,
+  SCHED_MAGLEV,
+  SCHED_RENDEZVOUS,
+  SCHED_WLC,
+  serviceKeyHash,
+  type ForwardingSnapshot,
+} from '../dataplane/forwarding-snapshot.js';
+import { stringHash } from '../dataplane/flow-hash.js';
+import { buildMaglevTable, countChangedSlots, type MaglevReal } from '../dataplane/maglev-table.js';
+import { eligibility, isWanted, type HealthFact } from '../health/eligibility.js';
+import { addressWords } from './addresses.js';
+import type { RealIntent, ForwardingMode } from '../config/types.js';
+
+/** The control plane's view of one real of one service. */
+export interface RealView {
+  readonly id: number;
+  readonly address: string;
+  readonly weight: number;
+  readonly intent: RealIntent;
+  readonly forwarding: ForwardingMode;
+  readonly health: HealthFact;
+  readonly removed: boolean;
+  /** The real's MAC for L2 forwarding, or null while unresolved. */
+  readonly mac: Uint8Array | null;
+}
+
+export interface ServiceView {
+  readonly config: ServiceConfig;
+  readonly reals: readonly RealView[];
+}
+
+export interface ServiceBuildReport {
+  readonly name: string;
+  /** Ids of the reals that take new flows (the Maglev/rendezvous candidates). */
+  readonly candidates: readonly number[];
+  /** failOpen in effect: no real is up, so all wanted reals take flows. */
+  readonly panic: boolean;
+  /** No real can take new flows and the service drops. */
+  readonly dropping: boolean;
+  /** Maglev slots that changed against the previous snapshot's table for this service. */
+  readonly movedSlots: number;
+  readonly tableSize: number;
+  /** A short fingerprint of the service's consistent-hash table (equal on LBs that agree). */
+  readonly tableFingerprint: string;
+}
+
+export interface BuildResult {
+  readonly snapshot: ForwardingSnapshot;
+  readonly services: readonly ServiceBuildReport[];
+}
+
+const PROTO = { tcp: 6, udp: 17 } as const;
+
+function serviceIdentity(s: ServiceConfig): string {
+  return `${s.protocol}|${s.vip}|${s.port}`;
+}
+
+/** Keeps the previous tables so unchanged services reuse them and moved slots can be counted. */
+export class SnapshotBuilder {
+  private generation = 0;
+  private tables = new Map<string, { inputs: string; table: Int32Array }>();
+
+  build(services: readonly ServiceView[], hashSeed: number, maxRealIds: number): BuildResult {
+    const n = services.length;
+    const svcFamily = new Uint8Array(n);
+    const svcProtocol = new Uint8Array(n);
+    const svcPort = new Uint16Array(n);
+    const svcVip = new Uint32Array(n * 4);
+    const svcScheduler = new Uint8Array(n);
+    const svcDropAll = new Uint8Array(n);
+    const svcTables: Int32Array[] = [];
+    const svcTableSize = new Int32Array(n);
+    const svcCandStart = new Int32Array(n);
+    const svcCandCount = new Int32Array(n);
+    const candIds: number[] = [];
+    const candSeeds: number[] = [];
+    const candWeights: number[] = [];
+
+    let realIdLimit = 0;
+    for (const s of services) for (const r of s.reals) realIdLimit = Math.max(realIdLimit, r.id + 1);
+    if (realIdLimit > maxRealIds) throw new RangeError(`too many reals: id ${realIdLimit - 1} >= ${maxRealIds}`);
+    const realKeepExisting = new Uint8Array(realIdLimit);
+    const realForwarding = new Uint8Array(realIdLimit);
+    const realMac = new Uint8Array(realIdLimit * 6);
+    const realMacKnown = new Uint8Array(realIdLimit);
+    const realService = new Int32Array(realIdLimit).fill(-1);
+
+    const reports: ServiceBuildReport[] = [];
+    const nextTables = new Map<string, { inputs: string; table: Int32Array }>();
+
+    services.forEach((sv, si) => {
+      const cfg = sv.config;
+      svcFamily[si] = cfg.family;
+      svcProtocol[si] = PROTO[cfg.protocol];
+      svcPort[si] = cfg.port;
+      svcVip.set(addressWords(cfg.vip), si * 4);
+      svcScheduler[si] = cfg.scheduler === 'wlc' ? SCHED_WLC : cfg.scheduler === 'rendezvous' ? SCHED_RENDEZVOUS : SCHED_MAGLEV;
+
+      let candidates = sv.reals.filter((r) => eligibility(r) === 'new');
+      const panic = candidates.length === 0 && cfg.whenAllDown === 'failOpen' && sv.reals.some(isWanted);
+      if (panic) candidates = sv.reals.filter(isWanted);
+      for (const r of sv.reals) {
+        const e = eligibility(r);
+        realKeepExisting[r.id] = e !== 'none' || (panic && isWanted(r)) ? 1 : 0;
+        realForwarding[r.id] = r.forwarding === 'ipip' ? FWD_IPIP : FWD_L2;
+        realService[r.id] = si;
+        if (r.mac) {
+          realMac.set(r.mac.subarray(0, 6), r.id * 6);
+          realMacKnown[r.id] = 1;
+        }
+      }
+      svcDropAll[si] = candidates.length === 0 ? 1 : 0;
+      svcCandStart[si] = candIds.length;
+      svcCandCount[si] = candidates.length;
+      // Candidates sorted by address: the order other LBs see too.
+      const sorted = [...candidates].sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
+      for (const r of sorted) {
+        candIds.push(r.id);
+        candSeeds.push(stringHash(r.address, hashSeed));
+        candWeights.push(r.weight);
+      }
+
+      const maglevReals: MaglevReal[] = sorted.map((r) => ({ id: r.id, key: r.address, weight: r.weight }));
+      const inputs = `${cfg.tableSize}|${hashSeed}|` + maglevReals.map((r) => `${r.key}=${r.weight}@${r.id}`).join(',');
+      const identity = serviceIdentity(cfg);
+      const prev = this.tables.get(identity);
+      const table = prev && prev.inputs === inputs ? prev.table : buildMaglevTable(maglevReals, cfg.tableSize, hashSeed);
+      nextTables.set(identity, { inputs, table });
+      svcTables.push(table);
+      svcTableSize[si] = cfg.tableSize;
+      const movedSlots = prev && prev.table.length === table.length ? countChangedSlots(prev.table, table) : prev ? table.length : 0;
+      reports.push({
+        name: cfg.name,
+        candidates: sorted.map((r) => r.id),
+        panic,
+        dropping: candidates.length === 0,
+        movedSlots,
+        tableSize: cfg.tableSize,
+        tableFingerprint: tableFingerprint(table, sv.reals),
+      });
+    });
+    this.tables = nextTables;
+
+    let buckets = 1;
+    while (buckets < n * 2) buckets <<= 1;
+    const lookupBuckets = new Int32Array(buckets).fill(-1);
+    for (let si = 0; si < n; si++) {
+      let b = serviceKeyHash(svcFamily[si]!, svcProtocol[si]!, svcVip, si * 4, svcPort[si]!) & (buckets - 1);
+      while (lookupBuckets[b] !== -1) b = (b + 1) & (buckets - 1);
+      lookupBuckets[b] = si;
+    }
+
+    this.generation++;
+    const snapshot: ForwardingSnapshot = {
+      generation: this.generation,
+      hashSeed: hashSeed >>> 0,
+      serviceCount: n,
+      svcFamily,
+      svcProtocol,
+      svcPort,
+      svcVip,
+      svcScheduler,
+      svcDropAll,
+      svcTables,
+      svcTableSize,
+      svcCandStart,
+      svcCandCount,
+      candIds: Int32Array.from(candIds),
+      candSeeds: Uint32Array.from(candSeeds),
+      candWeights: Float64Array.from(candWeights),
+      lookupBuckets,
+      lookupMask: buckets - 1,
+      realIdLimit,
+      realKeepExisting,
+      realForwarding,
+      realMac,
+      realMacKnown,
+      realService,
+    };
+    return { snapshot, services: reports };
+  }
+}
+
+/** Table contents named by real address (not by local id), so two LBs with the same config agree. */
+function tableFingerprint(table: Int32Array, reals: readonly RealView[]): string {
+  const addrHash = new Map<number, number>();
+  for (const r of reals) addrHash.set(r.id, stringHash(r.address, 0x5eed));
+  let h = 0x811c9dc5;
+  for (let i = 0; i < table.length; i++) {
+    const id = table[i]!;
+    const v = id < 0 ? 0xffffffff : (addrHash.get(id) ?? 0);
+    h = Math.imul(h ^ v, 0x01000193) >>> 0;
+  }
+  return h.toString(16).padStart(8, '0');
+}

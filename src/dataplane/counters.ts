@@ -1,0 +1,41 @@
+// Data-plane counters: one Float64Array over a SharedArrayBuffer per packet loop. The loop only
+// increments slots; the control plane reads them at scrape time (prom-client collect()).
+// Float64 keeps counts exact up to 2^53 and aligned 8-byte stores are never torn on x86-64/arm64.
+
+import { DROP_REASON_SLOTS } from './drop-reasons.js';
+
+/** Real ids are small integers handed out by the control plane; counters have a slot block for each. */
+export const MAX_REAL_IDS = 8192;
+
+export const Counter = {
+  rxPackets: 0,
+  rxBytes: 1,
+  passedPackets: 2, // not for a service: left to the kernel
+  txPackets: 3,
+  txBytes: 4,
+  flowsRescheduled: 5, // existing flow moved because its real may no longer keep flows
+  loopHeartbeatMs: 6, // last time the loop ran (performance.timeOrigin + now), for stall detection
+  batches: 7,
+  snapshotGeneration: 8,
+  flowTableEntries: 9,
+  flowTableEvictions: 10,
+  flowTableExpirations: 11,
+  dropBase: 16, // dropBase + DropReason
+} as const;
+
+export const GLOBAL_SLOTS = Counter.dropBase + DROP_REASON_SLOTS;
+
+/** Per real: slot = REAL_BASE + realId * REAL_STRIDE + RealCounter.x */
+export const RealCounter = {
+  forwardedPackets: 0,
+  forwardedBytes: 1,
+  flowsCreated: 2,
+  flowsRescheduledAway: 3,
+} as const;
+export const REAL_STRIDE = 4;
+export const REAL_BASE = GLOBAL_SLOTS;
+export const COUNTER_SLOTS = REAL_BASE + MAX_REAL_IDS * REAL_STRIDE;
+
+export function createCounters(): Float64Array {
+  return new Float64Array(new SharedArrayBuffer(COUNTER_SLOTS * Float64Array.BYTES_PER_ELEMENT));
+}

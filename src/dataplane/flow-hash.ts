@@ -1,0 +1,112 @@
+// The hashes every LB host must agree on: the per-packet flow hash over a 10-word flow key, the
+// control-plane string hash that seeds Maglev permutations and rendezvous scores, and the fmix32
+// finaliser. All three are MurmurHash3 x86_32 (Appleby) and are pinned by test vectors forever.
+
+/** Words in a flow key: [0] protocol | family << 8, [1..4] source, [5..8] destination, [9] ports. */
+export const FLOW_KEY_WORDS = 10;
+
+const C1 = 0xcc9e2d51;
+const C2 = 0x1b873593;
+
+/** MurmurHash3's 32-bit finaliser (fmix32): a bijection on uint32 with full avalanche. */
+export function mix32(x: number): number {
+  let h = x >>> 0;
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
+// One MurmurHash3 body round: mixes the 4-byte block k into the running state h.
+function mixBlock(h: number, k: number): number {
+  k = Math.imul(k, C1);
+  k = (k << 15) | (k >>> 17);
+  k = Math.imul(k, C2);
+  h ^= k;
+  h = (h << 13) | (h >>> 19);
+  return (Math.imul(h, 5) + 0xe6546b64) | 0;
+}
+
+/**
+ * uint32 hash of a flow key. Defined as MurmurHash3 x86_32 of the key's 40 bytes with each word
+ * serialised little-endian, so any host (or another language) can reproduce it from the words alone.
+ * Allocation-free; the caller guarantees key.length >= FLOW_KEY_WORDS (a shorter key is a programming
+ * error and throws rather than hashing undefined words).
+ */
+export function flowHash(key: Uint32Array, seed: number): number {
+  if (key.length < FLOW_KEY_WORDS) throw new RangeError('flow key needs 10 words');
+  let h = seed | 0;
+  h = mixBlock(h, key[0]!);
+  h = mixBlock(h, key[1]!);
+  h = mixBlock(h, key[2]!);
+  h = mixBlock(h, key[3]!);
+  h = mixBlock(h, key[4]!);
+  h = mixBlock(h, key[5]!);
+  h = mixBlock(h, key[6]!);
+  h = mixBlock(h, key[7]!);
+  h = mixBlock(h, key[8]!);
+  h = mixBlock(h, key[9]!);
+  return mix32(h ^ (FLOW_KEY_WORDS * 4));
+}
+
+/**
+ * uint32 MurmurHash3 x86_32 of the string's UTF-8 bytes (lone surrogates encode as U+FFFD, as
+ * TextEncoder does). Control plane only: hashes real keys into permutation offsets and seeds.
+ * Encodes on the fly so the result needs no intermediate buffer.
+ */
+export function stringHash(text: string, seed: number): number {
+  let h = seed | 0;
+  let block = 0; // pending bytes, little-endian
+  let blockBytes = 0;
+  let totalBytes = 0;
+  const length = text.length;
+  for (let i = 0; i < length; i++) {
+    let cp = text.charCodeAt(i);
+    if (cp >= 0xd800 && cp <= 0xdfff) {
+      const next = i + 1 < length ? text.charCodeAt(i + 1) : 0;
+      if (cp <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (next - 0xdc00);
+        i++;
+      } else {
+        cp = 0xfffd;
+      }
+    }
+    // Up to four UTF-8 bytes, emitted one by one into the block.
+    let count: number;
+    let b0: number;
+    if (cp < 0x80) {
+      count = 1;
+      b0 = cp;
+    } else if (cp < 0x800) {
+      count = 2;
+      b0 = 0xc0 | (cp >>> 6);
+    } else if (cp < 0x10000) {
+      count = 3;
+      b0 = 0xe0 | (cp >>> 12);
+    } else {
+      count = 4;
+      b0 = 0xf0 | (cp >>> 18);
+    }
+    for (let j = 0; j < count; j++) {
+      const byte = j === 0 ? b0 : 0x80 | ((cp >>> (6 * (count - 1 - j))) & 0x3f);
+      block |= byte << (8 * blockBytes);
+      blockBytes++;
+      totalBytes++;
+      if (blockBytes === 4) {
+        h = mixBlock(h, block);
+        block = 0;
+        blockBytes = 0;
+      }
+    }
+  }
+  if (blockBytes > 0) {
+    // Tail: mixed into h without the rotate-multiply-add step, as in the reference.
+    let k = Math.imul(block, C1);
+    k = (k << 15) | (k >>> 17);
+    k = Math.imul(k, C2);
+    h ^= k;
+  }
+  return mix32(h ^ totalBytes);
+}

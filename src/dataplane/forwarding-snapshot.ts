@@ -1,0 +1,123 @@
+// The immutable forwarding snapshot the packet loop reads: services, their lookup index, the
+// per-service consistent-hash tables and candidate lists, and per-real forwarding facts, all in
+// typed arrays indexed by service index or real id. The control plane builds a new one aside
+// (src/control/snapshot-builder.ts) and the loop swaps it in between batches with one assignment.
+
+export const SCHED_MAGLEV = 0;
+export const SCHED_RENDEZVOUS = 1;
+export const SCHED_WLC = 2;
+
+export const FWD_L2 = 0;
+export const FWD_IPIP = 1;
+
+export interface ForwardingSnapshot {
+  readonly generation: number;
+  /** Seed of the flow hash; equal on every LB of a group so they all pick the same real. */
+  readonly hashSeed: number;
+
+  readonly serviceCount: number;
+  readonly svcFamily: Uint8Array; // 4 | 6
+  readonly svcProtocol: Uint8Array; // 6 | 17
+  readonly svcPort: Uint16Array; // 0 = every port
+  readonly svcVip: Uint32Array; // 4 words per service, IPv4 in word 0
+  readonly svcScheduler: Uint8Array; // SCHED_*
+  /** 1 when no real may take new flows and the service says whenAllDown: drop. */
+  readonly svcDropAll: Uint8Array;
+  /** Consistent-hash (Maglev) table per service over its candidates; also the fallback for wlc. */
+  readonly svcTables: readonly Int32Array[];
+  readonly svcTableSize: Int32Array;
+  /** Candidates for new flows of service s: candIds[svcCandStart[s] .. + svcCandCount[s]]. */
+  readonly svcCandStart: Int32Array;
+  readonly svcCandCount: Int32Array;
+  readonly candIds: Int32Array;
+  readonly candSeeds: Uint32Array; // rendezvous per-real seed
+  readonly candWeights: Float64Array;
+
+  /** Open-addressing index: bucket -> service index or -1; size lookupMask + 1 (a power of two). */
+  readonly lookupBuckets: Int32Array;
+  readonly lookupMask: number;
+
+  /** Per real id (0 .. realIdLimit-1). */
+  readonly realIdLimit: number;
+  /** 1 when the real may keep the flows it has (active, drain, failOpen panic); else they move. */
+  readonly realKeepExisting: Uint8Array;
+  readonly realForwarding: Uint8Array; // FWD_*
+  readonly realMac: Uint8Array; // 6 bytes per id
+  readonly realMacKnown: Uint8Array;
+  readonly realService: Int32Array;
+}
+
+/** Hash of (family, protocol, VIP, port) for the service index; the builder uses the same function. */
+export function serviceKeyHash(family: number, protocol: number, vip: Uint32Array, vipOffset: number, port: number): number {
+  let h = Math.imul(family * 256 + protocol, 0x9e3779b1) ^ port;
+  h = Math.imul(h ^ vip[vipOffset], 0x85ebca6b);
+  h = Math.imul(h ^ vip[vipOffset + 1], 0xc2b2ae35);
+  h = Math.imul(h ^ vip[vipOffset + 2], 0x85ebca6b);
+  h = Math.imul(h ^ vip[vipOffset + 3], 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
+function findExact(s: ForwardingSnapshot, family: number, protocol: number, addr: Uint32Array, port: number): number {
+  const mask = s.lookupMask;
+  let b = serviceKeyHash(family, protocol, addr, 4, port) & mask;
+  for (let probes = 0; probes <= mask; probes++) {
+    const svc = s.lookupBuckets[b];
+    if (svc < 0) return -1;
+    const v = svc * 4;
+    if (
+      s.svcPort[svc] === port &&
+      s.svcProtocol[svc] === protocol &&
+      s.svcFamily[svc] === family &&
+      s.svcVip[v] === addr[4] &&
+      s.svcVip[v + 1] === addr[5] &&
+      s.svcVip[v + 2] === addr[6] &&
+      s.svcVip[v + 3] === addr[7]
+    ) {
+      return svc;
+    }
+    b = (b + 1) & mask;
+  }
+  return -1;
+}
+
+/**
+ * The service for a packet's (protocol, destination address, destination port), or -1.
+ * `addr` is ParsedPacket.addr (destination in words 4..7). An exact port wins over port 0.
+ */
+export function findService(s: ForwardingSnapshot, family: number, protocol: number, addr: Uint32Array, dstPort: number): number {
+  if (s.serviceCount === 0) return -1;
+  const exact = findExact(s, family, protocol, addr, dstPort);
+  if (exact >= 0 || dstPort === 0) return exact;
+  return findExact(s, family, protocol, addr, 0);
+}
+
+/** A snapshot with no services: the loop passes everything until the first real one arrives. */
+export function emptySnapshot(): ForwardingSnapshot {
+  return {
+    generation: 0,
+    hashSeed: 0,
+    serviceCount: 0,
+    svcFamily: new Uint8Array(0),
+    svcProtocol: new Uint8Array(0),
+    svcPort: new Uint16Array(0),
+    svcVip: new Uint32Array(0),
+    svcScheduler: new Uint8Array(0),
+    svcDropAll: new Uint8Array(0),
+    svcTables: [],
+    svcTableSize: new Int32Array(0),
+    svcCandStart: new Int32Array(0),
+    svcCandCount: new Int32Array(0),
+    candIds: new Int32Array(0),
+    candSeeds: new Uint32Array(0),
+    candWeights: new Float64Array(0),
+    lookupBuckets: new Int32Array(1).fill(-1),
+    lookupMask: 0,
+    realIdLimit: 0,
+    realKeepExisting: new Uint8Array(0),
+    realForwarding: new Uint8Array(0),
+    realMac: new Uint8Array(0),
+    realMacKnown: new Uint8Array(0),
+    realService: new Int32Array(0),
+  };
+}

@@ -1,0 +1,266 @@
+// Parses one Ethernet frame (one optional 802.1Q tag, IPv4 or IPv6 with extension headers, then
+// TCP/UDP/ICMP) into a preallocated ParsedPacket. Never throws, never allocates, and never reads
+// outside [offset, offset + length) nor past the end of the buffer.
+
+import { DropReason } from './drop-reasons.js';
+import {
+  ETHERTYPE_IPV4,
+  ETHERTYPE_IPV6,
+  ETHERTYPE_VLAN,
+  IPPROTO_ICMP,
+  IPPROTO_ICMPV6,
+  IPPROTO_TCP,
+  IPPROTO_UDP,
+  PARSE_NOT_IP,
+  PARSE_OK,
+  type ParsedPacket,
+} from './parsed-packet.js';
+
+const ETHERNET_HEADER_BYTES = 14;
+const VLAN_TAG_BYTES = 4;
+const IPV4_MIN_HEADER_BYTES = 20;
+const IPV6_HEADER_BYTES = 40;
+const TCP_MIN_HEADER_BYTES = 20;
+const UDP_HEADER_BYTES = 8;
+/** Type, code and checksum: all a load balancer reads before the message body. */
+const ICMP_HEADER_BYTES = 4;
+/** Every header in the chain has at least 8 bytes (RFC 8200 section 4). */
+const IPV6_EXTENSION_MIN_BYTES = 8;
+/** Bounds the walk so a crafted chain costs a fixed amount of work per frame. */
+export const IPV6_MAX_EXTENSION_HEADERS = 8;
+
+const IPV6_HOP_BY_HOP = 0;
+const IPV6_ROUTING = 43;
+const IPV6_FRAGMENT = 44;
+const IPV6_AH = 51;
+const IPV6_NO_NEXT_HEADER = 59;
+const IPV6_DESTINATION_OPTIONS = 60;
+
+// Negated once here so the per-frame code returns plain constants.
+const ERR_TRUNCATED_ETHERNET = -DropReason.truncatedEthernet;
+const ERR_TRUNCATED_VLAN = -DropReason.truncatedVlan;
+const ERR_TRUNCATED_IPV4 = -DropReason.truncatedIpv4;
+const ERR_BAD_IPV4_VERSION = -DropReason.badIpv4Version;
+const ERR_BAD_IPV4_HEADER_LENGTH = -DropReason.badIpv4HeaderLength;
+const ERR_BAD_IPV4_TOTAL_LENGTH = -DropReason.badIpv4TotalLength;
+const ERR_TRUNCATED_IPV6 = -DropReason.truncatedIpv6;
+const ERR_BAD_IPV6_PAYLOAD_LENGTH = -DropReason.badIpv6PayloadLength;
+const ERR_IPV6_EXTENSION_HEADER_LIMIT = -DropReason.ipv6ExtensionHeaderLimit;
+const ERR_TRUNCATED_IPV6_EXTENSION_HEADER = -DropReason.truncatedIpv6ExtensionHeader;
+const ERR_TRUNCATED_TCP = -DropReason.truncatedTcp;
+const ERR_BAD_TCP_DATA_OFFSET = -DropReason.badTcpDataOffset;
+const ERR_TRUNCATED_UDP = -DropReason.truncatedUdp;
+const ERR_BAD_UDP_LENGTH = -DropReason.badUdpLength;
+const ERR_TRUNCATED_ICMP = -DropReason.truncatedIcmp;
+
+/**
+ * Fills `out` from the frame at buf[offset, offset + length) and returns PARSE_OK (IPv4/IPv6),
+ * PARSE_NOT_IP (a well-formed non-IP frame: ARP, LLDP, 802.3/LLC, an 802.1ad or double-tagged
+ * frame) or -DropReason for a malformed one. Every field of `out` is written for every frame, so
+ * nothing from the previous frame survives; after a negative verdict the fields are meaningful
+ * only up to the header that failed.
+ *
+ * Decisions worth knowing:
+ * - Only one 802.1Q tag is parsed; an inner 0x8100 (or an outer 0x88a8) is PARSE_NOT_IP, so the
+ *   kernel keeps those frames.
+ * - An IPv6 ethertype whose version nibble is not 6 is PARSE_NOT_IP (there is no drop reason for
+ *   it; the kernel still gets its copy and drops it).
+ * - IP length fields bound the packet: bytes after l3End are Ethernet padding, and the L4 header
+ *   must fit before l3End, not merely before the end of the frame.
+ * - The L4 header is read only for first fragments; for IPv6 non-first fragments ipProtocol is the
+ *   fragment header's next header and the walk stops there.
+ * - A negative offset/length, non-integer ones, or a frame shorter than 14 bytes is truncatedEthernet;
+ *   a length past the end of the buffer is clamped to the buffer.
+ */
+export function parseFrame(buf: Uint8Array, offset: number, length: number, out: ParsedPacket): number {
+  clearSlot(out, offset, length);
+  if ((offset | 0) !== offset || (length | 0) !== length || offset < 0 || length < 0) {
+    return ERR_TRUNCATED_ETHERNET;
+  }
+  let end = offset + length;
+  if (end > buf.length) end = buf.length;
+  if (end - offset < ETHERNET_HEADER_BYTES) return ERR_TRUNCATED_ETHERNET;
+
+  let pos = offset + 12;
+  let etherType = (buf[pos] << 8) | buf[pos + 1];
+  pos += 2;
+  if (etherType === ETHERTYPE_VLAN) {
+    if (end - pos < VLAN_TAG_BYTES) return ERR_TRUNCATED_VLAN;
+    out.vlanTci = (buf[pos] << 8) | buf[pos + 1];
+    etherType = (buf[pos + 2] << 8) | buf[pos + 3];
+    pos += VLAN_TAG_BYTES;
+  }
+  out.etherType = etherType;
+  if (etherType === ETHERTYPE_IPV4) return parseIpv4(buf, pos, end, out);
+  if (etherType === ETHERTYPE_IPV6) return parseIpv6(buf, pos, end, out);
+  return PARSE_NOT_IP;
+}
+
+function parseIpv4(buf: Uint8Array, l3: number, end: number, out: ParsedPacket): number {
+  const available = end - l3;
+  if (available < IPV4_MIN_HEADER_BYTES) return ERR_TRUNCATED_IPV4;
+  const versionIhl = buf[l3];
+  if (versionIhl >> 4 !== 4) return ERR_BAD_IPV4_VERSION;
+  const headerBytes = (versionIhl & 0x0f) << 2;
+  if (headerBytes < IPV4_MIN_HEADER_BYTES) return ERR_BAD_IPV4_HEADER_LENGTH;
+  const totalLength = (buf[l3 + 2] << 8) | buf[l3 + 3];
+  if (totalLength < IPV4_MIN_HEADER_BYTES) return ERR_BAD_IPV4_TOTAL_LENGTH;
+  // The header claims bytes the packet does not have: the IHL is the field that lies.
+  if (totalLength < headerBytes) return ERR_BAD_IPV4_HEADER_LENGTH;
+  if (totalLength > available) return ERR_BAD_IPV4_TOTAL_LENGTH;
+
+  out.family = 4;
+  out.l3Offset = l3;
+  out.l3End = l3 + totalLength;
+  out.l3HeaderLength = headerBytes;
+  out.trafficClass = buf[l3 + 1];
+  out.ttl = buf[l3 + 8];
+  const protocol = buf[l3 + 9];
+  out.ipProtocol = protocol;
+  const flagsFragment = (buf[l3 + 6] << 8) | buf[l3 + 7];
+  out.dontFragment = (flagsFragment >> 14) & 1;
+  const moreFragments = (flagsFragment >> 13) & 1;
+  const fragmentOffsetBytes = (flagsFragment & 0x1fff) << 3;
+  if ((moreFragments | fragmentOffsetBytes) !== 0) {
+    out.isFragment = 1;
+    out.moreFragments = moreFragments;
+    out.fragmentOffset = fragmentOffsetBytes;
+    out.fragmentId = (buf[l3 + 4] << 8) | buf[l3 + 5];
+  }
+  out.addr[0] = readU32(buf, l3 + 12);
+  out.addr[4] = readU32(buf, l3 + 16);
+  if (fragmentOffsetBytes !== 0) return PARSE_OK;
+  return parseL4(buf, l3 + headerBytes, out.l3End, protocol, IPPROTO_ICMP, out);
+}
+
+function parseIpv6(buf: Uint8Array, l3: number, end: number, out: ParsedPacket): number {
+  if (end - l3 < IPV6_HEADER_BYTES) return ERR_TRUNCATED_IPV6;
+  const b0 = buf[l3];
+  if (b0 >> 4 !== 6) return PARSE_NOT_IP;
+  const payloadLength = (buf[l3 + 4] << 8) | buf[l3 + 5];
+  // 0 announces a jumbogram (RFC 2675), which no Ethernet frame can carry.
+  if (payloadLength === 0 || payloadLength > end - l3 - IPV6_HEADER_BYTES) return ERR_BAD_IPV6_PAYLOAD_LENGTH;
+  const l3End = l3 + IPV6_HEADER_BYTES + payloadLength;
+
+  out.family = 6;
+  out.l3Offset = l3;
+  out.l3End = l3End;
+  out.trafficClass = ((b0 & 0x0f) << 4) | (buf[l3 + 1] >> 4);
+  out.ttl = buf[l3 + 7];
+  out.dontFragment = 1;
+  const addr = out.addr;
+  for (let i = 0; i < 8; i++) addr[i] = readU32(buf, l3 + 8 + (i << 2));
+
+  let nextHeader = buf[l3 + 6];
+  let pos = l3 + IPV6_HEADER_BYTES;
+  let walked = 0;
+  while (
+    nextHeader === IPV6_HOP_BY_HOP ||
+    nextHeader === IPV6_ROUTING ||
+    nextHeader === IPV6_FRAGMENT ||
+    nextHeader === IPV6_DESTINATION_OPTIONS ||
+    nextHeader === IPV6_AH
+  ) {
+    if (walked === IPV6_MAX_EXTENSION_HEADERS) return ERR_IPV6_EXTENSION_HEADER_LIMIT;
+    walked++;
+    if (l3End - pos < IPV6_EXTENSION_MIN_BYTES) return ERR_TRUNCATED_IPV6_EXTENSION_HEADER;
+    let headerBytes: number;
+    if (nextHeader === IPV6_FRAGMENT) {
+      headerBytes = 8;
+      const offsetFlags = (buf[pos + 2] << 8) | buf[pos + 3];
+      out.isFragment = 1;
+      // The offset counts 8-byte units in the top 13 bits: masking keeps it in bytes.
+      out.fragmentOffset = offsetFlags & 0xfff8;
+      out.moreFragments = offsetFlags & 1;
+      out.fragmentId = readU32(buf, pos + 4);
+    } else if (nextHeader === IPV6_AH) {
+      headerBytes = (buf[pos + 1] + 2) << 2; // RFC 4302: length in 4-byte units, minus 2
+    } else {
+      headerBytes = (buf[pos + 1] + 1) << 3; // RFC 8200: length in 8-byte units, not counting the first 8
+    }
+    if (headerBytes > l3End - pos) return ERR_TRUNCATED_IPV6_EXTENSION_HEADER;
+    nextHeader = buf[pos];
+    pos += headerBytes;
+    // In a non-first fragment the bytes after the fragment header are the middle of the payload.
+    if (out.fragmentOffset !== 0) break;
+  }
+  out.ipProtocol = nextHeader;
+  out.l3HeaderLength = pos - l3;
+  if (out.fragmentOffset !== 0 || nextHeader === IPV6_NO_NEXT_HEADER) return PARSE_OK;
+  return parseL4(buf, pos, l3End, nextHeader, IPPROTO_ICMPV6, out);
+}
+
+/** `icmpProtocol` is the ICMP of the packet's family: 1 inside IPv4, 58 inside IPv6. */
+function parseL4(
+  buf: Uint8Array,
+  l4: number,
+  l3End: number,
+  protocol: number,
+  icmpProtocol: number,
+  out: ParsedPacket,
+): number {
+  out.l4Offset = l4;
+  const available = l3End - l4;
+  if (protocol === IPPROTO_TCP) {
+    if (available < TCP_MIN_HEADER_BYTES) return ERR_TRUNCATED_TCP;
+    const headerBytes = (buf[l4 + 12] >> 4) << 2;
+    if (headerBytes < TCP_MIN_HEADER_BYTES) return ERR_BAD_TCP_DATA_OFFSET;
+    if (headerBytes > available) return ERR_TRUNCATED_TCP;
+    out.srcPort = (buf[l4] << 8) | buf[l4 + 1];
+    out.dstPort = (buf[l4 + 2] << 8) | buf[l4 + 3];
+    out.tcpFlags = buf[l4 + 13];
+    out.payloadOffset = l4 + headerBytes;
+    return PARSE_OK;
+  }
+  if (protocol === IPPROTO_UDP) {
+    if (available < UDP_HEADER_BYTES) return ERR_TRUNCATED_UDP;
+    const udpLength = (buf[l4 + 4] << 8) | buf[l4 + 5];
+    if (udpLength < UDP_HEADER_BYTES) return ERR_BAD_UDP_LENGTH;
+    // A first fragment carries the length of the whole datagram, most of which is still to come.
+    if (udpLength > available && out.moreFragments === 0) return ERR_BAD_UDP_LENGTH;
+    out.srcPort = (buf[l4] << 8) | buf[l4 + 1];
+    out.dstPort = (buf[l4 + 2] << 8) | buf[l4 + 3];
+    out.payloadOffset = l4 + UDP_HEADER_BYTES;
+    return PARSE_OK;
+  }
+  if (protocol === icmpProtocol) {
+    if (available < ICMP_HEADER_BYTES) return ERR_TRUNCATED_ICMP;
+    out.icmpType = buf[l4];
+    out.icmpCode = buf[l4 + 1];
+    out.payloadOffset = l4 + ICMP_HEADER_BYTES;
+    return PARSE_OK;
+  }
+  return PARSE_OK;
+}
+
+function readU32(buf: Uint8Array, pos: number): number {
+  return ((buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]) >>> 0;
+}
+
+/** Same values as ParsedPacket.reset(), plus the frame position; written out to stay inlinable. */
+function clearSlot(out: ParsedPacket, offset: number, length: number): void {
+  out.frameOffset = offset;
+  out.frameLength = length;
+  out.vlanTci = -1;
+  out.etherType = 0;
+  out.family = 0;
+  out.l3Offset = 0;
+  out.l4Offset = -1;
+  out.l3End = 0;
+  out.l3HeaderLength = 0;
+  out.ipProtocol = 0;
+  out.trafficClass = 0;
+  out.ttl = 0;
+  out.dontFragment = 0;
+  out.isFragment = 0;
+  out.fragmentOffset = 0;
+  out.moreFragments = 0;
+  out.fragmentId = 0;
+  out.addr.fill(0);
+  out.srcPort = 0;
+  out.dstPort = 0;
+  out.tcpFlags = 0;
+  out.icmpType = -1;
+  out.icmpCode = -1;
+  out.payloadOffset = -1;
+}

@@ -1,0 +1,31 @@
+// The one function that turns operator intent and observed health into what a real may do.
+// Intent (config and admin API) and fact (probes) are kept apart everywhere else; they meet here.
+
+import type { RealIntent } from '../config/types.js';
+
+/** What a real may do: take new flows, keep only the flows it has, or nothing at all. */
+export type Eligibility = 'new' | 'existing' | 'none';
+
+/** Observed health: 'unknown' until the first rise/fall decision (treated as down). */
+export type HealthFact = 'up' | 'down' | 'unknown';
+
+export interface RealStanding {
+  readonly intent: RealIntent;
+  readonly weight: number;
+  readonly health: HealthFact;
+  /** Removed from the config by a reload: drained, like IPVS keeps a deleted real's connections. */
+  readonly removed: boolean;
+}
+
+export function eligibility(r: RealStanding): Eligibility {
+  if (r.intent === 'disabled') return 'none';
+  // A dead real's connections are already broken: move them rather than black-hole them.
+  if (r.health !== 'up') return 'none';
+  if (r.removed || r.intent === 'drain' || r.weight === 0) return 'existing';
+  return 'new';
+}
+
+/** Wanted by the operator regardless of health: what failOpen falls back to when none is up. */
+export function isWanted(r: RealStanding): boolean {
+  return !r.removed && r.intent === 'active' && r.weight > 0;
+}

@@ -1,0 +1,83 @@
+// The one interface between the packet engine and whatever moves frames: the native AF_PACKET
+// addon (afpacket-io.ts), libpcap through the cap package (pcap-io.ts) and memory (memory-io.ts).
+// A backend hands the engine whole batches that point into its own memory; the engine decides
+// per frame in place, then the backend sends the frames marked VERDICT_TX in one call.
+
+/** Leave the frame alone: not for us (the kernel still gets its own copy). */
+export const VERDICT_PASS = 0;
+/** Send the frame at txOffsets[i], txLengths[i] (the engine may have moved its start into the headroom). */
+export const VERDICT_TX = 1;
+// A negative verdict is -DropReason: dropped and counted.
+
+/** Per-frame flag: the frame carries a virtio_net_hdr (10 bytes) right before frameOffset. */
+export const FRAME_HAS_VNET_HDR = 1;
+/** Per-frame flag: the L4 checksum is partial (CHECKSUM_PARTIAL from a local or veth sender). */
+export const FRAME_CSUM_PARTIAL = 2;
+/** Per-frame flag: the frame is a GSO super-frame larger than the MTU (segmented on output). */
+export const FRAME_GSO = 4;
+
+export const VNET_HDR_LEN = 10;
+
+/**
+ * A batch of received frames. Arrays are preallocated by the backend with `capacity` slots and
+ * reused for every batch; only the first `count` slots are valid.
+ */
+export interface PacketBatch {
+  /** The memory that holds the frames (a ring block, a capture buffer, a test buffer). */
+  buf: Uint8Array;
+  count: number;
+  readonly capacity: number;
+  /** Input: where each frame starts (its Ethernet header) and how long it is. */
+  readonly offsets: Int32Array;
+  readonly lengths: Int32Array;
+  /** Input: FRAME_* flags. */
+  readonly flags: Uint8Array;
+  /** Output: VERDICT_PASS, VERDICT_TX or -DropReason. */
+  readonly verdicts: Int32Array;
+  /** Output for VERDICT_TX: the frame to send (may start before offsets[i] when a header was prepended). */
+  readonly txOffsets: Int32Array;
+  readonly txLengths: Int32Array;
+  /** Bytes writable before each frame's offset (for encapsulation headers), same for all frames. */
+  headroom: number;
+}
+
+export function createPacketBatch(capacity: number): PacketBatch {
+  return {
+    buf: new Uint8Array(0),
+    count: 0,
+    capacity,
+    offsets: new Int32Array(capacity),
+    lengths: new Int32Array(capacity),
+    flags: new Uint8Array(capacity),
+    verdicts: new Int32Array(capacity),
+    txOffsets: new Int32Array(capacity),
+    txLengths: new Int32Array(capacity),
+    headroom: 0,
+  };
+}
+
+export interface PacketIoStats {
+  /** Frames received and handed to the engine. */
+  rxFrames: number;
+  /** Frames the kernel dropped before we read them (ring full), when the backend can tell. */
+  rxKernelDrops: number;
+  /** Frames sent. */
+  txFrames: number;
+  /** Frames whose send failed. */
+  txErrors: number;
+}
+
+export interface PacketIo {
+  readonly kind: 'afpacket' | 'pcap' | 'memory';
+  /** The interface's MAC address (6 bytes) and MTU, read when the backend opened it. */
+  readonly localMac: Uint8Array;
+  readonly mtu: number;
+  /**
+   * Start delivering batches. `onBatch` runs synchronously for each batch and fills the verdicts;
+   * when it returns, the backend sends the VERDICT_TX frames and recycles the batch memory.
+   */
+  start(onBatch: (batch: PacketBatch) => void): void;
+  /** Stop delivering and close the socket; idempotent. */
+  close(): void;
+  stats(): PacketIoStats;
+}
