@@ -11,7 +11,7 @@ export type DurationParse = { ok: true; ms: number } | { ok: false; message: str
 
 /**
  * Parses a positive duration. Strings need a unit (ms, s, m; h is accepted too); a plain YAML number
- * means seconds, as in keepalived and HAProxy's default-less timeouts, so `interval: 2` is 2 s.
+ * means seconds, as keepalived's delay_loop and connect_timeout do, so `interval: 2` is 2 s.
  * The result must be a whole, positive number of milliseconds no larger than MAX_DURATION_MS.
  */
 export function parseDurationMs(value: unknown): DurationParse {

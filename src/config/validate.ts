@@ -129,7 +129,13 @@ export function formatProblems(problems: readonly ConfigProblem[]): string {
 export function parseConfigText(text: string, opts: ParseOptions = {}): ConfigResult {
   const doc = parseDocument(text.startsWith('\uFEFF') ? text.slice(1) : text, { uniqueKeys: true, prettyErrors: true });
   if (doc.errors.length > 0) {
-    return { ok: false, problems: doc.errors.map((error) => yamlProblem(error.message, error.linePos?.[0])) };
+    return {
+      ok: false,
+      problems: doc.errors.map((error) =>
+        // yaml's own text for this one advises an API call, which helps no operator.
+        yamlProblem(error.code === 'MULTIPLE_DOCS' ? 'the file holds more than one YAML document' : error.message, error.linePos?.[0]),
+      ),
+    };
   }
   let raw: unknown;
   try {
@@ -623,7 +629,7 @@ function optionalString(p: ProblemList, obj: Raw, key: string, path: string, wha
   return value;
 }
 
-/** A file path; relative paths are taken relative to the config file's directory, like nginx's include. */
+/** A file path; a relative one is taken from the config file's directory, so the daemon's cwd never matters. */
 function filePath(p: ProblemList, obj: Raw | null, key: string, path: string, configDir: string | null): string | null {
   if (obj === null) return null;
   const value = optionalString(p, obj, key, path, 'a file path', /^[^\x00]+$/);

@@ -161,7 +161,7 @@ function parseIpv6(buf: Uint8Array, l3: number, end: number, out: ParsedPacket):
     nextHeader === IPV6_DESTINATION_OPTIONS ||
     nextHeader === IPV6_AH
   ) {
-    if (walked === IPV6_MAX_EXTENSION_HEADERS) return ERR_IPV6_EXTENSION_HEADER_LIMIT;
+    if (walked > IPV6_MAX_EXTENSION_HEADERS) return ERR_IPV6_EXTENSION_HEADER_LIMIT;
     walked++;
     if (l3End - pos < IPV6_EXTENSION_MIN_BYTES) return ERR_TRUNCATED_IPV6_EXTENSION_HEADER;
     let headerBytes: number;

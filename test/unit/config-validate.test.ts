@@ -398,8 +398,9 @@ describe('service rules', () => {
       { name: 'a', vip: '2001:db8::10', port: 443, reals: [] },
       { name: 'b', vip: '2001:DB8:0::0:10', port: 443, reals: [] },
     ];
-    expect(parse(doc).ok).toBe(false);
-    expect(formatProblems((parse(doc) as { problems: never[] }).problems)).toBe('services[1]: tcp://[2001:db8::10]:443 is already defined by services[0] ("a")');
+    const result = parse(doc);
+    expect(result.ok).toBe(false);
+    expect(result.ok ? '' : formatProblems(result.problems)).toBe('services[1]: tcp://[2001:db8::10]:443 is already defined by services[0] ("a")');
   });
 
   it('duplicate names', () => {
@@ -580,6 +581,7 @@ describe('file-level problems', () => {
     ]);
     const [line] = problemsOfText('interface: eth0\nservices: []\ninterface: eth1\n');
     expect(line).toBe('(yaml) line 3, column 1: Map keys must be unique');
+    expect(problemsOfText('interface: eth0\n---\nservices: []\n')).toEqual(['(yaml) line 2, column 1: the file holds more than one YAML document']);
   });
 
   it('reports an empty file and a non-mapping document', () => {

@@ -1,0 +1,847 @@
+// dsrlb_native: a thin Node-API layer over one AF_PACKET socket with a TPACKET_V3 RX ring mapped
+// into JavaScript, batched sendmmsg from ring memory, and libuv readiness. Syscalls and lifetimes
+// only; every packet decision is made in TypeScript (src/io/afpacket-io.ts).
+#include <errno.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <net/if_arp.h>
+#include <node_api.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <uv.h>
+
+// The TypeScript side walks blocks and frames with these offsets (src/io/afpacket-io.ts checks
+// them against `layout` at load): a kernel header change must fail the build, not corrupt reads.
+_Static_assert(offsetof(struct tpacket_block_desc, hdr.bh1.block_status) == 8, "block_status");
+_Static_assert(offsetof(struct tpacket_block_desc, hdr.bh1.num_pkts) == 12, "num_pkts");
+_Static_assert(offsetof(struct tpacket_block_desc, hdr.bh1.offset_to_first_pkt) == 16, "first_pkt");
+_Static_assert(offsetof(struct tpacket3_hdr, tp_next_offset) == 0, "tp_next_offset");
+_Static_assert(offsetof(struct tpacket3_hdr, tp_snaplen) == 12, "tp_snaplen");
+_Static_assert(offsetof(struct tpacket3_hdr, tp_len) == 16, "tp_len");
+_Static_assert(offsetof(struct tpacket3_hdr, tp_status) == 20, "tp_status");
+_Static_assert(offsetof(struct tpacket3_hdr, tp_mac) == 24, "tp_mac");
+_Static_assert(offsetof(struct tpacket3_hdr, tp_net) == 26, "tp_net");
+_Static_assert(offsetof(struct tpacket3_hdr, hv1.tp_vlan_tci) == 32, "tp_vlan_tci");
+_Static_assert(offsetof(struct tpacket3_hdr, hv1.tp_vlan_tpid) == 36, "tp_vlan_tpid");
+_Static_assert(TPACKET_ALIGN(sizeof(struct tpacket3_hdr)) == 48, "sockaddr_ll position");
+_Static_assert(TPACKET_ALIGN(sizeof(struct tpacket3_hdr)) + offsetof(struct sockaddr_ll, sll_pkttype) == 58,
+               "sll_pkttype");
+_Static_assert(TPACKET3_HDRLEN == 68, "TPACKET3_HDRLEN");
+
+// TPACKET_V3 frames are variable-sized; the kernel still validates a nominal frame size.
+#define NOMINAL_FRAME_BYTES 2048u
+// Messages per sendmmsg call (the kernel caps vlen at UIO_MAXIOV = 1024).
+#define SEND_CHUNK 256
+#define MAX_RING_BYTES (1ull << 30)
+
+typedef struct packet_socket {
+  int fd;
+  int ifindex;
+  int vnet_hdr;
+  int closed;
+  int unmapped;
+  // Holders of this struct: the JS handle, the ring ArrayBuffer, an open uv_poll_t.
+  int refs;
+  uint8_t* ring;
+  size_t ring_bytes;
+  uint32_t block_size;
+  uint32_t block_count;
+  uint32_t next_block;
+  napi_env env;
+  napi_ref ring_ref;  // strong until close(): close() detaches the ArrayBuffer before munmap
+  napi_ref callback_ref;
+  napi_async_context async_context;
+  uv_poll_t* poll;
+  napi_async_cleanup_hook_handle cleanup_handle;
+  int cleanup_running;
+  char ifname[IFNAMSIZ];
+  struct mmsghdr msgs[SEND_CHUNK];
+  struct iovec iov[SEND_CHUNK];
+} packet_socket;
+
+static const napi_type_tag socket_type_tag = {0x6473726c62414650ull, 0x7061636b65747633ull};
+
+// ---------------------------------------------------------------------------------------------
+// Errors: Error objects whose code is the errno name, like Node's own system errors.
+
+static const char* errno_name(int err) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+  const char* name = strerrorname_np(err);
+  if (name != NULL) return name;
+#endif
+  switch (err) {
+    case EPERM: return "EPERM";
+    case EACCES: return "EACCES";
+    case ENODEV: return "ENODEV";
+    case ENXIO: return "ENXIO";
+    case EINVAL: return "EINVAL";
+    case ENOMEM: return "ENOMEM";
+    case EBUSY: return "EBUSY";
+    case EBADF: return "EBADF";
+    case ENETDOWN: return "ENETDOWN";
+    case EMSGSIZE: return "EMSGSIZE";
+    case ENOBUFS: return "ENOBUFS";
+    case EAGAIN: return "EAGAIN";
+    default: return "EUNKNOWN";
+  }
+}
+
+static void throw_errno(napi_env env, const char* call, int err, const char* ifname) {
+  char message[256];
+  const char* name = errno_name(err);
+  if (ifname != NULL && ifname[0] != '\0') {
+    snprintf(message, sizeof message, "%s on %s: %s (%s)", call, ifname, strerror(err), name);
+  } else {
+    snprintf(message, sizeof message, "%s: %s (%s)", call, strerror(err), name);
+  }
+  napi_value code, msg, error, errno_value, syscall;
+  if (napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &code) != napi_ok) return;
+  if (napi_create_string_utf8(env, message, NAPI_AUTO_LENGTH, &msg) != napi_ok) return;
+  if (napi_create_error(env, code, msg, &error) != napi_ok) return;
+  if (napi_create_int32(env, -err, &errno_value) == napi_ok) {
+    napi_set_named_property(env, error, "errno", errno_value);
+  }
+  if (napi_create_string_utf8(env, call, NAPI_AUTO_LENGTH, &syscall) == napi_ok) {
+    napi_set_named_property(env, error, "syscall", syscall);
+  }
+  napi_throw(env, error);
+}
+
+static void throw_type(napi_env env, const char* message) {
+  napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", message);
+}
+
+static void throw_range(napi_env env, const char* message) {
+  napi_throw_range_error(env, "ERR_OUT_OF_RANGE", message);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argument helpers: each returns 0 and has thrown on failure.
+
+static int get_args(napi_env env, napi_callback_info info, size_t want, napi_value* argv) {
+  size_t argc = want;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return 0;
+  for (size_t i = argc; i < want; i++) napi_get_undefined(env, &argv[i]);
+  return 1;
+}
+
+static int get_uint32(napi_env env, napi_value value, const char* name, uint32_t* out) {
+  napi_valuetype type;
+  double number;
+  char message[128];
+  if (napi_typeof(env, value, &type) != napi_ok || type != napi_number) {
+    snprintf(message, sizeof message, "%s must be a number", name);
+    throw_type(env, message);
+    return 0;
+  }
+  napi_get_value_double(env, value, &number);
+  if (!(number >= 0 && number <= 4294967295.0) || number != (double)(uint32_t)number) {
+    snprintf(message, sizeof message, "%s must be an integer in [0, 2^32)", name);
+    throw_range(env, message);
+    return 0;
+  }
+  *out = (uint32_t)number;
+  return 1;
+}
+
+static int get_int32(napi_env env, napi_value value, const char* name, int32_t* out) {
+  napi_valuetype type;
+  double number;
+  char message[128];
+  if (napi_typeof(env, value, &type) != napi_ok || type != napi_number) {
+    snprintf(message, sizeof message, "%s must be a number", name);
+    throw_type(env, message);
+    return 0;
+  }
+  napi_get_value_double(env, value, &number);
+  if (!(number >= -2147483648.0 && number <= 2147483647.0) || number != (double)(int32_t)number) {
+    snprintf(message, sizeof message, "%s must be a 32-bit integer", name);
+    throw_range(env, message);
+    return 0;
+  }
+  *out = (int32_t)number;
+  return 1;
+}
+
+static int get_property(napi_env env, napi_value object, const char* name, napi_value* out) {
+  if (napi_get_named_property(env, object, name, out) != napi_ok) {
+    throw_type(env, "options must be an object");
+    return 0;
+  }
+  return 1;
+}
+
+static int get_uint32_property(napi_env env, napi_value object, const char* name, uint32_t* out) {
+  napi_value value;
+  return get_property(env, object, name, &value) && get_uint32(env, value, name, out);
+}
+
+static int get_string(napi_env env, napi_value value, const char* name, char* out, size_t size) {
+  napi_valuetype type;
+  size_t length = 0;
+  char message[128];
+  if (napi_typeof(env, value, &type) != napi_ok || type != napi_string) {
+    snprintf(message, sizeof message, "%s must be a string", name);
+    throw_type(env, message);
+    return 0;
+  }
+  napi_get_value_string_utf8(env, value, NULL, 0, &length);
+  if (length == 0 || length >= size) {
+    snprintf(message, sizeof message, "%s must have 1 to %zu bytes", name, size - 1);
+    throw_range(env, message);
+    return 0;
+  }
+  napi_get_value_string_utf8(env, value, out, size, &length);
+  return 1;
+}
+
+static int get_int32_array(napi_env env, napi_value value, const char* name, int32_t** data, size_t* length) {
+  bool is_typed = false;
+  napi_typedarray_type type;
+  char message[128];
+  if (napi_is_typedarray(env, value, &is_typed) != napi_ok || !is_typed) {
+    snprintf(message, sizeof message, "%s must be an Int32Array", name);
+    throw_type(env, message);
+    return 0;
+  }
+  napi_get_typedarray_info(env, value, &type, length, (void**)data, NULL, NULL);
+  if (type != napi_int32_array) {
+    snprintf(message, sizeof message, "%s must be an Int32Array", name);
+    throw_type(env, message);
+    return 0;
+  }
+  return 1;
+}
+
+static packet_socket* get_socket(napi_env env, napi_value value, int require_open) {
+  bool tagged = false;
+  napi_valuetype type;
+  void* data = NULL;
+  if (napi_typeof(env, value, &type) != napi_ok || type != napi_object ||
+      napi_check_object_type_tag(env, value, &socket_type_tag, &tagged) != napi_ok || !tagged ||
+      napi_unwrap(env, value, &data) != napi_ok || data == NULL) {
+    throw_type(env, "handle must be an object returned by openPacketSocket()");
+    return NULL;
+  }
+  packet_socket* s = data;
+  if (require_open && s->closed) {
+    throw_errno(env, "packet socket (closed)", EBADF, s->ifname);
+    return NULL;
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifetime. The mapping must outlive every JS view of it: close() detaches the ArrayBuffer and
+// unmaps at once; without close(), the last of {handle, ArrayBuffer} to be collected unmaps.
+
+static void release_socket(packet_socket* s) {
+  if (--s->refs > 0) return;
+  if (!s->unmapped && s->ring != NULL) munmap(s->ring, s->ring_bytes);
+  free(s);
+}
+
+static void on_poll_closed(uv_handle_t* handle) {
+  packet_socket* s = handle->data;
+  free(handle);
+  if (s->cleanup_running && s->cleanup_handle != NULL) {
+    napi_async_cleanup_hook_handle cleanup = s->cleanup_handle;
+    s->cleanup_handle = NULL;
+    napi_remove_async_cleanup_hook(cleanup);
+  }
+  release_socket(s);
+}
+
+// Stops readiness. `in_teardown` skips the JS-facing async-hooks bookkeeping.
+static void stop_polling(packet_socket* s, int in_teardown) {
+  if (s->poll != NULL) {
+    uv_poll_stop(s->poll);
+    uv_close((uv_handle_t*)s->poll, on_poll_closed);
+    s->poll = NULL;
+  }
+  if (s->callback_ref != NULL) {
+    napi_delete_reference(s->env, s->callback_ref);
+    s->callback_ref = NULL;
+  }
+  if (s->async_context != NULL) {
+    if (!in_teardown) napi_async_destroy(s->env, s->async_context);
+    s->async_context = NULL;
+  }
+}
+
+static void close_fd_and_poll(packet_socket* s, int in_teardown) {
+  if (s->closed) return;
+  s->closed = 1;
+  stop_polling(s, in_teardown);
+  close(s->fd);
+  s->fd = -1;
+}
+
+static void unregister_cleanup(packet_socket* s) {
+  if (s->cleanup_handle != NULL && !s->cleanup_running) {
+    napi_remove_async_cleanup_hook(s->cleanup_handle);
+    s->cleanup_handle = NULL;
+  }
+}
+
+// Environment teardown (process exit, worker termination): the uv handle must be closed before
+// the loop is, hence the async hook that completes in the close callback.
+static void on_env_cleanup(napi_async_cleanup_hook_handle handle, void* arg) {
+  packet_socket* s = arg;
+  s->cleanup_running = 1;
+  int had_poll = s->poll != NULL;
+  close_fd_and_poll(s, 1);
+  if (!had_poll && s->cleanup_handle != NULL) {
+    s->cleanup_handle = NULL;
+    napi_remove_async_cleanup_hook(handle);
+  }
+}
+
+static void on_handle_finalized(napi_env env, void* data, void* hint) {
+  packet_socket* s = data;
+  unregister_cleanup(s);
+  close_fd_and_poll(s, 1);
+  if (s->ring_ref != NULL) {
+    napi_delete_reference(env, s->ring_ref);
+    s->ring_ref = NULL;
+  }
+  release_socket(s);
+}
+
+static void on_ring_finalized(napi_env env, void* data, void* hint) {
+  release_socket(hint);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Interface queries.
+
+typedef struct interface_facts {
+  int ifindex;
+  int mtu;
+  int hardware_type;
+  uint8_t mac[6];
+} interface_facts;
+
+static int query_interface(int fd, const char* ifname, interface_facts* out, const char** failed_call) {
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  strncpy(ifr.ifr_name, ifname, IFNAMSIZ - 1);
+  if (ioctl(fd, SIOCGIFINDEX, &ifr) < 0) { *failed_call = "ioctl(SIOCGIFINDEX)"; return errno; }
+  out->ifindex = ifr.ifr_ifindex;
+  if (ioctl(fd, SIOCGIFHWADDR, &ifr) < 0) { *failed_call = "ioctl(SIOCGIFHWADDR)"; return errno; }
+  out->hardware_type = ifr.ifr_hwaddr.sa_family;
+  memcpy(out->mac, ifr.ifr_hwaddr.sa_data, 6);
+  if (ioctl(fd, SIOCGIFMTU, &ifr) < 0) { *failed_call = "ioctl(SIOCGIFMTU)"; return errno; }
+  out->mtu = ifr.ifr_mtu;
+  return 0;
+}
+
+static void set_int_property(napi_env env, napi_value object, const char* name, int64_t value) {
+  napi_value v;
+  napi_create_int64(env, value, &v);
+  napi_set_named_property(env, object, name, v);
+}
+
+static void set_interface_properties(napi_env env, napi_value object, const interface_facts* facts) {
+  napi_value mac;
+  void* mac_data = NULL;
+  set_int_property(env, object, "ifindex", facts->ifindex);
+  set_int_property(env, object, "mtu", facts->mtu);
+  set_int_property(env, object, "hardwareType", facts->hardware_type);
+  napi_create_buffer_copy(env, 6, facts->mac, &mac_data, &mac);
+  napi_set_named_property(env, object, "mac", mac);
+}
+
+static napi_value interface_info(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  char ifname[IFNAMSIZ];
+  if (!get_args(env, info, 1, argv) || !get_string(env, argv[0], "ifname", ifname, sizeof ifname)) return NULL;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    throw_errno(env, "socket(AF_INET)", errno, ifname);
+    return NULL;
+  }
+  interface_facts facts;
+  const char* failed_call = NULL;
+  int err = query_interface(fd, ifname, &facts, &failed_call);
+  close(fd);
+  if (err != 0) {
+    throw_errno(env, failed_call, err, ifname);
+    return NULL;
+  }
+  napi_value result;
+  napi_create_object(env, &result);
+  set_interface_properties(env, result, &facts);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// openPacketSocket({ ifname, blockSizeBytes, blockCount, retireTimeoutMs, reserveBytes, vnetHdr,
+//                    fanoutGroupId })
+
+static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
+  napi_value argv[1], value;
+  char ifname[IFNAMSIZ];
+  uint32_t block_size, block_count, retire_ms, reserve, fanout_id = 0;
+  bool vnet = false;
+  napi_valuetype type;
+
+  if (!get_args(env, info, 1, argv)) return NULL;
+  if (napi_typeof(env, argv[0], &type) != napi_ok || type != napi_object) {
+    throw_type(env, "options must be an object");
+    return NULL;
+  }
+  if (!get_property(env, argv[0], "ifname", &value) || !get_string(env, value, "ifname", ifname, sizeof ifname) ||
+      !get_uint32_property(env, argv[0], "blockSizeBytes", &block_size) ||
+      !get_uint32_property(env, argv[0], "blockCount", &block_count) ||
+      !get_uint32_property(env, argv[0], "retireTimeoutMs", &retire_ms) ||
+      !get_uint32_property(env, argv[0], "reserveBytes", &reserve)) {
+    return NULL;
+  }
+  if (!get_property(env, argv[0], "vnetHdr", &value)) return NULL;
+  if (napi_get_value_bool(env, value, &vnet) != napi_ok) {
+    throw_type(env, "vnetHdr must be a boolean");
+    return NULL;
+  }
+  if (!get_property(env, argv[0], "fanoutGroupId", &value)) return NULL;
+  if (napi_typeof(env, value, &type) == napi_ok && type != napi_undefined &&
+      !get_uint32(env, value, "fanoutGroupId", &fanout_id)) {
+    return NULL;
+  }
+
+  long page = sysconf(_SC_PAGESIZE);
+  if (block_size < NOMINAL_FRAME_BYTES || block_size % (uint32_t)page != 0) {
+    throw_range(env, "blockSizeBytes must be a multiple of the page size and at least 2048");
+    return NULL;
+  }
+  if (block_count == 0 || (uint64_t)block_size * block_count > MAX_RING_BYTES) {
+    throw_range(env, "blockCount must be at least 1 and the ring at most 1 GiB");
+    return NULL;
+  }
+  if (reserve > 1024) {
+    throw_range(env, "reserveBytes must be at most 1024");
+    return NULL;
+  }
+  if (fanout_id > 0xffff) {
+    throw_range(env, "fanoutGroupId must be in [0, 65535]");
+    return NULL;
+  }
+
+  packet_socket* s = calloc(1, sizeof *s);
+  if (s == NULL) {
+    throw_errno(env, "calloc", ENOMEM, ifname);
+    return NULL;
+  }
+  s->fd = -1;
+  s->env = env;
+  s->vnet_hdr = vnet;
+  s->block_size = block_size;
+  s->block_count = block_count;
+  s->ring_bytes = (size_t)block_size * block_count;
+  memcpy(s->ifname, ifname, sizeof ifname);
+
+  const char* call = NULL;
+  int err = 0;
+  interface_facts facts;
+  // Protocol 0: the socket receives nothing until bind() names the interface and ETH_P_ALL, so
+  // frames from other interfaces never land in the ring between socket() and bind().
+  s->fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (s->fd < 0) { call = "socket(AF_PACKET)"; err = errno; goto fail; }
+  err = query_interface(s->fd, ifname, &facts, &call);
+  if (err != 0) goto fail;
+  s->ifindex = facts.ifindex;
+
+  int one = 1;
+  if (vnet && setsockopt(s->fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) < 0) {
+    call = "setsockopt(PACKET_VNET_HDR)"; err = errno; goto fail;
+  }
+  int version = TPACKET_V3;
+  if (setsockopt(s->fd, SOL_PACKET, PACKET_VERSION, &version, sizeof version) < 0) {
+    call = "setsockopt(PACKET_VERSION)"; err = errno; goto fail;
+  }
+  if (setsockopt(s->fd, SOL_PACKET, PACKET_RESERVE, &reserve, sizeof reserve) < 0) {
+    call = "setsockopt(PACKET_RESERVE)"; err = errno; goto fail;
+  }
+  // The engine must never re-capture the frames it transmits itself.
+  if (setsockopt(s->fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one) < 0) {
+    call = "setsockopt(PACKET_IGNORE_OUTGOING)"; err = errno; goto fail;
+  }
+  struct tpacket_req3 req;
+  memset(&req, 0, sizeof req);
+  req.tp_block_size = block_size;
+  req.tp_block_nr = block_count;
+  req.tp_frame_size = NOMINAL_FRAME_BYTES;
+  req.tp_frame_nr = (block_size / NOMINAL_FRAME_BYTES) * block_count;
+  req.tp_retire_blk_tov = retire_ms;
+  if (setsockopt(s->fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof req) < 0) {
+    call = "setsockopt(PACKET_RX_RING)"; err = errno; goto fail;
+  }
+  void* ring = mmap(NULL, s->ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+  if (ring == MAP_FAILED) { call = "mmap(PACKET_RX_RING)"; err = errno; goto fail; }
+  s->ring = ring;
+
+  struct sockaddr_ll sll;
+  memset(&sll, 0, sizeof sll);
+  sll.sll_family = AF_PACKET;
+  sll.sll_protocol = htons(ETH_P_ALL);
+  sll.sll_ifindex = facts.ifindex;
+  if (bind(s->fd, (struct sockaddr*)&sll, sizeof sll) < 0) { call = "bind(AF_PACKET)"; err = errno; goto fail; }
+  if (fanout_id > 0) {
+    int fanout = (int)(fanout_id | ((uint32_t)(PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG) << 16));
+    if (setsockopt(s->fd, SOL_PACKET, PACKET_FANOUT, &fanout, sizeof fanout) < 0) {
+      call = "setsockopt(PACKET_FANOUT)"; err = errno; goto fail;
+    }
+  }
+
+  napi_value handle, ring_buffer;
+  if (napi_create_object(env, &handle) != napi_ok) goto fail_js;
+  if (napi_create_external_arraybuffer(env, s->ring, s->ring_bytes, on_ring_finalized, s, &ring_buffer) != napi_ok) {
+    goto fail_js;
+  }
+  // From here the ArrayBuffer holds a reference; the handle takes the other one below.
+  s->refs = 1;
+  napi_create_reference(env, ring_buffer, 1, &s->ring_ref);
+  if (napi_wrap(env, handle, s, on_handle_finalized, NULL, NULL) != napi_ok) {
+    // The ArrayBuffer's finalizer will free `s`; only the socket is ours to close now.
+    close(s->fd);
+    s->fd = -1;
+    s->closed = 1;
+    napi_delete_reference(env, s->ring_ref);
+    s->ring_ref = NULL;
+    return NULL;
+  }
+  s->refs++;
+  napi_type_tag_object(env, handle, &socket_type_tag);
+  napi_add_async_cleanup_hook(env, on_env_cleanup, s, &s->cleanup_handle);
+
+  napi_value v;
+  set_int_property(env, handle, "fd", s->fd);
+  set_interface_properties(env, handle, &facts);
+  napi_set_named_property(env, handle, "ring", ring_buffer);
+  set_int_property(env, handle, "blockSizeBytes", block_size);
+  set_int_property(env, handle, "blockCount", block_count);
+  napi_get_boolean(env, vnet, &v);
+  napi_set_named_property(env, handle, "vnetHdr", v);
+  napi_create_string_utf8(env, ifname, NAPI_AUTO_LENGTH, &v);
+  napi_set_named_property(env, handle, "ifname", v);
+  return handle;
+
+fail:
+  if (s->ring != NULL) munmap(s->ring, s->ring_bytes);
+  if (s->fd >= 0) close(s->fd);
+  free(s);
+  throw_errno(env, call, err, ifname);
+  return NULL;
+
+fail_js:
+  munmap(s->ring, s->ring_bytes);
+  close(s->fd);
+  free(s);
+  return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// nextBlock(handle, releaseIndex): hand block releaseIndex (if >= 0) back to the kernel, then
+// report whether the next block in ring order is ready for user space. Returns its index or -1.
+// The ready block is not claimed: if JS never processes it, the next call returns it again.
+
+static napi_value next_block(napi_env env, napi_callback_info info) {
+  napi_value argv[2], result;
+  int32_t release;
+  if (!get_args(env, info, 2, argv)) return NULL;
+  packet_socket* s = get_socket(env, argv[0], 1);
+  if (s == NULL || !get_int32(env, argv[1], "releaseIndex", &release)) return NULL;
+  if (release >= (int32_t)s->block_count) {
+    throw_range(env, "releaseIndex is past the last block");
+    return NULL;
+  }
+  if (release >= 0) {
+    struct tpacket_block_desc* done = (struct tpacket_block_desc*)(s->ring + (size_t)release * s->block_size);
+    // Release: every read and write of the block (the engine's rewrites, sendmmsg) happens before.
+    __atomic_store_n(&done->hdr.bh1.block_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+    if ((uint32_t)release == s->next_block) s->next_block = (s->next_block + 1) % s->block_count;
+  }
+  struct tpacket_block_desc* next = (struct tpacket_block_desc*)(s->ring + (size_t)s->next_block * s->block_size);
+  uint32_t status = __atomic_load_n(&next->hdr.bh1.block_status, __ATOMIC_ACQUIRE);
+  napi_create_int32(env, (status & TP_STATUS_USER) ? (int32_t)s->next_block : -1, &result);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
+// send(handle, offsets, lengths, count, first = 0) and sendCopy(handle, buf, offsets, lengths,
+// count, first = 0): sendmmsg frames [first, count) out of the bound interface, in order.
+// Returns how many were sent from `first`. Fewer than count - first means either a transient
+// refusal (EAGAIN, ENOBUFS: the frame at first + result was not sent) or a hard error at that
+// frame, which the next call starting there throws. Nothing sent and a hard error: throws.
+
+static napi_value send_frames(napi_env env, packet_socket* s, const uint8_t* base, size_t base_bytes,
+                              const int32_t* offsets, const int32_t* lengths, uint32_t first, uint32_t count) {
+  uint32_t sent = 0;
+  uint32_t index = first;
+  napi_value result;
+  while (index < count) {
+    uint32_t n = count - index;
+    if (n > SEND_CHUNK) n = SEND_CHUNK;
+    uint32_t valid = 0;
+    for (; valid < n; valid++) {
+      int32_t offset = offsets[index + valid];
+      int32_t length = lengths[index + valid];
+      if (offset < 0 || length <= 0 || (size_t)offset + (size_t)length > base_bytes) break;
+      s->iov[valid].iov_base = (void*)(base + offset);
+      s->iov[valid].iov_len = (size_t)length;
+      memset(&s->msgs[valid].msg_hdr, 0, sizeof s->msgs[valid].msg_hdr);
+      s->msgs[valid].msg_hdr.msg_iov = &s->iov[valid];
+      s->msgs[valid].msg_hdr.msg_iovlen = 1;
+    }
+    if (valid == 0) {
+      if (sent > 0) break;
+      throw_range(env, "frame offset/length outside the buffer");
+      return NULL;
+    }
+    int r = sendmmsg(s->fd, s->msgs, valid, MSG_DONTWAIT);
+    if (r < 0) {
+      int err = errno;
+      if (err == EINTR) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || sent > 0) break;
+      throw_errno(env, "sendmmsg", err, s->ifname);
+      return NULL;
+    }
+    sent += (uint32_t)r;
+    index += (uint32_t)r;
+  }
+  napi_create_uint32(env, sent, &result);
+  return result;
+}
+
+static int get_send_range(napi_env env, napi_value count_value, napi_value first_value, size_t offsets_length,
+                          size_t lengths_length, uint32_t* first, uint32_t* count) {
+  napi_valuetype type;
+  *first = 0;
+  if (!get_uint32(env, count_value, "count", count)) return 0;
+  if (napi_typeof(env, first_value, &type) == napi_ok && type != napi_undefined &&
+      !get_uint32(env, first_value, "first", first)) {
+    return 0;
+  }
+  if (*count > offsets_length || *count > lengths_length || *first > *count) {
+    throw_range(env, "count exceeds the offsets/lengths arrays, or first exceeds count");
+    return 0;
+  }
+  return 1;
+}
+
+static napi_value send_ring(napi_env env, napi_callback_info info) {
+  napi_value argv[5];
+  int32_t *offsets, *lengths;
+  size_t offsets_length, lengths_length;
+  uint32_t first, count;
+  if (!get_args(env, info, 5, argv)) return NULL;
+  packet_socket* s = get_socket(env, argv[0], 1);
+  if (s == NULL || !get_int32_array(env, argv[1], "offsets", &offsets, &offsets_length) ||
+      !get_int32_array(env, argv[2], "lengths", &lengths, &lengths_length) ||
+      !get_send_range(env, argv[3], argv[4], offsets_length, lengths_length, &first, &count)) {
+    return NULL;
+  }
+  return send_frames(env, s, s->ring, s->ring_bytes, offsets, lengths, first, count);
+}
+
+static napi_value send_copy(napi_env env, napi_callback_info info) {
+  napi_value argv[6];
+  int32_t *offsets, *lengths;
+  size_t offsets_length, lengths_length, buf_length;
+  uint32_t first, count;
+  bool is_typed = false;
+  napi_typedarray_type type;
+  uint8_t* buf;
+  if (!get_args(env, info, 6, argv)) return NULL;
+  packet_socket* s = get_socket(env, argv[0], 1);
+  if (s == NULL) return NULL;
+  if (napi_is_typedarray(env, argv[1], &is_typed) != napi_ok || !is_typed) {
+    throw_type(env, "buf must be a Uint8Array");
+    return NULL;
+  }
+  napi_get_typedarray_info(env, argv[1], &type, &buf_length, (void**)&buf, NULL, NULL);
+  if (type != napi_uint8_array) {
+    throw_type(env, "buf must be a Uint8Array");
+    return NULL;
+  }
+  if (!get_int32_array(env, argv[2], "offsets", &offsets, &offsets_length) ||
+      !get_int32_array(env, argv[3], "lengths", &lengths, &lengths_length) ||
+      !get_send_range(env, argv[4], argv[5], offsets_length, lengths_length, &first, &count)) {
+    return NULL;
+  }
+  return send_frames(env, s, buf, buf_length, offsets, lengths, first, count);
+}
+
+// ---------------------------------------------------------------------------------------------
+// startPolling(handle, callback) / stopPolling(handle): callback(errno) runs on the loop thread
+// when the ring has a block for user space (errno 0), or after a socket error (errno > 0, e.g.
+// ENETDOWN; the error is cleared and polling goes on).
+
+static void on_poll(uv_poll_t* handle, int status, int events) {
+  packet_socket* s = handle->data;
+  if (s->closed || s->callback_ref == NULL) return;
+  int err = 0;
+  if (status < 0) {
+    // libuv stops the handle on POLLERR; read SO_ERROR to clear it, then keep polling.
+    socklen_t len = sizeof err;
+    if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err == 0) err = -status;
+    uv_poll_start(handle, UV_READABLE, on_poll);
+  }
+  napi_env env = s->env;
+  napi_handle_scope scope;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
+  napi_value callback, recv, argv[1], exception;
+  if (napi_get_reference_value(env, s->callback_ref, &callback) == napi_ok && callback != NULL) {
+    napi_get_undefined(env, &recv);
+    napi_create_int32(env, err, &argv[0]);
+    if (napi_make_callback(env, s->async_context, recv, callback, 1, argv, NULL) == napi_pending_exception &&
+        napi_get_and_clear_last_exception(env, &exception) == napi_ok) {
+      napi_fatal_exception(env, exception);
+    }
+  }
+  napi_close_handle_scope(env, scope);
+}
+
+static napi_value start_polling(napi_env env, napi_callback_info info) {
+  napi_value argv[2], name;
+  napi_valuetype type;
+  if (!get_args(env, info, 2, argv)) return NULL;
+  packet_socket* s = get_socket(env, argv[0], 1);
+  if (s == NULL) return NULL;
+  if (napi_typeof(env, argv[1], &type) != napi_ok || type != napi_function) {
+    throw_type(env, "callback must be a function");
+    return NULL;
+  }
+  stop_polling(s, 0);
+  uv_loop_t* loop = NULL;
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok || loop == NULL) {
+    napi_throw_error(env, "ERR_NO_LOOP", "no libuv loop for this environment");
+    return NULL;
+  }
+  uv_poll_t* poll = malloc(sizeof *poll);
+  if (poll == NULL) {
+    throw_errno(env, "malloc", ENOMEM, s->ifname);
+    return NULL;
+  }
+  int r = uv_poll_init(loop, poll, s->fd);
+  if (r < 0) {
+    free(poll);
+    throw_errno(env, "uv_poll_init", -r, s->ifname);
+    return NULL;
+  }
+  poll->data = s;
+  s->refs++;  // released in on_poll_closed
+  s->poll = poll;
+  napi_create_reference(env, argv[1], 1, &s->callback_ref);
+  napi_create_string_utf8(env, "dsrlb:packet-ring", NAPI_AUTO_LENGTH, &name);
+  napi_async_init(env, argv[0], name, &s->async_context);
+  r = uv_poll_start(poll, UV_READABLE, on_poll);
+  if (r < 0) {
+    stop_polling(s, 0);
+    throw_errno(env, "uv_poll_start", -r, s->ifname);
+    return NULL;
+  }
+  return NULL;
+}
+
+static napi_value stop_polling_js(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  if (!get_args(env, info, 1, argv)) return NULL;
+  packet_socket* s = get_socket(env, argv[0], 0);
+  if (s != NULL) stop_polling(s, 0);
+  return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// stats(handle) -> { packets, drops, freezeQueueCount } since the previous call (the kernel
+// resets the counters on read). packets includes drops.
+
+static napi_value stats(napi_env env, napi_callback_info info) {
+  napi_value argv[1], result;
+  if (!get_args(env, info, 1, argv)) return NULL;
+  packet_socket* s = get_socket(env, argv[0], 1);
+  if (s == NULL) return NULL;
+  struct tpacket_stats_v3 st;
+  socklen_t len = sizeof st;
+  memset(&st, 0, sizeof st);
+  if (getsockopt(s->fd, SOL_PACKET, PACKET_STATISTICS, &st, &len) < 0) {
+    throw_errno(env, "getsockopt(PACKET_STATISTICS)", errno, s->ifname);
+    return NULL;
+  }
+  napi_create_object(env, &result);
+  set_int_property(env, result, "packets", st.tp_packets);
+  set_int_property(env, result, "drops", st.tp_drops);
+  set_int_property(env, result, "freezeQueueCount", st.tp_freeze_q_cnt);
+  return result;
+}
+
+// close(handle): stop polling, detach the ring ArrayBuffer (every view becomes empty), unmap,
+// close the socket. Idempotent.
+static napi_value close_socket(napi_env env, napi_callback_info info) {
+  napi_value argv[1], ring;
+  if (!get_args(env, info, 1, argv)) return NULL;
+  packet_socket* s = get_socket(env, argv[0], 0);
+  if (s == NULL || s->closed) return NULL;
+  unregister_cleanup(s);
+  close_fd_and_poll(s, 0);
+  if (s->ring_ref != NULL) {
+    if (napi_get_reference_value(env, s->ring_ref, &ring) == napi_ok && ring != NULL &&
+        napi_detach_arraybuffer(env, ring) == napi_ok) {
+      munmap(s->ring, s->ring_bytes);
+      s->unmapped = 1;
+    }
+    napi_delete_reference(env, s->ring_ref);
+    s->ring_ref = NULL;
+  }
+  return NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static napi_value make_layout(napi_env env) {
+  napi_value layout;
+  napi_create_object(env, &layout);
+  set_int_property(env, layout, "blockStatus", offsetof(struct tpacket_block_desc, hdr.bh1.block_status));
+  set_int_property(env, layout, "blockNumPackets", offsetof(struct tpacket_block_desc, hdr.bh1.num_pkts));
+  set_int_property(env, layout, "blockFirstPacket", offsetof(struct tpacket_block_desc, hdr.bh1.offset_to_first_pkt));
+  set_int_property(env, layout, "frameNextOffset", offsetof(struct tpacket3_hdr, tp_next_offset));
+  set_int_property(env, layout, "frameSnaplen", offsetof(struct tpacket3_hdr, tp_snaplen));
+  set_int_property(env, layout, "frameLen", offsetof(struct tpacket3_hdr, tp_len));
+  set_int_property(env, layout, "frameStatus", offsetof(struct tpacket3_hdr, tp_status));
+  set_int_property(env, layout, "frameMac", offsetof(struct tpacket3_hdr, tp_mac));
+  set_int_property(env, layout, "frameNet", offsetof(struct tpacket3_hdr, tp_net));
+  set_int_property(env, layout, "frameVlanTci", offsetof(struct tpacket3_hdr, hv1.tp_vlan_tci));
+  set_int_property(env, layout, "frameVlanTpid", offsetof(struct tpacket3_hdr, hv1.tp_vlan_tpid));
+  set_int_property(env, layout, "framePacketType",
+                   TPACKET_ALIGN(sizeof(struct tpacket3_hdr)) + offsetof(struct sockaddr_ll, sll_pkttype));
+  set_int_property(env, layout, "frameHeaderBytes", TPACKET3_HDRLEN);
+  return layout;
+}
+
+NAPI_MODULE_INIT() {
+  napi_property_descriptor properties[] = {
+      {"openPacketSocket", NULL, open_packet_socket, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"nextBlock", NULL, next_block, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"send", NULL, send_ring, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"sendCopy", NULL, send_copy, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"startPolling", NULL, start_polling, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"stopPolling", NULL, stop_polling_js, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"stats", NULL, stats, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"close", NULL, close_socket, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"interfaceInfo", NULL, interface_info, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"layout", NULL, NULL, NULL, NULL, make_layout(env), napi_enumerable, NULL},
+  };
+  if (napi_define_properties(env, exports, sizeof properties / sizeof properties[0], properties) != napi_ok) {
+    return NULL;
+  }
+  return exports;
+}

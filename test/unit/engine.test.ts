@@ -1,0 +1,282 @@
+// Engine packet tests as data: an input frame, the setup (config + reals), the expected verdict,
+// output bytes and counter changes. Runs the real engine, snapshot builder and flow table.
+
+import { describe, expect, it } from 'vitest';
+import { parseConfigText } from '../../src/config/validate.js';
+import type { Config } from '../../src/config/types.js';
+import { Engine } from '../../src/dataplane/engine.js';
+import { Counter, createCounters, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter } from '../../src/dataplane/counters.js';
+import { DropReason } from '../../src/dataplane/drop-reasons.js';
+import { flowHash } from '../../src/dataplane/flow-hash.js';
+import { MemoryIo } from '../../src/io/memory-io.js';
+import { VERDICT_PASS, VERDICT_TX } from '../../src/io/packet-io.js';
+import { SnapshotBuilder, type RealView, type ServiceView } from '../../src/control/snapshot-builder.js';
+import { addressWords, parseMac } from '../../src/control/addresses.js';
+import { ETH_ARP, ETH_IPV4, ETH_IPV6, ethernet, fromHex, hex, ipv4, ipv6, tcp, udp } from '../support/packet-builder.js';
+
+const LB_MAC = '02:00:00:00:00:01';
+const CLIENT_MAC = '02:00:00:00:00:0c';
+const VIP = '10.0.0.100';
+const VIP6 = 'fd00::100';
+const REALS = ['10.0.0.11', '10.0.0.12', '10.0.0.13', '10.0.0.14'];
+const realMac = (i: number): string => `02:00:00:00:01:${(0x11 + i).toString(16)}`;
+const SYN = 0x02;
+const ACK = 0x10;
+
+function config(yaml: string): Config {
+  const r = parseConfigText(yaml);
+  if (!r.ok) throw new Error(r.problems.map((p) => `${p.path}: ${p.message}`).join('\n'));
+  return r.config;
+}
+
+const baseConfig = (scheduler = 'maglev', reals = REALS.slice(0, 3), extra = ''): Config =>
+  config(`
+interface: eth0
+services:
+  - name: web
+    vip: ${VIP}
+    port: 80
+    protocol: tcp
+    scheduler: ${scheduler}
+${extra}
+    reals:
+${reals.map((a) => `      - address: ${a}`).join('\n')}
+  - name: web6
+    vip: ${VIP6}
+    port: 0
+    protocol: udp
+    reals:
+      - address: fd00::11
+`);
+
+/** Views as the daemon makes them: ids in config order, every real up, MACs known. */
+function views(cfg: Config, tweak: (r: RealView, service: string) => RealView = (r) => r): ServiceView[] {
+  let id = 0;
+  return cfg.services.map((s) => ({
+    config: s,
+    reals: s.reals.map((r) =>
+      tweak(
+        {
+          id: id++,
+          address: r.address,
+          weight: r.weight,
+          intent: r.state,
+          forwarding: r.forwarding,
+          health: 'up',
+          removed: false,
+          mac: parseMac(realMac(REALS.indexOf(r.address) >= 0 ? REALS.indexOf(r.address) : 9)),
+        },
+        s.name,
+      ),
+    ),
+  }));
+}
+
+function setup(cfg: Config = baseConfig(), tweak?: (r: RealView, service: string) => RealView) {
+  const counters = createCounters();
+  const engine = new Engine({
+    flowCapacity: 1024,
+    timeouts: { synMs: 60_000, establishedMs: 900_000, finMs: 120_000, closeMs: 10_000, udpMs: 300_000 },
+    maxRealIds: MAX_REAL_IDS,
+    counters,
+    localMac: parseMac(LB_MAC),
+  });
+  const builder = new SnapshotBuilder();
+  const build = (c: Config, t?: (r: RealView, service: string) => RealView) => {
+    const r = builder.build(views(c, t), c.hashSeed, MAX_REAL_IDS);
+    engine.setSnapshot(r.snapshot);
+    return r;
+  };
+  build(cfg, tweak);
+  const io = new MemoryIo({ localMac: parseMac(LB_MAC) });
+  let now = 1_000_000;
+  io.start((b) => engine.processBatch(b, now));
+  return { engine, counters, io, build, advance: (ms: number) => (now += ms) };
+}
+
+const tcpFrame = (sport: number, flags: number, payload: number[] = [], dport = 80, src = '192.0.2.7') =>
+  ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src, dst: VIP, proto: 6, id: 1 }, tcp({ sport, dport, flags, seq: 1000, ack: flags & ACK ? 5000 : 0 }, payload, { src, dst: VIP })));
+
+/** Which real (index into REALS) a forwarded frame went to, read from its destination MAC. */
+function realOf(frame: Uint8Array): number {
+  return frame[5]! - 0x11;
+}
+
+describe('engine: L2 DSR packet vectors', () => {
+  it('forwards a TCP SYN to the VIP with only the Ethernet addresses changed (exact bytes)', () => {
+    const { io, counters } = setup();
+    const input = tcpFrame(40000, SYN);
+    expect(hex(input)).toBe(
+      '020000000001' + '02000000000c' + '0800' +
+        '45000028000100004006ae64c00002070a000064' + // IPv4: 192.0.2.7 -> 10.0.0.100, checksum 0xae64
+        '9c400050000003e8000000005002ffff' + '42ff0000', // TCP SYN 40000 -> 80, window 65535, checksum 0x42ff
+    );
+    const [out] = io.inject([input]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_TX);
+    const r = realOf(out!);
+    expect(hex(out!)).toBe(realMac(r).replaceAll(':', '') + '020000000001' + hex(input).slice(24));
+    expect(counters[Counter.rxPackets]).toBe(1);
+    expect(counters[Counter.txPackets]).toBe(1);
+  });
+
+  it('forwards an IPv6 UDP datagram to a port-0 service (every port of the VIP)', () => {
+    const { io } = setup();
+    const frame = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: 'fd00::7', dst: VIP6, nextHeader: 17 }, udp({ sport: 5353, dport: 9999 }, [1, 2, 3], { src: 'fd00::7', dst: VIP6 })));
+    const [out] = io.inject([frame]);
+    expect(out).toBeDefined();
+    expect(hex(out!.subarray(0, 12))).toBe(realMac(9).replaceAll(':', '') + '020000000001');
+    expect(hex(out!.subarray(12))).toBe(hex(frame.subarray(12)));
+  });
+
+  it('leaves ARP, other ports and other addresses to the kernel', () => {
+    const { io, counters } = setup();
+    const arp = ethernet({ dst: 'ff:ff:ff:ff:ff:ff', src: CLIENT_MAC, type: ETH_ARP }, new Uint8Array(28));
+    const otherPort = tcpFrame(40001, SYN, [], 81);
+    const otherAddr = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: '192.0.2.7', dst: '10.0.0.2', proto: 6 }, tcp({ sport: 1, dport: 80, flags: SYN }, [], { src: '192.0.2.7', dst: '10.0.0.2' })));
+    expect(io.inject([arp, otherPort, otherAddr])).toHaveLength(0);
+    expect([...io.lastVerdicts()]).toEqual([VERDICT_PASS, VERDICT_PASS, VERDICT_PASS]);
+    expect(counters[Counter.passedPackets]).toBe(3);
+  });
+
+  it('drops malformed frames and counts them per reason, forwarding the good ones of the same batch', () => {
+    const { io, counters } = setup();
+    const good = tcpFrame(40002, SYN);
+    const truncated = good.subarray(0, 30);
+    const badIhl = Uint8Array.from(good);
+    badIhl[14] = 0x44;
+    const badOffset = Uint8Array.from(good);
+    badOffset[14 + 20 + 12] = 0x40; // data offset 4
+    const out = io.inject([truncated, good, badIhl, badOffset]);
+    expect(out).toHaveLength(1);
+    expect([...io.lastVerdicts()]).toEqual([-DropReason.truncatedIpv4, VERDICT_TX, -DropReason.badIpv4HeaderLength, -DropReason.badTcpDataOffset]);
+    expect(counters[Counter.dropBase + DropReason.truncatedIpv4]).toBe(1);
+    expect(counters[Counter.dropBase + DropReason.badIpv4HeaderLength]).toBe(1);
+    expect(counters[Counter.dropBase + DropReason.badTcpDataOffset]).toBe(1);
+  });
+
+  it('keeps every packet of a connection on the real its SYN got', () => {
+    const { io } = setup();
+    for (let port = 41000; port < 41100; port++) {
+      const [syn] = io.inject([tcpFrame(port, SYN)]);
+      const [ack] = io.inject([tcpFrame(port, ACK)]);
+      const [data] = io.inject([tcpFrame(port, ACK, [1, 2, 3, 4])]);
+      expect(realOf(ack!)).toBe(realOf(syn!));
+      expect(realOf(data!)).toBe(realOf(syn!));
+    }
+  });
+
+  it('spreads new connections over all reals', () => {
+    const { io } = setup();
+    const seen = new Map<number, number>();
+    for (let port = 20000; port < 23000; port++) {
+      const r = realOf(io.inject([tcpFrame(port, SYN)])[0]!);
+      seen.set(r, (seen.get(r) ?? 0) + 1);
+    }
+    expect([...seen.keys()].sort()).toEqual([0, 1, 2]);
+    for (const n of seen.values()) expect(n).toBeGreaterThan(800);
+  });
+
+  it('keeps established flows on their real when a real is added, while new flows reach the new one', () => {
+    const { io, build } = setup();
+    const before = new Map<number, number>();
+    for (let port = 30000; port < 31000; port++) {
+      io.inject([tcpFrame(port, SYN)]);
+      before.set(port, realOf(io.inject([tcpFrame(port, ACK)])[0]!));
+    }
+    build(baseConfig('maglev', REALS));
+    for (const [port, r] of before) expect(realOf(io.inject([tcpFrame(port, ACK, [9])])[0]!)).toBe(r);
+    let toNew = 0;
+    for (let port = 50000; port < 51000; port++) if (realOf(io.inject([tcpFrame(port, SYN)])[0]!) === 3) toNew++;
+    expect(toNew).toBeGreaterThan(150);
+  });
+
+  it('places a mid-stream packet without an entry where the Maglev table says (LB restart, other LB)', () => {
+    const a = setup();
+    const b = setup(); // a second LB (or a restarted one) with the same config
+    for (let port = 33000; port < 33300; port++) {
+      const viaSyn = realOf(a.io.inject([tcpFrame(port, SYN)])[0]!);
+      const midStream = realOf(b.io.inject([tcpFrame(port, ACK, [1])])[0]!);
+      expect(midStream).toBe(viaSyn);
+    }
+  });
+
+  it('wlc sends new flows to the least loaded real and mid-stream strays to the consistent hash', () => {
+    const { io, engine } = setup(baseConfig('wlc'));
+    // Establish 5 connections: least-connections with ties by id spreads them 2/2/1 in id order.
+    const got: number[] = [];
+    for (let port = 1000; port < 1005; port++) {
+      got.push(realOf(io.inject([tcpFrame(port, SYN)])[0]!));
+      io.inject([tcpFrame(port, ACK)]);
+    }
+    expect(got).toEqual([0, 1, 2, 0, 1]);
+    expect(engine.flows.activeByReal[0]).toBe(2);
+    // A stray ACK lands on the Maglev table's real, as on any other LB.
+    const m = setup();
+    const stray = realOf(io.inject([tcpFrame(7777, ACK, [1])])[0]!);
+    expect(stray).toBe(realOf(m.io.inject([tcpFrame(7777, SYN)])[0]!));
+  });
+
+  it('drops and counts frames for a real whose MAC is not resolved yet, never sending to a wrong MAC', () => {
+    const { io, counters } = setup(baseConfig('maglev', [REALS[0]!]), (r) => ({ ...r, mac: null }));
+    expect(io.inject([tcpFrame(40003, SYN)])).toHaveLength(0);
+    expect(counters[Counter.dropBase + DropReason.neighborUnknown]).toBe(1);
+  });
+
+  it('moves flows of a disabled real and keeps flows of a draining real', () => {
+    const { io, build, counters } = setup();
+    const onReal = new Map<number, number>();
+    for (let port = 60000; port < 60300; port++) {
+      io.inject([tcpFrame(port, SYN)]);
+      onReal.set(port, realOf(io.inject([tcpFrame(port, ACK)])[0]!));
+    }
+    build(baseConfig(), (r) => (r.address === REALS[0] ? { ...r, intent: 'drain' } : r));
+    for (const [port, r] of onReal) expect(realOf(io.inject([tcpFrame(port, ACK, [1])])[0]!)).toBe(r);
+    for (let port = 61000; port < 61300; port++) expect(realOf(io.inject([tcpFrame(port, SYN)])[0]!)).not.toBe(0);
+
+    build(baseConfig(), (r) => (r.address === REALS[0] ? { ...r, intent: 'disabled' } : r));
+    const moved = [...onReal].filter(([, r]) => r === 0);
+    expect(moved.length).toBeGreaterThan(50);
+    for (const [port] of moved) expect(realOf(io.inject([tcpFrame(port, ACK, [2])])[0]!)).not.toBe(0);
+    expect(counters[Counter.flowsRescheduled]).toBe(moved.length);
+  });
+
+  it('drops new flows when no real can take them and the service says whenAllDown: drop', () => {
+    const cfg = baseConfig('maglev', REALS.slice(0, 2), '    whenAllDown: drop');
+    const { io, counters } = setup(cfg, (r) => ({ ...r, health: 'down' }));
+    expect(io.inject([tcpFrame(40004, SYN)])).toHaveLength(0);
+    expect(counters[Counter.dropBase + DropReason.noRealAvailable]).toBe(1);
+  });
+
+  it('keeps forwarding to wanted reals when all are down and the service says failOpen', () => {
+    const { io } = setup(baseConfig(), (r) => ({ ...r, health: 'down' }));
+    expect(io.inject([tcpFrame(40005, SYN)])).toHaveLength(1);
+  });
+
+  it('counts forwarded packets and bytes per real and flows created', () => {
+    const { io, counters } = setup();
+    const frame = tcpFrame(40006, SYN);
+    const r = realOf(io.inject([frame])[0]!);
+    const base = REAL_BASE + r * REAL_STRIDE;
+    expect(counters[base + RealCounter.forwardedPackets]).toBe(1);
+    expect(counters[base + RealCounter.forwardedBytes]).toBe(frame.length);
+    expect(counters[base + RealCounter.flowsCreated]).toBe(1);
+  });
+
+  it('hashes the flow key the way the snapshot expects (Maglev slot of the 5-tuple)', () => {
+    const { io, engine } = setup();
+    const key = new Uint32Array(10);
+    key[0] = 6 | (4 << 8);
+    key[1] = addressWords('192.0.2.7')[0]!;
+    key[5] = addressWords(VIP)[0]!;
+    key[9] = ((42424 << 16) | 80) >>> 0;
+    const snap = engine.snapshot();
+    const expected = snap.svcTables[0]![flowHash(key, 0) % snap.svcTableSize[0]!]!;
+    expect(realOf(io.inject([tcpFrame(42424, SYN)])[0]!)).toBe(expected);
+  });
+
+  it('builds frames from literal bytes too', () => {
+    const { io } = setup();
+    const literal = fromHex('020000000001' + '02000000000c' + '0806' + '00'.repeat(28));
+    expect(io.inject([literal])).toHaveLength(0);
+  });
+});
