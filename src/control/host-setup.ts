@@ -5,6 +5,7 @@
 // A run-state file remembers what we added, so a restart after a crash adopts and later undoes it.
 
 import { execFile } from 'node:child_process';
+import { statSync } from 'node:fs';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import type { Logger } from './logger.js';
@@ -52,7 +53,9 @@ export class HostSetup {
     private readonly runner: CommandRunner = systemRunner,
     runDir = '/run/dsrlb',
   ) {
-    this.statePath = `${runDir}/host-${ifname}.json`;
+    // /run is shared by every network namespace: name the file after ours too.
+    const netns = statSync('/proc/self/ns/net').ino;
+    this.statePath = `${runDir}/host-${netns}-${ifname}.json`;
     this.state = { interface: ifname, addedAddresses: [], proxyNdp: [], groDisabled: false };
   }
 

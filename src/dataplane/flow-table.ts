@@ -408,7 +408,7 @@ export class FlowTable {
   private unlink(entry: number): void {
     const prev = this.prevEntry[entry]!;
     const next = this.nextEntry[entry]!;
-    
+    if (this.sweepCursor === entry) this.sweepCursor = next;
     if (prev === -1) this.head = next;
     else this.nextEntry[prev] = next;
     if (next === -1) this.tail = prev;

@@ -68,7 +68,8 @@ const ERR_TRUNCATED_ICMP = -DropReason.truncatedIcmp;
  * - IP length fields bound the packet: bytes after l3End are Ethernet padding, and the L4 header
  *   must fit before l3End, not merely before the end of the frame.
  * - The L4 header is read only for first fragments; for IPv6 non-first fragments ipProtocol is the
- *   fragment header's next header and the walk stops there.
+ *   fragment header's next header and the walk stops there. A first fragment's UDP length may
+ *   exceed the fragment (it counts the whole datagram).
  * - A negative offset/length, non-integer ones, or a frame shorter than 14 bytes is truncatedEthernet;
  *   a length past the end of the buffer is clamped to the buffer.
  */
@@ -161,7 +162,7 @@ function parseIpv6(buf: Uint8Array, l3: number, end: number, out: ParsedPacket):
     nextHeader === IPV6_DESTINATION_OPTIONS ||
     nextHeader === IPV6_AH
   ) {
-    if (walked > IPV6_MAX_EXTENSION_HEADERS) return ERR_IPV6_EXTENSION_HEADER_LIMIT;
+    if (walked === IPV6_MAX_EXTENSION_HEADERS) return ERR_IPV6_EXTENSION_HEADER_LIMIT;
     walked++;
     if (l3End - pos < IPV6_EXTENSION_MIN_BYTES) return ERR_TRUNCATED_IPV6_EXTENSION_HEADER;
     let headerBytes: number;

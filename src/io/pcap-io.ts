@@ -9,7 +9,7 @@ import { DropReason } from '../dataplane/drop-reasons.js';
 import { parseFrame } from '../dataplane/packet-parser.js';
 import { PARSE_OK, ParsedPacket } from '../dataplane/parsed-packet.js';
 import { createPacketBatch, VERDICT_TX, type PacketBatch, type PacketIo, type PacketIoStats } from './packet-io.js';
-import { loadNativeBinding } from './native-binding.js';
+import { readFileSync } from 'node:fs';
 
 interface CapSession {
   open(device: string, filter: string, bufSize: number, buffer: Buffer): string;
@@ -50,8 +50,11 @@ export class PcapIo implements PacketIo {
   }
 
   static open(opts: { interface: string }): PcapIo {
-    const info = loadNativeBinding().interfaceInfo(opts.interface);
-    return new PcapIo(opts.interface, new Uint8Array(info.mac), info.mtu);
+    // From sysfs, so this backend does not need the native addon.
+    const sys = `/sys/class/net/${opts.interface}`;
+    const mac = readFileSync(`${sys}/address`, 'utf8').trim().split(':').map((h) => parseInt(h, 16));
+    const mtu = Number(readFileSync(`${sys}/mtu`, 'utf8').trim());
+    return new PcapIo(opts.interface, Uint8Array.from(mac), mtu);
   }
 
   start(onBatch: (batch: PacketBatch) => void): void {

@@ -14,17 +14,11 @@ function murmur3Bytes(bytes: Uint8Array, seed: number): number {
     h = (Math.imul(rotl(h ^ k, 13), 5) + 0xe6546b64) | 0;
   }
   const tail = blocks * 4;
-  let k = 0;
-  switch (bytes.length & 3) {
-    case 3:
-      k ^= bytes[tail + 2]! << 16;
-    // falls through
-    case 2:
-      k ^= bytes[tail + 1]! << 8;
-    // falls through
-    case 1:
-      k ^= bytes[tail]!;
-      h ^= Math.imul(rotl(Math.imul(k, 0xcc9e2d51), 15), 0x1b873593);
+  const rest = bytes.length & 3;
+  if (rest > 0) {
+    let k = 0;
+    for (let j = rest - 1; j >= 0; j--) k = (k << 8) | bytes[tail + j]!;
+    h ^= Math.imul(rotl(Math.imul(k, 0xcc9e2d51), 15), 0x1b873593);
   }
   h ^= bytes.length;
   h ^= h >>> 16;

@@ -1,0 +1,152 @@
+// The whole surface of the native addon (native/src/packet_ring.c) as one TypeScript interface,
+// and its loader. Nothing past this file sees an untyped value from the addon.
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ADDON_RELATIVE_PATH = join('native', 'build', 'Release', 'dsrlb_native.node');
+/** How many directories up from this module to look for native/build (src/io, dist/io, test builds). */
+const ADDON_SEARCH_DEPTH = 8;
+
+export interface OpenPacketSocketOptions {
+  ifname: string;
+  /** Multiple of the page size; one block holds many frames and must fit the largest (GSO) frame. */
+  blockSizeBytes: number;
+  blockCount: number;
+  /** The kernel hands over a partly filled block after this long (0: the kernel's own default). */
+  retireTimeoutMs: number;
+  /** PACKET_RESERVE: writable headroom before each frame (before its virtio_net_hdr). At most 1024. */
+  reserveBytes: number;
+  /** PACKET_VNET_HDR: a 10-byte virtio_net_hdr precedes every received and every sent frame. */
+  vnetHdr: boolean;
+  /** > 0: join PACKET_FANOUT group (HASH | DEFRAG) with this id (1..65535). */
+  fanoutGroupId?: number;
+}
+
+export interface InterfaceInfo {
+  ifindex: number;
+  /** 6 bytes (SIOCGIFHWADDR). */
+  mac: Uint8Array;
+  mtu: number;
+  /** ARPHRD_* (1: Ethernet, 772: loopback, 65534: none/tun). */
+  hardwareType: number;
+}
+
+/** An open TPACKET_V3 socket. Only the addon creates these; pass them back unchanged. */
+export interface PacketSocketHandle extends InterfaceInfo {
+  readonly fd: number;
+  readonly ifname: string;
+  /** The whole mmap'ed RX ring (blockCount * blockSizeBytes), detached (empty) after close(). */
+  readonly ring: ArrayBuffer;
+  readonly blockSizeBytes: number;
+  readonly blockCount: number;
+  readonly vnetHdr: boolean;
+}
+
+/** PACKET_STATISTICS since the previous call: the kernel resets them on each read. */
+export interface PacketSocketStats {
+  /** Frames the socket accepted, including the dropped ones. */
+  packets: number;
+  /** Frames dropped because no block was free (the ring was full). */
+  drops: number;
+  freezeQueueCount: number;
+}
+
+/** Byte offsets inside a ring block and a frame, taken from the kernel headers at build time. */
+export interface RingLayout {
+  blockStatus: number;
+  blockNumPackets: number;
+  blockFirstPacket: number;
+  frameNextOffset: number;
+  frameSnaplen: number;
+  frameLen: number;
+  frameStatus: number;
+  frameMac: number;
+  frameNet: number;
+  frameVlanTci: number;
+  frameVlanTpid: number;
+  framePacketType: number;
+  frameHeaderBytes: number;
+}
+
+/** Errors thrown by the addon for a failed syscall: code is the errno name ('EPERM', 'ENODEV'). */
+export interface NativeSystemError extends Error {
+  code: string;
+  /** Negative errno, as in Node's own system errors. */
+  errno: number;
+  syscall: string;
+}
+
+export interface DsrlbNative {
+  openPacketSocket(options: OpenPacketSocketOptions): PacketSocketHandle;
+  /**
+   * Gives block `releaseIndex` (when >= 0) back to the kernel, then returns the index of the next
+   * block in ring order if the kernel has handed it to user space, else -1. The returned block is
+   * not claimed: calling again without releasing it returns it again.
+   */
+  nextBlock(handle: PacketSocketHandle, releaseIndex: number): number;
+  /**
+   * sendmmsg of frames [first, count) whose bytes lie in the ring at offsets[i], lengths[i]
+   * (including the virtio_net_hdr when the socket has vnetHdr). Returns how many were sent from
+   * `first`; fewer means a transient refusal (EAGAIN/ENOBUFS) at the next frame, or a hard error
+   * there that the next call starting at it throws. Throws when nothing could be sent.
+   */
+  send(handle: PacketSocketHandle, offsets: Int32Array, lengths: Int32Array, count: number, first?: number): number;
+  /** Like send(), for frames that live in `buf`. */
+  sendCopy(
+    handle: PacketSocketHandle,
+    buf: Uint8Array,
+    offsets: Int32Array,
+    lengths: Int32Array,
+    count: number,
+    first?: number,
+  ): number;
+  /**
+   * Calls `callback(0)` on the loop thread whenever a block is ready, and `callback(errno)` after a
+   * socket error (which is cleared; polling goes on). Replaces an earlier callback.
+   */
+  startPolling(handle: PacketSocketHandle, callback: (errno: number) => void): void;
+  stopPolling(handle: PacketSocketHandle): void;
+  stats(handle: PacketSocketHandle): PacketSocketStats;
+  /** Stops polling, detaches handle.ring, unmaps and closes. Idempotent. */
+  close(handle: PacketSocketHandle): void;
+  interfaceInfo(ifname: string): InterfaceInfo;
+  readonly layout: RingLayout;
+}
+
+let loaded: DsrlbNative | undefined;
+
+function findAddon(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (let i = 0; i < ADDON_SEARCH_DEPTH; i++) {
+    const candidate = join(dir, ADDON_RELATIVE_PATH);
+    if (existsSync(candidate)) return candidate;
+    const parent = dirname(dir);
+    if (parent === dir) break;
+    dir = parent;
+  }
+  const error = new Error(
+    `dsrlb native addon not found (${ADDON_RELATIVE_PATH} above ${fileURLToPath(import.meta.url)}): run npm run build:native`,
+  ) as Error & { code: string };
+  error.code = 'ERR_DSRLB_NATIVE_MISSING';
+  throw error;
+}
+
+/** Loads the addon once per thread (it is context-aware, so worker threads load their own). */
+export function loadNative(): DsrlbNative {
+  if (loaded === undefined) {
+    const require = createRequire(import.meta.url);
+    loaded = require(findAddon()) as DsrlbNative;
+  }
+  return loaded;
+}
+
+/** True for an error thrown by the addon for a failed syscall. */
+export function isNativeSystemError(error: unknown): error is NativeSystemError {
+  return (
+    error instanceof Error &&
+    typeof (error as Partial<NativeSystemError>).code === 'string' &&
+    typeof (error as Partial<NativeSystemError>).syscall === 'string'
+  );
+}

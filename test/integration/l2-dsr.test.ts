@@ -1,0 +1,239 @@
+// L2 DSR end to end in network namespaces: a real client reaches real HTTP servers through
+// `dsrlb run`, replies bypass the LB, keep-alive connections survive a SIGKILL + restart and a
+// reload, malformed frames are counted and dropped, and the same holds with `io: pcap`.
+
+import type { ChildProcess } from 'node:child_process';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLab, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
+import { ETH_IPV4, ETH_IPV6, ethernet, hex, ipv4, ipv6, ipv6Options, tcp } from '../support/packet-builder.js';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const PREFIX = `dsrt-l2-${process.pid}-`;
+let lab: Lab;
+let dir: string;
+
+function requireRoot(): void {
+  if (process.getuid?.() !== 0) throw new Error('namespace tests need root: run as root (CI does)');
+}
+
+function configText(io: string, reals: readonly string[]): string {
+  return [
+    'interface: eth0',
+    `io: ${io}`,
+    'metrics: { listen: 127.0.0.1:9742 }',
+    'admin: { listen: 127.0.0.1:9743 }',
+    'services:',
+    '  - name: web',
+    `    vip: ${lab.vip}`,
+    '    port: 80',
+    '    protocol: tcp',
+    '    reals:',
+    ...reals.map((a) => `      - address: ${a}`),
+    '',
+  ].join('\n');
+}
+
+class DaemonProc {
+  readonly logs: string[] = [];
+  private constructor(readonly proc: ChildProcess) {}
+
+  static async start(configPath: string): Promise<DaemonProc> {
+    const proc = lab.spawn(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', configPath], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const d = new DaemonProc(proc);
+    createInterface({ input: proc.stdout! }).on('line', (l) => d.logs.push(l));
+    createInterface({ input: proc.stderr! }).on('line', (l) => d.logs.push(`stderr: ${l}`));
+    const deadline = Date.now() + 20_000;
+    while (Date.now() < deadline) {
+      if (proc.exitCode !== null) throw new Error(`dsrlb exited ${proc.exitCode}:\n${d.logs.join('\n')}`);
+      if ((await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9743/healthz'])).code === 0 && (await allMacsKnown())) return d;
+      await sleep(200);
+    }
+    throw new Error(`dsrlb did not become healthy:\n${d.logs.join('\n')}`);
+  }
+
+  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
+    if (this.proc.exitCode !== null) return this.proc.exitCode;
+    const exited = new Promise<number | null>((r) => this.proc.once('exit', (code) => r(code)));
+    this.proc.kill(signal);
+    return exited;
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Every configured real's MAC is resolved (else its first SYNs are dropped and retried). */
+async function allMacsKnown(): Promise<boolean> {
+  const r = await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9743/status']);
+  if (r.code !== 0) return false;
+  const status = JSON.parse(r.stdout) as { services: { reals: { mac: string | null }[] }[] };
+  return status.services.every((s) => s.reals.every((x) => x.mac !== null));
+}
+
+async function metrics(): Promise<string> {
+  return (await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9742/metrics'])).stdout;
+}
+
+function metricValue(text: string, name: string, labels: string): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}}`));
+  return line ? Number(line.split(' ').pop()) : 0;
+}
+
+async function httpCount(n: number): Promise<{ ok: number; failed: number; byReal: Record<string, number>; distinctPorts: number; errors: Record<string, number> }> {
+  const r = await lab.exec(lab.client, [process.execPath, join(ROOT, 'dist/lab/http-client.js'), '--host', lab.vip, '--count', String(n)], { timeoutMs: 120_000 });
+  if (r.code !== 0) throw new Error(`http-client: ${r.stderr}`);
+  return JSON.parse(r.stdout.trim().split('\n').pop()!);
+}
+
+/** Counts frames with source address VIP on the LB's interface (replies that crossed the LB). */
+function captureVipSourced(): { stop: () => Promise<number> } {
+  const p = lab.spawn(lab.lb, ['tcpdump', '-i', 'eth0', '-nn', '-l', '-q', '--immediate-mode', 'src', 'host', lab.vip], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let frames = 0;
+  createInterface({ input: p.stdout! }).on('line', (l) => {
+    if (l.includes(' IP')) frames++;
+  });
+  return {
+    stop: async () => {
+      await sleep(300);
+      p.kill('SIGTERM');
+      await new Promise((r) => p.once('exit', r));
+      return frames;
+    },
+  };
+}
+
+beforeAll(async () => {
+  requireRoot();
+  await destroyLabsWithPrefix(PREFIX);
+  lab = await createLab({ prefix: PREFIX, realCount: 4 });
+  await lab.startHttpServers();
+  dir = await mkdtemp(join(tmpdir(), 'dsrlb-l2-'));
+}, 120_000);
+
+afterAll(async () => {
+  await lab?.destroy();
+}, 60_000);
+
+describe.each(['afpacket', 'pcap'])('L2 DSR with io: %s', (io) => {
+  let daemon: DaemonProc;
+  let configPath: string;
+
+  beforeAll(async () => {
+    configPath = join(dir, `dsrlb-${io}.yaml`);
+    await writeFile(configPath, configText(io, lab.reals.slice(0, 3).map((r) => r.ipv4)));
+    daemon = await DaemonProc.start(configPath);
+  }, 60_000);
+
+  afterAll(async () => {
+    const code = await daemon?.stop();
+    expect(code).toBe(0);
+    // A clean stop undoes the host changes: no VIP on lo, no nftables table.
+    const addrs = await lab.exec(lab.lb, ['ip', '-o', 'addr', 'show', 'dev', 'lo']);
+    expect(addrs.stdout).not.toContain(lab.vip);
+    const nft = await lab.exec(lab.lb, ['nft', 'list', 'tables']);
+    expect(nft.stdout).not.toContain('dsrlb');
+  }, 60_000);
+
+  it('serves 300 requests from distinct source ports over all reals, replies bypassing the LB', async () => {
+    const cap = captureVipSourced();
+    await sleep(500);
+    const r = await httpCount(300);
+    const viaLb = await cap.stop();
+    expect(r.errors).toEqual({});
+    expect(r.ok).toBe(300);
+    expect(r.distinctPorts).toBe(300);
+    for (const name of ['r1', 'r2', 'r3']) {
+      expect(r.byReal[name]).toBeGreaterThanOrEqual(60); // 20%
+      expect(r.byReal[name]).toBeLessThanOrEqual(141); // 47%
+    }
+    expect(viaLb).toBe(0);
+    const m = await metrics();
+    for (const real of lab.reals.slice(0, 3)) expect(metricValue(m, 'dsrlb_forwarded_packets_total', `service="web",real="${real.ipv4}"`)).toBeGreaterThan(0);
+    console.log(`[${io}] distribution`, r.byReal);
+  }, 120_000);
+
+  if (io === 'afpacket') {
+    it('keeps 30 keep-alive connections on their reals across SIGKILL + restart and a reload adding a real', async () => {
+      const client = lab.spawn(lab.client, [process.execPath, join(ROOT, 'dist/lab/http-client.js'), '--host', lab.vip, '--keepalive', '30'], { stdio: ['pipe', 'pipe', 'pipe'] });
+      const lines = createInterface({ input: client.stdout! })[Symbol.asyncIterator]();
+      const next = async () => JSON.parse((await lines.next()).value as string);
+      const opened = await next();
+      expect(opened.opened).toBe(30);
+      const round = async () => {
+        client.stdin!.write('go\n');
+        const r = (await next()) as { answers: { port: number; real?: string; error?: string }[] };
+        return r.answers;
+      };
+      const first = await round();
+      expect(first.every((a) => a.real)).toBe(true);
+      expect(new Set(first.map((a) => a.real)).size).toBeGreaterThan(1);
+
+      expect(await daemon.stop('SIGKILL')).toBe(null);
+      daemon = await DaemonProc.start(configPath);
+      const afterRestart = await round();
+      expect(afterRestart.map((a) => a.real)).toEqual(first.map((a) => a.real));
+
+      await writeFile(configPath, configText(io, lab.reals.map((r) => r.ipv4)));
+      daemon.proc.kill('SIGHUP');
+      const deadline = Date.now() + 10_000;
+      while (!daemon.logs.some((l) => l.includes('reload taken')) && Date.now() < deadline) await sleep(100);
+      expect(daemon.logs.some((l) => l.includes('reload taken'))).toBe(true);
+      while (!(await allMacsKnown()) && Date.now() < deadline + 10_000) await sleep(100); // the fourth real's MAC
+      const afterReload = await round();
+      expect(afterReload.map((a) => a.real)).toEqual(first.map((a) => a.real));
+      client.stdin!.write('quit\n');
+
+      const fresh = await httpCount(100);
+      expect(fresh.ok).toBe(100);
+      expect(fresh.byReal.r4 ?? 0).toBeGreaterThan(5);
+    }, 120_000);
+
+    it('drops a burst of malformed frames by reason and keeps forwarding good traffic', async () => {
+      const lbMac = lab.lb.mac;
+      const src = lab.client.ipv4;
+      const good = ethernet({ dst: lbMac, src: lab.client.mac, type: ETH_IPV4 }, ipv4({ src, dst: lab.vip, proto: 6 }, tcp({ sport: 50000, dport: 80, flags: 0x02 }, [], { src, dst: lab.vip })));
+      const l3 = 14;
+      const frames: Uint8Array[] = [];
+      for (const cut of [14 + 10, 14 + 20 + 8]) frames.push(good.slice(0, cut)); // truncated IPv4, truncated TCP
+      const badIhl = good.slice();
+      badIhl[l3] = 0x43;
+      frames.push(badIhl);
+      const longTotal = good.slice();
+      longTotal[l3 + 2] = 0x05; // total length 0x0528 > frame
+      frames.push(longTotal);
+      const badOffset = good.slice();
+      badOffset[l3 + 20 + 12] = 0x30;
+      frames.push(badOffset);
+      // IPv6 with a chain of 10 destination-options headers (a loop in all but name).
+      const chain = Array.from({ length: 10 }, () => ipv6Options(60));
+      frames.push(ethernet({ dst: lbMac, src: lab.client.mac, type: ETH_IPV6 }, ipv6({ src: 'fd77::10', dst: 'fd77::100', nextHeader: 60, extensionHeaders: chain }, new Uint8Array(20))));
+      const before = await metrics();
+      const script = [
+        'import socket, sys',
+        's = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)',
+        "s.bind(('eth0', 0))",
+        'for line in sys.stdin:',
+        '    line = line.strip()',
+        '    if line:',
+        '        for _ in range(50): s.send(bytes.fromhex(line))',
+      ].join('\n');
+      const sender = lab.spawn(lab.client, ['python3', '-c', script], { stdio: ['pipe', 'inherit', 'inherit'] });
+      sender.stdin!.end(frames.map((f) => hex(f)).join('\n') + '\n');
+      await new Promise((r) => sender.once('exit', r));
+      await sleep(500);
+      const after = await metrics();
+      const delta = (reason: string) => metricValue(after, 'dsrlb_dropped_packets_total', `reason="${reason}"`) - metricValue(before, 'dsrlb_dropped_packets_total', `reason="${reason}"`);
+      expect(delta('truncated_ipv4')).toBe(50);
+      expect(delta('truncated_tcp')).toBe(50);
+      expect(delta('bad_ipv4_header_length')).toBe(50);
+      expect(delta('bad_ipv4_total_length')).toBe(50);
+      expect(delta('bad_tcp_data_offset')).toBe(50);
+      expect(delta('ipv6_extension_header_limit')).toBe(50);
+      const r = await httpCount(30);
+      expect(r.ok).toBe(30);
+    }, 60_000);
+  }
+});
