@@ -701,7 +701,7 @@ static void on_poll(uv_poll_t* handle, int status, int events) {
   if (napi_open_handle_scope(env, &scope) != napi_ok) return;
   napi_value callback, recv, argv[1], exception;
   if (napi_get_reference_value(env, s->callback_ref, &callback) == napi_ok && callback != NULL) {
-    napi_get_undefined(env, &recv);
+    napi_get_global(env, &recv);  // napi_make_callback needs an object receiver
     napi_create_int32(env, err, &argv[0]);
     if (napi_make_callback(env, s->async_context, recv, callback, 1, argv, NULL) == napi_pending_exception &&
         napi_get_and_clear_last_exception(env, &exception) == napi_ok) {
