@@ -100,8 +100,8 @@ const LAYOUT: RingLayout = {
   frameHeaderBytes: 68,
 };
 const FRAME_HEADER_BYTES = LAYOUT.frameHeaderBytes;
-/** TPACKET_ALIGNMENT: every frame header starts on 16 bytes, so u32/u16 views index it exactly. */
-const FRAME_ALIGNMENT_MASK = 15;
+/** V3 packs frames on 8 bytes (V3_ALIGNMENT, not TPACKET_ALIGNMENT): u32/u16 views still index them exactly. */
+const FRAME_ALIGNMENT_MASK = 7;
 
 function checkLayout(native: DsrlbNative): void {
   for (const key of Object.keys(LAYOUT) as (keyof RingLayout)[]) {

@@ -99,11 +99,30 @@ const counters = {
   vipVlanTagged: 0,
   vipMaxFrameBytes: 0,
   vipMacMismatches: 0,
+  vipVlanTci: -1,
+  l4ChecksumsVerified: 0,
+  l4ChecksumsBad: 0,
   forwarded: 0,
   batches: 0,
   maxBatch: 0,
   minHeadroom: Number.MAX_SAFE_INTEGER,
 };
+
+/** Ones'-complement sum of IPv4 pseudo header + L4 segment: 0xffff when the checksum is right. */
+function l4ChecksumOk(buf, l3, end) {
+  const ihl = (buf[l3] & 0x0f) * 4;
+  const totalLength = (buf[l3 + 2] << 8) | buf[l3 + 3];
+  const l4 = l3 + ihl;
+  const l4End = l3 + totalLength;
+  if (l4End > end || l4 >= l4End) return false;
+  let sum = buf[l3 + 9] + (l4End - l4);
+  for (let p = l3 + 12; p < l3 + 20; p += 2) sum += (buf[p] << 8) | buf[p + 1];
+  let p = l4;
+  for (; p + 1 < l4End; p += 2) sum += (buf[p] << 8) | buf[p + 1];
+  if (p < l4End) sum += buf[p] << 8;
+  while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
+  return sum === 0xffff;
+}
 
 function sameMac(buf, at, mac) {
   for (let i = 0; i < 6; i++) if (buf[at + i] !== mac[i]) return false;
@@ -132,8 +151,17 @@ io.start((batch) => {
     const dst = ((buf[l3 + 16] << 24) | (buf[l3 + 17] << 16) | (buf[l3 + 18] << 8) | buf[l3 + 19]) >>> 0;
     if (dst !== vip) continue;
     counters.vipFrames++;
-    if (l3 !== at + 14) counters.vipVlanTagged++;
+    if (l3 !== at + 14) {
+      counters.vipVlanTagged++;
+      counters.vipVlanTci = (buf[at + 14] << 8) | buf[at + 15];
+    }
     const protocol = buf[l3 + 9];
+    // A complete frame (not partial, not a super-frame) must carry a correct L4 checksum.
+    const udpWithoutChecksum = protocol === 17 && buf[l3 + (buf[l3] & 0x0f) * 4 + 6] === 0 && buf[l3 + (buf[l3] & 0x0f) * 4 + 7] === 0;
+    if ((protocol === 6 || protocol === 17) && (flags & (FRAME_CSUM_PARTIAL | FRAME_GSO)) === 0 && !udpWithoutChecksum) {
+      if (l4ChecksumOk(buf, l3, at + length)) counters.l4ChecksumsVerified++;
+      else counters.l4ChecksumsBad++;
+    }
     if (protocol === 17) counters.vipUdp++;
     if (protocol === 6) counters.vipTcp++;
     if (flags & FRAME_GSO) counters.vipGso++;

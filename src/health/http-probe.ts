@@ -1,0 +1,85 @@
+// The http and https probes: GET the check path on a fresh connection, expect a status from the
+// list and, optionally, a body substring. https does NOT verify the real's certificate: reals are
+// addressed by IP and often carry self-signed certificates; the probe asks "is it serving", not
+// "is it who it claims to be". Use an exec check with curl when verification matters.
+
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { isIPv6 } from 'node:net';
+import { OK, fail, failFromError, oneLine, timedOut, type ProbeOutcome, type ProbeTarget, type Prober } from './probe.js';
+
+/** How much of the body is searched for expectBody; health pages are small. */
+export const BODY_LIMIT_BYTES = 64 * 1024;
+
+export class HttpProber implements Prober {
+  constructor(private readonly scheme: 'http' | 'https') {}
+
+  probe(target: ProbeTarget, signal: AbortSignal): Promise<ProbeOutcome> {
+    return new Promise((resolve) => {
+      if (signal.aborted) return resolve(timedOut());
+      const { check } = target;
+      const defaultPort = this.scheme === 'https' ? 443 : 80;
+      const common = {
+        host: target.address,
+        port: target.port,
+        method: 'GET',
+        path: check.path,
+        // A fresh connection per probe: a kept-alive socket would hide a real that stopped accepting.
+        agent: false as const,
+        headers: {
+          host: check.host ?? hostHeader(target.address, target.port, defaultPort),
+          'user-agent': 'dsrlb-health',
+          accept: '*/*',
+          connection: 'close',
+        },
+        signal,
+      };
+      let settled = false;
+      const done = (outcome: ProbeOutcome): void => {
+        if (settled) return;
+        settled = true;
+        req.destroy();
+        resolve(outcome);
+      };
+      const onResponse = (res: IncomingMessage): void => {
+        const status = res.statusCode ?? 0;
+        if (!check.expectStatus.includes(status)) {
+          res.resume();
+          return done(fail('status', `HTTP ${status}, expected ${check.expectStatus.join('|')}`));
+        }
+        if (check.expectBody === null) {
+          res.resume();
+          return done(OK);
+        }
+        const expectBody = check.expectBody;
+        const chunks: Buffer[] = [];
+        let sizeBytes = 0;
+        const judge = (): void => {
+          const body = Buffer.concat(chunks).toString('utf8');
+          done(body.includes(expectBody) ? OK : fail('body', `HTTP ${status}, body lacks ${JSON.stringify(oneLine(expectBody, 60))}`));
+        };
+        res.on('data', (chunk: Buffer) => {
+          chunks.push(chunk);
+          sizeBytes += chunk.length;
+          if (sizeBytes >= BODY_LIMIT_BYTES) judge();
+        });
+        res.once('end', judge);
+        res.once('error', (err) => done(failFromError(err)));
+        // After 'end' this is a no-op; before it, the connection died mid-body.
+        res.once('close', () => done(fail('reset', 'connection closed before the body ended')));
+      };
+      const req =
+        this.scheme === 'https'
+          ? httpsRequest({ ...common, rejectUnauthorized: false }, onResponse)
+          : httpRequest(common, onResponse);
+      req.once('error', (err) => done(signal.aborted ? timedOut() : failFromError(err)));
+      req.end();
+    });
+  }
+}
+
+/** The default Host header: the real's address, bracketed for IPv6, with a non-default port. */
+export function hostHeader(address: string, port: number, defaultPort: number): string {
+  const host = isIPv6(address) ? `[${address}]` : address;
+  return port === defaultPort ? host : `${host}:${port}`;
+}

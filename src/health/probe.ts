@@ -1,0 +1,147 @@
+// What every probe kind shares: the target, the outcome with a short failure reason (a metric
+// label), the Prober interface, the injectable clock, and runProbe, the one place a probe's
+// timeout is enforced.
+
+import type { HealthCheckConfig } from '../config/types.js';
+
+/** Why a probe failed; a small fixed set so it can label `dsrlb_healthcheck_failures_total`. */
+export type ProbeReason = 'timeout' | 'refused' | 'reset' | 'status' | 'body' | 'exit' | 'unreachable' | 'error';
+
+/** One real as a probe sees it. `port` is the check's port (0 for icmp/exec on a port-0 service). */
+export interface ProbeTarget {
+  readonly address: string;
+  readonly port: number;
+  readonly vip: string;
+  readonly service: string;
+  readonly check: HealthCheckConfig;
+}
+
+/** What a prober reports. `detail` is a short human text for `lastError`. */
+export type ProbeOutcome =
+  | { readonly ok: true }
+  | { readonly ok: false; readonly reason: ProbeReason; readonly detail: string };
+
+/** An outcome with its timing, as the monitor records and hands to observers. */
+export type ProbeResult = ProbeOutcome & { readonly startedAtMs: number; readonly durationMs: number };
+
+/**
+ * One probe kind. `probe` never rejects; it stops and releases its socket or process when `signal`
+ * aborts (the outcome is then ignored: runProbe has already reported a timeout).
+ */
+export interface Prober {
+  probe(target: ProbeTarget, signal: AbortSignal): Promise<ProbeOutcome>;
+}
+
+export type TimerHandle = unknown;
+
+/** Time as the health code sees it; tests inject a manual one. */
+export interface Clock {
+  /** Wall-clock milliseconds (Date.now() by default): what `since` is measured in. */
+  now(): number;
+  setTimeout(fn: () => void, delayMs: number): TimerHandle;
+  clearTimeout(handle: TimerHandle): void;
+  /** Monotonic, sub-millisecond time for probe durations; falls back to now(). */
+  monotonicMs?(): number;
+}
+
+export const realClock: Clock = {
+  now: () => Date.now(),
+  setTimeout: (fn, delayMs) => setTimeout(fn, delayMs),
+  clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
+  monotonicMs: () => performance.now(),
+};
+
+export const OK: ProbeOutcome = Object.freeze({ ok: true });
+
+export function fail(reason: ProbeReason, detail: string): ProbeOutcome {
+  return { ok: false, reason, detail };
+}
+
+/** The outcome of a probe that was aborted by its timeout. */
+export function timedOut(): ProbeOutcome {
+  return fail('timeout', 'aborted at the timeout');
+}
+
+/** Maps a socket error (errno code) to a reason; the text keeps the code for the operator. */
+export function failFromError(err: unknown): ProbeOutcome {
+  const e = err as { code?: unknown; name?: unknown; message?: unknown } | null;
+  const code = e && typeof e.code === 'string' ? e.code : '';
+  const message = e && typeof e.message === 'string' ? e.message : String(err);
+  if (e && (e.name === 'AbortError' || code === 'ABORT_ERR')) return timedOut();
+  switch (code) {
+    case 'ECONNREFUSED':
+      return fail('refused', `connection refused (${code})`);
+    case 'ECONNRESET':
+    case 'EPIPE':
+    case 'ECONNABORTED':
+      return fail('reset', `connection reset (${code})`);
+    case 'EHOSTUNREACH':
+    case 'ENETUNREACH':
+    case 'EHOSTDOWN':
+    case 'ENETDOWN':
+    case 'EADDRNOTAVAIL':
+      return fail('unreachable', `${code}`);
+    case 'ETIMEDOUT':
+      return fail('timeout', `${code}`);
+    default:
+      return fail('error', oneLine(message));
+  }
+}
+
+/** Keeps lastError one short line. */
+export function oneLine(text: string, maxChars = 200): string {
+  const flat = text.replace(/\s+/g, ' ').trim();
+  return flat.length > maxChars ? `${flat.slice(0, maxChars - 3)}...` : flat;
+}
+
+export interface RunningProbe {
+  /** Settles at the prober's answer or at the timeout, whichever comes first; never rejects. */
+  readonly result: Promise<ProbeResult>;
+  /** Settles when the prober itself has returned (after it released its resources). */
+  readonly finished: Promise<void>;
+  /** Aborts the probe; `result` then reports a timeout unless it already settled. */
+  cancel(): void;
+}
+
+/**
+ * Starts one probe with an AbortSignal that fires at `timeoutMs`. A prober that has not answered
+ * by then counts as a 'timeout' failure at that moment, whether or not it honours the signal, so a
+ * recorded duration never exceeds the timeout by more than timer lateness.
+ */
+export function runProbe(prober: Prober, target: ProbeTarget, timeoutMs: number, clock: Clock = realClock): RunningProbe {
+  const controller = new AbortController();
+  const mono = clock.monotonicMs ? () => clock.monotonicMs!() : () => clock.now();
+  const startedAtMs = clock.now();
+  const startMono = mono();
+  let settle!: (r: ProbeResult) => void;
+  let settled = false;
+  const result = new Promise<ProbeResult>((resolve) => (settle = resolve));
+  const finish = (outcome: ProbeOutcome): void => {
+    if (settled) return;
+    settled = true;
+    clock.clearTimeout(timer);
+    settle({ ...outcome, startedAtMs, durationMs: mono() - startMono });
+  };
+  const timer = clock.setTimeout(() => {
+    finish(fail('timeout', `no answer within ${timeoutMs} ms`));
+    controller.abort();
+  }, timeoutMs);
+  let answer: Promise<ProbeOutcome>;
+  try {
+    answer = prober.probe(target, controller.signal);
+  } catch (err) {
+    answer = Promise.resolve(failFromError(err));
+  }
+  const finished = answer.then(
+    (outcome) => finish(outcome),
+    (err: unknown) => finish(failFromError(err)),
+  );
+  return {
+    result,
+    finished,
+    cancel: () => {
+      finish(timedOut());
+      controller.abort();
+    },
+  };
+}

@@ -1,0 +1,41 @@
+// The udp probe: send the payload from a connected socket and wait for a reply (holding
+// expectPayload when set). Connecting the socket makes the kernel hand us ICMP port-unreachable
+// as ECONNREFUSED, so a closed port fails at once instead of at the timeout.
+
+import { createSocket } from 'node:dgram';
+import { isIPv6 } from 'node:net';
+import { OK, fail, failFromError, oneLine, timedOut, type ProbeOutcome, type ProbeTarget, type Prober } from './probe.js';
+
+export class UdpProber implements Prober {
+  probe(target: ProbeTarget, signal: AbortSignal): Promise<ProbeOutcome> {
+    return new Promise((resolve) => {
+      if (signal.aborted) return resolve(timedOut());
+      const { check } = target;
+      const payload = Buffer.from(check.payload ?? 'ping', 'utf8');
+      const socket = createSocket(isIPv6(target.address) ? 'udp6' : 'udp4');
+      let settled = false;
+      const done = (outcome: ProbeOutcome): void => {
+        if (settled) return;
+        settled = true;
+        signal.removeEventListener('abort', onAbort);
+        socket.close();
+        resolve(outcome);
+      };
+      const onAbort = (): void => done(timedOut());
+      signal.addEventListener('abort', onAbort, { once: true });
+      socket.on('error', (err) => done(failFromError(err)));
+      // A connected socket only receives from the real, so the first reply is the answer.
+      socket.on('message', (reply: Buffer) => {
+        const expected = check.expectPayload;
+        if (expected === null || reply.toString('utf8').includes(expected)) return done(OK);
+        done(fail('body', `reply ${oneLine(JSON.stringify(reply.toString('utf8')), 60)} lacks ${JSON.stringify(oneLine(expected, 60))}`));
+      });
+      socket.connect(target.port, target.address, () => {
+        if (settled) return;
+        socket.send(payload, (err) => {
+          if (err) done(failFromError(err));
+        });
+      });
+    });
+  }
+}
