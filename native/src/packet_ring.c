@@ -37,6 +37,10 @@ _Static_assert(TPACKET_ALIGN(sizeof(struct tpacket3_hdr)) + offsetof(struct sock
                "sll_pkttype");
 _Static_assert(TPACKET3_HDRLEN == 68, "TPACKET3_HDRLEN");
 
+#ifndef PACKET_FANOUT_FLAG_IGNORE_OUTGOING
+#define PACKET_FANOUT_FLAG_IGNORE_OUTGOING 0x4000
+#endif
+
 // TPACKET_V3 frames are variable-sized; the kernel still validates a nominal frame size.
 #define NOMINAL_FRAME_BYTES 2048u
 // Messages per sendmmsg call (the kernel caps vlen at UIO_MAXIOV = 1024).
@@ -384,6 +388,11 @@ static napi_value interface_info(napi_env env, napi_callback_info info) {
   return result;
 }
 
+static int join_fanout(int fd, uint32_t group_id, uint32_t type_flags) {
+  int fanout = (int)(group_id | (type_flags << 16));
+  return setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &fanout, sizeof fanout);
+}
+
 // ---------------------------------------------------------------------------------------------
 // openPacketSocket({ ifname, blockSizeBytes, blockCount, retireTimeoutMs, reserveBytes, vnetHdr,
 //                    fanoutGroupId })
@@ -496,10 +505,13 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   sll.sll_ifindex = facts.ifindex;
   if (bind(s->fd, (struct sockaddr*)&sll, sizeof sll) < 0) { call = "bind(AF_PACKET)"; err = errno; goto fail; }
   if (fanout_id > 0) {
-    int fanout = (int)(fanout_id | ((uint32_t)(PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG) << 16));
-    if (setsockopt(s->fd, SOL_PACKET, PACKET_FANOUT, &fanout, sizeof fanout) < 0) {
-      call = "setsockopt(PACKET_FANOUT)"; err = errno; goto fail;
-    }
+    // A fanout group delivers through its own hook, which ignores the socket's
+    // PACKET_IGNORE_OUTGOING: the group needs the flag too (Linux >= 6.2). Older kernels refuse
+    // it with EINVAL; there the TypeScript side still skips PACKET_OUTGOING frames.
+    uint32_t type_flags = PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG | PACKET_FANOUT_FLAG_IGNORE_OUTGOING;
+    int r = join_fanout(s->fd, fanout_id, type_flags);
+    if (r < 0 && errno == EINVAL) r = join_fanout(s->fd, fanout_id, type_flags & ~PACKET_FANOUT_FLAG_IGNORE_OUTGOING);
+    if (r < 0) { call = "setsockopt(PACKET_FANOUT)"; err = errno; goto fail; }
   }
 
   napi_value handle, ring_buffer;
@@ -533,6 +545,7 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   napi_set_named_property(env, handle, "vnetHdr", v);
   napi_create_string_utf8(env, ifname, NAPI_AUTO_LENGTH, &v);
   napi_set_named_property(env, handle, "ifname", v);
+  napi_object_freeze(env, handle);
   return handle;
 
 fail:

@@ -9,7 +9,7 @@ import { loadConfigFile } from '../config/load.js';
 import type { Config, ConfigProblem, RealIntent, ServiceConfig } from '../config/types.js';
 import { Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter, createCounters } from '../dataplane/counters.js';
 import type { FlowTimeouts } from '../dataplane/flow-table.js';
-import type { LoopEvent, LoopRequest, LoopWorkerData } from '../dataplane/loop-worker.js';
+import { LoopRunner, type LoopEvent, type LoopRequest, type LoopSettings } from '../dataplane/loop-runner.js';
 import type { HealthFact } from '../health/eligibility.js';
 import { addressWords, formatMac } from './addresses.js';
 import { HostSetup } from './host-setup.js';
@@ -73,6 +73,8 @@ export class Daemon {
   private host!: HostSetup;
   private neighbors!: NeighborWatcher;
   private worker: Worker | null = null;
+  /** io: pcap only: the loop on this thread (see loop-runner.ts for why). */
+  private inline: LoopRunner | null = null;
   private activeByReal: Int32Array = new Int32Array(MAX_REAL_IDS);
   private inactiveByReal: Int32Array = new Int32Array(MAX_REAL_IDS);
   private readonly reals = new Map<string, RealRuntime>();
@@ -127,7 +129,7 @@ export class Daemon {
   }
 
   private async startWorker(): Promise<void> {
-    const data: LoopWorkerData = {
+    const data: LoopSettings = {
       io: this.config.io,
       interface: this.config.interface,
       flowCapacity: this.config.flowTable.capacity,
@@ -135,10 +137,8 @@ export class Daemon {
       maxRealIds: MAX_REAL_IDS,
       counters: this.counters,
     };
-    const worker = new Worker(new URL('../dataplane/loop-worker.js', import.meta.url), { workerData: data });
-    this.worker = worker;
-    const ready = new Promise<void>((resolve, reject) => {
-      worker.on('message', (e: LoopEvent) => {
+    await new Promise<void>((resolve, reject) => {
+      const onEvent = (e: LoopEvent): void => {
         switch (e.type) {
           case 'ready':
             this.localMac = e.localMac;
@@ -162,7 +162,16 @@ export class Daemon {
             this.loopRunning = false;
             break;
         }
-      });
+      };
+      if (data.io === 'pcap') {
+        // Events are delivered on a later turn, as from a worker, so both hosts behave alike.
+        this.inline = new LoopRunner(data, (e) => setImmediate(() => onEvent(e)));
+        void this.inline.start();
+        return;
+      }
+      const worker = new Worker(new URL('../dataplane/loop-worker.js', import.meta.url), { workerData: data });
+      this.worker = worker;
+      worker.on('message', onEvent);
       worker.on('error', (err) => {
         this.loopRunning = false;
         this.log.error('packet loop crashed', { error: err.message });
@@ -173,10 +182,14 @@ export class Daemon {
         if (this.worker === worker) this.log.warn('packet loop exited', { code });
       });
     });
-    await ready;
   }
 
   private send(m: LoopRequest): void {
+    if (this.inline) {
+      const runner = this.inline;
+      setImmediate(() => runner.handle(m));
+      return;
+    }
     this.worker?.postMessage(m);
   }
 
@@ -487,6 +500,10 @@ export class Daemon {
   async stop(): Promise<void> {
     if (this.housekeeping) clearInterval(this.housekeeping);
     this.neighbors?.stop();
+    if (this.inline) {
+      this.inline.handle({ type: 'stop' });
+      this.inline = null;
+    }
     const worker = this.worker;
     if (worker) {
       this.send({ type: 'stop' });

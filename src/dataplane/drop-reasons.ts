@@ -42,7 +42,7 @@ export const DROP_REASON_SLOTS = 32;
 export const dropReasonLabels: readonly string[] = (() => {
   const labels: string[] = new Array<string>(DROP_REASON_SLOTS).fill('');
   for (const [name, slot] of Object.entries(DropReason)) {
-    labels[slot] = name.replace(/[A-Z0-9]+/g, (m) => '_' + m.toLowerCase()).replace(/^_/, '');
+    labels[slot] = name.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toLowerCase();
   }
   return labels;
 })();

@@ -33,7 +33,7 @@
 //   e.g. the flow hash). The IPv4 checksum is the template's partial sum plus TOS, total length,
 //   identification and DF, folded: nothing else is summed per packet.
 //   The caller checks the MTU first (too-big.ts mtuCheck): encapsulate() only refuses outer
-//   packets over 65535 bytes.
+//   packets whose length field would pass 65535.
 
 import ipaddr from 'ipaddr.js';
 import { DropReason } from '../dataplane/drop-reasons.js';
@@ -84,8 +84,8 @@ export function writeTunnelTemplate(
   templates: Uint8Array,
   templateOffset: number,
 ): void {
-  const src = ipaddr.parse(outerSrc).toByteArray();
-  const dst = ipaddr.parse(realAddr).toByteArray();
+  const src = addressBytes(outerSrc);
+  const dst = addressBytes(realAddr);
   if (src.length !== dst.length) {
     throw new RangeError(`tunnel source ${outerSrc} and real ${realAddr} are not of the same family`);
   }
@@ -125,6 +125,12 @@ export function writeTunnelTemplate(
   t[TEMPLATE_INNER_FAMILY] = innerFamily;
 }
 
+/** Dotted-quad IPv4 or IPv6 text to bytes; refuses the classful short forms ipaddr.js accepts ("192.0.2"). */
+function addressBytes(text: string): number[] {
+  if (!text.includes(':') && !ipaddr.IPv4.isValidFourPartDecimal(text)) throw new RangeError(`not an IPv4 or IPv6 address: ${text}`);
+  return ipaddr.parse(text).toByteArray();
+}
+
 /** Control plane: one template slot in a fresh array (see writeTunnelTemplate). */
 export function buildTunnelTemplate(outerSrc: string, realAddr: string, innerFamily: 4 | 6): Uint8Array {
   const t = new Uint8Array(TUNNEL_TEMPLATE_BYTES);
@@ -136,7 +142,7 @@ export function buildTunnelTemplate(outerSrc: string, realAddr: string, innerFam
  * Hot path: encapsulates the parsed frame in place (see the module header for every field).
  * Returns 0 with out[0] = new frame offset and out[1] = new frame length, or -DropReason:
  * ipipUnsupported (empty slot, a slot built for the other inner family, or headroom below the
- * overhead), gsoUnsupported (FRAME_GSO), packetTooBig (an outer IPv4 packet over 65535 bytes).
+ * overhead), gsoUnsupported (FRAME_GSO), packetTooBig (a length field would pass 65535).
  * On a negative return the frame is unchanged.
  */
 export function encapsulate(
@@ -166,7 +172,8 @@ export function encapsulate(
   if (pkt.l3End > buf.length || innerLength <= 0) return ERR_NO_TEMPLATE;
   if (nextHopMacOffset < 0 || nextHopMacOffset + 6 > nextHopMac.length || localMac.length < 6) return ERR_NO_TEMPLATE;
   const outerLength = overhead + innerLength;
-  if (outerFamily === 4 && outerLength > 0xffff) return ERR_TOO_BIG;
+  // The IPv4 total length counts the outer header; the IPv6 payload length does not.
+  if ((outerFamily === 4 ? outerLength : innerLength) > 0xffff) return ERR_TOO_BIG;
 
   const start = frameOffset - overhead;
   if (vnetLength !== 0) {

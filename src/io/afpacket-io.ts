@@ -59,8 +59,10 @@ export interface AfPacketIoStats extends PacketIoStats {
   txRefused: number;
   /** errno name of the last failed send, '' if none. */
   lastTxError: string;
-  /** Socket errors reported by readiness (e.g. ENETDOWN when the interface went down). */
+  /** Socket errors reported by readiness (ENETDOWN when the interface went down or away). */
   pollErrors: number;
+  /** errno of the last of them (100: ENETDOWN), 0 if none. */
+  lastPollErrno: number;
   /** PACKET_STATISTICS tp_packets, accumulated (includes the kernel drops). */
   kernelPackets: number;
 }
@@ -71,6 +73,9 @@ const TP_STATUS_VLAN_VALID = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID = 1 << 6;
 const TP_STATUS_GSO_TCP = 1 << 8; // Linux >= 6.3
 const PACKET_OUTGOING = 4; // sll_pkttype
+// Interface types whose frames start with an Ethernet header (loopback has one too).
+const ARPHRD_ETHER = 1;
+const ARPHRD_LOOPBACK = 772;
 // virtio_net_hdr (linux/virtio_net.h), little-endian on the packet socket of a little-endian host.
 const VNET_FLAGS = 0;
 const VNET_GSO_TYPE = 1;
@@ -163,6 +168,7 @@ export class AfPacketIo implements PacketIo {
   private txRefused = 0;
   private lastTxError = '';
   private pollErrors = 0;
+  private lastPollErrno = 0;
   private kernelPackets = 0;
   private kernelDrops = 0;
 
@@ -179,6 +185,14 @@ export class AfPacketIo implements PacketIo {
       vnetHdr: options.vnetHdr ?? AFPACKET_DEFAULTS.vnetHdr,
       fanoutGroupId: options.fanoutGroupId ?? 0,
     });
+    if (handle.hardwareType !== ARPHRD_ETHER && handle.hardwareType !== ARPHRD_LOOPBACK) {
+      native.close(handle);
+      const error = new Error(
+        `AfPacketIo: ${options.interface} has no Ethernet header (ARPHRD ${handle.hardwareType})`,
+      ) as Error & { code: string };
+      error.code = 'ERR_DSRLB_NOT_ETHERNET';
+      throw error;
+    }
     return new AfPacketIo(native, handle, batchCapacity);
   }
 
@@ -232,6 +246,7 @@ export class AfPacketIo implements PacketIo {
       txRefused: this.txRefused,
       lastTxError: this.lastTxError,
       pollErrors: this.pollErrors,
+      lastPollErrno: this.lastPollErrno,
       kernelPackets: this.kernelPackets,
     };
   }
@@ -273,7 +288,10 @@ export class AfPacketIo implements PacketIo {
 
   // Level-triggered: a callback that leaves blocks behind (budget spent) is simply called again.
   private readonly onReadable = (errno: number): void => {
-    if (errno !== 0) this.pollErrors++;
+    if (errno !== 0) {
+      this.pollErrors++;
+      this.lastPollErrno = errno;
+    }
     if (this.closed || this.onBatch === undefined) return;
     const native = this.native;
     const handle = this.handle;

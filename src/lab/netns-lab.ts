@@ -296,6 +296,12 @@ export async function createLab(opts: LabOptions): Promise<Lab> {
     // No STP (ports forward at once) and no multicast snooping (it can swallow IPv6 ND on a fresh bridge).
     await ip(['-n', switchNs, 'link', 'add', 'br0', 'type', 'bridge', 'stp_state', '0', 'mcast_snooping', '0']);
     await ip(['-n', switchNs, 'link', 'set', 'br0', 'up']);
+    // A switch forwards frames, it does not judge IP headers: where br_netfilter is loaded (Docker
+    // hosts), bridged IPv4/IPv6 would be validated and malformed frames dropped before the LB.
+    for (const family of ['iptables', 'ip6tables', 'arptables']) {
+      const knob = `/proc/sys/net/bridge/bridge-nf-call-${family}`;
+      if (existsSync(knob)) await run('ip', ['netns', 'exec', switchNs, 'sysctl', '-qw', `net.bridge.bridge-nf-call-${family}=0`]);
+    }
 
     const hosts: LabHost[] = [];
     for (const h of plan) {

@@ -197,7 +197,9 @@ describe.each(['afpacket', 'pcap'])('L2 DSR with io: %s', (io) => {
       const good = ethernet({ dst: lbMac, src: lab.client.mac, type: ETH_IPV4 }, ipv4({ src, dst: lab.vip, proto: 6 }, tcp({ sport: 50000, dport: 80, flags: 0x02 }, [], { src, dst: lab.vip })));
       const l3 = 14;
       const frames: Uint8Array[] = [];
-      for (const cut of [14 + 10, 14 + 20 + 8]) frames.push(good.slice(0, cut)); // truncated IPv4, truncated TCP
+      frames.push(good.slice(0, 14 + 10)); // truncated IPv4 header
+      // An IPv4 packet whose (consistent) total length leaves only 8 bytes of TCP header.
+      frames.push(ethernet({ dst: lbMac, src: lab.client.mac, type: ETH_IPV4 }, ipv4({ src, dst: lab.vip, proto: 6 }, good.slice(34, 42))));
       const badIhl = good.slice();
       badIhl[l3] = 0x43;
       frames.push(badIhl);

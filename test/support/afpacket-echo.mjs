@@ -181,16 +181,23 @@ io.start((batch) => {
   }
 });
 
+/** On-CPU time of the main thread (schedstat is exact; cpuUsage is tick-sampled on these VMs). */
+function mainThreadCpuNs() {
+  return Number(readFileSync(`/proc/self/task/${process.pid}/schedstat`, 'utf8').split(' ')[0]);
+}
+
 let finished = false;
 function finish() {
   if (finished) return;
   finished = true;
   const stats = io.stats();
   io.close();
-  process.stdout.write(`${JSON.stringify({ mode: values.mode, counters, stats })}\n`, () => process.exit(0));
+  process.stdout.write(`${JSON.stringify({ mode: values.mode, counters, stats, cpuUs: process.cpuUsage(cpuAtReady), mainThreadCpuNs: mainThreadCpuNs() - cpuNsAtReady })}\n`, () => process.exit(0));
 }
 process.on('SIGTERM', finish);
 process.on('SIGINT', finish);
+const cpuAtReady = process.cpuUsage();
+const cpuNsAtReady = mainThreadCpuNs();
 process.stdout.write(
   `${JSON.stringify({ ready: true, mac: formatMac(localMac), mtu: io.mtu, vnetHdr: io.vnetHdr })}\n`,
 );

@@ -286,3 +286,8 @@ export function icmpv6(
   put32(message, 4, h.rest ?? 0);
   return withChecksum(message, 2, pseudoHeader(ip, 58, message.length), 0);
 }
+
+/** `length` deterministic payload bytes, (i * 7 + 3) & 0xff: easy to rebuild outside this code (python, tshark). */
+export function patternBytes(length: number): Uint8Array {
+  return Uint8Array.from({ length }, (_, i) => (i * 7 + 3) & 0xff);
+}

@@ -280,3 +280,13 @@ describe('engine: L2 DSR packet vectors', () => {
     expect(io.inject([literal])).toHaveLength(0);
   });
 });
+
+describe('drop reason labels', () => {
+  it('are snake_case names of the reasons', async () => {
+    const { dropReasonLabels } = await import('../../src/dataplane/drop-reasons.js');
+    expect(dropReasonLabels[DropReason.truncatedIpv4]).toBe('truncated_ipv4');
+    expect(dropReasonLabels[DropReason.badIpv4HeaderLength]).toBe('bad_ipv4_header_length');
+    expect(dropReasonLabels[DropReason.ipv6ExtensionHeaderLimit]).toBe('ipv6_extension_header_limit');
+    expect(dropReasonLabels[DropReason.neighborUnknown]).toBe('neighbor_unknown');
+  });
+});

@@ -1,0 +1,130 @@
+// One packet loop: opens the packet I/O, runs the engine on every batch, and answers the control
+// plane's requests (LoopRequest) with events (LoopEvent). Hosted by a worker thread
+// (loop-worker.ts, the normal case) or, for io: pcap, on the main thread (the cap addon polls
+// libpcap on the process's default libuv loop, which a worker thread cannot use).
+
+import { performance } from 'node:perf_hooks';
+import { Engine, Placement } from './engine.js';
+import type { FlowTimeouts } from './flow-table.js';
+import type { ForwardingSnapshot } from './forwarding-snapshot.js';
+import { ParsedPacket } from './parsed-packet.js';
+import type { PacketIo } from '../io/packet-io.js';
+
+export interface LoopSettings {
+  io: 'afpacket' | 'pcap';
+  interface: string;
+  flowCapacity: number;
+  timeouts: FlowTimeouts;
+  maxRealIds: number;
+  counters: Float64Array;
+}
+
+export type LoopRequest =
+  | { type: 'snapshot'; snapshot: ForwardingSnapshot }
+  | { type: 'timeouts'; timeouts: FlowTimeouts }
+  | { type: 'explain'; id: number; family: number; protocol: number; addr: Uint32Array; srcPort: number; dstPort: number }
+  | { type: 'flows'; id: number; limit: number }
+  | { type: 'stop' };
+
+export type LoopEvent =
+  | { type: 'ready'; localMac: Uint8Array; mtu: number; activeByReal: Int32Array; inactiveByReal: Int32Array }
+  | { type: 'error'; code: string; message: string }
+  | { type: 'explained'; id: number; real: number; placement: string; generation: number }
+  | { type: 'flows'; id: number; keys: Uint32Array; reals: Int32Array; count: number }
+  | { type: 'stopped' };
+
+const placementNames: Record<number, string> = {
+  [Placement.flowTable]: 'flow-table',
+  [Placement.scheduled]: 'scheduler',
+  [Placement.consistentHash]: 'consistent-hash',
+  [Placement.rescheduled]: 'rescheduled',
+};
+
+async function openIo(s: LoopSettings): Promise<PacketIo> {
+  if (s.io === 'pcap') {
+    const { PcapIo } = await import('../io/pcap-io.js');
+    return PcapIo.open({ interface: s.interface });
+  }
+  const { AfPacketIo } = await import('../io/afpacket-io.js');
+  return AfPacketIo.open({ interface: s.interface });
+}
+
+export class LoopRunner {
+  private engine: Engine | null = null;
+  private io: PacketIo | null = null;
+  private housekeeping: NodeJS.Timeout | null = null;
+  private readonly scratch = new ParsedPacket();
+  private readonly origin = performance.timeOrigin;
+
+  constructor(
+    private readonly settings: LoopSettings,
+    private readonly emit: (e: LoopEvent) => void,
+  ) {}
+
+  async start(): Promise<boolean> {
+    const s = this.settings;
+    let io: PacketIo;
+    try {
+      io = await openIo(s);
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      this.emit({ type: 'error', code: e.code ?? 'EIO', message: `opening ${s.io} on ${s.interface}: ${e.message}` });
+      return false;
+    }
+    const engine = new Engine({ flowCapacity: s.flowCapacity, timeouts: s.timeouts, maxRealIds: s.maxRealIds, counters: s.counters, localMac: io.localMac });
+    this.io = io;
+    this.engine = engine;
+    const origin = this.origin;
+    io.start((batch) => engine.processBatch(batch, origin + performance.now()));
+    this.housekeeping = setInterval(() => engine.housekeeping(origin + performance.now(), 50_000), 100);
+    this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal });
+    return true;
+  }
+
+  handle(m: LoopRequest): void {
+    const engine = this.engine;
+    if (!engine) return;
+    switch (m.type) {
+      case 'snapshot':
+        engine.setSnapshot(m.snapshot);
+        break;
+      case 'timeouts':
+        engine.setTimeouts(m.timeouts);
+        break;
+      case 'explain': {
+        const p = this.scratch;
+        p.reset();
+        p.family = m.family;
+        p.ipProtocol = m.protocol;
+        p.addr.set(m.addr);
+        p.srcPort = m.srcPort;
+        p.dstPort = m.dstPort;
+        const real = engine.explain(p, this.origin + performance.now());
+        this.emit({ type: 'explained', id: m.id, real, placement: placementNames[engine.lastPlacement] ?? 'none', generation: engine.snapshot().generation });
+        break;
+      }
+      case 'flows': {
+        const flows = engine.flows;
+        const limit = Math.min(m.limit, flows.size);
+        const keys = new Uint32Array(limit * 10);
+        const reals = new Int32Array(limit);
+        const k = new Uint32Array(10);
+        let count = 0;
+        for (let e = flows.next(-1); e >= 0 && count < limit; e = flows.next(e)) {
+          flows.readKey(e, k);
+          keys.set(k, count * 10);
+          reals[count] = flows.realOf(e);
+          count++;
+        }
+        this.emit({ type: 'flows', id: m.id, keys, reals, count });
+        break;
+      }
+      case 'stop':
+        if (this.housekeeping) clearInterval(this.housekeeping);
+        this.io?.close();
+        this.engine = null;
+        this.emit({ type: 'stopped' });
+        break;
+    }
+  }
+}

@@ -1,0 +1,185 @@
+// ICMP addressed to a VIP: the flow a fragmentation-needed / Packet Too Big message is about (so
+// the engine can hand it to the real that serves that flow), and echo replies built in place.
+// Allocation-free; every read is bounded by the packet's l3End.
+
+import { incrementalUpdate16 } from '../dataplane/checksum.js';
+import { DropReason } from '../dataplane/drop-reasons.js';
+import {
+  IPPROTO_ICMP,
+  IPPROTO_ICMPV6,
+  IPPROTO_TCP,
+  IPPROTO_UDP,
+  type ParsedPacket,
+} from '../dataplane/parsed-packet.js';
+
+/** Words in a flow key: [protocol | family << 8, src0..3, dst0..3, srcPort << 16 | dstPort]. */
+export const FLOW_KEY_WORDS = 10;
+
+const ICMP_ECHO_REPLY = 0;
+const ICMP_DEST_UNREACHABLE = 3;
+const ICMP_FRAG_NEEDED = 4;
+const ICMP_ECHO_REQUEST = 8;
+const ICMPV6_PACKET_TOO_BIG = 2;
+const ICMPV6_ECHO_REQUEST = 128;
+const ICMPV6_ECHO_REPLY = 129;
+/** Type, code, checksum and the 4-byte rest of header (unused + MTU, id + sequence). */
+const ICMP_HEADER_BYTES = 8;
+const IPV4_HEADER_BYTES = 20;
+const IPV6_HEADER_BYTES = 40;
+const PORT_BYTES = 4;
+const REPLY_TTL = 64;
+const MAX_QUOTED_EXTENSION_HEADERS = 8;
+
+// Negated once here so the per-packet code returns plain constants.
+const ERR_NOT_HANDLED = -DropReason.icmpToVip;
+const ERR_TRUNCATED_ICMP = -DropReason.truncatedIcmp;
+
+/**
+ * For an ICMP type 3 code 4 (IPv4) or ICMPv6 type 2 message parsed into `pkt`, reads the quoted
+ * packet (the real's reply, VIP -> client: IP header, IPv6 extension headers, then the first
+ * bytes of TCP/UDP) and writes the key of the ORIGINAL client -> VIP flow into out[0..9]:
+ * [0] = protocol | family << 8; [1..4] = source words (the quoted destination, the client);
+ * [5..8] = destination words (the quoted source, the VIP); [9] = (srcPort << 16 | dstPort) >>> 0
+ * with srcPort = the quoted destination port. IPv4 uses words 1 and 5 and zeroes 2..4 and 6..8,
+ * as ParsedPacket.addr does.
+ *
+ * Returns 0, or -DropReason: icmpToVip for another ICMP type, a fragment of the message, a quote
+ * of another family, a quoted source that is not the message's destination (the VIP), a quoted
+ * non-first fragment or a protocol other than TCP/UDP; truncatedIcmp when the quote stops before
+ * the ports. `out` is written only on success.
+ */
+export function parseEmbeddedFlow(buf: Uint8Array, pkt: ParsedPacket, out: Uint32Array): number {
+  const l4 = pkt.l4Offset;
+  if (l4 < 0 || out.length < FLOW_KEY_WORDS) return ERR_NOT_HANDLED;
+  let end = pkt.l3End;
+  if (end > buf.length) end = buf.length;
+  const q = l4 + ICMP_HEADER_BYTES;
+  if (pkt.family === 4) {
+    if (pkt.ipProtocol !== IPPROTO_ICMP || pkt.icmpType !== ICMP_DEST_UNREACHABLE || pkt.icmpCode !== ICMP_FRAG_NEEDED) {
+      return ERR_NOT_HANDLED;
+    }
+    if (pkt.isFragment !== 0) return ERR_NOT_HANDLED;
+    if (q + IPV4_HEADER_BYTES > end) return ERR_TRUNCATED_ICMP;
+    if (buf[q] >> 4 !== 4) return ERR_NOT_HANDLED;
+    const headerBytes = (buf[q] & 0x0f) << 2;
+    if (headerBytes < IPV4_HEADER_BYTES) return ERR_NOT_HANDLED;
+    if ((((buf[q + 6] << 8) | buf[q + 7]) & 0x1fff) !== 0) return ERR_NOT_HANDLED;
+    const protocol = buf[q + 9];
+    if (protocol !== IPPROTO_TCP && protocol !== IPPROTO_UDP) return ERR_NOT_HANDLED;
+    const quotedSrc = readU32(buf, q + 12);
+    if (quotedSrc !== pkt.addr[4]) return ERR_NOT_HANDLED;
+    const ports = q + headerBytes;
+    if (ports + PORT_BYTES > end) return ERR_TRUNCATED_ICMP;
+    out[0] = protocol | (4 << 8);
+    out[1] = readU32(buf, q + 16);
+    out[2] = 0;
+    out[3] = 0;
+    out[4] = 0;
+    out[5] = quotedSrc;
+    out[6] = 0;
+    out[7] = 0;
+    out[8] = 0;
+    out[9] = swappedPorts(buf, ports);
+    return 0;
+  }
+  if (pkt.family !== 6 || pkt.ipProtocol !== IPPROTO_ICMPV6 || pkt.icmpType !== ICMPV6_PACKET_TOO_BIG) return ERR_NOT_HANDLED;
+  if (pkt.isFragment !== 0) return ERR_NOT_HANDLED;
+  if (q + IPV6_HEADER_BYTES > end) return ERR_TRUNCATED_ICMP;
+  if (buf[q] >> 4 !== 6) return ERR_NOT_HANDLED;
+  const addr = pkt.addr;
+  for (let i = 0; i < 4; i++) if (readU32(buf, q + 8 + (i << 2)) !== addr[4 + i]) return ERR_NOT_HANDLED;
+  let nextHeader = buf[q + 6];
+  let pos = q + IPV6_HEADER_BYTES;
+  for (let walked = 0; ; walked++) {
+    if (nextHeader === IPPROTO_TCP || nextHeader === IPPROTO_UDP) break;
+    const fragment = nextHeader === 44;
+    if (walked === MAX_QUOTED_EXTENSION_HEADERS || !(nextHeader === 0 || nextHeader === 43 || nextHeader === 60 || nextHeader === 51 || fragment)) {
+      return ERR_NOT_HANDLED;
+    }
+    if (pos + 8 > end) return ERR_TRUNCATED_ICMP;
+    if (fragment && (((buf[pos + 2] << 8) | buf[pos + 3]) & 0xfff8) !== 0) return ERR_NOT_HANDLED;
+    const headerBytes = fragment ? 8 : nextHeader === 51 ? (buf[pos + 1] + 2) << 2 : (buf[pos + 1] + 1) << 3;
+    nextHeader = buf[pos];
+    pos += headerBytes;
+  }
+  if (pos + PORT_BYTES > end) return ERR_TRUNCATED_ICMP;
+  out[0] = nextHeader | (6 << 8);
+  for (let i = 0; i < 4; i++) {
+    out[1 + i] = readU32(buf, q + 24 + (i << 2));
+    out[5 + i] = addr[4 + i];
+  }
+  out[9] = swappedPorts(buf, pos);
+  return 0;
+}
+
+/** The quoted (sport, dport) read as the original flow's (dport, sport): dport << 16 | sport. */
+function swappedPorts(buf: Uint8Array, ports: number): number {
+  const quotedSrcPort = (buf[ports] << 8) | buf[ports + 1];
+  const quotedDstPort = (buf[ports + 2] << 8) | buf[ports + 3];
+  return ((quotedDstPort << 16) | quotedSrcPort) >>> 0;
+}
+
+function readU32(buf: Uint8Array, pos: number): number {
+  return ((buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]) >>> 0;
+}
+
+/**
+ * Turns the ICMP echo request (type 8) / ICMPv6 echo request (128) parsed into `pkt` into its
+ * reply in place: Ethernet addresses swapped, IP addresses swapped (the reply comes from the VIP),
+ * TTL / hop limit 64, type 0 / 129; the IPv4 header checksum and the ICMP/ICMPv6 checksum are
+ * updated incrementally (RFC 1624; swapping the addresses leaves both the IPv4 header sum and the
+ * ICMPv6 pseudo-header sum as they are). The VLAN tag, DSCP/ECN, identifier, sequence and data
+ * stay. Returns the reply frame's length (it starts at pkt.frameOffset and ends with the IP
+ * packet: Ethernet padding is left out), or -DropReason: icmpToVip for anything else, including
+ * fragments, IPv4 options and IPv6 extension headers (never answered); truncatedIcmp when the
+ * echo header is cut. A partial checksum must be completed before (checksum.ts).
+ */
+export function buildEchoReply(buf: Uint8Array, pkt: ParsedPacket): number {
+  const l3 = pkt.l3Offset;
+  const l4 = pkt.l4Offset;
+  const family = pkt.family;
+  if (l4 < 0 || pkt.isFragment !== 0 || pkt.icmpCode !== 0) return ERR_NOT_HANDLED;
+  if (family === 4) {
+    if (pkt.ipProtocol !== IPPROTO_ICMP || pkt.icmpType !== ICMP_ECHO_REQUEST || pkt.l3HeaderLength !== IPV4_HEADER_BYTES) {
+      return ERR_NOT_HANDLED;
+    }
+  } else if (family === 6) {
+    if (pkt.ipProtocol !== IPPROTO_ICMPV6 || pkt.icmpType !== ICMPV6_ECHO_REQUEST || pkt.l3HeaderLength !== IPV6_HEADER_BYTES) {
+      return ERR_NOT_HANDLED;
+    }
+  } else {
+    return ERR_NOT_HANDLED;
+  }
+  if (l4 + ICMP_HEADER_BYTES > pkt.l3End || pkt.l3End > buf.length) return ERR_TRUNCATED_ICMP;
+
+  const frame = pkt.frameOffset;
+  for (let i = 0; i < 6; i++) {
+    const b = buf[frame + i];
+    buf[frame + i] = buf[frame + 6 + i];
+    buf[frame + 6 + i] = b;
+  }
+  const addrBytes = family === 4 ? 4 : 16;
+  const src = family === 4 ? l3 + 12 : l3 + 8;
+  for (let i = 0; i < addrBytes; i++) {
+    const b = buf[src + i];
+    buf[src + i] = buf[src + addrBytes + i];
+    buf[src + addrBytes + i] = b;
+  }
+  if (family === 4) {
+    const oldTtlWord = (buf[l3 + 8] << 8) | buf[l3 + 9];
+    buf[l3 + 8] = REPLY_TTL;
+    const ipChecksum = incrementalUpdate16((buf[l3 + 10] << 8) | buf[l3 + 11], oldTtlWord, (REPLY_TTL << 8) | IPPROTO_ICMP);
+    buf[l3 + 10] = ipChecksum >> 8;
+    buf[l3 + 11] = ipChecksum & 0xff;
+  } else {
+    buf[l3 + 7] = REPLY_TTL;
+  }
+  const requestType = buf[l4];
+  const replyType = family === 4 ? ICMP_ECHO_REPLY : ICMPV6_ECHO_REPLY;
+  buf[l4] = replyType;
+  // The code byte is 0 in both: the type/code word changes from requestType << 8 to replyType << 8.
+  const checksum = incrementalUpdate16((buf[l4 + 2] << 8) | buf[l4 + 3], requestType << 8, replyType << 8);
+  buf[l4 + 2] = checksum >> 8;
+  buf[l4 + 3] = checksum & 0xff;
+  return pkt.l3End - frame;
+}

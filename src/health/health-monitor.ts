@@ -1,0 +1,254 @@
+// The health monitor: schedules probes for every real concurrently (each on its own timer, at a
+// random offset so they do not march in step), enforces timeouts, feeds results through rise/fall
+// damping and emits 'change' when a real goes up or down. Control plane only.
+
+import { EventEmitter } from 'node:events';
+import type { HealthCheckConfig, HealthCheckType } from '../config/types.js';
+import { HealthDamper } from './damper.js';
+import { ExecProber } from './exec-probe.js';
+import { HttpProber } from './http-probe.js';
+import { IcmpProber } from './icmp-probe.js';
+import { realClock, runProbe, type Clock, type ProbeResult, type ProbeTarget, type Prober, type RunningProbe, type TimerHandle } from './probe.js';
+import { TcpProber } from './tcp-probe.js';
+import { UdpProber } from './udp-probe.js';
+
+export type { Clock, ProbeResult, ProbeTarget, Prober } from './probe.js';
+
+/** One real of one service to watch; `key` is the caller's stable name for it. */
+export interface HealthTarget {
+  readonly key: string;
+  readonly service: string;
+  readonly address: string;
+  readonly vip: string;
+  readonly check: HealthCheckConfig;
+}
+
+/** The damped fact about one real, as status and metrics show it. */
+export interface HealthFactRecord {
+  readonly state: 'up' | 'down';
+  /** When `state` last changed or the target was (re)started, in clock.now() milliseconds. */
+  readonly since: number;
+  readonly lastError: string | null;
+  /** Consecutive successes and failures. */
+  readonly successes: number;
+  readonly failures: number;
+  readonly lastDurationMs: number | null;
+  /** A probe is in flight now. */
+  readonly probing: boolean;
+}
+
+/** Called after every probe (metrics: duration histogram, failures by reason); must not throw. */
+export interface ProbeObserver {
+  (key: string, result: ProbeResult): void;
+}
+
+export interface HealthMonitorOptions {
+  readonly clock?: Clock;
+  /** Uniform in [0, 1): places each target's first probe in [0, interval). */
+  readonly random?: () => number;
+  /** Replaces the built-in prober of a kind (tests use fakes). Type none never probes. */
+  readonly probers?: Partial<Record<HealthCheckType, Prober>>;
+  readonly observer?: ProbeObserver;
+}
+
+export interface HealthMonitor {
+  on(event: 'change', listener: (key: string, fact: HealthFactRecord) => void): this;
+  once(event: 'change', listener: (key: string, fact: HealthFactRecord) => void): this;
+  off(event: 'change', listener: (key: string, fact: HealthFactRecord) => void): this;
+  emit(event: 'change', key: string, fact: HealthFactRecord): boolean;
+}
+
+interface Watch {
+  target: HealthTarget;
+  readonly probeTarget: ProbeTarget;
+  readonly damper: HealthDamper;
+  /** null for type none: never probed, always up. */
+  readonly prober: Prober | null;
+  timer: TimerHandle | null;
+  running: RunningProbe | null;
+  nextStartMs: number;
+  lastDurationMs: number | null;
+  stopped: boolean;
+}
+
+export class HealthMonitor extends EventEmitter {
+  private readonly clock: Clock;
+  private readonly random: () => number;
+  private readonly probers: Partial<Record<HealthCheckType, Prober>>;
+  private readonly observer: ProbeObserver | null;
+  private readonly watches = new Map<string, Watch>();
+
+  constructor(opts: HealthMonitorOptions = {}) {
+    super();
+    this.clock = opts.clock ?? realClock;
+    this.random = opts.random ?? Math.random;
+    this.observer = opts.observer ?? null;
+    this.probers = {
+      tcp: new TcpProber(),
+      http: new HttpProber('http'),
+      https: new HttpProber('https'),
+      udp: new UdpProber(),
+      exec: new ExecProber(),
+      icmp: new IcmpProber(),
+      ...opts.probers,
+    };
+  }
+
+  /**
+   * Makes the watched set equal to `targets`. A key whose real and probe are unchanged keeps its
+   * state; one whose only changes are interval, timeout, rise or fall keeps its state and is
+   * rescheduled; any other change restarts it from 'down' (the new probe has proven nothing yet).
+   */
+  setTargets(targets: readonly HealthTarget[]): void {
+    const wanted = new Map<string, HealthTarget>();
+    for (const t of targets) {
+      if (wanted.has(t.key)) throw new Error(`health target key ${JSON.stringify(t.key)} appears twice`);
+      wanted.set(t.key, t);
+    }
+    for (const [key, watch] of this.watches) {
+      if (!wanted.has(key)) {
+        this.stopWatch(watch);
+        this.watches.delete(key);
+      }
+    }
+    for (const [key, target] of wanted) {
+      const old = this.watches.get(key);
+      if (old && sameProbe(old.target, target)) {
+        if (!sameTiming(old.target.check, target.check)) this.retime(old, target);
+        old.target = target;
+        continue;
+      }
+      if (old) this.stopWatch(old);
+      this.watches.set(key, this.startWatch(target));
+    }
+  }
+
+  fact(key: string): HealthFactRecord | undefined {
+    const watch = this.watches.get(key);
+    return watch ? record(watch) : undefined;
+  }
+
+  /** Stops every timer and aborts probes in flight; results that arrive later are ignored. */
+  stop(): void {
+    for (const watch of this.watches.values()) this.stopWatch(watch);
+    this.watches.clear();
+  }
+
+  private startWatch(target: HealthTarget): Watch {
+    const { check } = target;
+    const now = this.clock.now();
+    const prober = check.type === 'none' ? null : (this.probers[check.type] ?? null);
+    if (check.type !== 'none' && prober === null) throw new Error(`no prober for health-check type ${check.type}`);
+    const watch: Watch = {
+      target,
+      probeTarget: { address: target.address, port: check.port, vip: target.vip, service: target.service, check },
+      damper: new HealthDamper(check, now, prober === null ? 'up' : 'down'),
+      prober,
+      timer: null,
+      running: null,
+      nextStartMs: now,
+      lastDurationMs: null,
+      stopped: false,
+    };
+    if (prober !== null) this.schedule(watch, now + this.startOffsetMs(check.intervalMs));
+    return watch;
+  }
+
+  private retime(watch: Watch, target: HealthTarget): void {
+    watch.damper.retune(target.check);
+    if (watch.prober === null) return;
+    if (watch.timer !== null) this.clock.clearTimeout(watch.timer);
+    watch.timer = null;
+    watch.target = target;
+    this.schedule(watch, this.clock.now() + this.startOffsetMs(target.check.intervalMs));
+  }
+
+  private startOffsetMs(intervalMs: number): number {
+    const r = this.random();
+    return Math.floor(Math.min(Math.max(r, 0), 0.999999) * intervalMs);
+  }
+
+  private schedule(watch: Watch, atMs: number): void {
+    watch.nextStartMs = atMs;
+    watch.timer = this.clock.setTimeout(() => this.tick(watch), Math.max(0, atMs - this.clock.now()));
+  }
+
+  private tick(watch: Watch): void {
+    watch.timer = null;
+    if (watch.stopped) return;
+    // A probe never overlaps itself: if the last one is still running, this slot is skipped.
+    if (watch.running === null) this.startProbe(watch);
+    // Fixed rate from the planned start, so the spread of first probes is kept; slots missed
+    // while the event loop was busy are skipped rather than fired in a burst.
+    const intervalMs = watch.target.check.intervalMs;
+    const now = this.clock.now();
+    let next = watch.nextStartMs + intervalMs;
+    if (next <= now) next += Math.ceil((now - next + 1) / intervalMs) * intervalMs;
+    this.schedule(watch, next);
+  }
+
+  private startProbe(watch: Watch): void {
+    const running = runProbe(watch.prober!, watch.probeTarget, watch.target.check.timeoutMs, this.clock);
+    watch.running = running;
+    void running.result.then((result) => {
+      if (!watch.stopped) this.onResult(watch, result);
+    });
+    void running.finished.then(() => {
+      if (watch.running === running) watch.running = null;
+    });
+  }
+
+  private onResult(watch: Watch, result: ProbeResult): void {
+    watch.lastDurationMs = result.durationMs;
+    const error = result.ok ? null : `${result.reason}: ${result.detail}`;
+    const flipped = watch.damper.record(result.ok, this.clock.now(), error);
+    if (this.observer) {
+      try {
+        this.observer(watch.target.key, result);
+      } catch {
+        // Metrics must not stop health checking.
+      }
+    }
+    if (flipped) this.emit('change', watch.target.key, record(watch));
+  }
+
+  private stopWatch(watch: Watch): void {
+    watch.stopped = true;
+    if (watch.timer !== null) this.clock.clearTimeout(watch.timer);
+    watch.timer = null;
+    watch.running?.cancel();
+  }
+}
+
+function record(watch: Watch): HealthFactRecord {
+  const d = watch.damper;
+  return {
+    state: d.state,
+    since: d.since,
+    lastError: d.lastError,
+    successes: d.successes,
+    failures: d.failures,
+    lastDurationMs: watch.lastDurationMs,
+    probing: watch.running !== null,
+  };
+}
+
+const TIMING_KEYS: ReadonlySet<keyof HealthCheckConfig> = new Set(['intervalMs', 'timeoutMs', 'rise', 'fall']);
+
+/** Same real, same service and the same probe (everything but the timing). */
+function sameProbe(a: HealthTarget, b: HealthTarget): boolean {
+  if (a.address !== b.address || a.vip !== b.vip || a.service !== b.service) return false;
+  for (const key of Object.keys(a.check) as (keyof HealthCheckConfig)[]) {
+    if (!TIMING_KEYS.has(key) && !sameValue(a.check[key], b.check[key])) return false;
+  }
+  return Object.keys(a.check).length === Object.keys(b.check).length;
+}
+
+function sameTiming(a: HealthCheckConfig, b: HealthCheckConfig): boolean {
+  return a.intervalMs === b.intervalMs && a.timeoutMs === b.timeoutMs && a.rise === b.rise && a.fall === b.fall;
+}
+
+function sameValue(a: unknown, b: unknown): boolean {
+  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((v, i) => v === b[i]);
+  return a === b;
+}

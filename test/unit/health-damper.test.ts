@@ -1,0 +1,206 @@
+// Rise/fall damping step by step: the damper alone, then through the monitor with a manual clock and
+// a scripted prober, so recovery times and outage tolerance are exact numbers, not timings.
+
+import { describe, expect, it } from 'vitest';
+import type { HealthCheckConfig } from '../../src/config/types.js';
+import { HealthDamper } from '../../src/health/damper.js';
+import { HealthMonitor, type HealthFactRecord } from '../../src/health/health-monitor.js';
+import { OK, fail, type Clock, type ProbeOutcome, type ProbeTarget, type Prober } from '../../src/health/probe.js';
+
+function check(over: Partial<HealthCheckConfig> = {}): HealthCheckConfig {
+  return {
+    type: 'tcp',
+    port: 80,
+    path: '/',
+    host: null,
+    expectStatus: [200],
+    expectBody: null,
+    payload: null,
+    expectPayload: null,
+    command: null,
+    intervalMs: 1000,
+    timeoutMs: 500,
+    rise: 2,
+    fall: 3,
+    ...over,
+  };
+}
+
+/** A clock whose time moves only when the test says so; due timers run in order. */
+class ManualClock implements Clock {
+  private t = 0;
+  private seq = 0;
+  private readonly timers = new Map<number, { at: number; fn: () => void }>();
+
+  now(): number {
+    return this.t;
+  }
+  setTimeout(fn: () => void, delayMs: number): number {
+    this.seq++;
+    this.timers.set(this.seq, { at: this.t + delayMs, fn });
+    return this.seq;
+  }
+  clearTimeout(handle: unknown): void {
+    this.timers.delete(handle as number);
+  }
+  get pendingTimers(): number {
+    return this.timers.size;
+  }
+  async advanceTo(targetMs: number): Promise<void> {
+    for (;;) {
+      let id = -1;
+      let at = Infinity;
+      for (const [k, v] of this.timers) if (v.at <= targetMs && v.at < at) [id, at] = [k, v.at];
+      if (id < 0) break;
+      const timer = this.timers.get(id)!;
+      this.timers.delete(id);
+      this.t = timer.at;
+      timer.fn();
+      await flush();
+    }
+    this.t = targetMs;
+    await flush();
+  }
+}
+
+const flush = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/** Answers at once from a switch the test flips; records when it was asked. */
+class ScriptedProber implements Prober {
+  healthy = false;
+  readonly askedAtMs: number[] = [];
+  constructor(private readonly clock: ManualClock) {}
+  async probe(_target: ProbeTarget, _signal: AbortSignal): Promise<ProbeOutcome> {
+    this.askedAtMs.push(this.clock.now());
+    return this.healthy ? OK : fail('refused', 'connection refused (ECONNREFUSED)');
+  }
+}
+
+function setup(over: Partial<HealthCheckConfig> = {}) {
+  const clock = new ManualClock();
+  const prober = new ScriptedProber(clock);
+  // random 0: the first probe runs at t=0, then every interval, so probe times are k * interval.
+  const monitor = new HealthMonitor({ clock, random: () => 0, probers: { tcp: prober } });
+  const changes: { atMs: number; fact: HealthFactRecord }[] = [];
+  monitor.on('change', (_key, fact) => changes.push({ atMs: clock.now(), fact }));
+  monitor.setTargets([{ key: 'web/10.0.0.11', service: 'web', address: '10.0.0.11', vip: '10.0.0.100', check: check(over) }]);
+  const fact = (): HealthFactRecord => monitor.fact('web/10.0.0.11')!;
+  return { clock, prober, monitor, changes, fact };
+}
+
+describe('HealthDamper alone', () => {
+  it('starts down and comes up at exactly the rise-th consecutive success', () => {
+    const d = new HealthDamper({ rise: 3, fall: 2 }, 0);
+    expect(d.state).toBe('down');
+    expect(d.since).toBe(0);
+    expect(d.record(true, 1000)).toBe(false);
+    expect(d.record(true, 2000)).toBe(false);
+    expect([d.state, d.successes, d.failures]).toEqual(['down', 2, 0]);
+    expect(d.record(true, 3000)).toBe(true);
+    expect([d.state, d.since, d.successes]).toEqual(['up', 3000, 3]);
+  });
+
+  it('a failure among the successes restarts the rise count', () => {
+    const d = new HealthDamper({ rise: 2, fall: 3 }, 0);
+    d.record(true, 1000);
+    d.record(false, 2000, 'refused: connection refused');
+    expect([d.state, d.successes, d.failures, d.lastError]).toEqual(['down', 0, 1, 'refused: connection refused']);
+    d.record(true, 3000);
+    expect(d.state).toBe('down');
+    expect(d.lastError).toBeNull();
+    d.record(true, 4000);
+    expect([d.state, d.since]).toEqual(['up', 4000]);
+  });
+
+  it('with fall=3 single failures among successes never take an up real down', () => {
+    const d = new HealthDamper({ rise: 1, fall: 3 }, 0);
+    d.record(true, 0);
+    expect(d.state).toBe('up');
+    const pattern = [false, true, false, false, true, false, true, false, false, true];
+    pattern.forEach((ok, i) => expect(d.record(ok, 1000 * (i + 1), ok ? null : 'timeout: x')).toBe(false));
+    expect([d.state, d.since]).toEqual(['up', 0]);
+  });
+
+  it('goes down at exactly the fall-th consecutive failure', () => {
+    const d = new HealthDamper({ rise: 1, fall: 3 }, 0);
+    d.record(true, 0);
+    expect(d.record(false, 1000, 'timeout: a')).toBe(false);
+    expect(d.record(false, 2000, 'timeout: b')).toBe(false);
+    expect([d.state, d.failures]).toEqual(['up', 2]);
+    expect(d.record(false, 3000, 'timeout: c')).toBe(true);
+    expect([d.state, d.since, d.failures, d.lastError]).toEqual(['down', 3000, 3, 'timeout: c']);
+    // Further failures do not move `since`.
+    expect(d.record(false, 4000, 'timeout: d')).toBe(false);
+    expect(d.since).toBe(3000);
+  });
+
+  it('an unprobed real (type none) is up from the start', () => {
+    const d = new HealthDamper({ rise: 2, fall: 3 }, 500, 'up');
+    expect([d.state, d.since]).toEqual(['up', 500]);
+  });
+});
+
+describe('damping through the monitor, manual clock', () => {
+  it('a new real is down until rise successes, then up at the rise-th probe', async () => {
+    const { clock, prober, changes, fact } = setup({ rise: 2, fall: 3 });
+    prober.healthy = true;
+    expect(fact().state).toBe('down');
+    await clock.advanceTo(0);
+    expect(prober.askedAtMs).toEqual([0]);
+    expect([fact().state, fact().successes]).toEqual(['down', 1]);
+    await clock.advanceTo(1000);
+    expect(fact()).toMatchObject({ state: 'up', since: 1000, successes: 2, failures: 0, lastError: null, lastDurationMs: 0, probing: false });
+    expect(changes.map((c) => [c.atMs, c.fact.state])).toEqual([[1000, 'up']]);
+  });
+
+  it('interval 1 s, rise 2: a real that recovers just after a failed probe is up 2 s later', async () => {
+    const { clock, prober, changes, fact } = setup({ intervalMs: 1000, rise: 2, fall: 3 });
+    await clock.advanceTo(2000); // probes at 0, 1000, 2000 all fail
+    expect(prober.askedAtMs).toEqual([0, 1000, 2000]);
+    expect([fact().state, fact().failures, fact().lastError]).toEqual(['down', 3, 'refused: connection refused (ECONNREFUSED)']);
+    prober.healthy = true; // recovers at t = 2000, right after that probe
+    await clock.advanceTo(3999);
+    expect(fact().state).toBe('down');
+    await clock.advanceTo(4000);
+    expect(fact().state).toBe('up');
+    expect(changes.map((c) => c.atMs - 2000)).toEqual([2000]); // recovery = rise x interval
+  });
+
+  it('fall 3, interval 1 s: a 2 s outage never takes the real out; a 3 s one does, at the 3rd failure', async () => {
+    const { clock, prober, changes, fact } = setup({ intervalMs: 1000, rise: 2, fall: 3 });
+    prober.healthy = true;
+    await clock.advanceTo(1000);
+    expect(fact().state).toBe('up');
+    // Outage from just after the probe at 5000 to just after the probe at 7000: exactly 2 s,
+    // the worst placement, covering the probes at 6000 and 7000.
+    await clock.advanceTo(5000);
+    prober.healthy = false;
+    await clock.advanceTo(7000);
+    expect([fact().state, fact().failures]).toEqual(['up', 2]);
+    prober.healthy = true;
+    await clock.advanceTo(12_000);
+    expect(changes.map((c) => c.fact.state)).toEqual(['up']);
+    expect([fact().state, fact().since, fact().failures]).toEqual(['up', 1000, 0]);
+    // A 3 s outage (probes at 13000, 14000, 15000 fail) takes it down at 15000, not before.
+    prober.healthy = false;
+    await clock.advanceTo(14_999);
+    expect(fact().state).toBe('up');
+    await clock.advanceTo(15_000);
+    expect(changes.map((c) => [c.atMs, c.fact.state])).toEqual([
+      [1000, 'up'],
+      [15_000, 'down'],
+    ]);
+  });
+
+  it('type none is up from the start and never probed', async () => {
+    const clock = new ManualClock();
+    const prober = new ScriptedProber(clock);
+    const monitor = new HealthMonitor({ clock, random: () => 0, probers: { tcp: prober } });
+    monitor.setTargets([{ key: 'k', service: 'web', address: '10.0.0.11', vip: '10.0.0.100', check: check({ type: 'none' }) }]);
+    expect(monitor.fact('k')).toEqual({ state: 'up', since: 0, lastError: null, successes: 0, failures: 0, lastDurationMs: null, probing: false });
+    expect(clock.pendingTimers).toBe(0);
+    await clock.advanceTo(10_000);
+    expect(prober.askedAtMs).toEqual([]);
+    expect(monitor.fact('k')!.state).toBe('up');
+  });
+});

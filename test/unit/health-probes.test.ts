@@ -1,0 +1,315 @@
+// Each probe kind against real servers started here on 127.0.0.1 (ephemeral ports): the verdict,
+// the failure reason, and that timeouts end on time and leave nothing running. Needs root for icmp.
+
+import { execFileSync } from 'node:child_process';
+import { createSocket, type Socket as UdpSocket } from 'node:dgram';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createServer as createHttpServer, type RequestListener, type Server as HttpServer } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import { createServer as createTcpServer, type AddressInfo, type Server as TcpServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { HealthCheckConfig } from '../../src/config/types.js';
+import { ExecProber } from '../../src/health/exec-probe.js';
+import { HttpProber } from '../../src/health/http-probe.js';
+import { IcmpProber } from '../../src/health/icmp-probe.js';
+import { runProbe, type ProbeResult, type ProbeTarget, type Prober } from '../../src/health/probe.js';
+import { TcpProber } from '../../src/health/tcp-probe.js';
+import { UdpProber } from '../../src/health/udp-probe.js';
+
+function check(over: Partial<HealthCheckConfig> = {}): HealthCheckConfig {
+  return {
+    type: 'tcp',
+    port: 0,
+    path: '/',
+    host: null,
+    expectStatus: [200],
+    expectBody: null,
+    payload: null,
+    expectPayload: null,
+    command: null,
+    intervalMs: 2000,
+    timeoutMs: 1000,
+    rise: 2,
+    fall: 3,
+    ...over,
+  };
+}
+
+function target(port: number, over: Partial<HealthCheckConfig> = {}, address = '127.0.0.1'): ProbeTarget {
+  return { address, port, vip: '10.0.0.100', service: 'web', check: check({ port, ...over }) };
+}
+
+async function probe(prober: Prober, t: ProbeTarget, timeoutMs = 1000): Promise<ProbeResult> {
+  const running = runProbe(prober, t, timeoutMs);
+  const result = await running.result;
+  await running.finished;
+  return result;
+}
+
+const portOf = (server: { address(): AddressInfo | string | null }): number => (server.address() as AddressInfo).port;
+
+async function listenTcp(server: TcpServer | HttpServer): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return portOf(server);
+}
+
+/** A port nobody listens on: bound once by us, then released. */
+async function closedTcpPort(): Promise<number> {
+  const s = createTcpServer();
+  const port = await listenTcp(s);
+  await new Promise((resolve) => s.close(resolve));
+  return port;
+}
+
+const servers: { close(): unknown }[] = [];
+afterAll(() => {
+  for (const s of servers) s.close();
+});
+
+describe('tcp probe', () => {
+  it('is ok when the port accepts and refused when nobody listens', async () => {
+    const server = createTcpServer((socket) => socket.destroy());
+    servers.push(server);
+    const port = await listenTcp(server);
+    const up = await probe(new TcpProber(), target(port));
+    expect(up.ok).toBe(true);
+    expect(up.durationMs).toBeLessThan(100);
+
+    const down = await probe(new TcpProber(), target(await closedTcpPort()));
+    expect(down).toMatchObject({ ok: false, reason: 'refused', detail: 'connection refused (ECONNREFUSED)' });
+    expect(down.durationMs).toBeLessThan(100);
+  });
+});
+
+describe('IPv6 reals', () => {
+  it('tcp, http (Host header in brackets) and udp work on ::1', async () => {
+    const hosts: (string | undefined)[] = [];
+    const server = createHttpServer((req, res) => {
+      hosts.push(req.headers.host);
+      res.end('ok');
+    });
+    servers.push({ close: () => server.close() && server.closeAllConnections() });
+    await new Promise<void>((resolve) => server.listen(0, '::1', resolve));
+    const port = portOf(server);
+    expect((await probe(new TcpProber(), target(port, {}, '::1'))).ok).toBe(true);
+    expect((await probe(new HttpProber('http'), target(port, { type: 'http' }, '::1'))).ok).toBe(true);
+    expect(hosts).toEqual([`[::1]:${port}`]);
+
+    const echo = createSocket('udp6');
+    echo.on('message', (msg, rinfo) => echo.send(msg, rinfo.port, rinfo.address));
+    servers.push(echo);
+    await new Promise<void>((resolve) => echo.bind(0, '::1', resolve));
+    expect((await probe(new UdpProber(), target(portOf(echo), { type: 'udp', payload: 'x', expectPayload: 'x' }, '::1'))).ok).toBe(true);
+  });
+});
+
+describe('http probe', () => {
+  const seen: { path: string; host: string | undefined }[] = [];
+  const handler: RequestListener = (req, res) => {
+    seen.push({ path: req.url ?? '', host: req.headers.host });
+    if (req.url === '/ok') return void res.end('status: all good\n');
+    if (req.url === '/error') return void res.writeHead(500).end('broken');
+    if (req.url === '/never') return; // holds the request open: the probe must time out
+    res.writeHead(404).end();
+  };
+  let port = 0;
+  beforeAll(async () => {
+    const server = createHttpServer(handler);
+    servers.push({ close: () => server.close() && server.closeAllConnections() });
+    port = await listenTcp(server);
+  });
+  const http = new HttpProber('http');
+
+  it('200 with the expected body substring is ok; the Host header defaults to the address', async () => {
+    const r = await probe(http, target(port, { type: 'http', path: '/ok', expectBody: 'all good' }));
+    expect(r.ok).toBe(true);
+    expect(seen.at(-1)).toEqual({ path: '/ok', host: `127.0.0.1:${port}` });
+    const withHost = await probe(http, target(port, { type: 'http', path: '/ok', host: 'www.example.test' }));
+    expect(withHost.ok).toBe(true);
+    expect(seen.at(-1)!.host).toBe('www.example.test');
+  });
+
+  it('500 fails with reason status; a 500 listed in expectStatus is ok', async () => {
+    const r = await probe(http, target(port, { type: 'http', path: '/error' }));
+    expect(r).toMatchObject({ ok: false, reason: 'status', detail: 'HTTP 500, expected 200' });
+    const listed = await probe(http, target(port, { type: 'http', path: '/error', expectStatus: [200, 500] }));
+    expect(listed.ok).toBe(true);
+  });
+
+  it('a body without the expected substring fails with reason body', async () => {
+    const r = await probe(http, target(port, { type: 'http', path: '/ok', expectBody: 'READY' }));
+    expect(r).toMatchObject({ ok: false, reason: 'body' });
+    expect(r.ok ? '' : r.detail).toContain('READY');
+  });
+
+  it('a server that never answers fails with reason timeout within timeout + 100 ms', async () => {
+    const started = performance.now();
+    const running = runProbe(http, target(port, { type: 'http', path: '/never' }), 300);
+    const r = await running.result;
+    const resultMs = performance.now() - started;
+    await running.finished; // the prober let go of its socket after the abort
+    const finishedMs = performance.now() - started;
+    expect(r).toMatchObject({ ok: false, reason: 'timeout' });
+    expect(resultMs).toBeGreaterThanOrEqual(299);
+    expect(resultMs).toBeLessThan(400);
+    expect(r.durationMs).toBeLessThan(400);
+    expect(finishedMs).toBeLessThan(400);
+  });
+
+  it('refused when nobody listens', async () => {
+    const r = await probe(http, target(await closedTcpPort(), { type: 'http' }));
+    expect(r).toMatchObject({ ok: false, reason: 'refused' });
+  });
+});
+
+describe('https probe', () => {
+  // A self-signed certificate made with the openssl CLI: the probe must accept it (no verification).
+  let port = 0;
+  let dir = '';
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'dsrlb-health-tls-'));
+    execFileSync('openssl', [
+      'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1',
+      '-subj', '/CN=real.example.test', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'),
+    ], { stdio: 'ignore' });
+    const server = createHttpsServer({ key: readFileSync(join(dir, 'key.pem')), cert: readFileSync(join(dir, 'cert.pem')) }, (req, res) => {
+      if (req.url === '/healthz') return void res.end('ok');
+      res.writeHead(503).end('starting');
+    });
+    servers.push({ close: () => server.close() && server.closeAllConnections() });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    port = portOf(server);
+  });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const https = new HttpProber('https');
+
+  it('accepts a self-signed certificate and checks status and body', async () => {
+    expect((await probe(https, target(port, { type: 'https', path: '/healthz', expectBody: 'ok' }))).ok).toBe(true);
+    expect(await probe(https, target(port, { type: 'https', path: '/other' }))).toMatchObject({ ok: false, reason: 'status', detail: 'HTTP 503, expected 200' });
+  });
+
+  it('plain http to a TLS port is not ok', async () => {
+    const r = await probe(new HttpProber('http'), target(port, { type: 'http', path: '/healthz' }));
+    expect(r.ok).toBe(false);
+  });
+});
+
+describe('udp probe', () => {
+  let port = 0;
+  beforeAll(async () => {
+    const echo: UdpSocket = createSocket('udp4');
+    echo.on('message', (msg, rinfo) => echo.send(Buffer.concat([Buffer.from('pong:'), msg]), rinfo.port, rinfo.address));
+    servers.push(echo);
+    await new Promise<void>((resolve) => echo.bind(0, '127.0.0.1', resolve));
+    port = portOf(echo);
+  });
+  const udp = new UdpProber();
+
+  it('an echo server is ok, with or without an expected substring', async () => {
+    expect((await probe(udp, target(port, { type: 'udp', payload: 'hello' }))).ok).toBe(true);
+    expect((await probe(udp, target(port, { type: 'udp', payload: 'hello', expectPayload: 'pong:hello' }))).ok).toBe(true);
+  });
+
+  it('a reply without the expected substring fails with reason body', async () => {
+    const r = await probe(udp, target(port, { type: 'udp', payload: 'hello', expectPayload: 'READY' }));
+    expect(r).toMatchObject({ ok: false, reason: 'body' });
+  });
+
+  it('no listener: refused at once through ICMP port unreachable', async () => {
+    const s = createSocket('udp4');
+    await new Promise<void>((resolve) => s.bind(0, '127.0.0.1', resolve));
+    const closedPort = portOf(s);
+    await new Promise<void>((resolve) => s.close(resolve));
+    const r = await probe(udp, target(closedPort, { type: 'udp', payload: 'hello' }));
+    expect(r).toMatchObject({ ok: false, reason: 'refused' });
+    expect(r.durationMs).toBeLessThan(100);
+  });
+});
+
+describe('exec probe', () => {
+  const exec = new ExecProber();
+  const execTarget = (command: string): ProbeTarget => ({ ...target(8080, { type: 'exec', command }), address: '127.0.0.7' });
+
+  it('exit 0 is ok, exit 3 fails with reason exit and the output', async () => {
+    expect((await probe(exec, execTarget('exit 0'))).ok).toBe(true);
+    const r = await probe(exec, execTarget('echo not ready >&2; exit 3'));
+    expect(r).toMatchObject({ ok: false, reason: 'exit', detail: 'exit status 3: not ready' });
+  });
+
+  it('sees DSRLB_REAL, DSRLB_PORT, DSRLB_VIP and DSRLB_SERVICE', async () => {
+    const r = await probe(exec, execTarget('echo "$DSRLB_REAL $DSRLB_PORT $DSRLB_VIP $DSRLB_SERVICE"; exit 9'));
+    expect(r).toMatchObject({ ok: false, reason: 'exit', detail: 'exit status 9: 127.0.0.7 8080 10.0.0.100 web' });
+    const ok = await probe(exec, execTarget('[ "$DSRLB_REAL" = 127.0.0.7 ] && [ "$DSRLB_PORT" = 8080 ] && [ "$DSRLB_SERVICE" = web ]'));
+    expect(ok.ok).toBe(true);
+  });
+
+  it('a timeout kills the whole process group, sleep 10 included', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-health-exec-'));
+    try {
+      const pidFile = join(dir, 'sleep.pid');
+      const started = performance.now();
+      const r = await probe(exec, execTarget(`sleep 10 & echo $! > ${pidFile}; wait`), 300);
+      expect(r).toMatchObject({ ok: false, reason: 'timeout' });
+      expect(performance.now() - started).toBeLessThan(400);
+      const pid = Number(readFileSync(pidFile, 'utf8'));
+      expect(pid).toBeGreaterThan(1);
+      // Gone, or a zombie waiting for a reaper (a container's PID 1 may not reap): not running.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, 'utf8') : '';
+      expect(stat === '' || /^\d+ \(sleep\) Z/.test(stat)).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a child left running in the background does not delay the verdict and is killed', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-health-exec-'));
+    try {
+      const pidFile = join(dir, 'sleep.pid');
+      const started = performance.now();
+      const r = await probe(exec, execTarget(`sleep 10 & echo $! > ${pidFile}; exit 0`), 1000);
+      expect(r.ok).toBe(true);
+      expect(performance.now() - started).toBeLessThan(200);
+      const pid = Number(readFileSync(pidFile, 'utf8'));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, 'utf8') : '';
+      expect(stat === '' || /^\d+ \(sleep\) Z/.test(stat)).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('icmp probe (raw sockets: runs as root)', () => {
+  it('127.0.0.1 and ::1 answer; the shared sockets close when no probe waits', async () => {
+    expect(process.getuid?.()).toBe(0);
+    const icmp = new IcmpProber();
+    const v4 = await probe(icmp, target(0, { type: 'icmp' }));
+    expect(v4.ok).toBe(true);
+    const v6 = await probe(icmp, target(0, { type: 'icmp' }, '::1'));
+    expect(v6.ok).toBe(true);
+    expect(icmp.pending).toBe(0);
+  });
+
+  it('100 concurrent pings to 127.0.20.1..100 share one socket and all match their replies', async () => {
+    const icmp = new IcmpProber();
+    const results = await Promise.all(
+      Array.from({ length: 100 }, (_, i) => probe(icmp, target(0, { type: 'icmp' }, `127.0.20.${i + 1}`))),
+    );
+    expect(results.filter((r) => r.ok).length).toBe(100);
+    expect(Math.max(...results.map((r) => r.durationMs))).toBeLessThan(500);
+    expect(icmp.pending).toBe(0);
+  });
+
+  it('an address that does not answer fails with timeout (or unreachable), on time', async () => {
+    const icmp = new IcmpProber();
+    // TEST-NET-1 (RFC 5737): nothing answers; without a route the send fails as unreachable.
+    const r = await probe(icmp, target(0, { type: 'icmp' }, '192.0.2.200'), 300);
+    expect(r.ok).toBe(false);
+    expect(['timeout', 'unreachable']).toContain(r.ok ? '' : r.reason);
+    expect(r.durationMs).toBeLessThan(400);
+    expect(icmp.pending).toBe(0);
+  });
+});
