@@ -11,6 +11,7 @@ import { Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter, createCount
 import type { FlowTimeouts } from '../dataplane/flow-table.js';
 import { LoopRunner, type LoopEvent, type LoopRequest, type LoopSettings } from '../dataplane/loop-runner.js';
 import type { HealthFact } from '../health/eligibility.js';
+import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
 import { addressWords, formatMac } from './addresses.js';
 import { HostSetup } from './host-setup.js';
 import type { Logger } from './logger.js';
@@ -43,11 +44,9 @@ interface RealRuntime {
   key: string;
   id: number;
   service: string; // service identity
+  serviceName: string;
   address: string;
   removed: boolean;
-  health: HealthFact;
-  healthSince: number;
-  lastError: string | null;
 }
 
 export function serviceIdentity(s: ServiceConfig): string {
@@ -78,6 +77,7 @@ export class Daemon {
   private activeByReal: Int32Array = new Int32Array(MAX_REAL_IDS);
   private inactiveByReal: Int32Array = new Int32Array(MAX_REAL_IDS);
   private readonly reals = new Map<string, RealRuntime>();
+  readonly health: HealthMonitor;
   private overrides = new Map<string, IntentOverride>();
   private lastReports: readonly ServiceBuildReport[] = [];
   private rebuildQueued = false;
@@ -99,7 +99,32 @@ export class Daemon {
       activeFlows: (id) => this.activeByReal[id] ?? 0,
       inactiveFlows: (id) => this.inactiveByReal[id] ?? 0,
       flowTableCapacity: () => this.config.flowTable.capacity,
+      panic: () => this.lastReports.map((r) => ({ service: r.name, panic: r.panic })),
+      drainFinished: (id) => this.drainFinished(id),
     });
+    this.health = new HealthMonitor({
+      observer: (key, result) => {
+        const r = this.reals.get(key);
+        if (r) this.metrics.observeProbe(r.serviceName, r.address, result.durationMs / 1000, result.ok ? null : result.reason);
+      },
+    });
+    this.health.on('change', (key, fact) => {
+      const r = this.reals.get(key);
+      if (!r) return;
+      this.log[fact.state === 'up' ? 'info' : 'warn'](`real ${fact.state}`, { service: r.serviceName, real: r.address, lastError: fact.lastError });
+      this.queueRebuild('health');
+    });
+  }
+
+  /** A real that takes no new flows (drain, weight 0, removed) and has no established flow left (as watching ipvsadm's ActiveConn reach 0). */
+  private drainFinished(id: number): boolean {
+    for (const v of this.serviceViews()) {
+      const r = v.reals.find((x) => x.id === id);
+      if (!r) continue;
+      const draining = r.removed || r.intent === 'drain' || r.weight === 0;
+      return draining && (this.activeByReal[id] ?? 0) === 0;
+    }
+    return false;
   }
 
   async start(): Promise<void> {
@@ -217,17 +242,7 @@ export class Daemon {
           existing.removed = false;
           continue;
         }
-        this.reals.set(key, {
-          key,
-          id: this.registry.idFor(key),
-          service: sid,
-          address: r.address,
-          removed: false,
-          // Probes are not wired in yet (src/health): every configured real counts as up.
-          health: 'up',
-          healthSince: Date.now(),
-          lastError: null,
-        });
+        this.reals.set(key, { key, id: this.registry.idFor(key), service: sid, serviceName: s.name, address: r.address, removed: false });
       }
     }
     for (const r of this.reals.values()) {
@@ -236,6 +251,19 @@ export class Daemon {
         this.log.info('real removed from config: draining', { service: r.service, real: r.address });
       }
     }
+    // Removed (draining) reals stay probed: if one dies, its flows move instead of black-holing.
+    const targets: HealthTarget[] = [];
+    for (const r of this.reals.values()) {
+      const s = this.config.services.find((x) => serviceIdentity(x) === r.service);
+      if (!s) continue;
+      targets.push({ key: r.key, service: s.name, address: r.address, vip: s.vip, check: s.healthCheck });
+    }
+    this.health.setTargets(targets);
+  }
+
+  /** The damped health fact of a real (no health check: up). */
+  private healthOf(key: string): HealthFact {
+    return this.health.fact(key)?.state ?? 'down';
   }
 
   private intentOf(key: string, cfgState: RealIntent, cfgWeight: number): { state: RealIntent; weight: number } {
@@ -259,7 +287,7 @@ export class Daemon {
           weight: intent.weight,
           intent: intent.state,
           forwarding: r.forwarding,
-          health: rt.health,
+          health: this.healthOf(key),
           removed: false,
           mac: this.neighbors.macOf(r.address),
         });
@@ -272,7 +300,7 @@ export class Daemon {
           weight: 0,
           intent: 'drain',
           forwarding: 'l2',
-          health: rt.health,
+          health: this.healthOf(rt.key),
           removed: true,
           mac: this.neighbors.macOf(rt.address),
         });
@@ -465,6 +493,7 @@ export class Daemon {
           tableFingerprint: report?.tableFingerprint ?? null,
           reals: v.reals.map((r) => {
             const rt = [...this.reals.values()].find((x) => x.id === r.id)!;
+            const fact = this.health.fact(rt.key);
             const c = REAL_BASE + r.id * REAL_STRIDE;
             const rate = this.rates.get(r.id);
             return {
@@ -473,7 +502,13 @@ export class Daemon {
               weight: r.weight,
               intent: r.intent,
               removed: r.removed,
-              health: { state: rt.health, since: new Date(rt.healthSince).toISOString(), lastError: rt.lastError },
+              health: {
+                state: fact?.state ?? 'down',
+                since: new Date(fact?.since ?? Date.now()).toISOString(),
+                lastError: fact?.lastError ?? null,
+                check: v.config.healthCheck.type,
+              },
+              drainFinished: this.drainFinished(r.id),
               mac: r.mac ? formatMac(r.mac) : null,
               activeFlows: this.activeByReal[r.id] ?? 0,
               inactiveFlows: this.inactiveByReal[r.id] ?? 0,
@@ -499,6 +534,7 @@ export class Daemon {
 
   async stop(): Promise<void> {
     if (this.housekeeping) clearInterval(this.housekeeping);
+    this.health.stop();
     this.neighbors?.stop();
     if (this.inline) {
       this.inline.handle({ type: 'stop' });

@@ -22,6 +22,8 @@ export interface MetricsSource {
   activeFlows(id: number): number;
   inactiveFlows(id: number): number;
   flowTableCapacity(): number;
+  panic(): readonly { service: string; panic: boolean }[];
+  drainFinished(id: number): boolean;
 }
 
 export class DaemonMetrics {
@@ -29,6 +31,8 @@ export class DaemonMetrics {
   readonly reloads: client.Counter<'result'>;
   readonly lastReloadSuccess: client.Gauge;
   readonly tableMovedSlots: client.Counter<'service'>;
+  private readonly probeDuration: client.Histogram<'service' | 'real'>;
+  private readonly probeFailures: client.Counter<'service' | 'real' | 'reason'>;
 
   constructor(src: MetricsSource) {
     const registry = this.registry;
@@ -160,11 +164,50 @@ export class DaemonMetrics {
       help: 'When the configuration in force was loaded.',
       registers: [registry],
     });
+    new client.Gauge({
+      name: 'dsrlb_service_panic',
+      help: '1 while no real of the service is up and whenAllDown: failOpen sends to all wanted reals.',
+      labelNames: ['service'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const p of src.panic()) this.set({ service: p.service }, p.panic ? 1 : 0);
+      },
+    });
+    new client.Gauge({
+      name: 'dsrlb_drain_finished',
+      help: '1 when a draining (or removed, or weight 0) real has no flow left.',
+      labelNames: ['service', 'real'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const r of src.reals()) this.set({ service: r.service, real: r.real }, src.drainFinished(r.id) ? 1 : 0);
+      },
+    });
+    this.probeDuration = new client.Histogram({
+      name: 'dsrlb_healthcheck_duration_seconds',
+      help: 'Health probe durations.',
+      labelNames: ['service', 'real'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers: [registry],
+    });
+    this.probeFailures = new client.Counter({
+      name: 'dsrlb_healthcheck_failures_total',
+      help: 'Failed health probes, by reason (timeout, refused, reset, status, body, exit, unreachable, error).',
+      labelNames: ['service', 'real', 'reason'],
+      registers: [registry],
+    });
     this.tableMovedSlots = new client.Counter({
       name: 'dsrlb_table_moved_slots_total',
       help: 'Consistent-hash table slots that changed real on rebuilds.',
       labelNames: ['service'],
       registers: [registry],
     });
+  }
+
+  /** One finished health probe (event-driven: probes are control-plane work, not the packet loop). */
+  observeProbe(service: string, real: string, seconds: number, failureReason: string | null): void {
+    this.probeDuration.observe({ service, real }, seconds);
+    if (failureReason) this.probeFailures.inc({ service, real, reason: failureReason });
   }
 }

@@ -177,7 +177,7 @@ export function encapsulate(
 
   const start = frameOffset - overhead;
   if (vnetLength !== 0) {
-    // Destination before source and the ranges overlap: a forward copy reads each byte first.
+    // The new Ethernet and outer headers cover the old virtio_net_hdr: move it out first.
     const from = frameOffset - VNET_HDR_LEN;
     const to = start - VNET_HDR_LEN;
     for (let i = 0; i < VNET_HDR_LEN; i++) buf[to + i] = buf[from + i];
