@@ -257,7 +257,15 @@ function clearSlot(out: ParsedPacket, offset: number, length: number): void {
   out.fragmentOffset = 0;
   out.moreFragments = 0;
   out.fragmentId = 0;
-  out.addr.fill(0);
+  const a = out.addr;
+  a[0] = 0;
+  a[1] = 0;
+  a[2] = 0;
+  a[3] = 0;
+  a[4] = 0;
+  a[5] = 0;
+  a[6] = 0;
+  a[7] = 0;
   out.srcPort = 0;
   out.dstPort = 0;
   out.tcpFlags = 0;

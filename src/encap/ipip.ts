@@ -141,8 +141,9 @@ export function buildTunnelTemplate(outerSrc: string, realAddr: string, innerFam
 /**
  * Hot path: encapsulates the parsed frame in place (see the module header for every field).
  * Returns 0 with out[0] = new frame offset and out[1] = new frame length, or -DropReason:
- * ipipUnsupported (empty slot, a slot built for the other inner family, or headroom below the
- * overhead), gsoUnsupported (FRAME_GSO), packetTooBig (a length field would pass 65535).
+ * ipipUnsupported (empty or out-of-range slot, a slot built for the other inner family, headroom
+ * below the overhead, a MAC offset out of range), gsoUnsupported (FRAME_GSO), packetTooBig (a
+ * length field would pass 65535).
  * On a negative return the frame is unchanged.
  */
 export function encapsulate(

@@ -459,15 +459,16 @@ function writeIpv6FragmentHeaders(
 /**
  * A token bucket for the ICMP too-big messages we send (RFC 4443 2.4 (f) asks for a limit; Linux
  * limits ICMP errors the same way): `burst` messages at once, refilled at `ratePerSecond`.
- * Numbers only, no allocation; nowMs from the packet loop's clock. A clock that steps back refills
- * nothing.
+ * nowMs comes from the packet loop's clock; a clock that steps back refills nothing.
  */
 export class TooBigRateLimiter {
   readonly ratePerSecond: number;
   readonly burst: number;
-  private tokens: number;
-  private lastMs = 0;
-  private started = false;
+  /**
+   * [tokens, lastMs, started]: fractional numbers kept in a Float64Array because V8 boxes a
+   * fractional number stored in an object field, one allocation per update.
+   */
+  private readonly state = new Float64Array(3);
 
   constructor(ratePerSecond: number, burst: number) {
     if (!(ratePerSecond >= 0) || !Number.isFinite(ratePerSecond)) {
@@ -476,21 +477,22 @@ export class TooBigRateLimiter {
     if (!(burst >= 1) || !Number.isFinite(burst)) throw new RangeError(`TooBigRateLimiter: burst must be a finite number >= 1, got ${burst}`);
     this.ratePerSecond = ratePerSecond;
     this.burst = burst;
-    this.tokens = burst;
+    this.state[0] = burst;
   }
 
   /** True when a message may be sent now (and takes a token for it). */
   allow(nowMs: number): boolean {
-    if (!this.started) {
-      this.started = true;
-      this.lastMs = nowMs;
-    } else if (nowMs > this.lastMs) {
-      const refilled = this.tokens + ((nowMs - this.lastMs) * this.ratePerSecond) / 1000;
-      this.tokens = refilled > this.burst ? this.burst : refilled;
-      this.lastMs = nowMs;
+    const s = this.state;
+    if (s[2] === 0) {
+      s[2] = 1;
+      s[1] = nowMs;
+    } else if (nowMs > s[1]) {
+      const refilled = s[0] + ((nowMs - s[1]) * this.ratePerSecond) / 1000;
+      s[0] = refilled > this.burst ? this.burst : refilled;
+      s[1] = nowMs;
     }
-    if (this.tokens >= 1) {
-      this.tokens -= 1;
+    if (s[0] >= 1) {
+      s[0] -= 1;
       return true;
     }
     return false;

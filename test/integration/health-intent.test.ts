@@ -1,0 +1,189 @@
+// Health checks, operator intent and drain in network namespaces, with real servers and clients:
+// a dead real stops getting new connections within fall x interval + timeout + 1 s and comes
+// back after rise x interval; a drained real finishes a long download byte for byte while new
+// connections go elsewhere; failOpen vs drop when all are down; a 2 s blip with fall=3 is ignored;
+// intent survives a restart.
+
+import type { ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLab, destroyLabsWithPrefix, type Lab, type LabHost } from '../../src/lab/netns-lab.js';
+import { patternBytes } from '../../src/lab/real-http-server.js';
+import { allUp, httpCount, LabDaemon, metricValue, requireRoot, sleep, startRealServer, stopProcess, type Status } from '../support/lab-daemon.js';
+
+const PREFIX = `dsrt-hc-${process.pid}-`;
+const INTERVAL_MS = 1000;
+const TIMEOUT_MS = 500;
+const RISE = 2;
+const FALL = 2;
+let lab: Lab;
+let dir: string;
+let daemon: LabDaemon;
+let configPath: string;
+const servers = new Map<string, ChildProcess>();
+
+function configText(opts: { whenAllDown?: string; fall?: number } = {}): string {
+  return [
+    'interface: eth0',
+    'metrics: { listen: 127.0.0.1:9742 }',
+    'admin: { listen: 127.0.0.1:9743 }',
+    `stateFile: ${dir}/dsrlb.state.json`,
+    'services:',
+    '  - name: web',
+    `    vip: ${lab.vip}`,
+    '    port: 80',
+    '    protocol: tcp',
+    `    whenAllDown: ${opts.whenAllDown ?? 'failOpen'}`,
+    '    healthCheck:',
+    '      type: http',
+    '      path: /healthz',
+    `      interval: ${INTERVAL_MS}ms`,
+    `      timeout: ${TIMEOUT_MS}ms`,
+    `      rise: ${RISE}`,
+    `      fall: ${opts.fall ?? FALL}`,
+    '    reals:',
+    ...lab.reals.map((r) => `      - address: ${r.ipv4}`),
+    '',
+  ].join('\n');
+}
+
+const realOf = (name: string): LabHost => lab.reals.find((r) => r.name === name)!;
+const statusOf = (s: Status, name: string) => s.services[0]!.reals.find((r) => r.address === realOf(name).ipv4)!;
+
+async function stopServer(name: string): Promise<void> {
+  const p = servers.get(name) ?? lab.httpServers.get(name);
+  if (p) await stopProcess(p);
+  servers.delete(name);
+}
+
+async function startServer(name: string): Promise<void> {
+  servers.set(name, await startRealServer(lab, realOf(name)));
+}
+
+async function reload(text: string): Promise<void> {
+  await writeFile(configPath, text);
+  const r = await daemon.cli(['reload']);
+  expect(r.stdout + r.stderr).toContain('reload taken');
+}
+
+beforeAll(async () => {
+  requireRoot();
+  await destroyLabsWithPrefix(PREFIX);
+  lab = await createLab({ prefix: PREFIX, realCount: 3 });
+  await lab.startHttpServers();
+  dir = await mkdtemp(join(tmpdir(), 'dsrlb-hc-'));
+  configPath = join(dir, 'dsrlb.yaml');
+  await writeFile(configPath, configText());
+  daemon = await LabDaemon.start(lab, configPath, allUp);
+}, 120_000);
+
+afterAll(async () => {
+  if (daemon) expect(await daemon.stop()).toBe(0);
+  for (const p of servers.values()) await stopProcess(p);
+  await lab?.destroy();
+}, 60_000);
+
+describe('health checks and intent', () => {
+  it('takes a dead real out within fall x interval + timeout + 1 s and back after rise x interval', async () => {
+    await stopServer('r1');
+    await sleep(FALL * INTERVAL_MS + TIMEOUT_MS + 1000);
+    const whileDown = await httpCount(lab, 60);
+    expect(whileDown.ok).toBe(60);
+    expect(whileDown.byReal.r1 ?? 0).toBe(0);
+    const s = await daemon.status();
+    expect(statusOf(s, 'r1').health.state).toBe('down');
+    expect(statusOf(s, 'r1').health.lastError).toMatch(/refused/);
+
+    await startServer('r1');
+    const upAfterMs = await daemon.waitFor('r1 up', (st) => statusOf(st, 'r1').health.state === 'up', 10_000);
+    expect(upAfterMs).toBeLessThanOrEqual((RISE + 1) * INTERVAL_MS + TIMEOUT_MS);
+    const back = await httpCount(lab, 60);
+    expect(back.ok).toBe(60);
+    expect(back.byReal.r1 ?? 0).toBeGreaterThan(5);
+    const m = await daemon.metrics();
+    expect(metricValue(m, 'dsrlb_healthcheck_failures_total', `service="web",real="${realOf('r1').ipv4}",reason="refused"`)).toBeGreaterThanOrEqual(FALL);
+    console.log(`r1 up again ${upAfterMs} ms after its server restarted`);
+  }, 60_000);
+
+  it('lets a 20 s download from a drained real finish byte for byte while new connections go elsewhere', async () => {
+    const size = 2_000_000;
+    const rate = 100_000; // bytes/s: 20 s
+    const headers = join(dir, 'download.headers');
+    const body = join(dir, 'download.body');
+    const download = lab.exec(lab.client, ['curl', '-s', '-D', headers, '-o', body, '-w', '%{http_code} %{size_download}', `http://${lab.vip}/bytes/${size}?rate=${rate}`], { timeoutMs: 60_000 });
+    await sleep(1500);
+    const real = /x-real:\s*(\S+)/i.exec(await readFile(headers, 'utf8'))![1]!;
+    const drain = await daemon.cli(['drain', 'web', realOf(real).ipv4]);
+    expect(drain.code).toBe(0);
+    expect(drain.stdout).toContain('drain');
+    const during = await httpCount(lab, 60);
+    expect(during.ok).toBe(60);
+    expect(during.byReal[real] ?? 0).toBe(0);
+    const s = await daemon.status();
+    expect(statusOf(s, real).intent).toBe('drain');
+    expect(statusOf(s, real).activeFlows).toBeGreaterThanOrEqual(1);
+    expect(statusOf(s, real).drainFinished).toBe(false);
+
+    const result = await download;
+    expect(result.stdout).toBe(`200 ${size}`);
+    const got = await readFile(body);
+    expect(createHash('sha256').update(got).digest('hex')).toBe(createHash('sha256').update(patternBytes(size)).digest('hex'));
+    await daemon.waitFor('drain finished', (st) => statusOf(st, real).drainFinished, 10_000);
+    const m = await daemon.metrics();
+    expect(metricValue(m, 'dsrlb_drain_finished', `service="web",real="${realOf(real).ipv4}"`)).toBe(1);
+
+    // Intent set at run time survives a restart of the daemon.
+    expect(await daemon.stop()).toBe(0);
+    daemon = await LabDaemon.start(lab, configPath, allUp);
+    expect(statusOf(await daemon.status(), real).intent).toBe('drain');
+    expect((await daemon.cli(['undrain', 'web', realOf(real).ipv4])).code).toBe(0);
+    expect(statusOf(await daemon.status(), real).intent).toBe('active');
+  }, 120_000);
+
+  it('ignores a 2 s outage with fall=3 and interval 1 s (no amplification)', async () => {
+    await reload(configText({ fall: 3 }));
+    await daemon.waitFor('all up', allUp, 10_000);
+    await stopServer('r2');
+    const deadline = Date.now() + 2000;
+    let sawDown = false;
+    const watch = (async () => {
+      while (Date.now() < deadline + 3000) {
+        if (statusOf(await daemon.status(), 'r2').health.state !== 'up') sawDown = true;
+        await sleep(100);
+      }
+    })();
+    await sleep(deadline - Date.now());
+    await startServer('r2');
+    await watch;
+    expect(sawDown).toBe(false);
+    await reload(configText());
+  }, 60_000);
+
+  it('with every real down: failOpen still sends to the wanted reals, drop refuses and counts', async () => {
+    for (const r of lab.reals) await stopServer(r.name);
+    await daemon.waitFor('panic', (s) => s.services[0]!.panic, 10_000);
+    const before = await daemon.metrics();
+    const failOpen = await httpCount(lab, 20, { timeoutMs: 1000 });
+    expect(failOpen.ok).toBe(0); // the reals' kernels refuse: the SYNs did reach them
+    expect(failOpen.errors).toHaveProperty(['connect ECONNREFUSED ' + lab.vip + ':80']);
+    const mid = await daemon.metrics();
+    const forwarded = (t: string) => lab.reals.reduce((n, r) => n + metricValue(t, 'dsrlb_forwarded_packets_total', `service="web",real="${r.ipv4}"`), 0);
+    expect(forwarded(mid) - forwarded(before)).toBeGreaterThanOrEqual(20);
+
+    await reload(configText({ whenAllDown: 'drop' }));
+    await daemon.waitFor('dropping', (s) => s.services[0]!.dropping && !s.services[0]!.panic, 5000);
+    const dropped = await httpCount(lab, 10, { timeoutMs: 1000 });
+    expect(dropped.ok).toBe(0);
+    const after = await daemon.metrics();
+    expect(metricValue(after, 'dsrlb_dropped_packets_total', 'reason="no_real_available"') - metricValue(mid, 'dsrlb_dropped_packets_total', 'reason="no_real_available"')).toBeGreaterThanOrEqual(10);
+    expect(forwarded(after)).toBe(forwarded(mid));
+
+    for (const r of lab.reals) await startServer(r.name);
+    await reload(configText());
+    await daemon.waitFor('all up', allUp, 10_000);
+    expect((await httpCount(lab, 30)).ok).toBe(30);
+  }, 90_000);
+});

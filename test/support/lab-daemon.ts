@@ -1,0 +1,132 @@
+// Helpers for namespace tests that run `dsrlb run` in a lab's LB namespace and drive it from
+// the client namespace: start/stop the daemon, HTTP load, metrics, status and the CLI.
+
+import type { ChildProcess } from 'node:child_process';
+import { join, resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import type { Lab, LabHost } from '../../src/lab/netns-lab.js';
+
+export const ROOT = resolve(import.meta.dirname, '../..');
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export function requireRoot(): void {
+  if (process.getuid?.() !== 0) throw new Error('namespace tests need root: run as root (CI does)');
+}
+
+export interface RealStatus {
+  address: string;
+  intent: string;
+  weight: number;
+  mac: string | null;
+  health: { state: string; lastError: string | null };
+  activeFlows: number;
+  inactiveFlows: number;
+  drainFinished: boolean;
+}
+export interface Status {
+  services: { name: string; panic: boolean; dropping: boolean; tableFingerprint: string; reals: RealStatus[] }[];
+}
+
+export class LabDaemon {
+  readonly logs: string[] = [];
+  private constructor(
+    readonly lab: Lab,
+    readonly proc: ChildProcess,
+  ) {}
+
+  /** Starts dsrlb in the LB namespace; resolves once it is healthy and `ready(status)` holds. */
+  static async start(lab: Lab, configPath: string, ready: (s: Status) => boolean = allMacsKnown): Promise<LabDaemon> {
+    const proc = lab.spawn(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', configPath], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const d = new LabDaemon(lab, proc);
+    createInterface({ input: proc.stdout! }).on('line', (l) => d.logs.push(l));
+    createInterface({ input: proc.stderr! }).on('line', (l) => d.logs.push(`stderr: ${l}`));
+    const deadline = Date.now() + 30_000;
+    while (Date.now() < deadline) {
+      if (proc.exitCode !== null) throw new Error(`dsrlb exited ${proc.exitCode}:\n${d.logs.join('\n')}`);
+      const s = await d.status().catch(() => null);
+      if (s && ready(s)) return d;
+      await sleep(200);
+    }
+    throw new Error(`dsrlb did not become ready:\n${d.logs.join('\n')}`);
+  }
+
+  async status(): Promise<Status> {
+    const r = await this.lab.exec(this.lab.lb, ['curl', '-sf', 'http://127.0.0.1:9743/status']);
+    if (r.code !== 0) throw new Error(`status: curl exit ${r.code}`);
+    return JSON.parse(r.stdout) as Status;
+  }
+
+  async waitFor(what: string, check: (s: Status) => boolean, timeoutMs: number): Promise<number> {
+    const start = Date.now();
+    while (Date.now() - start < timeoutMs) {
+      if (check(await this.status())) return Date.now() - start;
+      await sleep(100);
+    }
+    throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}:\n${JSON.stringify(await this.status(), null, 1)}`);
+  }
+
+  async metrics(): Promise<string> {
+    return (await this.lab.exec(this.lab.lb, ['curl', '-sf', 'http://127.0.0.1:9742/metrics'])).stdout;
+  }
+
+  /** Runs the dsrlb CLI inside the LB namespace. */
+  cli(args: readonly string[]): Promise<{ stdout: string; stderr: string; code: number }> {
+    return this.lab.exec(this.lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), ...args, '--admin', 'http://127.0.0.1:9743']);
+  }
+
+  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
+    if (this.proc.exitCode !== null || this.proc.signalCode !== null) return this.proc.exitCode;
+    const exited = new Promise<number | null>((r) => this.proc.once('exit', (code) => r(code)));
+    this.proc.kill(signal);
+    return exited;
+  }
+}
+
+export function allMacsKnown(s: Status): boolean {
+  return s.services.every((svc) => svc.reals.every((r) => r.mac !== null));
+}
+
+export function allUp(s: Status): boolean {
+  return allMacsKnown(s) && s.services.every((svc) => svc.reals.every((r) => r.health.state === 'up'));
+}
+
+export function metricValue(text: string, name: string, labels: string): number {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}}`) || (labels === '' && l.startsWith(`${name} `)));
+  return line ? Number(line.split(' ').pop()) : 0;
+}
+
+export interface CountResult {
+  ok: number;
+  failed: number;
+  byReal: Record<string, number>;
+  distinctPorts: number;
+  errors: Record<string, number>;
+}
+
+export async function httpCount(lab: Lab, n: number, opts: { timeoutMs?: number; host?: string } = {}): Promise<CountResult> {
+  const args = [process.execPath, join(ROOT, 'dist/lab/http-client.js'), '--host', opts.host ?? lab.vip, '--count', String(n)];
+  if (opts.timeoutMs) args.push('--timeout', String(opts.timeoutMs));
+  const r = await lab.exec(lab.client, args, { timeoutMs: 180_000 });
+  if (r.code !== 0) throw new Error(`http-client: ${r.stderr}`);
+  return JSON.parse(r.stdout.trim().split('\n').pop()!) as CountResult;
+}
+
+/** Starts (again) the lab HTTP server of one real; resolves when it listens. */
+export async function startRealServer(lab: Lab, real: LabHost): Promise<ChildProcess> {
+  const p = lab.spawn(real, [process.execPath, join(ROOT, 'dist/lab/real-http-server.js'), '--name', real.name, '--host', `${lab.vip},${real.ipv4}`, '--port', '80'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  await new Promise<void>((resolve, reject) => {
+    const rl = createInterface({ input: p.stdout! });
+    rl.on('line', (l) => {
+      if (l.includes('"ready"')) resolve();
+    });
+    p.once('exit', (c) => reject(new Error(`real server ${real.name} exited ${c}`)));
+  });
+  return p;
+}
+
+export async function stopProcess(p: ChildProcess): Promise<void> {
+  if (p.exitCode !== null || p.signalCode !== null) return;
+  const exited = new Promise((r) => p.once('exit', r));
+  p.kill('SIGTERM');
+  await exited;
+}
