@@ -840,6 +840,8 @@ static napi_value make_layout(napi_env env) {
   return layout;
 }
 
+napi_status tun_device_init(napi_env env, napi_value exports);  // tun_device.c
+
 NAPI_MODULE_INIT() {
   napi_property_descriptor properties[] = {
       {"openPacketSocket", NULL, open_packet_socket, NULL, NULL, NULL, napi_enumerable, NULL},
@@ -856,5 +858,6 @@ NAPI_MODULE_INIT() {
   if (napi_define_properties(env, exports, sizeof properties / sizeof properties[0], properties) != napi_ok) {
     return NULL;
   }
+  if (tun_device_init(env, exports) != napi_ok) return NULL;
   return exports;
 }

@@ -18,7 +18,8 @@ import type { Logger } from './logger.js';
 import { DaemonMetrics, type MetricsRealView } from './metrics.js';
 import { NeighborWatcher } from './neighbors.js';
 import { RealRegistry } from './real-registry.js';
-import { SnapshotBuilder, type RealView, type ServiceBuildReport, type ServiceView } from './snapshot-builder.js';
+import { SnapshotBuilder, type RealView, type ServiceBuildReport, type ServiceView, type TunnelSources } from './snapshot-builder.js';
+import { systemRunner } from './host-setup.js';
 
 export const CLOSE_TIMEOUT_MS = 10_000;
 
@@ -87,6 +88,9 @@ export class Daemon {
   private rates = new Map<number, { pps: number; bps: number; packets: number; bytes: number }>();
   private loopRunning = false;
   localMac: Uint8Array = new Uint8Array(6);
+  /** IPIP reals: the address whose MAC the outer frame goes to (the real on-link, else its gateway). */
+  private nextHops = new Map<string, string>();
+  private tunnelSources: TunnelSources = { v4: null, v6: null };
   mtu = 1500;
 
   constructor(
@@ -138,6 +142,7 @@ export class Daemon {
     await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' });
     await this.startWorker();
     this.syncReals();
+    await this.resolveTunnelRoutes();
     this.neighbors.on('change', () => this.queueRebuild('neighbour change'));
     this.neighbors.setWanted(this.l2RealAddresses());
     this.neighbors.start();
@@ -222,11 +227,44 @@ export class Daemon {
     return [...new Set(this.config.services.map((s) => s.vip))];
   }
 
+  /** Addresses whose MACs the data plane needs: L2 reals, and the next hops of IPIP reals. */
   private l2RealAddresses(): string[] {
     const out = new Set<string>();
-    for (const s of this.config.services) for (const r of s.reals) if (r.forwarding === 'l2') out.add(r.address);
+    for (const s of this.config.services) {
+      for (const r of s.reals) out.add(r.forwarding === 'l2' ? r.address : (this.nextHops.get(r.address) ?? r.address));
+    }
     for (const r of this.reals.values()) if (r.removed) out.add(r.address);
     return [...out];
+  }
+
+  /** Next hops of IPIP reals from the LB's routing table, and the outer source addresses. */
+  private async resolveTunnelRoutes(): Promise<void> {
+    const hops = new Map<string, string>();
+    for (const s of this.config.services) {
+      for (const r of s.reals) {
+        if (r.forwarding !== 'ipip' || hops.has(r.address)) continue;
+        try {
+          const { stdout } = await systemRunner(['ip', '-j', 'route', 'get', r.address]);
+          const route = (JSON.parse(stdout) as { gateway?: string; dev?: string }[])[0];
+          if (route?.dev && route.dev !== this.config.interface) {
+            this.log.warn('IPIP real is not reached through the forwarding interface', { real: r.address, dev: route.dev, interface: this.config.interface });
+          }
+          hops.set(r.address, route?.gateway ?? r.address);
+        } catch (err) {
+          this.log.warn('no route to IPIP real', { real: r.address, error: (err as Error).message });
+        }
+      }
+    }
+    this.nextHops = hops;
+    let v4 = this.config.tunnel.sourceV4;
+    let v6 = this.config.tunnel.sourceV6;
+    if (!v4 || !v6) {
+      const { stdout } = await systemRunner(['ip', '-j', 'addr', 'show', 'dev', this.config.interface]);
+      const info = (JSON.parse(stdout || '[]') as { addr_info?: { family: string; local: string; scope: string }[] }[])[0]?.addr_info ?? [];
+      v4 ??= info.find((a) => a.family === 'inet')?.local ?? null;
+      v6 ??= info.find((a) => a.family === 'inet6' && a.scope === 'global')?.local ?? null;
+    }
+    this.tunnelSources = { v4, v6 };
   }
 
   /** Make this.reals match the config: new pairs get ids, vanished ones are marked removed (drained). */
@@ -289,7 +327,7 @@ export class Daemon {
           forwarding: r.forwarding,
           health: this.healthOf(key),
           removed: false,
-          mac: this.neighbors.macOf(r.address),
+          mac: this.neighbors.macOf(r.forwarding === 'ipip' ? (this.nextHops.get(r.address) ?? r.address) : r.address),
         });
       }
       for (const rt of this.reals.values()) {
@@ -321,7 +359,7 @@ export class Daemon {
 
   /** Build a snapshot from the current view and hand it to the packet loop. */
   rebuild(why: string): void {
-    const { snapshot, services } = this.builder.build(this.serviceViews(), this.config.hashSeed, MAX_REAL_IDS);
+    const { snapshot, services } = this.builder.build(this.serviceViews(), this.config.hashSeed, MAX_REAL_IDS, this.tunnelSources);
     for (const s of services) {
       if (s.movedSlots > 0) {
         this.metrics.tableMovedSlots.inc({ service: s.name }, s.movedSlots);
@@ -386,6 +424,7 @@ export class Daemon {
     this.config = next;
     this.send({ type: 'timeouts', timeouts: timeoutsOf(next) });
     this.syncReals();
+    await this.resolveTunnelRoutes();
     this.neighbors.setWanted(this.l2RealAddresses());
     this.rebuild('reload');
     this.metrics.reloads.inc({ result: 'success' });

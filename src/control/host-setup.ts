@@ -1,6 +1,6 @@
 // What the daemon changes on the LB host, and undoes on stop: each VIP on lo (so the kernel
 // answers ARP for it; IPv6 VIPs get a proxy-NDP entry on the interface), and an nftables table
-// that drops TCP/UDP to the VIPs at prerouting (raw) so the LB's own kernel never answers or
+// that drops IP to the VIPs at prerouting (raw) so the LB's own kernel never answers or
 // resets VIP traffic while the packet socket still sees it (lab-facts: "Owning the VIP").
 // A run-state file remembers what we added, so a restart after a crash adopts and later undoes it.
 
@@ -154,8 +154,9 @@ export function nftRuleset(vips: readonly string[]): string {
     `  chain prerouting {`,
     `    type filter hook prerouting priority raw; policy accept;`,
   ];
-  if (v4.length > 0) lines.push(`    meta l4proto { tcp, udp } ip daddr { ${v4.join(', ')} } drop`);
-  if (v6.length > 0) lines.push(`    meta l4proto { tcp, udp } ip6 daddr { ${v6.join(', ')} } drop`);
+  // All IP to a VIP: the packet loop forwards TCP/UDP, answers echo and routes too-big messages.
+  if (v4.length > 0) lines.push(`    ip daddr { ${v4.join(', ')} } drop`);
+  if (v6.length > 0) lines.push(`    ip6 daddr { ${v6.join(', ')} } drop`);
   lines.push('  }', '}');
   return lines.join('\n') + '\n';
 }

@@ -15,6 +15,7 @@ import {
 import { stringHash } from '../dataplane/flow-hash.js';
 import { buildMaglevTable, countChangedSlots, type MaglevReal } from '../dataplane/maglev-table.js';
 import { eligibility, isWanted, type HealthFact } from '../health/eligibility.js';
+import { TUNNEL_TEMPLATE_BYTES, writeTunnelTemplate } from '../encap/ipip.js';
 import { addressWords } from './addresses.js';
 import type { RealIntent, ForwardingMode } from '../config/types.js';
 
@@ -27,8 +28,14 @@ export interface RealView {
   readonly forwarding: ForwardingMode;
   readonly health: HealthFact;
   readonly removed: boolean;
-  /** The real's MAC for L2 forwarding, or null while unresolved. */
+  /** L2: the real's MAC; IPIP: the next hop's MAC (the real when on-link, else the gateway). Null while unresolved. */
   readonly mac: Uint8Array | null;
+}
+
+/** Outer source addresses for IPIP (config tunnel.sourceV4/V6, else the interface's addresses). */
+export interface TunnelSources {
+  readonly v4: string | null;
+  readonly v6: string | null;
 }
 
 export interface ServiceView {
@@ -67,7 +74,7 @@ export class SnapshotBuilder {
   private generation = 0;
   private tables = new Map<string, { inputs: string; table: Int32Array }>();
 
-  build(services: readonly ServiceView[], hashSeed: number, maxRealIds: number): BuildResult {
+  build(services: readonly ServiceView[], hashSeed: number, maxRealIds: number, tunnel: TunnelSources = { v4: null, v6: null }): BuildResult {
     const n = services.length;
     const svcFamily = new Uint8Array(n);
     const svcProtocol = new Uint8Array(n);
@@ -91,6 +98,8 @@ export class SnapshotBuilder {
     const realMac = new Uint8Array(realIdLimit * 6);
     const realMacKnown = new Uint8Array(realIdLimit);
     const realService = new Int32Array(realIdLimit).fill(-1);
+    const realTunnelTemplates = new Uint8Array(realIdLimit * TUNNEL_TEMPLATE_BYTES);
+    const vips: { family: number; words: Uint32Array; text: string }[] = [];
 
     const reports: ServiceBuildReport[] = [];
     const nextTables = new Map<string, { inputs: string; table: Int32Array }>();
@@ -101,6 +110,7 @@ export class SnapshotBuilder {
       svcProtocol[si] = PROTO[cfg.protocol];
       svcPort[si] = cfg.port;
       svcVip.set(addressWords(cfg.vip), si * 4);
+      if (!vips.some((v) => v.text === cfg.vip)) vips.push({ family: cfg.family, words: addressWords(cfg.vip), text: cfg.vip });
       svcScheduler[si] = cfg.scheduler === 'wlc' ? SCHED_WLC : cfg.scheduler === 'rendezvous' ? SCHED_RENDEZVOUS : SCHED_MAGLEV;
 
       let candidates = sv.reals.filter((r) => eligibility(r) === 'new');
@@ -111,6 +121,11 @@ export class SnapshotBuilder {
         realKeepExisting[r.id] = e !== 'none' || (panic && isWanted(r)) ? 1 : 0;
         realForwarding[r.id] = r.forwarding === 'ipip' ? FWD_IPIP : FWD_L2;
         realService[r.id] = si;
+        if (r.forwarding === 'ipip') {
+          // No outer source for the real's family: the slot stays empty and the engine drops (ipip_unsupported).
+          const source = r.address.includes(':') ? tunnel.v6 : tunnel.v4;
+          if (source) writeTunnelTemplate(source, r.address, cfg.family, realTunnelTemplates, r.id * TUNNEL_TEMPLATE_BYTES);
+        }
         if (r.mac) {
           realMac.set(r.mac.subarray(0, 6), r.id * 6);
           realMacKnown[r.id] = 1;
@@ -183,6 +198,10 @@ export class SnapshotBuilder {
       realMac,
       realMacKnown,
       realService,
+      realTunnelTemplates,
+      vipCount: vips.length,
+      vipWords: Uint32Array.from(vips.flatMap((v) => [...v.words])),
+      vipFamily: Uint8Array.from(vips.map((v) => v.family)),
     };
     return { snapshot, services: reports };
   }

@@ -20,6 +20,10 @@ export const Counter = {
   flowTableEntries: 9,
   flowTableEvictions: 10,
   flowTableExpirations: 11,
+  icmpTooBigSent: 12, // ICMP fragmentation-needed / ICMPv6 packet-too-big sent to clients
+  icmpEchoReplied: 13, // echo requests to a VIP answered by the LB
+  gsoSegmented: 14, // GSO super-frames cut into segments in software (IPIP reals)
+  extraFrames: 15, // frames made by the engine (ICMP errors, outer fragments, segments)
   dropBase: 16, // dropBase + DropReason
 } as const;
 

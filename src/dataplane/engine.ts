@@ -3,6 +3,8 @@
 // of one packet loop; reads the forwarding snapshot, which the control plane swaps between batches.
 
 import { Counter, REAL_BASE, REAL_STRIDE, RealCounter } from './counters.js';
+import { completePartialChecksum } from './checksum.js';
+import { FragmentTable } from './fragment-table.js';
 import { DropReason } from './drop-reasons.js';
 import { flowHash } from './flow-hash.js';
 import { FlowState, FlowTable, type FlowTimeouts } from './flow-table.js';
@@ -12,13 +14,28 @@ import {
   SCHED_WLC,
   emptySnapshot,
   findService,
+  isVip,
   type ForwardingSnapshot,
 } from './forwarding-snapshot.js';
 import { leastConnectionsPick } from './least-connections.js';
-import { PARSE_NOT_IP, ParsedPacket, IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_RST, TCP_SYN } from './parsed-packet.js';
+import {
+  IPPROTO_ICMP,
+  IPPROTO_ICMPV6,
+  IPPROTO_TCP,
+  IPPROTO_UDP,
+  PARSE_NOT_IP,
+  ParsedPacket,
+  TCP_ACK,
+  TCP_RST,
+  TCP_SYN,
+} from './parsed-packet.js';
 import { parseFrame } from './packet-parser.js';
 import { rendezvousPick } from './rendezvous.js';
-import { VERDICT_PASS, VERDICT_TX, type PacketBatch } from '../io/packet-io.js';
+import { FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX, VNET_HDR_LEN, type PacketBatch } from '../io/packet-io.js';
+import { encapsulate, tunnelOverheadBytes, TUNNEL_TEMPLATE_BYTES } from '../encap/ipip.js';
+import { buildEchoReply, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
+import { segmentTcp } from '../encap/tcp-segmenter.js';
+import { buildFragNeeded, buildPacketTooBig, fragmentOuter, mtuCheck, MTU_FITS, MTU_SEND_TOO_BIG, TooBigRateLimiter, tooBigMtu } from '../encap/too-big.js';
 
 export interface EngineOptions {
   flowCapacity: number;
@@ -27,7 +44,19 @@ export interface EngineOptions {
   counters: Float64Array;
   /** The LB's own MAC on the forwarding interface: the source MAC of every forwarded frame. */
   localMac: Uint8Array;
+  /** The forwarding interface's MTU (IPIP: what an encapsulated packet must fit). */
+  mtu?: number;
+  /** ICMP too-big messages per second (token bucket, burst = rate / 2). */
+  tooBigPerSecond?: number;
 }
+
+const ICMP_FRAG_NEEDED_TYPE = 3;
+const ICMP_FRAG_NEEDED_CODE = 4;
+const ICMP_ECHO_REQUEST = 8;
+const ICMPV6_PACKET_TOO_BIG = 2;
+const ICMPV6_ECHO_REQUEST = 128;
+/** Room before each frame the engine writes into the batch's extra buffer (outer header + vnet). */
+const EXTRA_HEADROOM = 64;
 
 /** Why a flow got its real: reported by explain and by simulate; also the engine's internal switch. */
 export const Placement = {
@@ -43,6 +72,18 @@ export class Engine {
   private snap: ForwardingSnapshot = emptySnapshot();
   private readonly pkt = new ParsedPacket();
   private readonly localMac: Uint8Array;
+  private readonly mtu: number;
+  private readonly fragments = new FragmentTable();
+  private readonly tooBig: TooBigRateLimiter;
+  private readonly seg = new ParsedPacket();
+  private readonly encapOut = new Int32Array(2);
+  private readonly fragOut = new Int32Array(2 + 2 * 64);
+  private readonly segOut = new Int32Array(2 * 64);
+  private readonly icmpAddr = new Uint32Array(8);
+  /** Write position in the current batch's extra buffer. */
+  private extraPos = 0;
+  /** Outer IPv4 identification / IPv6 fragment id for packets the engine fragments. */
+  private nextFragmentId = 1;
   /** Set by place(): how the last placed packet got its real (a Placement value). */
   lastPlacement = 0;
 
@@ -51,6 +92,9 @@ export class Engine {
     this.counters = opts.counters;
     this.localMac = new Uint8Array(6);
     this.localMac.set(opts.localMac.subarray(0, 6));
+    this.mtu = opts.mtu ?? 1500;
+    const rate = opts.tooBigPerSecond ?? 200;
+    this.tooBig = new TooBigRateLimiter(rate, Math.max(1, rate / 2));
   }
 
   /** Swap in a new snapshot. Called between batches only (JS runs one batch to completion). */
@@ -74,24 +118,24 @@ export class Engine {
     const verdicts = batch.verdicts;
     c[Counter.batches]++;
     c[Counter.loopHeartbeatMs] = nowMs;
+    batch.extraCount = 0;
+    this.extraPos = 0;
     for (let i = 0; i < n; i++) {
-      const off = batch.offsets[i]!;
       const len = batch.lengths[i]!;
       c[Counter.rxPackets]++;
       c[Counter.rxBytes] += len;
-      const v = this.processFrame(buf, off, len, nowMs);
+      const v = this.processFrame(batch, i, buf, batch.offsets[i]!, len, batch.flags[i]!, nowMs);
       verdicts[i] = v;
       if (v === VERDICT_TX) {
-        batch.txOffsets[i] = off;
-        batch.txLengths[i] = len;
         c[Counter.txPackets]++;
-        c[Counter.txBytes] += len;
+        c[Counter.txBytes] += batch.txLengths[i]!;
       } else if (v === VERDICT_PASS) {
         c[Counter.passedPackets]++;
-      } else {
+      } else if (v < 0) {
         c[Counter.dropBase - v]++;
       }
     }
+    c[Counter.extraFrames] += batch.extraCount;
     c[Counter.flowTableEntries] = this.flows.size;
     c[Counter.flowTableEvictions] = this.flows.evictions;
   }
@@ -104,46 +148,219 @@ export class Engine {
     this.counters[Counter.loopHeartbeatMs] = nowMs;
   }
 
-  private processFrame(buf: Uint8Array, off: number, len: number, nowMs: number): number {
+  private processFrame(batch: PacketBatch, i: number, buf: Uint8Array, off: number, len: number, flags: number, nowMs: number): number {
     const pkt = this.pkt;
     const r = parseFrame(buf, off, len, pkt);
     if (r === PARSE_NOT_IP) return VERDICT_PASS;
     if (r < 0) return r;
     const proto = pkt.ipProtocol;
-    if (proto !== IPPROTO_TCP && proto !== IPPROTO_UDP) return VERDICT_PASS;
     const snap = this.snap;
-    const svc = findService(snap, pkt.family, proto, pkt.addr, pkt.dstPort);
-    if (svc < 0) {
-      // A non-first fragment carries no ports: it cannot match a port service yet.
-      return VERDICT_PASS;
+    if (proto === IPPROTO_ICMP || proto === IPPROTO_ICMPV6) {
+      if (!isVip(snap, pkt.family, pkt.addr)) return VERDICT_PASS;
+      return this.icmpToVip(batch, i, buf, off, len, flags, nowMs);
     }
-    if (pkt.l4Offset < 0) return -DropReason.fragmentUnplaceable;
-
+    if (proto !== IPPROTO_TCP && proto !== IPPROTO_UDP) return VERDICT_PASS;
+    if (pkt.l4Offset < 0) {
+      // A later fragment carries no ports: it follows the first fragment of its datagram.
+      if (!isVip(snap, pkt.family, pkt.addr)) return VERDICT_PASS;
+      const frags = this.fragments;
+      frags.setKey(proto, pkt.family, pkt.addr, pkt.fragmentId);
+      const real = frags.lookup(nowMs);
+      if (real < 0 || real >= snap.realIdLimit || snap.realService[real] !== frags.lastService) return -DropReason.fragmentUnplaceable;
+      return this.forward(batch, i, buf, off, len, flags, real, nowMs);
+    }
+    const svc = findService(snap, pkt.family, proto, pkt.addr, pkt.dstPort);
+    if (svc < 0) return VERDICT_PASS;
     const real = this.place(svc, pkt, nowMs);
     if (real < 0) return -DropReason.noRealAvailable;
+    if (pkt.isFragment === 1) {
+      this.fragments.setKey(proto, pkt.family, pkt.addr, pkt.fragmentId);
+      this.fragments.record(real, svc, nowMs);
+    }
+    return this.forward(batch, i, buf, off, len, flags, real, nowMs);
+  }
 
-    if (snap.realForwarding[real] !== FWD_L2) return -DropReason.ipipUnsupported;
+  /** Sends the parsed frame to `real`: L2 MAC rewrite, or IPIP encapsulation. Returns a verdict. */
+  private forward(batch: PacketBatch, i: number, buf: Uint8Array, off: number, len: number, flags: number, real: number, nowMs: number): number {
+    const snap = this.snap;
     if (snap.realMacKnown[real] === 0) return -DropReason.neighborUnknown;
-    // L2 DSR: only the Ethernet addresses change; the IP packet goes on untouched.
-    const m = real * 6;
-    const mac = snap.realMac;
-    buf[off] = mac[m]!;
-    buf[off + 1] = mac[m + 1]!;
-    buf[off + 2] = mac[m + 2]!;
-    buf[off + 3] = mac[m + 3]!;
-    buf[off + 4] = mac[m + 4]!;
-    buf[off + 5] = mac[m + 5]!;
-    const lm = this.localMac;
-    buf[off + 6] = lm[0]!;
-    buf[off + 7] = lm[1]!;
-    buf[off + 8] = lm[2]!;
-    buf[off + 9] = lm[3]!;
-    buf[off + 10] = lm[4]!;
-    buf[off + 11] = lm[5]!;
-    const rc = REAL_BASE + real * REAL_STRIDE;
-    this.counters[rc + RealCounter.forwardedPackets]++;
-    this.counters[rc + RealCounter.forwardedBytes] += len;
+    let v: number;
+    if (snap.realForwarding[real] === FWD_L2) {
+      // L2 DSR: only the Ethernet addresses change; the IP packet goes on untouched.
+      const m = real * 6;
+      const mac = snap.realMac;
+      buf[off] = mac[m]!;
+      buf[off + 1] = mac[m + 1]!;
+      buf[off + 2] = mac[m + 2]!;
+      buf[off + 3] = mac[m + 3]!;
+      buf[off + 4] = mac[m + 4]!;
+      buf[off + 5] = mac[m + 5]!;
+      const lm = this.localMac;
+      buf[off + 6] = lm[0]!;
+      buf[off + 7] = lm[1]!;
+      buf[off + 8] = lm[2]!;
+      buf[off + 9] = lm[3]!;
+      buf[off + 10] = lm[4]!;
+      buf[off + 11] = lm[5]!;
+      batch.txOffsets[i] = off;
+      batch.txLengths[i] = len;
+      v = VERDICT_TX;
+    } else {
+      v = this.encapsulateTo(batch, i, buf, flags, real, nowMs);
+    }
+    if (v >= 0) {
+      const rc = REAL_BASE + real * REAL_STRIDE;
+      this.counters[rc + RealCounter.forwardedPackets]++;
+      this.counters[rc + RealCounter.forwardedBytes] += len;
+    }
+    return v;
+  }
+
+  /** L3 DSR: wrap the parsed packet in IPIP / IPv6-in-IPv6 to `real`, minding the MTU. */
+  private encapsulateTo(batch: PacketBatch, i: number, buf: Uint8Array, flags: number, real: number, nowMs: number): number {
+    const snap = this.snap;
+    const pkt = this.pkt;
+    const templates = snap.realTunnelTemplates;
+    const tpl = real * TUNNEL_TEMPLATE_BYTES;
+    const overhead = tunnelOverheadBytes(templates, tpl);
+    if (overhead <= 0) return -DropReason.ipipUnsupported;
+    const mtu = this.mtu;
+    const out = this.encapOut;
+    if ((flags & FRAME_GSO) !== 0) return this.segmentAndEncapsulate(batch, buf, flags, real, overhead, nowMs);
+    const fit = mtuCheck(pkt, overhead, mtu);
+    if (fit === MTU_SEND_TOO_BIG) {
+      this.sendTooBig(batch, buf, overhead, nowMs);
+      return -DropReason.packetTooBig;
+    }
+    const id = this.nextFragmentId;
+    this.nextFragmentId = (id + 1) >>> 0;
+    if (fit === MTU_FITS) {
+      const rc = encapsulate(buf, pkt, batch.headroom, flags, templates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, id & 0xfffff, out);
+      if (rc < 0) return rc;
+      batch.txOffsets[i] = out[0]!;
+      batch.txLengths[i] = out[1]!;
+      return VERDICT_TX;
+    }
+    // Outer fragments: checksums must be complete first (fragments carry no offload metadata).
+    if ((flags & FRAME_CSUM_PARTIAL) !== 0) {
+      completePartialChecksum(buf, pkt);
+      if ((flags & FRAME_HAS_VNET_HDR) !== 0) buf[pkt.frameOffset - VNET_HDR_LEN] = 0;
+    }
+    const rc = encapsulate(buf, pkt, batch.headroom, flags & ~FRAME_CSUM_PARTIAL, templates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, id & 0xfffff, out);
+    if (rc < 0) return rc;
+    const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
+    const frag = this.fragOut;
+    const n = fragmentOuter(buf, out[0]!, out[1]!, batch.headroom - overhead, flags, mtu, id, batch.extraBuf, this.extraPos, gap, frag);
+    if (n < 0) return n;
+    batch.txOffsets[i] = frag[1]!;
+    batch.txLengths[i] = frag[2]!;
+    for (let k = 1; k < n; k++) {
+      const o = frag[1 + 2 * k]!;
+      const l = frag[2 + 2 * k]!;
+      this.pushExtra(batch, o, l);
+    }
     return VERDICT_TX;
+  }
+
+  /** A GSO super-frame for an IPIP real: cut into MSS-sized segments, each encapsulated. */
+  private segmentAndEncapsulate(batch: PacketBatch, buf: Uint8Array, flags: number, real: number, overhead: number, nowMs: number): number {
+    const pkt = this.pkt;
+    if ((flags & FRAME_HAS_VNET_HDR) === 0) return -DropReason.gsoUnsupported;
+    const vnet = pkt.frameOffset - VNET_HDR_LEN;
+    const gsoSize = buf[vnet + 4]! | (buf[vnet + 5]! << 8);
+    const segmentL3Bytes = pkt.payloadOffset - pkt.l3Offset + gsoSize;
+    if (segmentL3Bytes + overhead > this.mtu) {
+      if (pkt.family === 6 || pkt.dontFragment !== 0) this.sendTooBig(batch, buf, overhead, nowMs);
+      return -DropReason.packetTooBig;
+    }
+    const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
+    const scratch = batch.extraBuf;
+    const segOut = this.segOut;
+    const n = segmentTcp(buf, pkt, gsoSize, scratch, this.extraPos, EXTRA_HEADROOM, this.seg, segOut);
+    if (n < 0) return n;
+    this.counters[Counter.gsoSegmented]++;
+    const snap = this.snap;
+    const tpl = real * TUNNEL_TEMPLATE_BYTES;
+    const out = this.encapOut;
+    for (let k = 0; k < n; k++) {
+      const start = segOut[2 * k]!;
+      const length = segOut[2 * k + 1]!;
+      if (parseFrame(scratch, start, length, this.seg) !== 0) return -DropReason.gsoUnsupported;
+      const id = this.nextFragmentId;
+      this.nextFragmentId = (id + 1) >>> 0;
+      const rc = encapsulate(scratch, this.seg, EXTRA_HEADROOM, 0, snap.realTunnelTemplates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, id & 0xfffff, out);
+      if (rc < 0) return rc;
+      for (let g = 1; g <= gap; g++) scratch[out[0]! - g] = 0;
+      if (batch.extraCount >= batch.extraOffsets.length) return -DropReason.gsoUnsupported;
+      batch.extraOffsets[batch.extraCount] = out[0]!;
+      batch.extraLengths[batch.extraCount] = out[1]!;
+      batch.extraCount++;
+    }
+    this.extraPos = segOut[2 * (n - 1)]! + segOut[2 * (n - 1) + 1]!;
+    return VERDICT_CONSUMED;
+  }
+
+  /** ICMP fragmentation-needed / ICMPv6 packet-too-big back to the client, rate-limited. */
+  private sendTooBig(batch: PacketBatch, buf: Uint8Array, overhead: number, nowMs: number): void {
+    if (!this.tooBig.allow(nowMs)) return;
+    const pkt = this.pkt;
+    const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
+    const pos = this.extraPos + gap;
+    const scratch = batch.extraBuf;
+    if (pos + 1400 > scratch.length || batch.extraCount >= batch.extraOffsets.length) return;
+    const mtu = tooBigMtu(pkt.family, overhead, this.mtu);
+    const len = pkt.family === 4 ? buildFragNeeded(buf, pkt, mtu, this.localMac, scratch, pos) : buildPacketTooBig(buf, pkt, mtu, this.localMac, scratch, pos);
+    if (len <= 0) return;
+    for (let g = 1; g <= gap; g++) scratch[pos - g] = 0;
+    this.pushExtra(batch, pos, len);
+    this.counters[Counter.icmpTooBigSent]++;
+  }
+
+  private pushExtra(batch: PacketBatch, offset: number, length: number): void {
+    if (batch.extraCount >= batch.extraOffsets.length) return;
+    batch.extraOffsets[batch.extraCount] = offset;
+    batch.extraLengths[batch.extraCount] = length;
+    batch.extraCount++;
+    this.extraPos = offset + length;
+  }
+
+  /**
+   * ICMP to a VIP: echo requests are answered here; too-big messages about a reply a real sent
+   * from the VIP go to the real that owns the quoted flow; anything else is dropped and counted.
+   */
+  private icmpToVip(batch: PacketBatch, i: number, buf: Uint8Array, off: number, len: number, flags: number, nowMs: number): number {
+    const pkt = this.pkt;
+    const type = pkt.icmpType;
+    const v4 = pkt.family === 4;
+    if ((v4 && type === ICMP_ECHO_REQUEST) || (!v4 && type === ICMPV6_ECHO_REQUEST)) {
+      const replyLength = buildEchoReply(buf, pkt);
+      if (replyLength < 0) return replyLength;
+      batch.txOffsets[i] = off;
+      batch.txLengths[i] = replyLength;
+      this.counters[Counter.icmpEchoReplied]++;
+      return VERDICT_TX;
+    }
+    const tooBig = v4 ? type === ICMP_FRAG_NEEDED_TYPE && pkt.icmpCode === ICMP_FRAG_NEEDED_CODE : type === ICMPV6_PACKET_TOO_BIG;
+    if (!tooBig) return -DropReason.icmpToVip;
+    const key = this.flows.key;
+    const rc = parseEmbeddedFlow(buf, pkt, key);
+    if (rc < 0) return rc;
+    const a = this.icmpAddr;
+    a[4] = key[5]!;
+    a[5] = key[6]!;
+    a[6] = key[7]!;
+    a[7] = key[8]!;
+    const protocol = key[0]! & 0xff;
+    const dstPort = key[9]! & 0xffff;
+    const snap = this.snap;
+    const svc = findService(snap, pkt.family, protocol, a, dstPort);
+    if (svc < 0) return -DropReason.icmpToVip;
+    const hash = flowHash(key, snap.hashSeed);
+    const entry = this.flows.lookup(hash, nowMs);
+    let real = entry >= 0 ? this.flows.realOf(entry) : -1;
+    if (real < 0 || snap.realKeepExisting[real] !== 1) real = this.consistentPick(svc, hash);
+    if (real < 0) return -DropReason.noRealAvailable;
+    return this.forward(batch, i, buf, off, len, flags, real, nowMs);
   }
 
   /** Fill the flow key of the table's scratch key from the parsed packet; returns its hash. */

@@ -45,6 +45,23 @@ export interface ForwardingSnapshot {
   readonly realMac: Uint8Array; // 6 bytes per id
   readonly realMacKnown: Uint8Array;
   readonly realService: Int32Array;
+  /** IPIP outer header templates, TUNNEL_TEMPLATE_BYTES per real id (src/encap/ipip.ts); empty slot = no tunnel. */
+  readonly realTunnelTemplates: Uint8Array;
+
+  /** Every VIP once (4 words each, IPv4 in word 0) with its family: ICMP and fragments to a VIP. */
+  readonly vipCount: number;
+  readonly vipWords: Uint32Array;
+  readonly vipFamily: Uint8Array;
+}
+
+/** True when the packet's destination (addr words 4..7) is one of the snapshot's VIPs. */
+export function isVip(s: ForwardingSnapshot, family: number, addr: Uint32Array): boolean {
+  const w = s.vipWords;
+  for (let i = 0; i < s.vipCount; i++) {
+    const v = i * 4;
+    if (s.vipFamily[i] === family && w[v] === addr[4] && w[v + 1] === addr[5] && w[v + 2] === addr[6] && w[v + 3] === addr[7]) return true;
+  }
+  return false;
 }
 
 /** Hash of (family, protocol, VIP, port) for the service index; the builder uses the same function. */
@@ -119,5 +136,9 @@ export function emptySnapshot(): ForwardingSnapshot {
     realMac: new Uint8Array(0),
     realMacKnown: new Uint8Array(0),
     realService: new Int32Array(0),
+    realTunnelTemplates: new Uint8Array(0),
+    vipCount: 0,
+    vipWords: new Uint32Array(0),
+    vipFamily: new Uint8Array(0),
   };
 }

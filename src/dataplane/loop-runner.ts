@@ -71,7 +71,7 @@ export class LoopRunner {
       this.emit({ type: 'error', code: e.code ?? 'EIO', message: `opening ${s.io} on ${s.interface}: ${e.message}` });
       return false;
     }
-    const engine = new Engine({ flowCapacity: s.flowCapacity, timeouts: s.timeouts, maxRealIds: s.maxRealIds, counters: s.counters, localMac: io.localMac });
+    const engine = new Engine({ flowCapacity: s.flowCapacity, timeouts: s.timeouts, maxRealIds: s.maxRealIds, counters: s.counters, localMac: io.localMac, mtu: io.mtu });
     this.io = io;
     this.engine = engine;
     const origin = this.origin;

@@ -210,6 +210,7 @@ export class AfPacketIo implements PacketIo {
     this.ringWords = new Uint32Array(handle.ring);
     this.ringHalves = new Uint16Array(handle.ring);
     this.batch = createPacketBatch(batchCapacity);
+    this.batch.extraVnetHdr = handle.vnetHdr;
     this.batch.buf = this.ringBytes;
     this.txOffsets = new Int32Array(batchCapacity);
     this.txLengths = new Int32Array(batchCapacity);
@@ -444,6 +445,21 @@ export class AfPacketIo implements PacketIo {
       n++;
     }
     if (n > 0) this.transmit(n);
+    if (batch.extraCount > 0) this.transmitExtras(batch);
+  }
+
+  /** Frames the engine built outside the ring (ICMP errors, fragments, GSO segments). */
+  private transmitExtras(batch: PacketBatch): void {
+    const n = batch.extraCount;
+    const offsets = batch.extraOffsets;
+    const lengths = batch.extraLengths;
+    const vnetLen = this.vnetLen;
+    for (let i = 0; i < n; i++) {
+      offsets[i] -= vnetLen;
+      lengths[i] += vnetLen;
+    }
+    this.sendFrames(batch.extraBuf, offsets, lengths, n);
+    batch.extraCount = 0;
   }
 
   private transmit(count: number): void {

@@ -1,7 +1,7 @@
 // In-memory packet I/O for tests and simulation: frames are pushed in, the engine runs on them
 // in place, and the frames it sends are collected. Same PacketIo contract as the real backends.
 
-import { createPacketBatch, VERDICT_TX, type PacketBatch, type PacketIo, type PacketIoStats } from './packet-io.js';
+import { createPacketBatch, FRAME_HAS_VNET_HDR, VERDICT_TX, VNET_HDR_LEN, type PacketBatch, type PacketIo, type PacketIoStats } from './packet-io.js';
 
 export interface SentFrame {
   readonly bytes: Uint8Array;
@@ -35,7 +35,11 @@ export class MemoryIo implements PacketIo {
     this.onBatch = onBatch;
   }
 
-  /** Deliver frames as batches (split at the batch capacity); returns the frames sent for them. */
+  /**
+   * Deliver frames as batches (split at the batch capacity); returns the frames sent for them.
+   * A frame whose flags include FRAME_HAS_VNET_HDR starts with its 10-byte virtio_net_hdr, which is
+   * placed right before the frame (as the afpacket backend does); sent frames never include it.
+   */
   inject(frames: readonly Uint8Array[], flags?: readonly number[]): Uint8Array[] {
     if (!this.onBatch) throw new Error('MemoryIo: start() first');
     const out: Uint8Array[] = [];
@@ -44,13 +48,15 @@ export class MemoryIo implements PacketIo {
       const count = Math.min(b.capacity, frames.length - first);
       for (let i = 0; i < count; i++) {
         const f = frames[first + i]!;
-        if (f.length > this.slotBytes) throw new RangeError(`frame of ${f.length} bytes exceeds the slot size`);
+        const fl = flags ? flags[first + i]! : 0;
+        const vnet = (fl & FRAME_HAS_VNET_HDR) !== 0 ? VNET_HDR_LEN : 0;
+        if (f.length - vnet > this.slotBytes) throw new RangeError(`frame of ${f.length} bytes exceeds the slot size`);
         const off = i * (this.headroom + this.slotBytes) + this.headroom;
         this.memory.fill(0, off - this.headroom, off + this.slotBytes);
-        this.memory.set(f, off);
+        this.memory.set(f, off - vnet);
         b.offsets[i] = off;
-        b.lengths[i] = f.length;
-        b.flags[i] = flags ? flags[first + i]! : 0;
+        b.lengths[i] = f.length - vnet;
+        b.flags[i] = fl;
         b.verdicts[i] = 0;
       }
       b.count = count;
@@ -64,6 +70,13 @@ export class MemoryIo implements PacketIo {
           this.counts.txFrames++;
         }
       }
+      for (let i = 0; i < b.extraCount; i++) {
+        const copy = b.extraBuf.slice(b.extraOffsets[i]!, b.extraOffsets[i]! + b.extraLengths[i]!);
+        out.push(copy);
+        this.sent.push(copy);
+        this.counts.txFrames++;
+      }
+      b.extraCount = 0;
     }
     return out;
   }

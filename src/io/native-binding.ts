@@ -113,6 +113,21 @@ export interface DsrlbNative {
   close(handle: PacketSocketHandle): void;
   interfaceInfo(ifname: string): InterfaceInfo;
   readonly layout: RingLayout;
+  /**
+   * Opens /dev/net/tun as IFF_TUN | IFF_NO_PI device `name` ("%d" is numbered by the kernel): each
+   * read or write is one bare IP packet. The device (unless persistent) goes when the fd is closed
+   * (fs.closeSync). The fd is blocking and close-on-exec. Throws a NativeSystemError.
+   */
+  openTun(name: string): TunDevice;
+  /** One write(2) of buf[offset, offset + length) to a TUN fd. Returns the bytes written or -errno. */
+  tunWrite(fd: number, buf: Uint8Array, offset: number, length: number): number;
+}
+
+/** An open TUN device (native/src/tun_device.c). */
+export interface TunDevice {
+  readonly fd: number;
+  /** The kernel's name for it (differs from the requested one only when that held "%d"). */
+  readonly name: string;
 }
 
 let loaded: DsrlbNative | undefined;

@@ -7,6 +7,8 @@
 export const VERDICT_PASS = 0;
 /** Send the frame at txOffsets[i], txLengths[i] (the engine may have moved its start into the headroom). */
 export const VERDICT_TX = 1;
+/** The engine handled the frame by other frames (software GSO segments): send nothing of it. */
+export const VERDICT_CONSUMED = 2;
 // A negative verdict is -DropReason: dropped and counted.
 
 /** Per-frame flag: the frame carries a virtio_net_hdr (10 bytes) right before frameOffset. */
@@ -39,7 +41,21 @@ export interface PacketBatch {
   readonly txLengths: Int32Array;
   /** Bytes writable before each frame's offset (for encapsulation headers), same for all frames. */
   headroom: number;
+  /**
+   * Frames the engine made besides the received ones (ICMP errors, outer fragments, software GSO
+   * segments), written into extraBuf and sent after the batch's TX frames. When extraVnetHdr is
+   * set (by the backend), the 10 bytes before each extra frame hold its virtio_net_hdr (zeroed:
+   * no offload asked). The engine resets extraCount at the start of every batch.
+   */
+  readonly extraBuf: Uint8Array;
+  readonly extraOffsets: Int32Array;
+  readonly extraLengths: Int32Array;
+  extraCount: number;
+  extraVnetHdr: boolean;
 }
+
+export const EXTRA_FRAMES = 512;
+export const EXTRA_BUFFER_BYTES = 1 << 20;
 
 export function createPacketBatch(capacity: number): PacketBatch {
   return {
@@ -53,6 +69,11 @@ export function createPacketBatch(capacity: number): PacketBatch {
     txOffsets: new Int32Array(capacity),
     txLengths: new Int32Array(capacity),
     headroom: 0,
+    extraBuf: new Uint8Array(EXTRA_BUFFER_BYTES),
+    extraOffsets: new Int32Array(EXTRA_FRAMES),
+    extraLengths: new Int32Array(EXTRA_FRAMES),
+    extraCount: 0,
+    extraVnetHdr: false,
   };
 }
 

@@ -72,6 +72,8 @@ export class PcapIo implements PacketIo {
       b.flags[0] = 0;
       b.verdicts[0] = 0;
       onBatch(b);
+      for (let i = 0; i < b.extraCount; i++) this.sendCopy(b.extraBuf, b.extraOffsets[i]!, b.extraLengths[i]!);
+      b.extraCount = 0;
       if (b.verdicts[0] !== VERDICT_TX) return;
       const off = b.txOffsets[0]!;
       const len = b.txLengths[0]!;
@@ -91,6 +93,16 @@ export class PcapIo implements PacketIo {
         this.counts.txErrors++;
       }
     });
+  }
+
+  private sendCopy(buf: Uint8Array, off: number, len: number): void {
+    this.txBuf.set(buf.subarray(off, off + len), 0);
+    try {
+      this.cap.send(this.txBuf, len);
+      this.counts.txFrames++;
+    } catch {
+      this.counts.txErrors++;
+    }
   }
 
   close(): void {

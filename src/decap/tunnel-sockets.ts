@@ -1,0 +1,92 @@
+// The raw sockets `dsrlb decap` reads tunnel packets from (the `raw-socket` package): IPv4 and IPv6
+// sockets for protocol 4 (IPv4 inner) and 41 (IPv6 inner). A raw socket gets each datagram after
+// the kernel reassembled its fragments, and while one is open the kernel no longer answers these
+// protocols with ICMP protocol-unreachable / parameter-problem (it counts them as delivered).
+
+import { createRequire } from 'node:module';
+import { IPPROTO_IPIP, IPPROTO_IPV6 } from './inner-packet.js';
+
+/** The part of `raw-socket` used here; the package ships no types. */
+interface RawSocket {
+  on(event: 'message', listener: (buffer: Buffer, source: string) => void): this;
+  on(event: 'error', listener: (error: Error) => void): this;
+  setOption(level: number, option: number, value: number): void;
+  setOption(level: number, option: number, value: Buffer, length: number): void;
+  close(): this;
+}
+interface RawSocketModule {
+  createSocket(options: { protocol: number; addressFamily?: number; bufferSize?: number }): RawSocket;
+  readonly AddressFamily: { readonly IPv4: number; readonly IPv6: number };
+  readonly SocketLevel: { readonly SOL_SOCKET: number };
+  readonly SocketOption: { readonly SO_RCVBUF: number; readonly SO_BINDTODEVICE: number };
+}
+
+const raw = createRequire(import.meta.url)('raw-socket') as RawSocketModule;
+
+/** An IPv4 datagram (and an IPv6 payload) is at most 65535 bytes: a larger buffer never truncates. */
+const RECEIVE_BUFFER_BYTES = 65536;
+/** SO_RCVBUF asked for (the kernel caps it at net.core.rmem_max): bursts wait here, not dropped. */
+const SOCKET_RCVBUF_BYTES = 4 << 20;
+
+export interface TunnelSocketSpec {
+  outerFamily: 4 | 6;
+  /** 4 (IPv4 inner) or 41 (IPv6 inner). */
+  protocol: number;
+}
+
+/** Which sockets a VIP set needs: inner IPv4 VIPs need protocol 4, IPv6 VIPs 41, each over both outer families. */
+export function tunnelSocketSpecs(hasV4Vip: boolean, hasV6Vip: boolean, outerIpv6: boolean): TunnelSocketSpec[] {
+  const specs: TunnelSocketSpec[] = [];
+  const protocols = [...(hasV4Vip ? [IPPROTO_IPIP] : []), ...(hasV6Vip ? [IPPROTO_IPV6] : [])];
+  for (const protocol of protocols) {
+    specs.push({ outerFamily: 4, protocol });
+    if (outerIpv6) specs.push({ outerFamily: 6, protocol });
+  }
+  return specs;
+}
+
+export interface TunnelSocket {
+  readonly spec: TunnelSocketSpec;
+  close(): void;
+}
+
+/**
+ * Opens one raw socket, bound to `ifname` when given (SO_BINDTODEVICE: tunnel packets arriving
+ * elsewhere are not read, and the kernel refuses them as before). `onPacket` runs synchronously
+ * per datagram with a view of a buffer reused for the next one. Throws when the socket cannot be
+ * opened (EPERM without CAP_NET_RAW, EAFNOSUPPORT without IPv6).
+ */
+export function openTunnelSocket(
+  spec: TunnelSocketSpec,
+  ifname: string | undefined,
+  onPacket: (buf: Buffer, spec: TunnelSocketSpec) => void,
+  onError: (error: Error, spec: TunnelSocketSpec) => void,
+): TunnelSocket {
+  const socket = raw.createSocket({
+    protocol: spec.protocol,
+    addressFamily: spec.outerFamily === 4 ? raw.AddressFamily.IPv4 : raw.AddressFamily.IPv6,
+    bufferSize: RECEIVE_BUFFER_BYTES,
+  });
+  try {
+    socket.setOption(raw.SocketLevel.SOL_SOCKET, raw.SocketOption.SO_RCVBUF, SOCKET_RCVBUF_BYTES);
+    if (ifname !== undefined) {
+      const name = Buffer.from(`${ifname}\0`, 'latin1');
+      socket.setOption(raw.SocketLevel.SOL_SOCKET, raw.SocketOption.SO_BINDTODEVICE, name, name.length);
+    }
+  } catch (err) {
+    socket.close();
+    throw err;
+  }
+  socket.on('message', (buf) => onPacket(buf, spec));
+  // raw-socket closes the socket after an error: the caller decides whether to go on without it.
+  socket.on('error', (error) => onError(error, spec));
+  let closed = false;
+  return {
+    spec,
+    close: () => {
+      if (closed) return;
+      closed = true;
+      socket.close();
+    },
+  };
+}

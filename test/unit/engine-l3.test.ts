@@ -1,0 +1,251 @@
+// Engine L3 DSR and ICMP packet tests: IPIP / IPv6-in-IPv6 forwarding, too-big handling (ICMP
+// back to the client, outer fragments), software segmentation of GSO frames for IPIP reals,
+// ICMP toward a VIP (echo, too-big about a flow) and IP fragments following their first fragment.
+
+import { describe, expect, it } from 'vitest';
+import { parseConfigText } from '../../src/config/validate.js';
+import type { Config } from '../../src/config/types.js';
+import { Engine } from '../../src/dataplane/engine.js';
+import { Counter, createCounters, MAX_REAL_IDS } from '../../src/dataplane/counters.js';
+import { DropReason } from '../../src/dataplane/drop-reasons.js';
+import { parseFrame } from '../../src/dataplane/packet-parser.js';
+import { ParsedPacket, PARSE_OK } from '../../src/dataplane/parsed-packet.js';
+import { l4Checksum } from '../../src/dataplane/checksum.js';
+import { MemoryIo } from '../../src/io/memory-io.js';
+import { FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_TX } from '../../src/io/packet-io.js';
+import { SnapshotBuilder, type ServiceView } from '../../src/control/snapshot-builder.js';
+import { parseMac } from '../../src/control/addresses.js';
+import { ETH_IPV4, ETH_IPV6, ethernet, hex, icmp, icmpEcho, icmpv6, ipv4, ipv6, ipv6Fragment, tcp, udp } from '../support/packet-builder.js';
+
+const LB_MAC = '02:00:00:00:00:01';
+const CLIENT_MAC = '02:00:00:00:00:0c';
+const HOP_MAC = '02:00:00:00:00:99';
+const VIP = '10.0.0.100';
+const VIP6 = 'fd00::100';
+const CLIENT = '192.0.2.7';
+const CLIENT6 = '2001:db8::7';
+
+function config(): Config {
+  const r = parseConfigText(`
+interface: eth0
+tunnel: { sourceV4: 10.0.0.2, sourceV6: "fd00::2" }
+services:
+  - name: web
+    vip: ${VIP}
+    port: 80
+    protocol: tcp
+    forwarding: ipip
+    reals:
+      - address: 10.1.0.11
+  - name: dns
+    vip: ${VIP}
+    port: 53
+    protocol: udp
+    forwarding: ipip
+    reals:
+      - address: 10.1.0.12
+  - name: web6
+    vip: ${VIP6}
+    port: 80
+    protocol: tcp
+    forwarding: ipip
+    reals:
+      - address: fd01::11
+`);
+  if (!r.ok) throw new Error(r.problems.map((p) => `${p.path}: ${p.message}`).join('\n'));
+  return r.config;
+}
+
+function setup(mtu = 1500) {
+  const cfg = config();
+  const counters = createCounters();
+  const engine = new Engine({
+    flowCapacity: 1024,
+    timeouts: { synMs: 60_000, establishedMs: 900_000, finMs: 120_000, closeMs: 10_000, udpMs: 300_000 },
+    maxRealIds: MAX_REAL_IDS,
+    counters,
+    localMac: parseMac(LB_MAC),
+    mtu,
+  });
+  let id = 0;
+  const views: ServiceView[] = cfg.services.map((s) => ({
+    config: s,
+    reals: s.reals.map((r) => ({ id: id++, address: r.address, weight: r.weight, intent: r.state, forwarding: r.forwarding, health: 'up', removed: false, mac: parseMac(HOP_MAC) })),
+  }));
+  engine.setSnapshot(new SnapshotBuilder().build(views, 0, MAX_REAL_IDS, { v4: '10.0.0.2', v6: 'fd00::2' }).snapshot);
+  const io = new MemoryIo({ localMac: parseMac(LB_MAC), slotBytes: 70_000, batchCapacity: 8 });
+  io.start((b) => engine.processBatch(b, 1_000_000));
+  return { engine, counters, io };
+}
+
+const tcp4 = (sport: number, flags: number, payload: Uint8Array | number[] = [], df = true) =>
+  ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 6, df, tos: 0xb9, id: 7 }, tcp({ sport, dport: 80, flags, seq: 1000, ack: 1 }, payload, { src: CLIENT, dst: VIP })));
+
+function parsed(frame: Uint8Array): ParsedPacket {
+  const p = new ParsedPacket();
+  expect(parseFrame(frame, 0, frame.length, p)).toBe(PARSE_OK);
+  return p;
+}
+
+describe('engine: IPIP forwarding', () => {
+  it('wraps a TCP SYN in IPv4-in-IPv4 to the real, next hop MAC from the snapshot, DSCP/ECN and DF copied', () => {
+    const { io } = setup();
+    const inner = tcp4(40000, 0x02);
+    const [out] = io.inject([inner]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_TX);
+    expect(hex(out!.subarray(0, 14))).toBe('020000000099' + '020000000001' + '0800');
+    const outer = parsed(out!);
+    expect(outer.ipProtocol).toBe(4);
+    expect(outer.ttl).toBe(64);
+    expect(outer.trafficClass).toBe(0xb9);
+    expect(outer.dontFragment).toBe(1);
+    expect(hex(out!.subarray(14 + 12, 14 + 20))).toBe('0a000002' + '0a01000b'); // 10.0.0.2 -> 10.1.0.11
+    expect(hex(out!.subarray(34))).toBe(hex(inner.subarray(14)));
+    // The outer header checksum verifies (sum of the header words folds to 0xffff).
+    let sum = 0;
+    for (let k = 14; k < 34; k += 2) sum += (out![k]! << 8) | out![k + 1]!;
+    while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
+    expect(sum).toBe(0xffff);
+  });
+
+  it('wraps IPv6 in IPv6 (next header 41)', () => {
+    const { io } = setup();
+    const inner = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 6 }, tcp({ sport: 1234, dport: 80, flags: 0x02 }, [], { src: CLIENT6, dst: VIP6 })));
+    const [out] = io.inject([inner]);
+    expect(hex(out!.subarray(12, 14))).toBe('86dd');
+    const outer = parsed(out!);
+    expect(outer.ipProtocol).toBe(41);
+    expect(hex(out!.subarray(14 + 40))).toBe(hex(inner.subarray(14)));
+  });
+
+  it('answers a too-big IPv4 packet with DF by ICMP fragmentation-needed, MTU 1480, and drops it', () => {
+    const { io, counters } = setup();
+    const big = tcp4(40001, 0x10, new Uint8Array(1460));
+    expect(big.length).toBe(1514);
+    const out = io.inject([big]);
+    expect(io.lastVerdicts()[0]).toBe(-DropReason.packetTooBig);
+    expect(out).toHaveLength(1);
+    const icmpMsg = parsed(out[0]!);
+    expect(hex(out[0]!.subarray(0, 12))).toBe('02000000000c' + '020000000001'); // back to the client
+    expect(icmpMsg.icmpType).toBe(3);
+    expect(icmpMsg.icmpCode).toBe(4);
+    expect((out[0]![icmpMsg.l4Offset + 6]! << 8) | out[0]![icmpMsg.l4Offset + 7]!).toBe(1480);
+    expect(counters[Counter.icmpTooBigSent]).toBe(1);
+  });
+
+  it('sends an IPv4 packet without DF as outer fragments that fit the MTU', () => {
+    const { io } = setup();
+    const big = tcp4(40002, 0x10, new Uint8Array(1460), false);
+    const out = io.inject([big]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_TX);
+    expect(out).toHaveLength(2);
+    for (const f of out) expect(f.length - 14).toBeLessThanOrEqual(1500);
+    const first = parsed(out[0]!);
+    const second = parsed(out[1]!);
+    expect(first.moreFragments).toBe(1);
+    expect(second.fragmentOffset).toBeGreaterThan(0);
+    expect(first.fragmentId).toBe(second.fragmentId);
+  });
+
+  it('answers a too-big IPv6 packet with ICMPv6 packet too big (MTU 1460)', () => {
+    const { io } = setup();
+    const big = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 6 }, tcp({ sport: 999, dport: 80, flags: 0x10 }, new Uint8Array(1440), { src: CLIENT6, dst: VIP6 })));
+    const out = io.inject([big]);
+    expect(io.lastVerdicts()[0]).toBe(-DropReason.packetTooBig);
+    const m = parsed(out[0]!);
+    expect(m.icmpType).toBe(2);
+    const mtu = (out[0]![m.l4Offset + 4]! << 24) | (out[0]![m.l4Offset + 5]! << 16) | (out[0]![m.l4Offset + 6]! << 8) | out[0]![m.l4Offset + 7]!;
+    expect(mtu).toBe(1460);
+  });
+
+  it('cuts a GSO super-frame into MSS-sized encapsulated segments with valid checksums', () => {
+    const { io, counters } = setup();
+    const payload = Uint8Array.from({ length: 4000 }, (_, k) => k & 0xff);
+    const frame = tcp4(40003, 0x18, payload);
+    const vnet = new Uint8Array(10);
+    vnet[0] = 1; // NEEDS_CSUM (the checksum field holds the pseudo-header sum; the segmenter recomputes)
+    vnet[1] = 1; // GSO_TCPV4
+    vnet[4] = 1400 & 0xff;
+    vnet[5] = 1400 >> 8;
+    const out = io.inject([Uint8Array.from([...vnet, ...frame])], [FRAME_HAS_VNET_HDR | FRAME_GSO | FRAME_CSUM_PARTIAL]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_CONSUMED);
+    expect(out).toHaveLength(3);
+    expect(counters[Counter.gsoSegmented]).toBe(1);
+    let seq = 1000;
+    const got: number[] = [];
+    for (const f of out) {
+      expect(f[14 + 9]).toBe(4); // outer IPv4, protocol 4
+      expect(f.length - 14).toBeLessThanOrEqual(1500);
+      // Rebuild a plain frame of the inner packet to check its TCP checksum.
+      const plain = Uint8Array.from([...f.subarray(0, 12), 0x08, 0x00, ...f.subarray(34)]);
+      const p = parsed(plain);
+      expect(l4Checksum(plain, p)).toBe((plain[p.l4Offset + 16]! << 8) | plain[p.l4Offset + 17]!);
+      const s = (plain[p.l4Offset + 4]! << 24) | (plain[p.l4Offset + 5]! << 16) | (plain[p.l4Offset + 6]! << 8) | plain[p.l4Offset + 7]!;
+      expect(s >>> 0).toBe(seq);
+      seq += plain.length - p.payloadOffset;
+      got.push(...plain.subarray(p.payloadOffset));
+    }
+    expect(Uint8Array.from(got)).toEqual(payload);
+  });
+});
+
+describe('engine: ICMP toward a VIP', () => {
+  it('answers an echo request itself', () => {
+    const { io, counters } = setup();
+    const req = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 1 }, icmpEcho({ id: 5, seq: 1 }, [1, 2, 3])));
+    const [reply] = io.inject([req]);
+    const p = parsed(reply!);
+    expect(p.icmpType).toBe(0);
+    expect(hex(reply!.subarray(0, 12))).toBe('02000000000c' + '020000000001');
+    expect(counters[Counter.icmpEchoReplied]).toBe(1);
+  });
+
+  it('forwards a fragmentation-needed about a reply from the VIP to the real of that flow', () => {
+    const { io } = setup();
+    io.inject([tcp4(41000, 0x02)]); // the flow exists, on 10.1.0.11
+    // A router on the way back to the client says the real's reply (VIP:80 -> client:41000) was too big.
+    const quoted = ipv4({ src: VIP, dst: CLIENT, proto: 6 }, tcp({ sport: 80, dport: 41000, flags: 0x10 }, [], { src: VIP, dst: CLIENT }));
+    const msg = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: '198.51.100.1', dst: VIP, proto: 1 }, icmp({ type: 3, code: 4, rest: 1400 }, quoted.subarray(0, 28))));
+    const [out] = io.inject([msg]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_TX);
+    expect(hex(out!.subarray(14 + 16, 14 + 20))).toBe('0a01000b'); // outer destination: the real
+  });
+
+  it('drops other ICMP to a VIP and counts it', () => {
+    const { io, counters } = setup();
+    const other = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 1 }, icmp({ type: 13 })));
+    expect(io.inject([other])).toHaveLength(0);
+    expect(counters[Counter.dropBase + DropReason.icmpToVip]).toBe(1);
+  });
+
+  it('answers ICMPv6 echo to an IPv6 VIP', () => {
+    const { io } = setup();
+    const req = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 58 }, icmpv6({ type: 128, rest: 0x00050001 }, [9], { src: CLIENT6, dst: VIP6 })));
+    const [reply] = io.inject([req]);
+    expect(parsed(reply!).icmpType).toBe(129);
+  });
+});
+
+describe('engine: IP fragments', () => {
+  it('sends later fragments where the first one went, and drops orphans', () => {
+    const { io, counters } = setup();
+    const data = udp({ sport: 5000, dport: 53 }, new Uint8Array(64), { src: CLIENT, dst: VIP });
+    const first = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 17, id: 77, mf: true }, data.subarray(0, 40)));
+    const second = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 17, id: 77, fragOffset: 40 }, data.subarray(40)));
+    const orphan = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 17, id: 78, fragOffset: 40 }, data.subarray(40)));
+    const out = io.inject([first, second, orphan]);
+    expect([...io.lastVerdicts()]).toEqual([VERDICT_TX, VERDICT_TX, -DropReason.fragmentUnplaceable]);
+    expect(hex(out[0]!.subarray(30, 34))).toBe('0a01000c');
+    expect(hex(out[1]!.subarray(30, 34))).toBe('0a01000c');
+    expect(counters[Counter.dropBase + DropReason.fragmentUnplaceable]).toBe(1);
+  });
+
+  it('handles IPv6 fragments with a fragment header the same way', () => {
+    const { io } = setup();
+    const seg = tcp({ sport: 7, dport: 80, flags: 0x10 }, new Uint8Array(40), { src: CLIENT6, dst: VIP6 });
+    const f1 = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 6, extensionHeaders: [ipv6Fragment({ offset: 0, more: true, id: 9 })] }, seg.subarray(0, 32)));
+    const f2 = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 6, extensionHeaders: [ipv6Fragment({ offset: 32, more: false, id: 9 })] }, seg.subarray(32)));
+    io.inject([f1, f2]);
+    expect([...io.lastVerdicts()]).toEqual([VERDICT_TX, VERDICT_TX]);
+  });
+});
