@@ -1,5 +1,7 @@
-// What the daemon changes on the LB host, and undoes on stop: each VIP on lo (so the kernel
-// answers ARP for it; IPv6 VIPs get a proxy-NDP entry on the interface), and an nftables table
+// What the daemon changes on the LB host, and undoes on stop: each IPv4 VIP on lo (so the kernel
+// answers ARP for it), each IPv6 VIP on the interface itself, deprecated (preferred_lft 0: the
+// kernel answers neighbour solicitations for it but never picks it as a source; proxy NDP would
+// need IPv6 forwarding on), and an nftables table
 // that drops IP to the VIPs at prerouting (raw) so the LB's own kernel never answers or
 // resets VIP traffic while the packet socket still sees it (lab-facts: "Owning the VIP").
 // A run-state file remembers what we added, so a restart after a crash adopts and later undoes it.
@@ -38,8 +40,7 @@ export const NFT_TABLE = 'dsrlb';
 
 interface HostState {
   interface: string;
-  addedAddresses: string[]; // "VIP/32" or "VIP/128" on lo
-  proxyNdp: string[];
+  addedAddresses: string[]; // "VIP/32" (on lo) or "VIP/128" (on the interface)
   groDisabled: boolean;
 }
 
@@ -56,7 +57,7 @@ export class HostSetup {
     // /run is shared by every network namespace: name the file after ours too.
     const netns = statSync('/proc/self/ns/net').ino;
     this.statePath = `${runDir}/host-${netns}-${ifname}.json`;
-    this.state = { interface: ifname, addedAddresses: [], proxyNdp: [], groDisabled: false };
+    this.state = { interface: ifname, addedAddresses: [], groDisabled: false };
   }
 
   /** Adopt what a previous run (that crashed) left behind, so stop() can undo it. */
@@ -73,30 +74,18 @@ export class HostSetup {
   /** Make the host match this VIP set: add missing VIPs, remove ones we added that are gone. */
   async apply(vips: readonly string[], opts: { disableGro: boolean }): Promise<void> {
     const wanted = new Set(vips.map((v) => (v.includes(':') ? `${v}/128` : `${v}/32`)));
-    const onLo = await this.addressesOnLo();
+    const present = new Set([...(await this.addressesOn('lo')), ...(await this.addressesOn(this.ifname))]);
     for (const cidr of wanted) {
-      if (onLo.has(cidr)) continue;
-      await this.runner(['ip', 'addr', 'add', cidr, 'dev', 'lo', ...(cidr.endsWith('/128') ? ['nodad'] : [])]);
+      if (present.has(cidr)) continue;
+      await this.runner(this.addressCommand('add', cidr));
       this.state.addedAddresses.push(cidr);
-      this.log.info('added VIP on lo', { address: cidr });
+      this.log.info('added VIP', { address: cidr, dev: this.devFor(cidr) });
     }
     for (const cidr of [...this.state.addedAddresses]) {
       if (wanted.has(cidr)) continue;
-      await this.runner(['ip', 'addr', 'del', cidr, 'dev', 'lo']).catch(() => undefined);
+      await this.runner(this.addressCommand('del', cidr)).catch(() => undefined);
       this.state.addedAddresses = this.state.addedAddresses.filter((a) => a !== cidr);
-      this.log.info('removed VIP from lo', { address: cidr });
-    }
-    const v6 = vips.filter((v) => v.includes(':'));
-    if (v6.length > 0) await this.runner(['sysctl', '-qw', `net.ipv6.conf.${this.ifname}.proxy_ndp=1`]);
-    for (const v of v6) {
-      if (this.state.proxyNdp.includes(v)) continue;
-      await this.runner(['ip', '-6', 'neigh', 'replace', 'proxy', v, 'dev', this.ifname]);
-      this.state.proxyNdp.push(v);
-    }
-    for (const v of [...this.state.proxyNdp]) {
-      if (v6.includes(v)) continue;
-      await this.runner(['ip', '-6', 'neigh', 'del', 'proxy', v, 'dev', this.ifname]).catch(() => undefined);
-      this.state.proxyNdp = this.state.proxyNdp.filter((a) => a !== v);
+      this.log.info('removed VIP', { address: cidr });
     }
     await this.runner(['nft', '-f', '-'], nftRuleset(vips));
     if (opts.disableGro && !this.state.groDisabled) {
@@ -113,21 +102,28 @@ export class HostSetup {
   async undo(): Promise<void> {
     await this.runner(['nft', 'delete', 'table', 'inet', NFT_TABLE]).catch(() => undefined);
     for (const cidr of this.state.addedAddresses) {
-      await this.runner(['ip', 'addr', 'del', cidr, 'dev', 'lo']).catch(() => undefined);
-    }
-    for (const v of this.state.proxyNdp) {
-      await this.runner(['ip', '-6', 'neigh', 'del', 'proxy', v, 'dev', this.ifname]).catch(() => undefined);
+      await this.runner(this.addressCommand('del', cidr)).catch(() => undefined);
     }
     if (this.state.groDisabled) {
       await this.runner(['ethtool', '-K', this.ifname, 'gro', 'on']).catch(() => undefined);
     }
-    this.log.info('host changes undone', { addresses: this.state.addedAddresses, proxyNdp: this.state.proxyNdp });
-    this.state = { interface: this.ifname, addedAddresses: [], proxyNdp: [], groDisabled: false };
+    this.log.info('host changes undone', { addresses: this.state.addedAddresses });
+    this.state = { interface: this.ifname, addedAddresses: [], groDisabled: false };
     await rm(this.statePath, { force: true });
   }
 
-  private async addressesOnLo(): Promise<Set<string>> {
-    const { stdout } = await this.runner(['ip', '-j', 'addr', 'show', 'dev', 'lo']);
+  private devFor(cidr: string): string {
+    return cidr.endsWith('/128') ? this.ifname : 'lo';
+  }
+
+  private addressCommand(verb: 'add' | 'del', cidr: string): string[] {
+    const argv = ['ip', 'addr', verb, cidr, 'dev', this.devFor(cidr)];
+    if (verb === 'add' && cidr.endsWith('/128')) argv.push('nodad', 'preferred_lft', '0');
+    return argv;
+  }
+
+  private async addressesOn(dev: string): Promise<Set<string>> {
+    const { stdout } = await this.runner(['ip', '-j', 'addr', 'show', 'dev', dev]);
     const parsed = JSON.parse(stdout || '[]') as { addr_info?: { local: string; prefixlen: number }[] }[];
     const out = new Set<string>();
     for (const link of parsed) for (const a of link.addr_info ?? []) out.add(`${a.local}/${a.prefixlen}`);

@@ -54,6 +54,9 @@ export class DaemonMetrics {
     global('dsrlb_tx_packets_total', 'Frames sent by the packet loop.', Slot.txPackets);
     global('dsrlb_flows_rescheduled_total', 'Existing flows moved because their real could no longer keep them.', Slot.flowsRescheduled);
     global('dsrlb_flow_table_evictions_total', 'Flow entries evicted because the table was full.', Slot.flowTableEvictions);
+    global('dsrlb_icmp_too_big_sent_total', 'ICMP fragmentation-needed / ICMPv6 packet-too-big messages sent to clients (IPIP).', Slot.icmpTooBigSent);
+    global('dsrlb_icmp_echo_replied_total', 'ICMP echo requests to a VIP answered by the packet loop.', Slot.icmpEchoReplied);
+    global('dsrlb_gso_segmented_total', 'GSO super-frames segmented in software for IPIP reals.', Slot.gsoSegmented);
 
     new client.Counter({
       name: 'dsrlb_dropped_packets_total',

@@ -1,0 +1,163 @@
+// CPU accounting for the benchmark: machine busy time from the precise idle counters of /proc/stat,
+// per-thread run time from /proc/<pid>/task/*/schedstat, and the per-packet / per-GB arithmetic
+// (including the differential "LB CPU": forwarder run minus generator+sink alone at the same rate).
+//
+// Why idle and not the busy columns: on this kernel (NO_HZ_IDLE, no IRQ_TIME_ACCOUNTING) user,
+// system and softirq are sampled at each tick and miss timer-driven work, while idle and iowait come
+// from the nohz idle entry/exit timestamps (get_cpu_idle_time_us), which are exact.
+
+import { readdirSync, readFileSync } from 'node:fs';
+
+/** USER_HZ: /proc/stat counts in these units; 100 on every Linux ABI that matters. */
+export const USER_HZ = 100;
+
+/**
+ * Parses the per-CPU lines of /proc/stat.
+ * @param {string} text
+ * @returns {{ id: number, user: number, nice: number, system: number, idle: number, iowait: number, irq: number, softirq: number, steal: number }[]}
+ */
+export function parseProcStat(text) {
+  const cpus = [];
+  for (const line of text.split('\n')) {
+    const m = /^cpu(\d+)\s+(.*)$/.exec(line);
+    if (!m) continue;
+    const v = m[2].trim().split(/\s+/).map(Number);
+    cpus.push({
+      id: Number(m[1]),
+      user: v[0] ?? 0,
+      nice: v[1] ?? 0,
+      system: v[2] ?? 0,
+      idle: v[3] ?? 0,
+      iowait: v[4] ?? 0,
+      irq: v[5] ?? 0,
+      softirq: v[6] ?? 0,
+      steal: v[7] ?? 0,
+    });
+  }
+  return cpus;
+}
+
+/**
+ * First field of a schedstat file: nanoseconds the task ran on a CPU (sum_exec_runtime, exact).
+ * @param {string} text
+ * @returns {number}
+ */
+export function parseSchedstat(text) {
+  const first = text.trim().split(/\s+/)[0];
+  const ns = Number(first);
+  return Number.isFinite(ns) ? ns : 0;
+}
+
+/**
+ * A CPU sample: wall clock and /proc/stat, plus the threads of the given processes.
+ * @param {readonly number[]} [pids]
+ * @returns {import('./cpu-accounting.js').CpuSample}
+ */
+export function takeSample(pids = []) {
+  const statText = readFileSync('/proc/stat', 'utf8');
+  const wallNs = Number(process.hrtime.bigint());
+  /** @type {Record<string, number>} */
+  const threads = {};
+  for (const pid of pids) {
+    let tids = [];
+    try {
+      tids = readdirSync(`/proc/${pid}/task`);
+    } catch {
+      continue; // the process is gone
+    }
+    for (const tid of tids) {
+      try {
+        const ns = parseSchedstat(readFileSync(`/proc/${pid}/task/${tid}/schedstat`, 'utf8'));
+        const comm = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+        threads[`${pid}/${tid}/${comm}`] = ns;
+      } catch {
+        // the thread ended between readdir and read
+      }
+    }
+  }
+  return { wallNs, cpus: parseProcStat(statText), threads };
+}
+
+/**
+ * Busy CPU seconds between two samples, summed over CPUs: wall time minus (idle + iowait).
+ * @param {import('./cpu-accounting.js').CpuSample} a
+ * @param {import('./cpu-accounting.js').CpuSample} b
+ * @param {number} [userHz]
+ */
+export function machineBusy(a, b, userHz = USER_HZ) {
+  const wallS = (b.wallNs - a.wallNs) / 1e9;
+  let busyS = 0;
+  let stealS = 0;
+  let tickBusyS = 0;
+  const perCpu = [];
+  for (const cb of b.cpus) {
+    const ca = a.cpus.find((c) => c.id === cb.id);
+    if (!ca) continue;
+    const idleS = (cb.idle - ca.idle + (cb.iowait - ca.iowait)) / userHz;
+    // Never below 0 or above the wall time: the counters are quantised to 1/USER_HZ.
+    const busy = Math.min(wallS, Math.max(0, wallS - idleS));
+    busyS += busy;
+    stealS += (cb.steal - ca.steal) / userHz;
+    tickBusyS += (cb.user - ca.user + cb.nice - ca.nice + cb.system - ca.system + cb.irq - ca.irq + cb.softirq - ca.softirq) / userHz;
+    perCpu.push({ id: cb.id, busyS: busy, softirqTickS: (cb.softirq - ca.softirq) / userHz });
+  }
+  return { wallS, busyS, cores: wallS > 0 ? busyS / wallS : 0, stealS, tickBusyS, perCpu };
+}
+
+/**
+ * Run time of the sampled threads between two samples, total and per thread name (seconds).
+ * @param {import('./cpu-accounting.js').CpuSample} a
+ * @param {import('./cpu-accounting.js').CpuSample} b
+ */
+export function threadTime(a, b) {
+  let totalS = 0;
+  /** @type {Record<string, number>} */
+  const byName = {};
+  for (const [key, ns] of Object.entries(b.threads)) {
+    const before = a.threads[key];
+    if (before === undefined) continue;
+    const s = (ns - before) / 1e9;
+    totalS += s;
+    const name = key.split('/').slice(2).join('/');
+    byName[name] = (byName[name] ?? 0) + s;
+  }
+  return { totalS, byName };
+}
+
+/**
+ * Microseconds of CPU per packet.
+ * @param {number} cpuS
+ * @param {number} packets
+ */
+export function usPerPacket(cpuS, packets) {
+  return packets > 0 ? (cpuS * 1e6) / packets : NaN;
+}
+
+/**
+ * The forwarder's share: CPU per packet of the run through it minus that of generator and sink alone
+ * at the same paced rate (both whole-machine, so kernel work on either core is counted).
+ * @param {number} withForwarderUs
+ * @param {number} baselineUs
+ */
+export function differentialUs(withForwarderUs, baselineUs) {
+  return withForwarderUs - baselineUs;
+}
+
+/**
+ * CPU seconds per 10^9 bytes delivered.
+ * @param {number} cpuS
+ * @param {number} bytes
+ */
+export function secondsPerGB(cpuS, bytes) {
+  return bytes > 0 ? (cpuS * 1e9) / bytes : NaN;
+}
+
+/**
+ * Loss of a run as a fraction of what the generator sent.
+ * @param {number} sent
+ * @param {number} received
+ */
+export function lossFraction(sent, received) {
+  if (sent <= 0) return 1;
+  return Math.max(0, (sent - received) / sent);
+}

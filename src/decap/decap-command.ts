@@ -1,0 +1,131 @@
+// `dsrlb decap`: user-space IPIP / IPv6-in-IPv6 (and 4in6, 6in4) decapsulation for a real server
+// whose kernel has no ipip/ip6_tunnel: raw sockets read the tunnel packets, inner packets to the
+// given VIPs go to the local stack through a TUN device, everything else is counted and dropped.
+
+import { existsSync } from 'node:fs';
+import { networkInterfaces } from 'node:os';
+import { createLogger, type Logger } from '../control/logger.js';
+import { loadNative } from '../io/native-binding.js';
+import { DecapHost } from './decap-host.js';
+import { Decapsulator } from './decapsulator.js';
+import { VipSet } from './inner-packet.js';
+import { openTunnelSocket, tunnelSocketSpecs, type TunnelSocket, type TunnelSocketSpec } from './tunnel-sockets.js';
+
+export const DEFAULT_TUN_NAME = 'dsrlb-decap0';
+
+export interface DecapOptions {
+  /** Read tunnel packets arriving on this interface only (default: any). */
+  interface?: string;
+  /** IPv4/IPv6 VIPs; an element may hold several separated by commas. */
+  vips: string[];
+  tunName?: string;
+}
+
+const EXIT_OK = 0;
+const EXIT_USER = 1;
+const EXIT_SYSTEM = 2;
+
+function problem(message: string): void {
+  process.stderr.write(`dsrlb decap: ${message}\n`);
+}
+
+/** Exit 1 with one stderr line per problem, or the parsed options. */
+function parseOptions(opts: DecapOptions): { vips: VipSet; ifname: string | undefined; tunName: string } | string[] {
+  const problems: string[] = [];
+  const texts = opts.vips.flatMap((v) => String(v).split(',')).map((v) => v.trim()).filter((v) => v !== '');
+  let vips: VipSet | undefined;
+  if (texts.length === 0) problems.push('--vip: at least one VIP is required (e.g. --vip 203.0.113.10)');
+  else {
+    try {
+      vips = new VipSet(texts);
+    } catch (err) {
+      problems.push(`--vip: ${(err as Error).message}`);
+    }
+  }
+  const ifname = opts.interface;
+  if (ifname !== undefined && (ifname === '' || ifname.includes('/') || !existsSync(`/sys/class/net/${ifname}`))) {
+    problems.push(`--interface: no such network interface ${JSON.stringify(ifname)}`);
+  }
+  const tunName = opts.tunName ?? DEFAULT_TUN_NAME;
+  if (!/^[A-Za-z0-9_.%-]{1,15}$/.test(tunName)) {
+    problems.push(`--tun: ${JSON.stringify(tunName)} is not a usable interface name (1 to 15 letters, digits, "_.-")`);
+  }
+  if (problems.length > 0 || vips === undefined) return problems;
+  return { vips, ifname, tunName };
+}
+
+/** VIPs that are not local addresses: the kernel would route their inner packets away, not deliver them. */
+function nonLocalVips(vips: VipSet): string[] {
+  const local = new Set<string>();
+  for (const list of Object.values(networkInterfaces())) for (const a of list ?? []) local.add(a.address.toLowerCase());
+  return vips.addresses.filter((vip) => !local.has(vip));
+}
+
+/** Runs until SIGTERM/SIGINT, then undoes its host changes and logs the counters. Returns the exit code. */
+export async function runDecap(opts: DecapOptions, log: Logger = createLogger()): Promise<number> {
+  const parsed = parseOptions(opts);
+  if (Array.isArray(parsed)) {
+    parsed.forEach(problem);
+    return EXIT_USER;
+  }
+  const { vips, ifname, tunName } = parsed;
+  for (const vip of nonLocalVips(vips)) {
+    log.warn('VIP is not an address of this host: its packets will not be delivered', {
+      vip,
+      fix: `dsrlb-realserver setup --vip ${vip}`,
+    });
+  }
+
+  const host = new DecapHost(log);
+  const sockets: TunnelSocket[] = [];
+  let finish: (code: number) => void = () => {};
+  const finished = new Promise<number>((resolve) => (finish = resolve));
+  const stop = (signal: string): void => {
+    log.info('decap stopping', { signal });
+    finish(EXIT_OK);
+  };
+  const onTerm = (): void => stop('SIGTERM');
+  const onInt = (): void => stop('SIGINT');
+  process.once('SIGTERM', onTerm);
+  process.once('SIGINT', onInt);
+
+  let decap: Decapsulator | undefined;
+  let code: number;
+  try {
+    const native = loadNative();
+    const tun = await host.setUp(tunName, vips.hasV6);
+    const fd = tun.fd;
+    const d = new Decapsulator(vips, (buf, offset, length) => native.tunWrite(fd, buf, offset, length));
+    decap = d;
+    const onPacket = (buf: Buffer, spec: TunnelSocketSpec): void => {
+      if (spec.outerFamily === 4) d.receiveIpv4Outer(buf, buf.length);
+      else d.receiveIpv6Outer(buf, buf.length, spec.protocol);
+    };
+    const onError = (error: Error, spec: TunnelSocketSpec): void => {
+      log.error('tunnel socket failed', { outerFamily: spec.outerFamily, protocol: spec.protocol, error: error.message });
+      finish(EXIT_SYSTEM);
+    };
+    const outerIpv6 = existsSync('/proc/net/if_inet6');
+    for (const spec of tunnelSocketSpecs(vips.hasV4, vips.hasV6, outerIpv6)) {
+      sockets.push(openTunnelSocket(spec, ifname, onPacket, onError));
+    }
+    log.info('decap running', {
+      tun: tun.name,
+      interface: ifname ?? '(any)',
+      vips: vips.addresses,
+      sockets: sockets.map((s) => `ipv${s.spec.outerFamily}/protocol ${s.spec.protocol}`),
+    });
+    code = await finished;
+  } catch (err) {
+    const e = err as Error & { code?: string };
+    problem(`${e.message}${e.code !== undefined && !e.message.includes(e.code) ? ` (${e.code})` : ''}`);
+    code = EXIT_SYSTEM;
+  } finally {
+    process.removeListener('SIGTERM', onTerm);
+    process.removeListener('SIGINT', onInt);
+    for (const socket of sockets) socket.close();
+    host.tearDown();
+  }
+  if (decap !== undefined) log.info('decap stopped', { counters: decap.counters() });
+  return code;
+}
