@@ -37,6 +37,9 @@ export class DaemonMetrics {
   constructor(src: MetricsSource) {
     const registry = this.registry;
     client.collectDefaultMetrics({ register: registry });
+    // prom-client names these gauges *_total, which Prometheus conventions (and promtool) reserve
+    // for counters; the process_* and other nodejs_* defaults stay.
+    for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) registry.removeSingleMetric(name);
     const global = (name: string, help: string, slot: number): void => {
       new client.Counter({
         name,

@@ -281,14 +281,18 @@ export function consistentPick(snap: ForwardingSnapshot, svc: number, hash: numb
  * estimate is the same on every run; its standard error is below 0.2 points at 65536 samples.
  */
 function sampledShare(cfg: ServiceConfig, b0: BuildResult, i0: number, b1: BuildResult, i1: number): number {
+  // The first key is built the way the table builds keys; the loop then varies only the client.
   const key = new Uint32Array(FLOW_KEY_WORDS);
+  const vipPort = cfg.port === 0 ? 80 : cfg.port;
+  flowKeyOf(prepareTuple({ family: cfg.family, protocol: cfg.protocol, clientAddress: cfg.family === 4 ? '198.18.0.0' : '2001:db8:5a::', clientPort: 1024, vip: cfg.vip, vipPort }), key);
+  const firstWord = key[1]!;
   let moved = 0;
   for (let i = 0; i < PLAN_SAMPLES; i++) {
     const r = mix32(i ^ 0x5a17_c0de);
-    const client = cfg.family === 4 ? `198.18.${(r >>> 8) & 255}.${r & 255}` : `2001:db8:5a::${(r & 0xffff).toString(16)}:${((r >>> 16) & 0xffff).toString(16)}`;
-    const port = 1024 + (mix32(r) % 64512);
-    const tuple = prepareTuple({ family: cfg.family, protocol: cfg.protocol, clientAddress: client, clientPort: port, vip: cfg.vip, vipPort: cfg.port === 0 ? 80 : cfg.port });
-    flowKeyOf(tuple, key);
+    // IPv4: 198.18.0.0/16 (RFC 2544 benchmarking space); IPv6: 2001:db8:5a::/48, varied in the last word.
+    if (cfg.family === 4) key[1] = (firstWord | (r & 0xffff)) >>> 0;
+    else key[4] = r;
+    key[9] = (((1024 + (mix32(r) % 64512)) << 16) | vipPort) >>> 0;
     const before = consistentPick(b0.snapshot, i0, flowHash(key, b0.snapshot.hashSeed));
     const after = consistentPick(b1.snapshot, i1, flowHash(key, b1.snapshot.hashSeed));
     if (before !== after) moved++;
@@ -360,7 +364,10 @@ export function formatPlanText(report: PlanReport): string {
   for (const s of report.services) {
     const sched = s.scheduler.before !== null && s.scheduler.after !== null && s.scheduler.before !== s.scheduler.after ? `${s.scheduler.before} -> ${s.scheduler.after}` : (s.scheduler.after ?? s.scheduler.before);
     lines.push(`${s.name} (${s.address}, ${sched}): ${s.change}`);
-    if (s.change === 'unchanged' && s.liveFlows === null) continue;
+    if ((s.change === 'unchanged' && s.liveFlows === null) || s.change === 'removed') {
+      if (s.liveFlows !== null && s.change === 'removed') lines.push(`  live flows: ${s.liveFlows.total}, all of them stop being balanced`);
+      continue;
+    }
     const realParts: string[] = [];
     for (const a of s.realsAdded) realParts.push(`+${a}`);
     for (const a of s.realsRemoved) realParts.push(`-${a} (drains)`);

@@ -92,7 +92,10 @@ function readNext() {
     }
     counters.read++;
     const [family, destination] = innerDestination(packet, length);
-    if (family === 0) {
+    // The kernel's own chatter through the device (router solicitations, MLD reports) is not
+    // traffic an LB would forward: only unicast goes into the tunnel.
+    const multicast = family === 4 ? packet[16] >= 224 : packet[24] === 0xff;
+    if (family === 0 || multicast) {
       counters.unknown++;
       return readNext();
     }

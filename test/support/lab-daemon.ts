@@ -2,6 +2,7 @@
 // the client namespace: start/stop the daemon, HTTP load, metrics, status and the CLI.
 
 import type { ChildProcess } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Lab, LabHost } from '../../src/lab/netns-lab.js';
@@ -29,15 +30,23 @@ export interface Status {
 
 export class LabDaemon {
   readonly logs: string[] = [];
+  private token: string | null = null;
   private constructor(
     readonly lab: Lab,
     readonly proc: ChildProcess,
+    readonly adminUrl: string,
   ) {}
 
   /** Starts dsrlb in the LB namespace; resolves once it is healthy and `ready(status)` holds. */
   static async start(lab: Lab, configPath: string, ready: (s: Status) => boolean = allMacsKnown): Promise<LabDaemon> {
+    return LabDaemon.startWith(lab, configPath, 'http://127.0.0.1:9743', null, ready);
+  }
+
+  /** As start(), for a daemon whose admin API is elsewhere and may need a bearer token. */
+  static async startWith(lab: Lab, configPath: string, adminUrl: string, tokenFile: string | null, ready: (s: Status) => boolean = allMacsKnown): Promise<LabDaemon> {
     const proc = lab.spawn(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', configPath], { stdio: ['ignore', 'pipe', 'pipe'] });
-    const d = new LabDaemon(lab, proc);
+    const d = new LabDaemon(lab, proc, adminUrl);
+    if (tokenFile) d.token = (await readFile(tokenFile, 'utf8')).trim();
     createInterface({ input: proc.stdout! }).on('line', (l) => d.logs.push(l));
     createInterface({ input: proc.stderr! }).on('line', (l) => d.logs.push(`stderr: ${l}`));
     const deadline = Date.now() + 30_000;
@@ -51,7 +60,8 @@ export class LabDaemon {
   }
 
   async status(): Promise<Status> {
-    const r = await this.lab.exec(this.lab.lb, ['curl', '-sf', 'http://127.0.0.1:9743/status']);
+    const auth = this.token ? ['-H', `Authorization: Bearer ${this.token}`] : [];
+    const r = await this.lab.exec(this.lab.lb, ['curl', '-sf', ...auth, `${this.adminUrl}/status`]);
     if (r.code !== 0) throw new Error(`status: curl exit ${r.code}`);
     return JSON.parse(r.stdout) as Status;
   }
@@ -71,7 +81,7 @@ export class LabDaemon {
 
   /** Runs the dsrlb CLI inside the LB namespace. */
   cli(args: readonly string[]): Promise<{ stdout: string; stderr: string; code: number }> {
-    return this.lab.exec(this.lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), ...args, '--admin', 'http://127.0.0.1:9743']);
+    return this.lab.exec(this.lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), ...args, '--admin', this.adminUrl]);
   }
 
   async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {

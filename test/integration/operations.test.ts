@@ -1,0 +1,242 @@
+// Operating dsrlb against a running daemon in namespaces: the admin API's token rule, every
+// mutation verb through the CLI, status/explain, reloads that are refused (nothing changes) or that
+// remove a real (it drains: a live transfer completes), and the metrics as Prometheus sees them.
+
+import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLab, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
+import { patternBytes } from '../../src/lab/real-http-server.js';
+import { httpCount, LabDaemon, metricValue, requireRoot, ROOT, sleep } from '../support/lab-daemon.js';
+
+const run = promisify(execFile);
+const PREFIX = `dsrt-op-${process.pid}-`;
+let lab: Lab;
+let dir: string;
+let configPath: string;
+let daemon: LabDaemon;
+
+function configText(reals: readonly string[], extra: string[] = []): string {
+  return [
+    'interface: eth0',
+    'metrics: { listen: 127.0.0.1:9742 }',
+    'admin: { listen: 127.0.0.1:9743 }',
+    `stateFile: ${dir}/dsrlb.state.json`,
+    ...extra,
+    'services:',
+    '  - name: web',
+    `    vip: ${lab.vip}`,
+    '    port: 80',
+    '    protocol: tcp',
+    '    reals:',
+    ...reals.map((a) => `      - address: ${a}`),
+    '',
+  ].join('\n');
+}
+
+const addresses = () => lab.reals.map((r) => r.ipv4);
+
+beforeAll(async () => {
+  requireRoot();
+  await destroyLabsWithPrefix(PREFIX);
+  lab = await createLab({ prefix: PREFIX, realCount: 3 });
+  await lab.startHttpServers();
+  dir = await mkdtemp(join(tmpdir(), 'dsrlb-op-'));
+  configPath = join(dir, 'dsrlb.yaml');
+  await writeFile(configPath, configText(addresses()));
+  daemon = await LabDaemon.start(lab, configPath);
+}, 120_000);
+
+afterAll(async () => {
+  if (daemon) expect(await daemon.stop()).toBe(0);
+  await lab?.destroy();
+}, 60_000);
+
+describe('admin API and CLI', () => {
+  it('runs every intent verb, status and explain through the CLI against the running daemon', async () => {
+    const real = lab.reals[0]!.ipv4;
+    for (const [verb, intent] of [
+      ['drain', 'drain'],
+      ['undrain', 'active'],
+      ['disable', 'disabled'],
+      ['enable', 'active'],
+    ] as const) {
+      const r = await daemon.cli([verb, 'web', real]);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toContain(intent);
+      const s = await daemon.status();
+      expect(s.services[0]!.reals.find((x) => x.address === real)!.intent).toBe(intent);
+    }
+    const w = await daemon.cli(['weight', `tcp://${lab.vip}:80`, real, '250']);
+    expect(w.code, w.stderr).toBe(0);
+    expect((await daemon.status()).services[0]!.reals.find((x) => x.address === real)!.weight).toBe(250);
+    expect((await daemon.cli(['weight', 'web', real, '100'])).code).toBe(0);
+
+    const table = await daemon.cli(['status']);
+    expect(table.code).toBe(0);
+    expect(table.stdout).toMatch(/TCP\s+10\.77\.0\.100:80\s+maglev\s+l2/);
+    for (const r of lab.reals) expect(table.stdout).toContain(`-> ${r.ipv4}:80`);
+    const json = JSON.parse((await daemon.cli(['status', '--json'])).stdout);
+    expect(json.services[0].reals).toHaveLength(3);
+
+    const explain = await daemon.cli(['explain', 'web', `${lab.client.ipv4}:40000`]);
+    expect(explain.code).toBe(0);
+    expect(explain.stdout).toMatch(/-> 10\.77\.0\.1[123] \(scheduler\)/);
+
+    // One-line errors and the contract's exit codes.
+    const unknown = await daemon.cli(['drain', 'nosuch', real]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr.trim().split('\n')).toHaveLength(1);
+    const down = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'status', '--admin', 'http://127.0.0.1:9']);
+    expect(down.code).toBe(2);
+    expect(down.stderr).toMatch(/cannot reach the daemon/);
+  }, 60_000);
+
+  it('refuses to start with the admin API off loopback and no token file; answers 401 without the token', async () => {
+    const lbAddress = lab.lb.ipv4;
+    const noToken = join(dir, 'no-token.yaml');
+    await writeFile(noToken, configText(addresses()).replace('admin: { listen: 127.0.0.1:9743 }', `admin: { listen: ${lbAddress}:9753 }`).replace('127.0.0.1:9742', '127.0.0.1:9752'));
+    const refused = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', noToken], { timeoutMs: 20_000 });
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/admin\.tokenFile/);
+
+    // A second daemon would fight over the VIP: check the token rule on a config the running one validates.
+    const tokenFile = join(dir, 'admin.token');
+    await writeFile(tokenFile, 's3cret-token\n');
+    await writeFile(configPath, configText(addresses()).replace('admin: { listen: 127.0.0.1:9743 }', `admin: { listen: ${lbAddress}:9743, tokenFile: ${tokenFile} }`));
+    expect(await daemon.stop()).toBe(0);
+    daemon = await LabDaemon.startWith(lab, configPath, `http://${lbAddress}:9743`, tokenFile);
+    const anon = await lab.exec(lab.client, ['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', `http://${lbAddress}:9743/status`]);
+    expect(anon.stdout).toBe('401');
+    const bad = await lab.exec(lab.client, ['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-H', 'Authorization: Bearer wrong', `http://${lbAddress}:9743/status`]);
+    expect(bad.stdout).toBe('401');
+    const good = await lab.exec(lab.client, ['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-H', 'Authorization: Bearer s3cret-token', `http://${lbAddress}:9743/status`]);
+    expect(good.stdout).toBe('200');
+    const cli = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'drain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`, '--token-file', tokenFile]);
+    expect(cli.code, cli.stderr).toBe(0);
+    const noTok = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'undrain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`]);
+    expect(noTok.code).toBe(2);
+    expect(noTok.stderr).toMatch(/refused/);
+    expect((await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'undrain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`, '--token-file', tokenFile])).code).toBe(0);
+    // Mutations are logged with what changed.
+    expect(daemon.logs.some((l) => l.includes('"intent changed"') && l.includes(lab.reals[1]!.ipv4))).toBe(true);
+
+    expect(await daemon.stop()).toBe(0);
+    await writeFile(configPath, configText(addresses()));
+    daemon = await LabDaemon.start(lab, configPath);
+  }, 90_000);
+});
+
+describe('reload', () => {
+  it('refuses a broken file, keeps forwarding unchanged and reports every reason', async () => {
+    const before = await daemon.metrics();
+    const fingerprint = (await daemon.status()).services[0]!.tableFingerprint;
+    await writeFile(configPath, configText([...addresses(), '10.77.0.300']).replace('protocol: tcp', 'protocol: sctp'));
+    const r = await daemon.cli(['reload']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('reload refused');
+    expect(r.stderr).toContain('services[0].protocol');
+    expect(r.stderr).toContain('services[0].reals[3].address');
+    const after = await daemon.metrics();
+    expect(metricValue(after, 'dsrlb_config_reloads_total', 'result="failure"')).toBe(metricValue(before, 'dsrlb_config_reloads_total', 'result="failure"') + 1);
+    expect((await daemon.status()).services[0]!.tableFingerprint).toBe(fingerprint);
+    const traffic = await httpCount(lab, 60);
+    expect(traffic.ok).toBe(60);
+    expect(Object.keys(traffic.byReal).sort()).toEqual(['r1', 'r2', 'r3']);
+    // SIGHUP with the same broken file: logged and counted, nothing changes.
+    daemon.proc.kill('SIGHUP');
+    await sleep(1000);
+    expect(metricValue(await daemon.metrics(), 'dsrlb_config_reloads_total', 'result="failure"')).toBe(metricValue(before, 'dsrlb_config_reloads_total', 'result="failure"') + 2);
+    expect(daemon.logs.some((l) => l.includes('reload refused'))).toBe(true);
+    await writeFile(configPath, configText(addresses()));
+  }, 60_000);
+
+  it('drains a real removed by a reload: its live transfer completes, new flows avoid it', async () => {
+    const size = 600_000;
+    const body = join(dir, 'removed.body');
+    const headers = join(dir, 'removed.headers');
+    const download = lab.exec(lab.client, ['curl', '-s', '-D', headers, '-o', body, '-w', '%{http_code} %{size_download}', `http://${lab.vip}/bytes/${size}?rate=100000`], { timeoutMs: 60_000 });
+    await sleep(1200);
+    const realName = /x-real:\s*(\S+)/i.exec(await readFile(headers, 'utf8'))![1]!;
+    const removed = lab.reals.find((r) => r.name === realName)!;
+    await writeFile(configPath, configText(addresses().filter((a) => a !== removed.ipv4)));
+    const r = await daemon.cli(['reload']);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain('reload taken');
+    const s = await daemon.status();
+    const drained = s.services[0]!.reals.find((x) => x.address === removed.ipv4)!;
+    expect(drained.activeFlows).toBeGreaterThanOrEqual(1);
+    const fresh = await httpCount(lab, 40);
+    expect(fresh.ok).toBe(40);
+    expect(fresh.byReal[realName] ?? 0).toBe(0);
+    const result = await download;
+    expect(result.stdout).toBe(`200 ${size}`);
+    expect(createHash('sha256').update(await readFile(body)).digest('hex')).toBe(createHash('sha256').update(patternBytes(size)).digest('hex'));
+    await writeFile(configPath, configText(addresses()));
+    expect((await daemon.cli(['reload'])).code).toBe(0);
+  }, 60_000);
+});
+
+describe('metrics', () => {
+  it('pass promtool check metrics on a live scrape', async () => {
+    await httpCount(lab, 20);
+    const text = await daemon.metrics();
+    const file = join(dir, 'scrape.txt');
+    await writeFile(file, text);
+    const { stdout, stderr } = await run('sh', ['-c', `promtool check metrics < ${file}`]).catch((e: { stdout: string; stderr: string; code: number }) => {
+      throw new Error(`promtool check metrics failed:\n${e.stdout}${e.stderr}`);
+    });
+    expect(stdout + stderr).not.toMatch(/error/i);
+    for (const name of [
+      'dsrlb_rx_packets_total',
+      'dsrlb_rx_bytes_total',
+      'dsrlb_forwarded_packets_total',
+      'dsrlb_forwarded_bytes_total',
+      'dsrlb_dropped_packets_total',
+      'dsrlb_flows_active',
+      'dsrlb_flows_created_total',
+      'dsrlb_flow_table_entries',
+      'dsrlb_flow_table_capacity',
+      'dsrlb_flow_table_evictions_total',
+      'dsrlb_real_up',
+      'dsrlb_real_weight',
+      'dsrlb_real_state',
+      'dsrlb_icmp_too_big_sent_total',
+      'dsrlb_config_reloads_total',
+      'dsrlb_config_last_reload_success_timestamp_seconds',
+      'process_cpu_seconds_total',
+    ]) {
+      expect(text, name).toContain(`# TYPE ${name.replace(/_total$/, '')}`);
+    }
+  }, 60_000);
+
+  it('are scraped by a real Prometheus server: forwarded packets by real are non-zero for every real that got traffic', async () => {
+    const promDir = await mkdtemp(join(tmpdir(), 'dsrlb-prom-'));
+    await writeFile(join(promDir, 'prometheus.yml'), ['global: { scrape_interval: 1s }', 'scrape_configs:', '  - job_name: dsrlb', '    static_configs: [ { targets: ["127.0.0.1:9742"] } ]', ''].join('\n'));
+    const prom = lab.spawn(lab.lb, ['prometheus', `--config.file=${join(promDir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(promDir, 'data')}`, '--web.listen-address=127.0.0.1:9790'], { stdio: ['ignore', 'ignore', 'ignore'] });
+    try {
+      const traffic = await httpCount(lab, 60);
+      expect(traffic.ok).toBe(60);
+      let result: { metric: { real: string }; value: [number, string] }[] = [];
+      const deadline = Date.now() + 30_000;
+      while (Date.now() < deadline) {
+        const q = await lab.exec(lab.lb, ['curl', '-s', '--data-urlencode', 'query=sum by (real) (dsrlb_forwarded_packets_total)', 'http://127.0.0.1:9790/api/v1/query']);
+        if (q.code === 0 && q.stdout) {
+          const parsed = JSON.parse(q.stdout) as { data?: { result: typeof result } };
+          result = parsed.data?.result ?? [];
+          if (result.length === 3 && result.every((r) => Number(r.value[1]) > 0)) break;
+        }
+        await sleep(1000);
+      }
+      expect(result.map((r) => r.metric.real).sort()).toEqual(addresses().sort());
+      for (const r of result) expect(Number(r.value[1])).toBeGreaterThan(0);
+    } finally {
+      prom.kill('SIGTERM');
+      await new Promise((r) => prom.once('exit', r));
+    }
+  }, 90_000);
+});

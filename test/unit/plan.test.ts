@@ -1,0 +1,300 @@
+// `dsrlb plan`: the hash-space share against an independent Maglev computation, the live-flow
+// counts against what an engine holding those flows actually does when the change is applied,
+// and the warnings for risky edits.
+
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import type { Config, RealIntent } from '../../src/config/types.js';
+import { formatProblems, parseConfigText } from '../../src/config/validate.js';
+import { parseMac } from '../../src/control/addresses.js';
+import { SnapshotBuilder, type RealView } from '../../src/control/snapshot-builder.js';
+import { createCounters, MAX_REAL_IDS } from '../../src/dataplane/counters.js';
+import { Engine } from '../../src/dataplane/engine.js';
+import { FLOW_KEY_WORDS } from '../../src/dataplane/flow-hash.js';
+import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
+import { buildMaglevTable, countChangedSlots } from '../../src/dataplane/maglev-table.js';
+import { MemoryIo } from '../../src/io/memory-io.js';
+import { formatPlanText, planChange, runPlanCommand, type LiveFlows, type PlanReport } from '../../src/sim/plan.js';
+import { ETH_IPV4, ethernet, ipv4, tcp } from '../support/packet-builder.js';
+
+const VIP = '203.0.113.10';
+const WEB = `tcp|${VIP}|80`;
+const ADDRS = ['10.0.0.11', '10.0.0.12', '10.0.0.13', '10.0.0.14', '10.0.0.15'];
+const LB_MAC = '02:00:00:00:00:01';
+const SYN = 0x02;
+const ACK = 0x10;
+
+interface RealSpec {
+  address: string;
+  weight?: number;
+  state?: RealIntent;
+}
+
+function config(opts: { reals: RealSpec[]; scheduler?: string; tableSize?: number; hashSeed?: number; more?: string }): Config {
+  const reals = opts.reals.map((r) => `      - { address: ${r.address}${r.weight === undefined ? '' : `, weight: ${r.weight}`}${r.state === undefined ? '' : `, state: ${r.state}`} }`);
+  const text = `
+interface: eth0
+hashSeed: ${opts.hashSeed ?? 0}
+services:
+  - name: web
+    vip: ${VIP}
+    port: 80
+    scheduler: ${opts.scheduler ?? 'maglev'}
+${opts.tableSize === undefined ? '' : `    tableSize: ${opts.tableSize}\n`}    reals:
+${reals.length === 0 ? '      []' : reals.join('\n')}
+${opts.more ?? ''}`;
+  const parsed = parseConfigText(text);
+  if (!parsed.ok) throw new Error(formatProblems(parsed.problems));
+  return parsed.config;
+}
+
+const four = (): RealSpec[] => ADDRS.slice(0, 4).map((address) => ({ address }));
+const web = (report: PlanReport) => report.services.find((s) => s.name === 'web')!;
+const codes = (report: PlanReport) => report.warnings.map((w) => w.code);
+
+// ---------------------------------------------------------------------------------------------
+// An engine as the daemon runs it, with the test's own views: real id = index in ADDRS.
+
+const realMac = (id: number): string => `02:00:00:00:01:${(0x10 + id).toString(16)}`;
+
+function snapshotOf(cfg: Config, removed: readonly string[] = []): ForwardingSnapshot {
+  const view = (address: string, weight: number, intent: RealIntent, isRemoved: boolean): RealView => ({
+    id: ADDRS.indexOf(address),
+    address,
+    weight,
+    intent,
+    forwarding: 'l2',
+    health: 'up',
+    removed: isRemoved,
+    mac: parseMac(realMac(ADDRS.indexOf(address))),
+  });
+  const views = cfg.services.map((s) => ({
+    config: s,
+    reals: [...s.reals.map((r) => view(r.address, r.weight, r.state, false)), ...removed.map((a) => view(a, 0, 'drain', true))],
+  }));
+  return new SnapshotBuilder().build(views, cfg.hashSeed, MAX_REAL_IDS).snapshot;
+}
+
+function lb(snapshot: ForwardingSnapshot) {
+  const engine = new Engine({
+    flowCapacity: 4096,
+    timeouts: { synMs: 60_000, establishedMs: 900_000, finMs: 120_000, closeMs: 10_000, udpMs: 300_000 },
+    maxRealIds: MAX_REAL_IDS,
+    counters: createCounters(),
+    localMac: parseMac(LB_MAC),
+  });
+  engine.setSnapshot(snapshot);
+  const io = new MemoryIo({ localMac: parseMac(LB_MAC) });
+  io.start((b) => engine.processBatch(b, 1_000_000));
+  /** The real (address) a client's packet goes to. */
+  const send = (flow: number, flags: number): string => {
+    const src = `192.0.2.${1 + (flow % 200)}`;
+    const sport = 20000 + flow;
+    const frame = ethernet({ dst: LB_MAC, src: '02:00:00:00:00:0c', type: ETH_IPV4 }, ipv4({ src, dst: VIP, proto: 6, id: 1 }, tcp({ sport, dport: 80, flags, seq: 1, ack: flags & ACK ? 1 : 0 }, flags === ACK ? [1, 2, 3] : [], { src, dst: VIP })));
+    const [out] = io.inject([frame]);
+    if (out === undefined) throw new Error(`flow ${flow}: not forwarded`);
+    return ADDRS[out[5]! - 0x10]!;
+  };
+  /** The flow table's contents in the shape plan takes (what the daemon's flow dump gives). */
+  const liveFlows = (): LiveFlows => {
+    const keys: number[] = [];
+    const realAddresses: string[] = [];
+    const key = new Uint32Array(FLOW_KEY_WORDS);
+    for (let e = engine.flows.next(-1); e >= 0; e = engine.flows.next(e)) {
+      engine.flows.readKey(e, key);
+      keys.push(...key);
+      realAddresses.push(ADDRS[engine.flows.realOf(e)]!);
+    }
+    return new Map([[WEB, { keys: Uint32Array.from(keys), realAddresses }]]);
+  };
+  return { engine, send, liveFlows };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+describe('plan: hash space that moves', () => {
+  it('adding one real to four moves about a fifth of the Maglev space, as an independent table computation says', () => {
+    const report = planChange(config({ reals: four() }), config({ reals: [...four(), { address: ADDRS[4]! }] }));
+    const moved = web(report).hashSpaceMoved!;
+    const toMaglev = (n: number) => ADDRS.slice(0, n).map((key, id) => ({ id, key, weight: 100 }));
+    const exact = countChangedSlots(buildMaglevTable(toMaglev(4), 65537, 0), buildMaglevTable(toMaglev(5), 65537, 0)) / 65537;
+    expect(moved.method).toBe('slots');
+    expect(moved.tableSize).toBe(65537);
+    expect(Math.abs(moved.share - exact)).toBeLessThan(0.01);
+    expect(Math.abs(moved.share - 0.2)).toBeLessThan(0.01);
+    expect(web(report)).toMatchObject({ change: 'changed', realsAdded: ['10.0.0.15'], realsRemoved: [], eligibleReals: { before: 4, after: 5 }, liveFlows: null });
+    expect(report.warnings).toEqual([]);
+    expect(formatPlanText(report)).toContain(`  hash space moving: ${(moved.share * 100).toFixed(1)}% (${moved.changedSlots} of 65537 Maglev slots)\n`);
+  });
+
+  it('reports nothing moving for an unchanged config, and estimates by sampling where slots cannot be compared', () => {
+    const same = planChange(config({ reals: four() }), config({ reals: four() }));
+    expect(web(same)).toMatchObject({ change: 'unchanged', hashSpaceMoved: { share: 0, method: 'slots', changedSlots: 0 } });
+    expect(same.warnings).toEqual([]);
+
+    // A new seed re-hashes every flow: with four equal reals about three in four land elsewhere.
+    const seeded = planChange(config({ reals: four() }), config({ reals: four(), hashSeed: 7 }));
+    expect(web(seeded).hashSpaceMoved!.method).toBe('sampled');
+    expect(Math.abs(web(seeded).hashSpaceMoved!.share - 0.75)).toBeLessThan(0.02);
+
+    // Rendezvous: removing one of four moves only its quarter.
+    const rendezvous = planChange(config({ reals: four(), scheduler: 'rendezvous' }), config({ reals: four().slice(1), scheduler: 'rendezvous' }));
+    expect(web(rendezvous).hashSpaceMoved!.method).toBe('sampled');
+    expect(Math.abs(web(rendezvous).hashSpaceMoved!.share - 0.25)).toBeLessThan(0.02);
+  });
+});
+
+describe('plan: live flows, checked against an engine holding them', () => {
+  // Current: four equal reals. Candidate: .12 disabled (its flows must move), .13 removed (drains,
+  // keeps its flows), .14 at half weight, .15 added.
+  const current = config({ reals: four() });
+  const candidate = config({
+    reals: [{ address: '10.0.0.11' }, { address: '10.0.0.12', state: 'disabled' }, { address: '10.0.0.14', weight: 50 }, { address: '10.0.0.15' }],
+  });
+  const FLOWS = 600;
+
+  it('counts the flows that change real when the change is applied, as the engine moves them', () => {
+    const a = lb(snapshotOf(current));
+    const placed: string[] = [];
+    for (let f = 0; f < FLOWS; f++) {
+      a.send(f, SYN);
+      placed.push(a.send(f, ACK));
+    }
+    const report = planChange(current, candidate, a.liveFlows());
+    const impact = web(report).liveFlows!;
+
+    a.engine.setSnapshot(snapshotOf(candidate, ['10.0.0.13']));
+    let changed = 0;
+    for (let f = 0; f < FLOWS; f++) {
+      const now = a.send(f, ACK);
+      if (now !== placed[f]) changed++;
+      if (placed[f] === '10.0.0.13') expect(now).toBe('10.0.0.13'); // drained, not moved
+    }
+    expect(impact.total).toBe(FLOWS);
+    expect(changed).toBe(placed.filter((r) => r === '10.0.0.12').length);
+    expect(changed).toBeGreaterThan(100);
+    expect(impact.changingRealNow).toBe(changed);
+    expect(report.warnings.map((w) => w.message)).toContain(
+      `${changed} live flows of web are on reals this change disables; they move to other reals and their connections break (drain instead to keep them)`,
+    );
+  });
+
+  it('counts the flows that would land elsewhere without their entry, as two fresh engines place them', () => {
+    const a = lb(snapshotOf(current));
+    for (let f = 0; f < FLOWS; f++) {
+      a.send(f, SYN);
+      a.send(f, ACK);
+    }
+    const impact = web(planChange(current, candidate, a.liveFlows())).liveFlows!;
+    // A restarted LB (or an ECMP peer) has no entries: mid-stream packets go by the consistent hash.
+    const before = lb(snapshotOf(current));
+    const after = lb(snapshotOf(candidate, ['10.0.0.13']));
+    let elsewhere = 0;
+    for (let f = 0; f < FLOWS; f++) if (before.send(f, ACK) !== after.send(f, ACK)) elsewhere++;
+    expect(impact.landingElsewhereWithoutEntry).toBe(elsewhere);
+    expect(elsewhere).toBeGreaterThan(impact.changingRealNow);
+  });
+
+  it('counts every live flow of a removed service as changing, and warns', () => {
+    const withOld = config({ reals: four(), more: '  - { name: old, vip: 203.0.113.99, port: 80, reals: [ { address: 10.0.0.31 } ] }' });
+    const key = new Uint32Array(FLOW_KEY_WORDS * 2).fill(7);
+    const live: LiveFlows = new Map([['tcp|203.0.113.99|80', { keys: key, realAddresses: ['10.0.0.31', '10.0.0.31'] }]]);
+    const report = planChange(withOld, config({ reals: four() }), live);
+    const old = report.services.find((s) => s.name === 'old')!;
+    expect(old).toMatchObject({ change: 'removed', hashSpaceMoved: null, liveFlows: { total: 2, changingRealNow: 2, landingElsewhereWithoutEntry: 2 } });
+    expect(report.warnings).toEqual([
+      { code: 'SERVICE_REMOVED', service: 'old', message: 'service old (tcp://203.0.113.99:80) is removed with 2 live flows; they stop being balanced and break' },
+    ]);
+    expect(web(report).liveFlows).toEqual({ total: 0, changingRealNow: 0, landingElsewhereWithoutEntry: 0 });
+  });
+});
+
+describe('plan: warnings for risky edits', () => {
+  it('warns when every real of a service is removed', () => {
+    const report = planChange(config({ reals: four().slice(0, 2) }), config({ reals: [{ address: '10.0.0.14' }, { address: '10.0.0.15' }] }));
+    expect(report.warnings).toEqual([
+      { code: 'ALL_REALS_REMOVED', service: 'web', message: 'every real of web is removed (10.0.0.11, 10.0.0.12); they drain their flows and new flows go only to 10.0.0.14, 10.0.0.15' },
+    ]);
+    expect(web(report).hashSpaceMoved!.share).toBe(1);
+  });
+
+  it('warns when a service is left with no real for new flows, or with only one', () => {
+    const none = planChange(config({ reals: four() }), config({ reals: four().map((r) => ({ ...r, state: 'disabled' as RealIntent })) }));
+    expect(none.warnings).toEqual([
+      {
+        code: 'NO_ELIGIBLE_REAL',
+        service: 'web',
+        message: 'web is left with no real that takes new flows (every real is removed, drained, disabled or at weight 0): new flows are dropped',
+      },
+    ]);
+    expect(web(none).eligibleReals).toEqual({ before: 4, after: 0 });
+    const one = planChange(config({ reals: four() }), config({ reals: [{ address: '10.0.0.11' }, { address: '10.0.0.12', weight: 0 }, { address: '10.0.0.13', state: 'drain' }] }));
+    expect(one.warnings).toEqual([
+      { code: 'SINGLE_ELIGIBLE_REAL', service: 'web', message: 'web is left with one real taking new flows (10.0.0.11); no peer takes over if it fails' },
+    ]);
+    const removedService = planChange(config({ reals: four(), more: '  - { name: old, vip: 203.0.113.99, port: 80, reals: [] }' }), config({ reals: four() }));
+    expect(codes(removedService)).toEqual(['SERVICE_REMOVED']);
+    expect(removedService.warnings[0]!.message).toBe('service old (tcp://203.0.113.99:80) is removed; its live flows (not known here) stop being balanced');
+  });
+
+  it('warns on a new hashSeed, a new table size and a new scheduler', () => {
+    expect(codes(planChange(config({ reals: four() }), config({ reals: four(), hashSeed: 1 })))).toEqual(['HASH_SEED_CHANGED']);
+    const resized = planChange(config({ reals: four() }), config({ reals: four(), tableSize: 251 }));
+    expect(resized.warnings).toEqual([
+      { code: 'TABLE_SIZE_CHANGED', service: 'web', message: 'tableSize of web 65537 -> 251 moves almost every consistent-hash pick; every LB of a group must change it together' },
+    ]);
+    expect(web(resized).hashSpaceMoved!.share).toBeGreaterThan(0.6);
+    const toWlc = planChange(config({ reals: four() }), config({ reals: four(), scheduler: 'wlc' }));
+    expect(codes(toWlc)).toEqual(['SCHEDULER_CHANGED']);
+    // wlc falls back to the same Maglev table for flows without an entry: that space does not move.
+    expect(web(toWlc).hashSpaceMoved).toMatchObject({ method: 'slots', share: 0 });
+    const restart = planChange(config({ reals: four() }), { ...config({ reals: four() }), interface: 'eth1' });
+    expect(restart.warnings).toEqual([
+      { code: 'RESTART_NEEDED', service: null, message: 'a reload refuses this change; it needs a restart, which empties the flow table: interface (eth0 -> eth1)' },
+    ]);
+  });
+});
+
+describe('plan: the command', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'dsrlb-plan-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+  const file = (name: string, reals: string[]): string => {
+    const path = join(dir, name);
+    writeFileSync(path, `interface: eth0\nservices:\n  - name: web\n    vip: ${VIP}\n    port: 80\n    reals:\n${reals.map((a) => `      - address: ${a}`).join('\n')}\n`);
+    return path;
+  };
+
+  it('prints the plan as text or JSON, and refuses invalid configs with FILE: path: message lines', async () => {
+    const old = file('old.yaml', ADDRS.slice(0, 4));
+    const next = file('new.yaml', ADDRS);
+    const text = await runPlanCommand({ config: next, against: old });
+    expect(text.exitCode).toBe(0);
+    expect(text.stderr).toBe('');
+    expect(text.stdout.split('\n').slice(0, 4)).toEqual([
+      'web (tcp://203.0.113.10:80, maglev): changed',
+      '  reals: +10.0.0.15',
+      '  reals taking new flows: 4 -> 5',
+      expect.stringMatching(/^ {2}hash space moving: 20\.\d% \(\d+ of 65537 Maglev slots\)$/),
+    ]);
+    expect(text.stdout).toContain('live flows: not known (no running daemon asked)\nwarnings: none\n');
+
+    const json = await runPlanCommand({ config: next, against: old, json: true });
+    expect(JSON.parse(json.stdout)).toMatchObject({ liveFlowsKnown: false, services: [{ name: 'web', change: 'changed' }], warnings: [] });
+
+    const bad = file('bad.yaml', ['10.0.0.300']);
+    expect(await runPlanCommand({ config: bad, against: old })).toEqual({
+      exitCode: 1,
+      stdout: '',
+      stderr: `${bad}: services[0].reals[0].address: "10.0.0.300" is not an IPv4 or IPv6 address\n`,
+    });
+    const alone = await runPlanCommand({ config: next });
+    expect(alone.exitCode).toBe(1);
+    expect(alone.stderr).toBe('--against: missing; give the current config with --against OLD, or run plan where the daemon runs\n');
+    // With the running daemon's config (and flows) handed in by the CLI, no --against is needed.
+    const live = await runPlanCommand({ config: next, current: config({ reals: four() }), liveFlows: new Map() });
+    expect(live.exitCode).toBe(0);
+    expect(live.stdout).toContain('  live flows: 0; changing real now: 0; landing elsewhere without their entry (LB restart, ECMP peer): 0\n');
+  });
+});
