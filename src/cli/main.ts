@@ -4,7 +4,7 @@
 import yargs, { type Argv } from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { formatProblems } from '../config/validate.js';
-import { loadConfigFile } from '../config/load.js';
+import { loadConfigFile, parseConfigText } from '../config/load.js';
 import { adminRequest, CliError, resolveAdminTarget } from './admin-client.js';
 import { formatStatus } from './status-table.js';
 
@@ -28,6 +28,29 @@ async function intent(argv: { config?: string; admin?: string; tokenFile?: strin
   const after = data.after as { state: string; weight: number };
   print(`${argv.service} ${argv.real}: ${after.state}, weight ${after.weight}`);
   return 0;
+}
+
+async function plan(a: { config: string; against?: string; json: boolean; admin?: string; tokenFile?: string }): Promise<number> {
+  const { runPlanCommand, groupLiveFlows } = await import('../sim/plan.js');
+  let out;
+  if (a.against) {
+    out = await runPlanCommand({ config: a.config, against: a.against, json: a.json });
+  } else {
+    // Against the running daemon: its config in force and its live flows.
+    const target = await resolveAdminTarget({ config: a.config, admin: a.admin, tokenFile: a.tokenFile });
+    const { data } = await adminRequest(target, 'GET', '/plan-input').catch((err: CliError) => {
+      throw new CliError(`${err.message} (or compare two files with --against FILE)`, err.exitCode);
+    });
+    const current = parseConfigText(String(data.configText), { sourcePath: String(data.configPath) });
+    if (!current.ok) throw new CliError('the running daemon returned a config that does not validate', 2);
+    const flows = data.flows as { keys: number[]; reals: { identity: string; address: string }[] };
+    const ids = Int32Array.from(flows.reals.keys());
+    const liveFlows = groupLiveFlows(Uint32Array.from(flows.keys), ids, flows.reals.length, (i) => flows.reals[i] ?? null);
+    out = await runPlanCommand({ config: a.config, current: current.config, liveFlows, json: a.json });
+  }
+  if (out.stdout) process.stdout.write(out.stdout);
+  if (out.stderr) process.stderr.write(out.stderr);
+  return out.exitCode;
 }
 
 export async function main(args: string[]): Promise<number> {
@@ -131,6 +154,32 @@ export async function main(args: string[]): Promise<number> {
             print(`${data.service} ${data.client} -> ${data.real ?? 'no real'} (${data.reason})`);
             return 0;
           })(),
+        ),
+    )
+    .command(
+      'plan',
+      'what a config change would do: hash space moved, live flows that change real, risky edits',
+      (y) =>
+        y
+          .option('config', { alias: 'c', type: 'string', demandOption: true, describe: 'the candidate config' })
+          .option('against', { type: 'string', describe: 'compare with this config file instead of the running daemon' })
+          .option('json', { type: 'boolean', default: false })
+          .option('admin', { type: 'string', describe: 'admin API URL of the running daemon (default: from the candidate config)' })
+          .option('token-file', { type: 'string', describe: 'file holding the admin bearer token' }),
+      (a) => setExit(plan(a)),
+    )
+    .command(
+      'simulate <scenario>',
+      'replay a scenario of flows and real changes through the real scheduler and flow table (no privileges, no network)',
+      (y) => y.positional('scenario', { type: 'string', demandOption: true, describe: 'scenario file (YAML or JSON)' }),
+      (a) =>
+        setExit(
+          import('../sim/simulate.js').then((m) => {
+            const out = m.runSimulateCommand({ scenario: a.scenario });
+            if (out.stdout) process.stdout.write(out.stdout);
+            if (out.stderr) process.stderr.write(out.stderr);
+            return out.exitCode;
+          }),
         ),
     )
     .command(

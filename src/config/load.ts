@@ -10,13 +10,18 @@ export { formatProblems, parseConfigText, type ConfigResult } from './validate.j
  * the default stateFile is `dsrlb.state.json` beside the config.
  */
 export async function loadConfigFile(path: string): Promise<ConfigResult> {
+  return (await readConfigFile(path)).result;
+}
+
+/** As loadConfigFile, also returning the text that was validated (the daemon keeps the text in force). */
+export async function readConfigFile(path: string): Promise<{ text: string | null; result: ConfigResult }> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');
   } catch (error) {
-    return { ok: false, problems: [{ path: '(file)', message: `cannot read ${JSON.stringify(path)}: ${describeFsError(error)}` }] };
+    return { text: null, result: { ok: false, problems: [{ path: '(file)', message: `cannot read ${JSON.stringify(path)}: ${describeFsError(error)}` }] } };
   }
-  return parseConfigText(text, { sourcePath: path });
+  return { text, result: parseConfigText(text, { sourcePath: path }) };
 }
 
 /** "ENOENT: no such file or directory, open '/x'" -> "ENOENT: no such file or directory"; the path is already named. */

@@ -5,10 +5,10 @@
 import { once } from 'node:events';
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { Worker } from 'node:worker_threads';
-import { loadConfigFile } from '../config/load.js';
+import { readConfigFile } from '../config/load.js';
 import type { Config, ConfigProblem, RealIntent, ServiceConfig } from '../config/types.js';
 import { Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter, createCounters } from '../dataplane/counters.js';
-import type { FlowTimeouts } from '../dataplane/flow-table.js';
+import { timeoutsOf } from './flow-timeouts.js';
 import { LoopRunner, type LoopEvent, type LoopRequest, type LoopSettings } from '../dataplane/loop-runner.js';
 import type { HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
@@ -54,18 +54,10 @@ export function serviceIdentity(s: ServiceConfig): string {
   return `${s.protocol}|${s.vip}|${s.port}`;
 }
 
-export function timeoutsOf(cfg: Config): FlowTimeouts {
-  return {
-    synMs: cfg.flowTable.tcpTimeouts.synMs,
-    establishedMs: cfg.flowTable.tcpTimeouts.establishedMs,
-    finMs: cfg.flowTable.tcpTimeouts.finMs,
-    closeMs: 10_000,
-    udpMs: cfg.flowTable.udpTimeoutMs,
-  };
-}
-
 export class Daemon {
   config!: Config;
+  /** The text of the config in force (plan compares a candidate against it). */
+  configText = '';
   readonly counters = createCounters();
   readonly registry = new RealRegistry(MAX_REAL_IDS);
   readonly metrics: DaemonMetrics;
@@ -132,9 +124,10 @@ export class Daemon {
   }
 
   async start(): Promise<void> {
-    const loaded = await loadConfigFile(this.configPath);
+    const { text, result: loaded } = await readConfigFile(this.configPath);
     if (!loaded.ok) throw new DaemonError('CONFIG_INVALID', `config ${this.configPath} is invalid`, loaded.problems);
     this.config = loaded.config;
+    this.configText = text!;
     await this.loadOverrides();
     this.host = new HostSetup(this.config.interface, this.log);
     this.neighbors = new NeighborWatcher(this.config.interface, this.log);
@@ -397,7 +390,7 @@ export class Daemon {
 
   /** Reload the config file: all or nothing. */
   async reload(): Promise<{ ok: boolean; problems: readonly ConfigProblem[] }> {
-    const loaded = await loadConfigFile(this.configPath);
+    const { text, result: loaded } = await readConfigFile(this.configPath);
     if (!loaded.ok) {
       this.metrics.reloads.inc({ result: 'failure' });
       this.log.error('reload refused: config invalid, the running config stays', {
@@ -422,6 +415,7 @@ export class Daemon {
       return { ok: false, problems: [p] };
     }
     this.config = next;
+    this.configText = text!;
     this.send({ type: 'timeouts', timeouts: timeoutsOf(next) });
     this.syncReals();
     await this.resolveTunnelRoutes();
@@ -502,6 +496,25 @@ export class Daemon {
     if (e.type !== 'explained') throw new DaemonError('INTERNAL', 'unexpected reply');
     const real = [...this.reals.values()].find((r) => r.id === e.real);
     return { service: s.name, client: `${clientIp}:${clientPort}`, real: real?.address ?? null, reason: e.placement, generation: e.generation };
+  }
+
+  /** Live flows for plan: flow keys with the (service identity, address) of their real. */
+  async liveFlows(limit = 2_000_000): Promise<{ keys: number[]; reals: { identity: string; address: string }[] }> {
+    const id = ++this.requestSeq;
+    const reply = new Promise<LoopEvent>((resolve) => this.pending.set(id, resolve));
+    this.send({ type: 'flows', id, limit });
+    const e = await reply;
+    if (e.type !== 'flows') throw new DaemonError('INTERNAL', 'unexpected reply');
+    const byId = new Map([...this.reals.values()].map((r) => [r.id, r]));
+    const keys: number[] = [];
+    const reals: { identity: string; address: string }[] = [];
+    for (let i = 0; i < e.count; i++) {
+      const r = byId.get(e.reals[i]!);
+      if (!r) continue;
+      for (let w = 0; w < 10; w++) keys.push(e.keys[i * 10 + w]!);
+      reals.push({ identity: r.service, address: r.address });
+    }
+    return { keys, reals };
   }
 
   loopHealthy(): boolean {

@@ -111,6 +111,10 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
       json(res, r.ok ? 200 : 422, { result: r.ok ? 'taken' : 'refused', problems: r.problems.map((p) => `${p.path}: ${p.message}`) });
       return;
     }
+    if (path === '/plan-input' && req.method === 'GET') {
+      json(res, 200, { configPath: daemon.configPath, configText: daemon.configText, flows: await daemon.liveFlows() });
+      return;
+    }
     if (path === '/explain' && req.method === 'GET') {
       const service = url.searchParams.get('service') ?? '';
       const client = url.searchParams.get('client') ?? '';

@@ -2,6 +2,7 @@
 // pick the real and rewrite the frame in place for L2 DSR. Owns the flow table and the counters
 // of one packet loop; reads the forwarding snapshot, which the control plane swaps between batches.
 
+import { consistentPick } from './consistent-pick.js';
 import { Counter, REAL_BASE, REAL_STRIDE, RealCounter } from './counters.js';
 import { completePartialChecksum } from './checksum.js';
 import { FragmentTable } from './fragment-table.js';
@@ -10,7 +11,6 @@ import { flowHash } from './flow-hash.js';
 import { FlowState, FlowTable, type FlowTimeouts } from './flow-table.js';
 import {
   FWD_L2,
-  SCHED_RENDEZVOUS,
   SCHED_WLC,
   emptySnapshot,
   findService,
@@ -30,7 +30,6 @@ import {
   TCP_SYN,
 } from './parsed-packet.js';
 import { parseFrame } from './packet-parser.js';
-import { rendezvousPick } from './rendezvous.js';
 import { FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX, VNET_HDR_LEN, type PacketBatch } from '../io/packet-io.js';
 import { encapsulate, tunnelOverheadBytes, TUNNEL_TEMPLATE_BYTES } from '../encap/ipip.js';
 import { buildEchoReply, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
@@ -448,15 +447,8 @@ export class Engine {
     return this.consistentPick(svc, hash);
   }
 
-  /** The consistent-hash pick: rendezvous for rendezvous services, the Maglev table otherwise. */
   private consistentPick(svc: number, hash: number): number {
-    const snap = this.snap;
-    if (snap.svcDropAll[svc] === 1) return -1;
-    if (snap.svcScheduler[svc] === SCHED_RENDEZVOUS) {
-      return rendezvousPick(hash, snap.candIds, snap.candSeeds, snap.candWeights, snap.svcCandStart[svc]!, snap.svcCandCount[svc]!);
-    }
-    const table = snap.svcTables[svc]!;
-    return table[hash % snap.svcTableSize[svc]!]!;
+    return consistentPick(this.snap, svc, hash);
   }
 
   /**

@@ -97,9 +97,9 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
     const fd = tun.fd;
     const d = new Decapsulator(vips, (buf, offset, length) => native.tunWrite(fd, buf, offset, length));
     decap = d;
-    const onPacket = (buf: Buffer, spec: TunnelSocketSpec): void => {
-      if (spec.outerFamily === 4) d.receiveIpv4Outer(buf, buf.length);
-      else d.receiveIpv6Outer(buf, buf.length, spec.protocol);
+    const onPacket = (buf: Buffer, length: number, spec: TunnelSocketSpec): void => {
+      if (spec.outerFamily === 4) d.receiveIpv4Outer(buf, length);
+      else d.receiveIpv6Outer(buf, length, spec.protocol);
     };
     const onError = (error: Error, spec: TunnelSocketSpec): void => {
       log.error('tunnel socket failed', { outerFamily: spec.outerFamily, protocol: spec.protocol, error: error.message });

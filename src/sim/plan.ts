@@ -3,6 +3,7 @@
 // intent from the config) and reads off, per service, the hash space that moves and the live flows
 // that would change real, plus warnings for edits that are easy to regret.
 
+import { consistentPick } from '../dataplane/consistent-pick.js';
 import type { Config, ConfigProblem, ServiceConfig } from '../config/types.js';
 import { loadConfigFile } from '../config/load.js';
 import { serviceAddressName } from '../config/validate.js';
@@ -10,8 +11,6 @@ import { RealRegistry } from '../control/real-registry.js';
 import { SnapshotBuilder, type BuildResult } from '../control/snapshot-builder.js';
 import { MAX_REAL_IDS } from '../dataplane/counters.js';
 import { FLOW_KEY_WORDS, flowHash, mix32 } from '../dataplane/flow-hash.js';
-import { SCHED_RENDEZVOUS, type ForwardingSnapshot } from '../dataplane/forwarding-snapshot.js';
-import { rendezvousPick } from '../dataplane/rendezvous.js';
 import { flowKeyOf, prepareTuple } from './frames.js';
 import { initialServiceStates, serviceIdentity, viewsOf, type ServiceState } from './service-views.js';
 import type { CommandOutput } from './simulate.js';
@@ -262,18 +261,7 @@ function serviceDiffers(a: ServiceConfig, b: ServiceConfig): boolean {
   });
 }
 
-/**
- * The engine's consistent-hash pick (Engine.consistentPick, private there): rendezvous for
- * rendezvous services, the Maglev table otherwise; -1 when the service drops. Kept in step by hand.
- */
-export function consistentPick(snap: ForwardingSnapshot, svc: number, hash: number): number {
-  if (snap.svcDropAll[svc] === 1) return -1;
-  if (snap.svcScheduler[svc] === SCHED_RENDEZVOUS) {
-    return rendezvousPick(hash, snap.candIds, snap.candSeeds, snap.candWeights, snap.svcCandStart[svc]!, snap.svcCandCount[svc]!);
-  }
-  const table = snap.svcTables[svc]!;
-  return table[hash % snap.svcTableSize[svc]!]!;
-}
+export { consistentPick };
 
 /**
  * Share of synthetic flows to the service whose consistent-hash real differs between the two

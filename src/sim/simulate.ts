@@ -2,6 +2,7 @@
 // eligibility, Engine and FlowTable, one synthetic frame at a time, and reports where every flow
 // went and why. Same scenario in, byte-identical trace out: nothing here reads the wall clock.
 
+import { timeoutsOf } from '../control/flow-timeouts.js';
 import type { Config } from '../config/types.js';
 import { formatProblems } from '../config/validate.js';
 import { RealRegistry } from '../control/real-registry.js';
@@ -10,7 +11,6 @@ import { COUNTER_SLOTS, Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCount
 import { dropReasonLabels } from '../dataplane/drop-reasons.js';
 import { Engine, Placement } from '../dataplane/engine.js';
 import { flowHash } from '../dataplane/flow-hash.js';
-import type { FlowTimeouts } from '../dataplane/flow-table.js';
 import { TCP_ACK, TCP_FIN, TCP_PSH, TCP_SYN } from '../dataplane/parsed-packet.js';
 import { createPacketBatch, VERDICT_PASS, VERDICT_TX, type PacketBatch } from '../io/packet-io.js';
 import { flowKeyOf, MAX_SIM_FRAME_BYTES, prepareTuple, SIM_LB_MAC, simRealIdOfFrame, simRealMac, writeFrame, type PreparedTuple } from './frames.js';
@@ -40,7 +40,10 @@ export interface RealSummary {
   readonly address: string;
   /** Flows whose opening packet this real got. */
   readonly flowsStarted: number;
-  /** Highest count of active (established TCP, live UDP) flow-table entries on it at any moment. */
+  /**
+   * Highest count of its active flow-table entries at any moment, counted as the daemon (and wlc)
+   * counts them: TCP from the handshake's ACK to the FIN, UDP until the entry's idle timeout.
+   */
   readonly peakActiveFlows: number;
   readonly packets: number;
 }
@@ -76,17 +79,6 @@ export interface CommandOutput {
   readonly exitCode: 0 | 1 | 2;
   readonly stdout: string;
   readonly stderr: string;
-}
-
-/** The daemon's flow timeouts (src/control/daemon.ts timeoutsOf, kept in step by hand: importing the daemon would pull in its host and worker code). */
-function timeoutsOf(cfg: Config): FlowTimeouts {
-  return {
-    synMs: cfg.flowTable.tcpTimeouts.synMs,
-    establishedMs: cfg.flowTable.tcpTimeouts.establishedMs,
-    finMs: cfg.flowTable.tcpTimeouts.finMs,
-    closeMs: 10_000,
-    udpMs: cfg.flowTable.udpTimeoutMs,
-  };
 }
 
 /** Room before the frame, as a capture backend leaves it, in case the engine prepends a header. */

@@ -181,6 +181,32 @@ describe('reload', () => {
   }, 60_000);
 });
 
+describe('plan against the running daemon', () => {
+  it('reports the hash space that moves and the live flows that would change real', async () => {
+    const client = lab.spawn(lab.client, [process.execPath, join(ROOT, 'dist/lab/http-client.js'), '--host', lab.vip, '--keepalive', '20'], { stdio: ['pipe', 'pipe', 'inherit'] });
+    try {
+      await sleep(1500);
+      const candidate = join(dir, 'candidate.yaml');
+      // Disable one real: its live flows must move; the others stay.
+      await writeFile(candidate, configText(addresses()).replace(`      - address: ${lab.reals[0]!.ipv4}`, `      - address: ${lab.reals[0]!.ipv4}\n        state: disabled`));
+      const r = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'plan', '-c', candidate, '--admin', 'http://127.0.0.1:9743', '--json']);
+      expect(r.code, r.stderr).toBe(0);
+      const report = JSON.parse(r.stdout);
+      const text = JSON.stringify(report);
+      expect(text).toContain('web');
+      const onDisabled = (await daemon.status()).services[0]!.reals.find((x) => x.address === lab.reals[0]!.ipv4)!;
+      expect(text).toMatch(/changingRealNow"?:\s*\d+/);
+      const changing = Number(/changingRealNow"?:\s*(\d+)/.exec(text)![1]);
+      expect(changing).toBeGreaterThan(0);
+      expect(changing).toBe(onDisabled.activeFlows + onDisabled.inactiveFlows);
+      console.log('plan (disable one real):', r.stdout.slice(0, 400));
+    } finally {
+      client.stdin!.end('quit\n');
+      await new Promise((res) => client.once('exit', res));
+    }
+  }, 60_000);
+});
+
 describe('metrics', () => {
   it('pass promtool check metrics on a live scrape', async () => {
     await httpCount(lab, 20);

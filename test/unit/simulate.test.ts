@@ -8,6 +8,10 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { formatProblems } from '../../src/config/validate.js';
+import { ipv4HeaderChecksum, l4Checksum } from '../../src/dataplane/checksum.js';
+import { parseFrame } from '../../src/dataplane/packet-parser.js';
+import { PARSE_OK, ParsedPacket } from '../../src/dataplane/parsed-packet.js';
+import { MAX_SIM_FRAME_BYTES, prepareTuple, simRealIdOfFrame, simRealMac, writeFrame } from '../../src/sim/frames.js';
 import { loadScenarioFile, parseScenarioText, parseTimeMs } from '../../src/sim/scenario.js';
 import { formatSimulation, runSimulateCommand, simulate, type SimulationResult, type TraceRecord } from '../../src/sim/simulate.js';
 
@@ -345,6 +349,31 @@ events: []
       'events: missing; expected a list of events',
     ]);
     expect(problems('events: [\n')[0]).toMatch(/^\(yaml\) line \d+, column \d+: /);
+  });
+});
+
+describe('simulate: frames', () => {
+  it('writes frames the parser reads back, with correct IPv4 header and L4 checksums', () => {
+    const buf = new Uint8Array(8 + MAX_SIM_FRAME_BYTES);
+    const pkt = new ParsedPacket();
+    const cases = [
+      { family: 4, protocol: 'tcp', clientAddress: '198.51.100.7', clientPort: 40000, vip: '203.0.113.10', vipPort: 80 },
+      { family: 4, protocol: 'udp', clientAddress: '198.51.100.7', clientPort: 5353, vip: '203.0.113.53', vipPort: 53 },
+      { family: 6, protocol: 'tcp', clientAddress: '2001:db8:1::7', clientPort: 40000, vip: '2001:db8::10', vipPort: 443 },
+      { family: 6, protocol: 'udp', clientAddress: '2001:db8:1::7', clientPort: 5353, vip: '2001:db8::10', vipPort: 9999 },
+    ] as const;
+    for (const t of cases) {
+      const length = writeFrame(buf, 8, prepareTuple(t), 0x12, 77);
+      expect(parseFrame(buf, 8, length, pkt)).toBe(PARSE_OK);
+      expect([pkt.family, pkt.ipProtocol, pkt.srcPort, pkt.dstPort, pkt.tcpFlags]).toEqual([t.family, t.protocol === 'tcp' ? 6 : 17, t.clientPort, t.vipPort, t.protocol === 'tcp' ? 0x12 : 0]);
+      const stored = (at: number): number => (buf[at]! << 8) | buf[at + 1]!;
+      if (t.family === 4) expect(stored(pkt.l3Offset + 10)).toBe(ipv4HeaderChecksum(buf, pkt.l3Offset, 20));
+      expect(stored(pkt.l4Offset + (t.protocol === 'tcp' ? 16 : 6))).toBe(l4Checksum(buf, pkt));
+    }
+    const mac = simRealMac(0x1234);
+    expect(Array.from(mac)).toEqual([0x02, 0xd5, 0x1b, 0x00, 0x12, 0x34]);
+    expect(simRealIdOfFrame(mac, 0)).toBe(0x1234);
+    expect(simRealIdOfFrame(Uint8Array.of(2, 0, 0, 0, 0, 1), 0)).toBe(-1);
   });
 });
 

@@ -1,0 +1,46 @@
+// Download runs: the client fetches 10 MiB objects over one keep-alive connection (curl) from
+// the real directly, through HAProxy, or through dsrlb; machine busy time and the LB process's
+// thread time are taken over the whole transfer.
+
+import { machineBusy, secondsPerGB, takeSample, threadTime } from './cpu-accounting.js';
+import { HTTP_PORT } from './bench-lab.js';
+
+export const OBJECT_BYTES = 10 * 1024 * 1024;
+
+/**
+ * @param {{ lab: any }} bl
+ * @param {{ host: string, objects: number, pids?: number[], timeoutS?: number }} o
+ */
+export async function downloadRun(bl, o) {
+  const { lab } = bl;
+  const url = `http://${o.host}:${HTTP_PORT}/bytes/${OBJECT_BYTES}?n=[1-${o.objects}]`;
+  const argv = ['curl', '-s', '-o', '/dev/null', '--max-time', String(o.timeoutS ?? 300), '-w', '%{http_code} %{size_download}\\n', url];
+  const a = takeSample(o.pids ?? []);
+  const r = await lab.exec(lab.client, argv, { timeoutMs: ((o.timeoutS ?? 300) + 30) * 1000 });
+  const b = takeSample(o.pids ?? []);
+  let bytes = 0;
+  let ok = 0;
+  for (const line of r.stdout.trim().split('\n')) {
+    const [code, size] = line.split(' ');
+    if (code === '200') ok++;
+    bytes += Number(size) || 0;
+  }
+  if (r.code !== 0 || ok !== o.objects) {
+    throw new Error(`download from ${o.host}: curl exit ${r.code}, ${ok}/${o.objects} objects: ${r.stderr.trim()} ${r.stdout.slice(0, 200)}`);
+  }
+  const busy = machineBusy(a, b);
+  const threads = threadTime(a, b);
+  return {
+    host: o.host,
+    objects: o.objects,
+    bytes,
+    seconds: busy.wallS,
+    megabytesPerSecond: bytes / 1e6 / busy.wallS,
+    busyS: busy.busyS,
+    cores: busy.cores,
+    busySecondsPerGB: secondsPerGB(busy.busyS, bytes),
+    processS: threads.totalS,
+    processSecondsPerGB: secondsPerGB(threads.totalS, bytes),
+    byThread: threads.byName,
+  };
+}

@@ -1,0 +1,131 @@
+// Packet-rate runs: build the C generator and sink, run one paced (or unpaced) burst of UDP frames
+// from the client either through the LB or straight to the sink, and measure delivery, loss and
+// CPU (machine busy time from precise idle counters, plus the LB process's threads) in a window
+// that skips the start-up and the tail of the run.
+
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { lossFraction, machineBusy, takeSample, threadTime, usPerPacket } from './cpu-accounting.js';
+import { ROOT, UDP_PORT, runHere, sleep, spawnIn, stopProcess } from './bench-lab.js';
+
+/** Compiles bench/trafgen/*.c into outDir/bin; returns the binaries' paths. */
+export async function buildTrafgen(outDir) {
+  const bin = join(outDir, 'bin');
+  mkdirSync(bin, { recursive: true });
+  const gen = join(bin, 'udpgen');
+  const sink = join(bin, 'udpsink');
+  await runHere(['cc', '-O2', '-Wall', '-Wextra', '-o', gen, join(ROOT, 'bench', 'trafgen', 'udpgen.c')]);
+  await runHere(['cc', '-O2', '-Wall', '-Wextra', '-o', sink, join(ROOT, 'bench', 'trafgen', 'udpsink.c')]);
+  return { gen, sink };
+}
+
+/** Each run's frames carry their own magic, so a late frame of an earlier run is never counted. */
+let magicCounter = 0x64730000;
+
+function lastJson(lines, what) {
+  for (let i = lines.length - 1; i >= 0; i--) {
+    const l = lines[i];
+    if (l.startsWith('{')) {
+      try {
+        return JSON.parse(l);
+      } catch {
+        // not a JSON line
+      }
+    }
+  }
+  throw new Error(`${what}: no JSON result:\n${lines.join('\n')}`);
+}
+
+async function waitReady(p, what, timeoutMs = 5000) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (p.lines.some((l) => l.includes('"ready":true'))) return;
+    if (p.child.exitCode !== null) break;
+    await sleep(10);
+  }
+  throw new Error(`${what} not ready:\n${p.lines.join('\n')}`);
+}
+
+/**
+ * One run of `durationS` seconds. via 'lb': frames addressed to the LB's MAC (forwarded by whatever
+ * runs there); via 'direct': to the sink's MAC (generator and sink alone, the baseline).
+ * ratePps 0 = as fast as the generator can.
+ * @param {{ lab: any, sink: any }} bl
+ * @param {{ gen: string, sink: string }} bins
+ * @param {{ via: 'lb' | 'direct', flows: number, ratePps: number, durationS: number, pids?: number[] }} o
+ */
+export async function packetRun(bl, bins, o) {
+  const { lab, sink } = bl;
+  const magic = (magicCounter++ >>> 0) & 0x7fffffff;
+  const dstMac = o.via === 'lb' ? lab.lb.mac : sink.mac;
+  const sinkProc = spawnIn(lab, sink, [
+    bins.sink,
+    '--bind', lab.vip,
+    '--port', String(UDP_PORT),
+    '--duration', String(o.durationS + 4),
+    '--idle-stop-ms', '500',
+    '--magic', String(magic),
+  ]);
+  let gen = null;
+  try {
+    await waitReady(sinkProc, 'udpsink');
+    gen = spawnIn(lab, lab.client, [
+      bins.gen,
+      '--ifname', 'eth0',
+      '--src-mac', lab.client.mac,
+      '--dst-mac', dstMac,
+      '--src-ip', lab.client.ipv4,
+      '--dst-ip', lab.vip,
+      '--dst-port', String(UDP_PORT),
+      '--flows', String(o.flows),
+      '--rate', String(Math.round(o.ratePps)),
+      '--duration', String(o.durationS),
+      '--magic', String(magic),
+    ]);
+    const t0 = Date.now();
+    // The CPU window: skip the first 15% (process start, flow creation, ring warm-up) and the last 10%.
+    const startMs = Math.max(150, o.durationS * 150);
+    const windowMs = Math.max(200, o.durationS * 1000 * 0.75);
+    await sleep(startMs - (Date.now() - t0));
+    const a = takeSample(o.pids ?? []);
+    await sleep(windowMs);
+    const b = takeSample(o.pids ?? []);
+    const genExit = await gen.exited;
+    if (genExit.code !== 0) throw new Error(`udpgen exited ${genExit.code ?? genExit.signal}:\n${gen.lines.join('\n')}`);
+    const g = lastJson(gen.lines, 'udpgen');
+    await sinkProc.exited;
+    const s = lastJson(sinkProc.lines, 'udpsink');
+    const deliveredPps = s.received / g.durationS;
+    const busy = machineBusy(a, b);
+    const threads = threadTime(a, b);
+    const windowPackets = deliveredPps * busy.wallS;
+    return {
+      via: o.via,
+      flows: o.flows,
+      targetPps: o.ratePps,
+      sent: g.sent,
+      sentPps: g.sentPps,
+      sendErrors: g.sendErrors,
+      received: s.received,
+      deliveredPps,
+      loss: lossFraction(g.sent, s.received),
+      sinkRcvbufErrors: s.udpRcvbufErrors,
+      cpu: {
+        windowS: busy.wallS,
+        busyS: busy.busyS,
+        cores: busy.cores,
+        stealS: busy.stealS,
+        tickBusyS: busy.tickBusyS,
+        usPerPacket: usPerPacket(busy.busyS, windowPackets),
+        processS: threads.totalS,
+        processUsPerPacket: usPerPacket(threads.totalS, windowPackets),
+        byThread: threads.byName,
+      },
+      genCpuS: g.cpuS,
+      sinkCpuS: s.cpuS,
+    };
+  } finally {
+    if (gen) await stopProcess(gen, 'SIGTERM', 1000);
+    await stopProcess(sinkProc, 'SIGTERM', 1000);
+  }
+}

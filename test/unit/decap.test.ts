@@ -1,0 +1,212 @@
+// `dsrlb decap` without root: which tunnel packets become inner packets (as data: builder-made
+// packets, the expected inner bytes or drop reason), the counters, which raw sockets a VIP set
+// needs, and the host changes with their undo (fake runner, sysctls and TUN opener).
+
+import { describe, expect, it } from 'vitest';
+import type { Logger } from '../../src/control/logger.js';
+import { DecapHost, type SysctlAccess, type TunOpener } from '../../src/decap/decap-host.js';
+import { Decapsulator } from '../../src/decap/decapsulator.js';
+import {
+  DecapDrop,
+  INNER_FAMILY,
+  INNER_LENGTH,
+  INNER_OFFSET,
+  VipSet,
+  innerOfIpv4Outer,
+  innerOfIpv6Outer,
+} from '../../src/decap/inner-packet.js';
+import { tunnelSocketSpecs } from '../../src/decap/tunnel-sockets.js';
+import { concat, ipv4, ipv6, patch, udp } from '../support/packet-builder.js';
+
+const LB4 = '192.0.2.5';
+const REAL4 = '10.0.1.11';
+const LB6 = '2001:db8:1::5';
+const REAL6 = '2001:db8:1::11';
+const CLIENT4 = '198.51.100.7';
+const CLIENT6 = '2001:db8:c::7';
+const VIP4 = '203.0.113.10';
+const VIP6 = '2001:db8:f::10';
+const vips = new VipSet([VIP4, VIP6]);
+
+const inner4 = (dst = VIP4): Uint8Array =>
+  ipv4({ src: CLIENT4, dst, proto: 17 }, udp({ sport: 40000, dport: 53 }, 'query', { src: CLIENT4, dst }));
+const inner6 = (dst = VIP6): Uint8Array =>
+  ipv6({ src: CLIENT6, dst, nextHeader: 17 }, udp({ sport: 40000, dport: 53 }, 'query', { src: CLIENT6, dst }));
+const outer4 = (proto: number, inner: Uint8Array): Uint8Array => ipv4({ src: LB4, dst: REAL4, proto }, inner);
+
+/** Runs innerOfIpv4Outer; the inner bytes, or the drop reason's name. */
+function fromIpv4Outer(packet: Uint8Array): Uint8Array | string {
+  const out = new Int32Array(3);
+  const verdict = innerOfIpv4Outer(packet, packet.length, vips, out);
+  if (verdict < 0) return Object.entries(DecapDrop).find(([, v]) => v === -verdict)![0];
+  return packet.subarray(out[INNER_OFFSET]!, out[INNER_OFFSET]! + out[INNER_LENGTH]!);
+}
+
+function fromIpv6Outer(payload: Uint8Array, protocol: number): Uint8Array | string {
+  const out = new Int32Array(3);
+  const verdict = innerOfIpv6Outer(payload, payload.length, protocol, vips, out);
+  if (verdict < 0) return Object.entries(DecapDrop).find(([, v]) => v === -verdict)![0];
+  expect(out[INNER_FAMILY]).toBe(payload[0]! >> 4);
+  return payload.subarray(out[INNER_OFFSET]!, out[INNER_OFFSET]! + out[INNER_LENGTH]!);
+}
+
+describe('inner packets of an IPv4 raw socket (outer header included)', () => {
+  it('an IPv4 packet to a VIP inside protocol 4 is the 20 bytes after the outer header', () => {
+    expect(fromIpv4Outer(outer4(4, inner4()))).toEqual(inner4());
+  });
+
+  it('an IPv6 packet to a VIP inside protocol 41 (6in4) is delivered as well', () => {
+    expect(fromIpv4Outer(outer4(41, inner6()))).toEqual(inner6());
+  });
+
+  it('an outer header with options is skipped by its IHL', () => {
+    const packet = ipv4({ src: LB4, dst: REAL4, proto: 4, options: [1, 1, 1, 0] }, inner4());
+    expect(fromIpv4Outer(packet)).toEqual(inner4());
+  });
+
+  it.each([
+    ['fewer bytes than an IPv4 header', outer4(4, inner4()).subarray(0, 19), 'truncatedOuter'],
+    ['an IHL past the bytes received', patch(outer4(4, inner4()).subarray(0, 30), 0, 0x4f), 'truncatedOuter'],
+    ['an outer version 6 nibble', patch(outer4(4, inner4()), 0, 0x65), 'badOuterHeader'],
+    ['an outer IHL of 4', patch(outer4(4, inner4()), 0, 0x44), 'badOuterHeader'],
+    ['protocol 17 on the outer header', outer4(17, inner4()), 'badOuterHeader'],
+    ['an outer total length shorter than the bytes received', concat(outer4(4, inner4()), [0]), 'badOuterLength'],
+    ['no inner bytes at all', outer4(4, new Uint8Array(0)), 'truncatedInner'],
+    ['inner IPv4 shorter than its header', outer4(4, inner4().subarray(0, 19)), 'truncatedInner'],
+    ['protocol 4 carrying IPv6', outer4(4, inner6()), 'innerVersionMismatch'],
+    ['protocol 41 carrying IPv4', outer4(41, inner4()), 'innerVersionMismatch'],
+    ['an inner IHL of 4', outer4(4, patch(inner4(), 0, 0x44)), 'badInnerHeader'],
+    ['an inner total length larger than the bytes carried', outer4(4, patch(inner4(), 2, 0, 200)), 'badInnerLength'],
+    ['an inner total length smaller than the bytes carried', outer4(4, concat(inner4(), [0, 0])), 'badInnerLength'],
+    ['inner IPv6 payload length off by one', outer4(41, patch(inner6(), 4, 0, inner6().length - 39)), 'badInnerLength'],
+    ['an inner IPv4 destination that is not a VIP', outer4(4, inner4(REAL4)), 'notVip'],
+    ['the IPv4 VIP written in an IPv6 packet', outer4(41, inner6(`::ffff:${VIP4}`)), 'notVip'],
+  ])('drops %s', (_name, packet, reason) => {
+    expect(fromIpv4Outer(packet)).toBe(reason);
+  });
+});
+
+describe('inner packets of an IPv6 raw socket (the kernel strips the outer header)', () => {
+  it('the payload of next header 41 is the inner IPv6 packet', () => {
+    expect(fromIpv6Outer(inner6(), 41)).toEqual(inner6());
+  });
+
+  it('the payload of next header 4 is the inner IPv4 packet (4in6)', () => {
+    expect(fromIpv6Outer(inner4(), 4)).toEqual(inner4());
+  });
+
+  it.each([
+    ['an empty payload', new Uint8Array(0), 41, 'truncatedInner'],
+    ['a payload shorter than an IPv6 header', inner6().subarray(0, 39), 41, 'truncatedInner'],
+    ['next header 41 carrying IPv4', inner4(), 41, 'innerVersionMismatch'],
+    ['an inner IPv6 destination that is not a VIP', inner6(REAL6), 41, 'notVip'],
+    ['a jumbogram-style zero payload length', patch(inner6(), 4, 0, 0), 41, 'badInnerLength'],
+    ['a next header other than 4 or 41', inner6(), 17, 'badOuterHeader'],
+  ])('drops %s', (_name, payload, protocol, reason) => {
+    expect(fromIpv6Outer(payload, protocol)).toBe(reason);
+  });
+});
+
+describe('VipSet', () => {
+  it('matches IPv6 VIPs whatever their spelling, and refuses what is not an address', () => {
+    const set = new VipSet(['2001:DB8:F:0::10', VIP4, VIP4]);
+    expect(set.addresses).toEqual(['2001:db8:f::10', VIP4]);
+    expect(set.containsV6(inner6(), 24)).toBe(true);
+    expect(set.containsV4(inner4(), 16)).toBe(true);
+    expect(set.containsV4(inner4(REAL4), 16)).toBe(false);
+    expect(() => new VipSet(['10.0.0.300'])).toThrow(/not an IPv4 or IPv6 address/);
+  });
+});
+
+describe('Decapsulator', () => {
+  it('writes each accepted inner packet once and counts deliveries and drops by reason', () => {
+    const written: string[] = [];
+    let refuse = false;
+    const decap = new Decapsulator(vips, (buf, offset, length) => {
+      if (refuse) return -5; // EIO
+      written.push(Buffer.from(buf.subarray(offset, offset + length)).toString('hex'));
+      return length;
+    });
+    const a = outer4(4, inner4());
+    expect(decap.receiveIpv4Outer(a, a.length)).toBe(0);
+    expect(decap.receiveIpv6Outer(inner6(), inner6().length, 41)).toBe(0);
+    const b = outer4(4, inner4(REAL4));
+    expect(decap.receiveIpv4Outer(b, b.length)).toBe(-DecapDrop.notVip);
+    refuse = true;
+    expect(decap.receiveIpv6Outer(inner4(), inner4().length, 4)).toBe(-DecapDrop.tunWriteFailed);
+    expect(written).toEqual([Buffer.from(inner4()).toString('hex'), Buffer.from(inner6()).toString('hex')]);
+    expect(decap.counters()).toEqual({
+      receivedIpv4Outer: 2,
+      receivedIpv6Outer: 2,
+      decapsulatedIpv4: 1,
+      decapsulatedIpv6: 1,
+      decapsulatedBytes: inner4().length + inner6().length,
+      dropped: { notVip: 1, tunWriteFailed: 1 },
+      lastTunWriteErrno: -5,
+    });
+  });
+});
+
+describe('tunnelSocketSpecs', () => {
+  it('opens protocol 4 for IPv4 VIPs and 41 for IPv6 VIPs, each over both outer families', () => {
+    expect(tunnelSocketSpecs(true, false, true)).toEqual([
+      { outerFamily: 4, protocol: 4 },
+      { outerFamily: 6, protocol: 4 },
+    ]);
+    expect(tunnelSocketSpecs(true, true, false)).toEqual([
+      { outerFamily: 4, protocol: 4 },
+      { outerFamily: 4, protocol: 41 },
+    ]);
+  });
+});
+
+describe('DecapHost', () => {
+  const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
+
+  function fakes(initial: Record<string, string>) {
+    const sysctls = new Map(Object.entries(initial));
+    const commands: string[] = [];
+    const closed: number[] = [];
+    const sysctl: SysctlAccess = { read: (k) => sysctls.get(k), write: (k, v) => void sysctls.set(k, v) };
+    const tun: TunOpener = { open: (name) => ({ fd: 42, name }), close: (fd) => void closed.push(fd) };
+    const runner = async (argv: readonly string[]) => {
+      commands.push(argv.join(' '));
+      return { stdout: '' };
+    };
+    return { sysctls, commands, closed, host: new DecapHost(silent, runner, sysctl, tun) };
+  }
+
+  it('brings the device up with rp_filter 0 there and on all, and restores only all on tearDown', async () => {
+    const f = fakes({
+      'net/ipv4/conf/all/rp_filter': '1',
+      'net/ipv4/conf/dc0/rp_filter': '2',
+      'net/ipv6/conf/dc0/disable_ipv6': '1',
+    });
+    expect(await f.host.setUp('dc0', true)).toEqual({ fd: 42, name: 'dc0' });
+    expect(f.commands).toEqual(['ip link set dev dc0 up']);
+    expect(Object.fromEntries(f.sysctls)).toEqual({
+      'net/ipv4/conf/all/rp_filter': '0',
+      'net/ipv4/conf/dc0/rp_filter': '0',
+      'net/ipv6/conf/dc0/disable_ipv6': '0',
+    });
+    f.host.tearDown();
+    expect(f.sysctls.get('net/ipv4/conf/all/rp_filter')).toBe('1');
+    expect(f.closed).toEqual([42]);
+    f.host.tearDown(); // idempotent
+    expect(f.closed).toEqual([42]);
+  });
+
+  it('leaves a sysctl someone changed after setUp, and changes nothing already right', async () => {
+    const f = fakes({ 'net/ipv4/conf/all/rp_filter': '1', 'net/ipv4/conf/dc0/rp_filter': '0' });
+    await f.host.setUp('dc0', false);
+    f.sysctls.set('net/ipv4/conf/all/rp_filter', '2');
+    f.host.tearDown();
+    expect(f.sysctls.get('net/ipv4/conf/all/rp_filter')).toBe('2');
+
+    const g = fakes({ 'net/ipv4/conf/all/rp_filter': '0', 'net/ipv4/conf/dc0/rp_filter': '0' });
+    await g.host.setUp('dc0', false);
+    g.sysctls.set('net/ipv4/conf/all/rp_filter', '1');
+    g.host.tearDown();
+    expect(g.sysctls.get('net/ipv4/conf/all/rp_filter')).toBe('1');
+  });
+});
