@@ -32,7 +32,9 @@ function problem(message: string): void {
 /** Exit 1 with one stderr line per problem, or the parsed options. */
 function parseOptions(opts: DecapOptions): { vips: VipSet; ifname: string | undefined; tunName: string } | string[] {
   const problems: string[] = [];
-  const texts = opts.vips.flatMap((v) => String(v).split(',')).map((v) => v.trim()).filter((v) => v !== '');
+  // yargs hands over a string for a single --vip unless the option is declared as an array.
+  const given: unknown[] = ([] as unknown[]).concat(opts.vips ?? []);
+  const texts = given.flatMap((v) => String(v).split(',')).map((v) => v.trim()).filter((v) => v !== '');
   let vips: VipSet | undefined;
   if (texts.length === 0) problems.push('--vip: at least one VIP is required (e.g. --vip 203.0.113.10)');
   else {

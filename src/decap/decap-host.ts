@@ -45,6 +45,8 @@ interface ChangedSysctl {
 export class DecapHost {
   private tun: { fd: number; name: string } | undefined;
   private readonly changed: ChangedSysctl[] = [];
+  /** "key=value (was v)" of every sysctl setUp wrote, for its log line. */
+  private readonly applied: string[] = [];
 
   constructor(
     private readonly log: Logger,
@@ -68,7 +70,7 @@ export class DecapHost {
     this.set(`net/ipv4/conf/${name}/rp_filter`, '0', false);
     this.set('net/ipv4/conf/all/rp_filter', '0', true);
     if (ipv6) this.set(`net/ipv6/conf/${name}/disable_ipv6`, '0', false);
-    this.log.info('decap tun device up', { tun: name, sysctls: this.changed.map((c) => `${c.key}=${c.setTo} (was ${c.previous})`) });
+    this.log.info('decap tun device up', { tun: name, changedSysctls: this.applied.splice(0) });
     return this.tun;
   }
 
@@ -98,6 +100,7 @@ export class DecapHost {
     if (previous === undefined) throw new Error(`sysctl ${key.replaceAll('/', '.')} does not exist`);
     if (previous === value) return;
     this.sysctl.write(key, value);
+    this.applied.push(`${key.replaceAll('/', '.')}=${value} (was ${previous})`);
     if (restore) this.changed.push({ key, previous, setTo: value });
   }
 }

@@ -75,17 +75,28 @@ export function openTunnelSocket(
   onPacket: (buf: Buffer, length: number, spec: TunnelSocketSpec) => void,
   onError: (error: Error, spec: TunnelSocketSpec) => void,
 ): TunnelSocket {
-  const socket = raw.createSocket({
-    protocol: spec.protocol,
-    addressFamily: spec.outerFamily === 4 ? raw.AddressFamily.IPv4 : raw.AddressFamily.IPv6,
-    // Unused: datagrams are read into `buffer` below.
-    bufferSize: 1,
-  });
+  // raw-socket's errors are bare strerror() texts: say which socket and which step.
+  const what = `raw IPv${spec.outerFamily} socket for protocol ${spec.protocol}`;
+  let socket: RawSocket;
+  try {
+    socket = raw.createSocket({
+      protocol: spec.protocol,
+      addressFamily: spec.outerFamily === 4 ? raw.AddressFamily.IPv4 : raw.AddressFamily.IPv6,
+      // Unused: datagrams are read into `buffer` below.
+      bufferSize: 1,
+    });
+  } catch (err) {
+    throw new Error(`${what}: ${(err as Error).message}`);
+  }
   try {
     socket.setOption(raw.SocketLevel.SOL_SOCKET, raw.SocketOption.SO_RCVBUF, SOCKET_RCVBUF_BYTES);
     if (ifname !== undefined) {
       const name = Buffer.from(`${ifname}\0`, 'latin1');
-      socket.setOption(raw.SocketLevel.SOL_SOCKET, raw.SocketOption.SO_BINDTODEVICE, name, name.length);
+      try {
+        socket.setOption(raw.SocketLevel.SOL_SOCKET, raw.SocketOption.SO_BINDTODEVICE, name, name.length);
+      } catch (err) {
+        throw new Error(`${what}: SO_BINDTODEVICE ${ifname}: ${(err as Error).message}`);
+      }
     }
   } catch (err) {
     socket.close();

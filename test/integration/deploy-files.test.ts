@@ -267,7 +267,7 @@ describe('install.sh --root', () => {
 
   it('the installed tree validates the installed config', async () => {
     const out = await mustRun(process.execPath, [join(root, 'opt/dsrlb/bin/dsrlb.js'), 'validate', '-c', join(root, 'etc/dsrlb/dsrlb.yaml')]);
-    expect(out).toMatch(/: ok \(3 services\)/);
+    expect(out).toMatch(/: ok \(\d+ services?\)/);
   });
 
   it('a second run changes nothing, and an edited config survives reinstalling', async () => {
@@ -311,6 +311,10 @@ describe('install.sh --root', () => {
       await chown(d, 65534, 65534);
     }
     await chmod(join(root, 'etc/dsrlb/dsrlb.yaml'), 0o644); // root:dsrlb 0640 on a real install
+    // The installed config is the sample: drive the daemon with its first named IPv4 service.
+    const config = parseYaml(await readFile(join(root, 'etc/dsrlb/dsrlb.yaml'), 'utf8')) as { services: { name?: string; vip: string; reals: { address: string }[] }[] };
+    const service = config.services.find((s) => s.name !== undefined && !s.vip.includes(':') && s.reals.length > 0)!;
+    expect(service).toBeDefined();
     // Bind mounts in a private mount namespace put them at the unit's paths; the mount points must exist.
     if (!existsSync('/var/lib/dsrlb')) {
       await mkdir('/var/lib/dsrlb');
@@ -356,20 +360,20 @@ describe('install.sh --root', () => {
 
     // What needs the capabilities worked: VIPs on lo (ip), the nftables table (nft), the packet socket.
     const lo = await mustRun('ip', ['-n', NS, '-br', 'addr', 'show', 'dev', 'lo']);
-    expect(lo).toContain('203.0.113.10/32');
+    expect(lo).toContain(`${service.vip}/32`);
     expect(await mustRun('ip', ['netns', 'exec', NS, 'nft', 'list', 'tables'])).toContain('table inet dsrlb');
     const metrics = await mustRun('ip', ['netns', 'exec', NS, 'curl', '-sf', 'http://127.0.0.1:9742/metrics']);
-    expect(metrics).toMatch(/^dsrlb_flow_table_capacity 1000000$/m);
+    expect(metrics).toMatch(/^dsrlb_flow_table_capacity \d+$/m);
     // Operator intent is written to the state directory, with the unit's umask.
-    await mustRun('ip', ['netns', 'exec', NS, 'curl', '-sf', '-X', 'POST', 'http://127.0.0.1:9743/services/web/reals/10.0.1.11/drain']);
+    await mustRun('ip', ['netns', 'exec', NS, 'curl', '-sf', '-X', 'POST', `http://127.0.0.1:9743/services/${service.name}/reals/${service.reals[0]!.address}/drain`]);
     const stateFile = join(stateDir, 'dsrlb.state.json');
-    expect(JSON.parse(await readFile(stateFile, 'utf8'))).toMatchObject({ intent: {} });
+    expect(await readFile(stateFile, 'utf8')).toContain('"drain"');
     expect((await lstat(stateFile)).mode & 0o777).toBe(0o640);
     expect((await readdir(runDir)).some((f) => /^host-\d+-eth0\.json$/.test(f))).toBe(true);
 
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
-    expect(await mustRun('ip', ['-n', NS, '-br', 'addr', 'show', 'dev', 'lo'])).not.toContain('203.0.113.10');
+    expect(await mustRun('ip', ['-n', NS, '-br', 'addr', 'show', 'dev', 'lo'])).not.toContain(service.vip);
     expect(log).toContain('"msg":"dsrlb stopped"');
   }, 60_000);
 });

@@ -1,0 +1,475 @@
+#!/usr/bin/env node
+// `npm run bench`: dsrlb against kernel IPv4 forwarding (packet rates, LB CPU per packet) and
+// against HAProxy (download CPU per GB) in namespaces it builds and removes itself, plus the
+// micro-benchmarks of bench/micro. Prints tables, writes bench/out/results.json and chart.svg.
+// Needs root, a build (npm run build) and bench/setup.sh. See bench/README.md for the method.
+
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, release } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import {
+  ROOT,
+  cleanupOnSignals,
+  createBenchLab,
+  dsrlbMetrics,
+  enableKernelForwarding,
+  onCleanup,
+  runCleanups,
+  scratchDir,
+  setOffloads,
+  sleep,
+  startDsrlb,
+  startHaproxy,
+  stopProcess,
+} from './lib/bench-lab.js';
+import { differentialUs, machineBusy, takeSample } from './lib/cpu-accounting.js';
+import { downloadRun, OBJECT_BYTES } from './lib/download-runs.js';
+import { buildTrafgen, packetRun } from './lib/packet-runs.js';
+import { formatNumber, formatTable, renderSvg, writeJson } from './lib/report.js';
+
+const USAGE = `usage: npm run bench -- [--quick] [--only pps,download,micro] [--flows 1,10000]
+       [--duration S] [--cpu-rate PPS] [--download-mib N] [--no-pcap] [--out DIR]`;
+
+const { values: argv } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    only: { type: 'string' },
+    flows: { type: 'string' },
+    duration: { type: 'string' },
+    'cpu-rate': { type: 'string' },
+    'download-mib': { type: 'string' },
+    'no-pcap': { type: 'boolean', default: false },
+    out: { type: 'string' },
+    help: { type: 'boolean', default: false },
+  },
+});
+if (argv.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
+
+const quick = argv.quick;
+const opts = {
+  quick,
+  suites: new Set((argv.only ?? 'pps,download,micro').split(',').map((s) => s.trim())),
+  flows: (argv.flows ?? '1,10000').split(',').map(Number),
+  durationS: Number(argv.duration ?? (quick ? 1 : 3)),
+  // One paced rate for every forwarder's "CPU per packet", below what each should sustain.
+  cpuRatePps: Number(argv['cpu-rate'] ?? 100_000),
+  searchSteps: quick ? 2 : 5,
+  downloadObjects: Math.max(1, Math.round(Number(argv['download-mib'] ?? (quick ? 100 : 1000)) / 10)),
+  pcap: !argv['no-pcap'],
+  outDir: argv.out ?? join(ROOT, 'bench', 'out'),
+};
+for (const s of opts.suites) if (!['pps', 'download', 'micro'].includes(s)) throw new Error(`--only: unknown suite ${s}\n${USAGE}`);
+if (opts.flows.some((f) => !Number.isInteger(f) || f < 1)) throw new Error(`--flows: want integers >= 1\n${USAGE}`);
+
+const PREFIX = `dsrb-${process.pid}-`;
+const log = (msg) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
+const round1k = (v) => Math.max(1000, Math.round(v / 1000) * 1000);
+/** Loss below 1% and the generator actually sent (nearly) what was asked. */
+const LOSS_LIMIT = 0.01;
+
+function preflight() {
+  if (process.getuid?.() !== 0) throw new Error('the benchmark builds network namespaces: run it as root');
+  for (const f of ['dist/cli/main.js', 'dist/lab/netns-lab.js', 'dist/dataplane/engine.js', 'native/build/Release/dsrlb_native.node']) {
+    if (!existsSync(join(ROOT, f))) throw new Error(`${f} missing: run npm run build first`);
+  }
+}
+
+/** What the machine was doing: the figures only mean something on a quiet machine. */
+async function machineState() {
+  const a = takeSample();
+  await sleep(1000);
+  const b = takeSample();
+  const busy = machineBusy(a, b);
+  let haproxy = null;
+  try {
+    haproxy = await new Promise((resolve) => {
+      const c = spawn('haproxy', ['-v'], { stdio: ['ignore', 'pipe', 'ignore'] });
+      let out = '';
+      c.stdout.on('data', (d) => (out += d));
+      c.once('error', () => resolve(null));
+      c.once('exit', () => resolve(out.split('\n')[0] || null));
+    });
+  } catch {
+    haproxy = null;
+  }
+  return {
+    kernel: release(),
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model ?? 'unknown',
+    node: process.version,
+    haproxy,
+    loadavg: loadavg(),
+    backgroundBusyCores: busy.cores,
+  };
+}
+
+/** Searches the highest paced rate with loss < 1%: a short bracket-and-bisect over rates. */
+async function searchMaxRate(run, startPps, steps) {
+  let good = null; // best run with loss under the limit
+  let badPps = null; // lowest rate seen over the limit
+  let generatorLimited = false;
+  let rate = round1k(startPps);
+  const tried = [];
+  for (let i = 0; i < steps; i++) {
+    const r = await run(rate);
+    tried.push({ targetPps: rate, sentPps: r.sentPps, deliveredPps: r.deliveredPps, loss: r.loss });
+    const short = r.sentPps < 0.97 * rate;
+    if (r.loss < LOSS_LIMIT) {
+      if (!good || r.deliveredPps > good.deliveredPps) good = r;
+      if (short) {
+        // The generator's core is the limit (on veth it also runs the receive path): stop here.
+        generatorLimited = true;
+        break;
+      }
+    } else if (badPps === null || rate < badPps) badPps = rate;
+    let next;
+    if (badPps === null) next = rate * 1.25;
+    else if (!good) next = rate * 0.6;
+    else next = (good.targetPps + badPps) / 2;
+    next = round1k(next);
+    if (good && badPps !== null && (badPps - good.targetPps) / badPps < 0.04) break;
+    if (next === rate) break;
+    rate = next;
+  }
+  return { best: good, lowestLossyPps: badPps, generatorLimited, tried };
+}
+
+function brief(r) {
+  return `target ${formatNumber(r.targetPps)} sent ${formatNumber(r.sentPps)} delivered ${formatNumber(r.deliveredPps)} pps, loss ${(r.loss * 100).toFixed(2)}%, ${r.cpu.cores.toFixed(2)} cores, ${r.cpu.usPerPacket.toFixed(2)} us/pkt`;
+}
+
+/** Link counters of the LB's eth0, to tell drops before the forwarder from drops after it. */
+async function lbLink(bl) {
+  const r = await bl.lab.exec(bl.lab.lb, ['ip', '-s', '-j', 'link', 'show', 'eth0']);
+  const s = JSON.parse(r.stdout)[0].stats64;
+  return { rx: s.rx.packets, tx: s.tx.packets };
+}
+
+async function ppsSuite(bl, bins, dir) {
+  const { lab } = bl;
+  const ethtool = await lab.exec(lab.client, ['ethtool', '-k', 'eth0']);
+  const offloads = ethtool.stdout
+    .split('\n')
+    .filter((l) => /^(tx-checksumming|scatter-gather|tcp-segmentation-offload|generic-segmentation-offload|generic-receive-offload):/.test(l))
+    .map((l) => l.trim())
+    .join(', ');
+  const run = (o) => packetRun(bl, bins, { durationS: opts.durationS, ...o });
+  const out = { method: {}, generatorAlone: [], cases: [], offloads };
+
+  log(`pps: generator and sink alone, unpaced, flows ${opts.flows.join(', ')}`);
+  for (const flows of opts.flows) {
+    const r = await run({ via: 'direct', flows, ratePps: 0 });
+    log(`  direct ${flows} flows: ${brief(r)}`);
+    out.generatorAlone.push(r);
+  }
+
+  const kinds = [
+    { name: 'kernel forwarding', kind: 'kernel' },
+    { name: 'dsrlb io afpacket', kind: 'dsrlb', io: 'afpacket' },
+    ...(opts.pcap ? [{ name: 'dsrlb io pcap', kind: 'dsrlb', io: 'pcap' }] : []),
+  ];
+  for (const k of kinds) {
+    let teardown;
+    let pids = [];
+    let daemon = null;
+    if (k.kind === 'kernel') {
+      teardown = await enableKernelForwarding(bl);
+    } else {
+      daemon = await startDsrlb(bl, dir, k.io);
+      pids = [daemon.pid];
+      teardown = async () => {
+        const r = await stopProcess(daemon);
+        if (r.code !== 0) log(`  dsrlb (${k.io}) exited ${r.code ?? r.signal}`);
+      };
+    }
+    try {
+      for (const flows of opts.flows) {
+        log(`pps: ${k.name}, ${flows} flows`);
+        const genAlone = out.generatorAlone.find((g) => g.flows === flows);
+        const lbRun = async (ratePps) => {
+          const before = await lbLink(bl);
+          const m0 = daemon ? await dsrlbMetrics(bl) : null;
+          const r = await run({ via: 'lb', flows, ratePps, pids });
+          const after = await lbLink(bl);
+          const m1 = daemon ? await dsrlbMetrics(bl) : null;
+          r.lbLink = { rx: after.rx - before.rx, tx: after.tx - before.tx };
+          if (m0 && m1) {
+            r.dsrlb = { rx: m1.rx - m0.rx, tx: m1.tx - m0.tx, dropped: Object.fromEntries(Object.entries(m1.dropped).map(([reason, v]) => [reason, v - (m0.dropped[reason] ?? 0)])) };
+          }
+          log(`  ${ratePps === 0 ? 'unpaced' : 'paced'}: ${brief(r)}; LB eth0 rx ${r.lbLink.rx} tx ${r.lbLink.tx}${r.dsrlb ? `, dsrlb rx ${r.dsrlb.rx} tx ${r.dsrlb.tx}` : ''}`);
+          return r;
+        };
+        // Warm-up: JIT, flow-table entries, neighbour entries; not recorded.
+        await packetRun(bl, bins, { via: 'lb', flows, ratePps: Math.min(opts.cpuRatePps, 50_000), durationS: Math.min(1, opts.durationS), pids });
+        const overload = await lbRun(0);
+        const search = await searchMaxRate(lbRun, Math.min(overload.deliveredPps, genAlone.sentPps) * 0.95, opts.searchSteps);
+        const atCpuRate = await lbRun(opts.cpuRatePps);
+        out.cases.push({ name: k.name, kind: k.kind, io: k.io ?? null, flows, overload, search, atCpuRate, daemonRssBytes: daemon ? rssOf(daemon.pid) : null });
+      }
+    } finally {
+      await teardown();
+    }
+  }
+
+  // Generator and sink alone at each rate a forwarder was measured at, for the differential.
+  log('pps: baselines at the same paced rates');
+  const baselines = new Map();
+  const baseline = async (flows, ratePps) => {
+    const key = `${flows}/${ratePps}`;
+    if (!baselines.has(key)) {
+      const r = await run({ via: 'direct', flows, ratePps });
+      log(`  direct ${flows} flows: ${brief(r)}`);
+      baselines.set(key, r);
+    }
+    return baselines.get(key);
+  };
+  for (const c of out.cases) {
+    const b = await baseline(c.flows, opts.cpuRatePps);
+    c.lbUsPerPacketAtCpuRate = differentialUs(c.atCpuRate.cpu.usPerPacket, b.cpu.usPerPacket);
+    c.baselineAtCpuRate = b.cpu.usPerPacket;
+    if (c.search.best) {
+      const bm = await baseline(c.flows, c.search.best.targetPps);
+      c.lbUsPerPacketAtMaxRate = differentialUs(c.search.best.cpu.usPerPacket, bm.cpu.usPerPacket);
+      c.baselineAtMaxRate = bm.cpu.usPerPacket;
+    } else {
+      c.lbUsPerPacketAtMaxRate = null;
+    }
+  }
+  for (const c of out.cases) {
+    const kernel = out.cases.find((x) => x.kind === 'kernel' && x.flows === c.flows);
+    c.ratioToKernelAtCpuRate = kernel ? kernel.lbUsPerPacketAtCpuRate / c.lbUsPerPacketAtCpuRate : null;
+    c.ratioToKernelAtMaxRate = kernel && kernel.lbUsPerPacketAtMaxRate && c.lbUsPerPacketAtMaxRate ? kernel.lbUsPerPacketAtMaxRate / c.lbUsPerPacketAtMaxRate : null;
+  }
+  out.baselines = [...baselines.values()];
+  return out;
+}
+
+function rssOf(pid) {
+  try {
+    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) * 1024 : null;
+  } catch {
+    return null;
+  }
+}
+
+async function downloadSuite(bl, dir) {
+  const { lab, sink } = bl;
+  await lab.startHttpServers();
+  const objects = opts.downloadObjects;
+  const out = { objectBytes: OBJECT_BYTES, objects, settings: [] };
+  const fetch = (host, pids) => downloadRun(bl, { host, objects, pids });
+  for (const on of [false, true]) {
+    const offloads = await setOffloads(bl, on);
+    log(`download: offloads ${on ? 'on' : 'off'} (${JSON.stringify(offloads)}), ${objects} x 10 MiB`);
+    // Warm the path (ARP, JIT of the HTTP server) outside the measurement.
+    await downloadRun(bl, { host: sink.ipv4, objects: 1 });
+    const directRuns = [await fetch(sink.ipv4, [])];
+    log(`  direct: ${directRuns[0].megabytesPerSecond.toFixed(0)} MB/s, ${directRuns[0].busySecondsPerGB.toFixed(3)} busy s/GB`);
+
+    const hp = await startHaproxy(bl, dir);
+    await downloadRun(bl, { host: lab.vip, objects: 1 });
+    const haproxy = await fetch(lab.vip, [hp.proc.pid]);
+    await hp.stop();
+    log(`  haproxy: ${haproxy.megabytesPerSecond.toFixed(0)} MB/s, ${haproxy.busySecondsPerGB.toFixed(3)} busy s/GB, process ${haproxy.processSecondsPerGB.toFixed(3)} s/GB`);
+
+    const d = await startDsrlb(bl, dir, 'afpacket');
+    let dsrlb;
+    try {
+      await downloadRun(bl, { host: lab.vip, objects: 1 });
+      dsrlb = await fetch(lab.vip, [d.pid]);
+      dsrlb.metrics = await dsrlbMetrics(bl);
+    } finally {
+      await stopProcess(d);
+    }
+    log(`  dsrlb: ${dsrlb.megabytesPerSecond.toFixed(0)} MB/s, ${dsrlb.busySecondsPerGB.toFixed(3)} busy s/GB, process ${dsrlb.processSecondsPerGB.toFixed(3)} s/GB, ${dsrlb.metrics.rx} packets through the LB`);
+
+    if (!quick) {
+      directRuns.push(await fetch(sink.ipv4, []));
+      log(`  direct again: ${directRuns[1].busySecondsPerGB.toFixed(3)} busy s/GB`);
+    }
+    const directPerGB = directRuns.reduce((s, r) => s + r.busySecondsPerGB, 0) / directRuns.length;
+    const lbPerGB = (r) => r.busySecondsPerGB - directPerGB;
+    out.settings.push({
+      offloads: on ? 'on' : 'off',
+      ethtool: offloads,
+      direct: directRuns,
+      haproxy,
+      dsrlb,
+      lbSecondsPerGB: { haproxy: lbPerGB(haproxy), dsrlb: lbPerGB(dsrlb) },
+      processSecondsPerGB: { haproxy: haproxy.processSecondsPerGB, dsrlb: dsrlb.processSecondsPerGB },
+      ratio: lbPerGB(dsrlb) / lbPerGB(haproxy),
+      processRatio: dsrlb.processSecondsPerGB / haproxy.processSecondsPerGB,
+    });
+  }
+  // Back to the defaults.
+  await setOffloads(bl, true);
+  return out;
+}
+
+function runNode(args) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    onCleanup(() => {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    });
+    child.once('exit', (code) => {
+      if (code !== 0) return reject(new Error(`node ${args.join(' ')}: exit ${code}\n${err}`));
+      const line = out.trim().split('\n').pop();
+      resolve(JSON.parse(line));
+    });
+  });
+}
+
+async function microSuite() {
+  const q = quick ? ['--quick'] : [];
+  const m = {};
+  log('micro: maglev build');
+  m.maglev = await runNode(['bench/micro/maglev-build.js', ...q]);
+  log('micro: flow table at 1M entries');
+  m.flowTable = await runNode(['bench/micro/flow-table.js', ...q]);
+  log('micro: engine over in-memory batches');
+  m.engine = await runNode(['bench/micro/engine-batch.js', ...q]);
+  log(`micro: heap-flat run (${quick ? 10 : 60} s)`);
+  m.heap = await runNode(['--expose-gc', 'bench/micro/engine-heap.js', ...q]);
+  log('micro: RSS with 1M flows');
+  m.flowsRss = await runNode(['--expose-gc', 'bench/micro/flows-rss.js']);
+  return m;
+}
+
+const MB = 1024 * 1024;
+
+function printReport(results) {
+  const lines = [];
+  const m = results.machine;
+  lines.push(`dsrlb benchmark, ${results.mode} mode, ${m.cpus} CPUs (${m.cpuModel}), Linux ${m.kernel}, Node ${m.node}`);
+  lines.push(`background load before the run: ${m.backgroundBusyCores.toFixed(2)} cores busy; after: ${results.backgroundAfterCores?.toFixed(2) ?? '-'}`);
+  if (results.pps) {
+    const p = results.pps;
+    lines.push('', `Packet rates: 60-byte UDP frames, client -> bridge -> LB -> bridge -> sink, veth offloads at defaults (${p.offloads})`);
+    lines.push(`LB CPU/pkt = busy CPU of both cores per delivered packet, minus the same for generator and sink alone at the same paced rate (${formatNumber(opts.cpuRatePps)} pps, and each case's highest rate under 1% loss)`);
+    const rows = p.cases.map((c) => [
+      c.name,
+      c.flows,
+      c.overload.sentPps,
+      c.overload.deliveredPps,
+      c.search.best ? c.search.best.deliveredPps : null,
+      c.search.generatorLimited ? 'gen' : c.search.lowestLossyPps ?? null,
+      c.atCpuRate.loss * 100,
+      c.lbUsPerPacketAtCpuRate,
+      c.lbUsPerPacketAtMaxRate,
+      c.ratioToKernelAtCpuRate,
+      c.atCpuRate.cpu.processUsPerPacket || null,
+    ]);
+    lines.push(
+      formatTable(
+        ['case', 'flows', 'offered pps', 'delivered pps', 'max <1% loss', 'lossy at', `loss% @${formatNumber(opts.cpuRatePps)}`, `LB us/pkt @${formatNumber(opts.cpuRatePps)}`, 'LB us/pkt @max', 'kernel/x', 'process us/pkt'],
+        rows,
+      ),
+    );
+    const alone = p.generatorAlone.map((g) => `${g.flows} flows ${formatNumber(g.sentPps)} pps`).join(', ');
+    lines.push(`generator + sink alone, unpaced: ${alone}`);
+  }
+  if (results.download) {
+    const d = results.download;
+    lines.push('', `Download: ${d.objects} x 10 MiB over one keep-alive connection; LB CPU = busy CPU of both cores minus the direct download's, per 10^9 bytes`);
+    const rows = [];
+    for (const s of d.settings) {
+      for (const name of ['haproxy', 'dsrlb']) {
+        const r = s[name];
+        rows.push([`${name === 'haproxy' ? 'HAProxy TCP mode' : 'dsrlb L2 DSR'}`, s.offloads, r.megabytesPerSecond, r.busySecondsPerGB, s.lbSecondsPerGB[name], r.processSecondsPerGB, name === 'dsrlb' ? s.ratio : null]);
+      }
+      rows.push(['direct (no LB)', s.offloads, s.direct[0].megabytesPerSecond, s.direct.reduce((a, r) => a + r.busySecondsPerGB, 0) / s.direct.length, null, null, null]);
+    }
+    lines.push(formatTable(['path', 'offloads', 'MB/s', 'busy s/GB', 'LB s/GB', 'process s/GB', 'dsrlb/HAProxy'], rows));
+  }
+  if (results.micro) {
+    const mi = results.micro;
+    lines.push('', 'Micro-benchmarks (in-process, no I/O)');
+    lines.push(formatTable(['Maglev build', 'reals', 'median ms', 'best ms'], mi.maglev.cases.map((c) => [`M=${c.tableSize}`, c.realCount, c.medianMs, c.bestMs])));
+    const ft = mi.flowTable;
+    lines.push(`flow table, ${formatNumber(ft.entries)} entries: insert ${formatNumber(ft.insertNs)} ns, lookup hit ${formatNumber(ft.lookupHitSequentialNs)} ns (arrival order) / ${formatNumber(ft.lookupHitRandomNs)} ns (random), miss ${formatNumber(ft.lookupMissNs)} ns; arrays ${formatNumber(ft.tableBytes / MB)} MiB`);
+    lines.push(formatTable(['engine, in-memory batches', 'ns/packet', 'Mpps'], mi.engine.cases.map((c) => [c.name, c.nsPerPacket, c.mpps])));
+    const h = mi.heap;
+    lines.push(`heap over ${h.seconds.toFixed(0)} s at full speed: ${formatNumber(h.heapUsedStart / MB)} -> ${formatNumber(h.heapUsedEnd / MB)} MiB (${h.heapChangePct >= 0 ? '+' : ''}${h.heapChangePct.toFixed(1)}%), ${h.gcDuringRun.minor} minor / ${h.gcDuringRun.major} major GCs, ${formatNumber(h.nsPerPacket)} ns/packet`);
+    const f = mi.flowsRss;
+    lines.push(`1M live flows: process RSS ${formatNumber(f.rssBytes / MB)} MiB (node with the modules loaded: ${formatNumber(f.rssBeforeEngineBytes / MB)} MiB), flow-table arrays ${formatNumber(f.flowTableBytes / MB)} MiB`);
+  }
+  return lines.join('\n');
+}
+
+function chart(results) {
+  const charts = [];
+  if (results.pps) {
+    const cases = results.pps.cases;
+    const label = (c) => `${c.name.replace('dsrlb io ', 'dsrlb ')}\n${c.flows} flow${c.flows === 1 ? '' : 's'}`;
+    charts.push({
+      title: 'Packet rate (60-byte UDP frames)',
+      unit: 'packets/s',
+      series: ['delivered at overload', 'highest rate under 1% loss'],
+      groups: cases.map((c) => ({ label: label(c), values: [c.overload.deliveredPps, c.search.best?.deliveredPps ?? null] })),
+    });
+    charts.push({
+      title: 'LB CPU per packet (differential, both cores)',
+      unit: 'microseconds',
+      series: [`at ${formatNumber(opts.cpuRatePps)} pps`, 'at the highest rate under 1% loss'],
+      groups: cases.map((c) => ({ label: label(c), values: [c.lbUsPerPacketAtCpuRate, c.lbUsPerPacketAtMaxRate] })),
+    });
+  }
+  if (results.download) {
+    charts.push({
+      title: 'Download: LB CPU per GB delivered',
+      unit: 'CPU seconds / GB',
+      series: ['HAProxy TCP mode', 'dsrlb L2 DSR'],
+      groups: results.download.settings.map((s) => ({ label: `offloads ${s.offloads}`, values: [s.lbSecondsPerGB.haproxy, s.lbSecondsPerGB.dsrlb] })),
+    });
+  }
+  return renderSvg(`dsrlb benchmark (${results.mode}), ${results.startedAt}`, charts);
+}
+
+async function main() {
+  preflight();
+  cleanupOnSignals();
+  const started = Date.now();
+  const results = { startedAt: new Date().toISOString(), mode: quick ? 'quick' : 'full', options: { ...opts, suites: [...opts.suites] } };
+  log(`${results.mode} run; namespaces ${PREFIX}*`);
+  results.machine = await machineState();
+  if (results.machine.backgroundBusyCores > 0.1) log(`warning: ${results.machine.backgroundBusyCores.toFixed(2)} cores already busy: figures will be noisy`);
+  try {
+    if (opts.suites.has('pps') || opts.suites.has('download')) {
+      const bins = await buildTrafgen(opts.outDir);
+      const bl = await createBenchLab(PREFIX);
+      const dir = scratchDir(PREFIX);
+      if (opts.suites.has('pps')) results.pps = await ppsSuite(bl, bins, dir);
+      if (opts.suites.has('download')) results.download = await downloadSuite(bl, dir);
+    }
+  } finally {
+    await runCleanups();
+  }
+  if (opts.suites.has('micro')) results.micro = await microSuite();
+  const a = takeSample();
+  await sleep(500);
+  results.backgroundAfterCores = machineBusy(a, takeSample()).cores;
+  results.elapsedS = (Date.now() - started) / 1000;
+  const text = printReport(results);
+  console.log(text);
+  writeJson(join(opts.outDir, 'results.json'), results);
+  writeFileSync(join(opts.outDir, 'chart.svg'), chart(results));
+  writeFileSync(join(opts.outDir, 'results.txt'), `${text}\n`);
+  log(`done in ${results.elapsedS.toFixed(0)} s: ${join(opts.outDir, 'results.json')}, chart.svg, results.txt`);
+}
+
+main().catch(async (err) => {
+  process.stderr.write(`bench: ${err.stack ?? err}\n`);
+  await runCleanups();
+  process.exit(1);
+});
