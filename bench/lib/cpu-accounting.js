@@ -48,12 +48,56 @@ export function parseSchedstat(text) {
   return Number.isFinite(ns) ? ns : 0;
 }
 
+/** PF_KTHREAD in /proc/<pid>/stat flags: a kernel thread (ksoftirqd, kworker). */
+const PF_KTHREAD = 0x00200000;
+
 /**
- * A CPU sample: wall clock and /proc/stat, plus the threads of the given processes.
+ * The fields of /proc/<pid>/stat the accounting needs. utime + stime add up to the process's exact
+ * run time (the kernel scales the tick-sampled split to sum_exec_runtime), in 1/USER_HZ units;
+ * cutime + cstime hold the children it has reaped.
+ * @param {string} text
+ */
+export function parseProcPidStat(text) {
+  const close = text.lastIndexOf(')');
+  const open = text.indexOf('(');
+  if (open < 0 || close < open) return null;
+  const f = text.slice(close + 2).split(' ');
+  // f[0] is field 3 (state): field n is f[n - 3].
+  const num = (n) => Number(f[n - 3]);
+  return {
+    pid: Number(text.slice(0, open).trim()),
+    comm: text.slice(open + 1, close),
+    ppid: num(4),
+    kernelThread: (num(9) & PF_KTHREAD) !== 0,
+    ticks: num(14) + num(15),
+    childTicks: num(16) + num(17),
+  };
+}
+
+/** Every process's run time (ticks), for telling other people's work from ours. */
+function readAllProcesses() {
+  /** @type {Record<string, { ticks: number, childTicks: number, kernelThread: boolean, comm: string }>} */
+  const procs = {};
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const p = parseProcPidStat(readFileSync(`/proc/${name}/stat`, 'utf8'));
+      if (p) procs[name] = { ticks: p.ticks, childTicks: p.childTicks, kernelThread: p.kernelThread, comm: p.comm };
+    } catch {
+      // exited while we looked
+    }
+  }
+  return procs;
+}
+
+/**
+ * A CPU sample: wall clock and /proc/stat, the threads of the given processes (exact run time from
+ * schedstat) and, when asked, every process's run time.
  * @param {readonly number[]} [pids]
+ * @param {{ allProcesses?: boolean }} [opts]
  * @returns {import('./cpu-accounting.js').CpuSample}
  */
-export function takeSample(pids = []) {
+export function takeSample(pids = [], opts = {}) {
   const statText = readFileSync('/proc/stat', 'utf8');
   const wallNs = Number(process.hrtime.bigint());
   /** @type {Record<string, number>} */
@@ -75,7 +119,35 @@ export function takeSample(pids = []) {
       }
     }
   }
-  return { wallNs, cpus: parseProcStat(statText), threads };
+  return { wallNs, cpus: parseProcStat(statText), threads, procs: opts.allProcesses ? readAllProcesses() : null };
+}
+
+/**
+ * CPU seconds that user-space processes other than `own` (and this one) used between two samples,
+ * with the children they reaped: other people's work on a shared machine. Kernel threads are left
+ * out (softirq work pushed to ksoftirqd belongs to the traffic). A process that started and ended
+ * between the samples is seen only once its parent reaps it.
+ * @param {import('./cpu-accounting.js').CpuSample} a
+ * @param {import('./cpu-accounting.js').CpuSample} b
+ * @param {readonly number[]} own
+ * @param {number} [userHz]
+ */
+export function foreignTime(a, b, own, userHz = USER_HZ) {
+  if (!a.procs || !b.procs) return { seconds: 0, top: [] };
+  const ours = new Set([...own.map(String), String(process.pid)]);
+  let ticks = 0;
+  const top = [];
+  for (const [pid, pb] of Object.entries(b.procs)) {
+    if (pb.kernelThread || ours.has(pid)) continue;
+    const pa = a.procs[pid];
+    const d = pa && pa.comm === pb.comm ? pb.ticks - pa.ticks + (pb.childTicks - pa.childTicks) : pb.ticks + pb.childTicks;
+    if (d > 0) {
+      ticks += d;
+      top.push({ pid: Number(pid), comm: pb.comm, seconds: d / userHz });
+    }
+  }
+  top.sort((x, y) => y.seconds - x.seconds);
+  return { seconds: ticks / userHz, top: top.slice(0, 3) };
 }
 
 /**

@@ -2,22 +2,24 @@
 // the real directly, through HAProxy, or through dsrlb; machine busy time and the LB process's
 // thread time are taken over the whole transfer.
 
-import { machineBusy, secondsPerGB, takeSample, threadTime } from './cpu-accounting.js';
+import { foreignTime, machineBusy, secondsPerGB, takeSample, threadTime } from './cpu-accounting.js';
 import { HTTP_PORT } from './bench-lab.js';
 
 export const OBJECT_BYTES = 10 * 1024 * 1024;
 
 /**
  * @param {{ lab: any }} bl
- * @param {{ host: string, objects: number, pids?: number[], timeoutS?: number }} o
+ * @param {{ host: string, objects: number, pids?: number[], serverPids?: number[], timeoutS?: number }} o
+ * pids: the LB process (its threads are timed); serverPids: other processes of ours (the HTTP server).
  */
 export async function downloadRun(bl, o) {
   const { lab } = bl;
   const url = `http://${o.host}:${HTTP_PORT}/bytes/${OBJECT_BYTES}?n=[1-${o.objects}]`;
   const argv = ['curl', '-s', '-o', '/dev/null', '--max-time', String(o.timeoutS ?? 300), '-w', '%{http_code} %{size_download}\\n', url];
-  const a = takeSample(o.pids ?? []);
+  const own = [...(o.pids ?? []), ...(o.serverPids ?? [])];
+  const a = takeSample(o.pids ?? [], { allProcesses: true });
   const r = await lab.exec(lab.client, argv, { timeoutMs: ((o.timeoutS ?? 300) + 30) * 1000 });
-  const b = takeSample(o.pids ?? []);
+  const b = takeSample(o.pids ?? [], { allProcesses: true });
   let bytes = 0;
   let ok = 0;
   for (const line of r.stdout.trim().split('\n')) {
@@ -30,15 +32,21 @@ export async function downloadRun(bl, o) {
   }
   const busy = machineBusy(a, b);
   const threads = threadTime(a, b);
+  // curl is a child of `ip netns exec`, which this process reaps: it is ours, not foreign.
+  const foreign = foreignTime(a, b, own);
+  const busyS = Math.max(0, busy.busyS - foreign.seconds);
   return {
     host: o.host,
     objects: o.objects,
     bytes,
     seconds: busy.wallS,
     megabytesPerSecond: bytes / 1e6 / busy.wallS,
-    busyS: busy.busyS,
-    cores: busy.cores,
-    busySecondsPerGB: secondsPerGB(busy.busyS, bytes),
+    busyS,
+    cores: busyS / busy.wallS,
+    machineBusyS: busy.busyS,
+    foreignS: foreign.seconds,
+    foreignTop: foreign.top,
+    busySecondsPerGB: secondsPerGB(busyS, bytes),
     processS: threads.totalS,
     processSecondsPerGB: secondsPerGB(threads.totalS, bytes),
     byThread: threads.byName,

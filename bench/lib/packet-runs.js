@@ -5,7 +5,7 @@
 
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { lossFraction, machineBusy, takeSample, threadTime, usPerPacket } from './cpu-accounting.js';
+import { foreignTime, lossFraction, machineBusy, takeSample, threadTime, usPerPacket } from './cpu-accounting.js';
 import { ROOT, UDP_PORT, runHere, sleep, spawnIn, stopProcess } from './bench-lab.js';
 
 /** Compiles bench/trafgen/*.c into outDir/bin; returns the binaries' paths. */
@@ -87,9 +87,9 @@ export async function packetRun(bl, bins, o) {
     const startMs = Math.max(150, o.durationS * 150);
     const windowMs = Math.max(200, o.durationS * 1000 * 0.75);
     await sleep(startMs - (Date.now() - t0));
-    const a = takeSample(o.pids ?? []);
+    const a = takeSample(o.pids ?? [], { allProcesses: true });
     await sleep(windowMs);
-    const b = takeSample(o.pids ?? []);
+    const b = takeSample(o.pids ?? [], { allProcesses: true });
     const genExit = await gen.exited;
     if (genExit.code !== 0) throw new Error(`udpgen exited ${genExit.code ?? genExit.signal}:\n${gen.lines.join('\n')}`);
     const g = lastJson(gen.lines, 'udpgen');
@@ -98,6 +98,9 @@ export async function packetRun(bl, bins, o) {
     const deliveredPps = s.received / g.durationS;
     const busy = machineBusy(a, b);
     const threads = threadTime(a, b);
+    const foreign = foreignTime(a, b, [...(o.pids ?? []), gen.pid, sinkProc.pid]);
+    // Other people's processes on a shared machine are not the forwarder's cost.
+    const ownBusyS = Math.max(0, busy.busyS - foreign.seconds);
     const windowPackets = deliveredPps * busy.wallS;
     return {
       via: o.via,
@@ -112,11 +115,14 @@ export async function packetRun(bl, bins, o) {
       sinkRcvbufErrors: s.udpRcvbufErrors,
       cpu: {
         windowS: busy.wallS,
-        busyS: busy.busyS,
-        cores: busy.cores,
+        busyS: ownBusyS,
+        cores: ownBusyS / busy.wallS,
+        machineBusyS: busy.busyS,
+        foreignS: foreign.seconds,
+        foreignTop: foreign.top,
         stealS: busy.stealS,
         tickBusyS: busy.tickBusyS,
-        usPerPacket: usPerPacket(busy.busyS, windowPackets),
+        usPerPacket: usPerPacket(ownBusyS, windowPackets),
         processS: threads.totalS,
         processUsPerPacket: usPerPacket(threads.totalS, windowPackets),
         byThread: threads.byName,

@@ -37,7 +37,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: udpgen --ifname IF --src-mac MAC --dst-mac MAC --src-ip IP --dst-ip IP --dst-port N\n"
           "              [--flows N] [--rate PPS (0 = as fast as possible)] [--duration S]\n"
-          "              [--frame-bytes 60] [--batch 64] [--tick-us 200] [--magic N] [--cpu N]\n");
+          "              [--frame-bytes 60] [--batch 64] [--tick-us 500] [--magic N] [--cpu N]\n");
   exit(2);
 }
 
@@ -117,7 +117,7 @@ static void build_frame(uint8_t *f, size_t len, const uint8_t *dmac, const uint8
 
 int main(int argc, char **argv) {
   const char *ifname = NULL, *smac_s = NULL, *dmac_s = NULL, *sip_s = NULL, *dip_s = NULL;
-  long dport = -1, flows = 1, frame_bytes = 60, batch = 64, tick_us = 200, cpu = -1;
+  long dport = -1, flows = 1, frame_bytes = 60, batch = 64, tick_us = 500, cpu = -1;
   double rate = 0, duration = 1;
   unsigned long magic = 0x64737262; // "dsrb"
   for (int i = 1; i < argc; i++) {

@@ -183,6 +183,16 @@ export async function main(args: string[]): Promise<number> {
         ),
     )
     .command(
+      'decap',
+      'user-space IPIP / IPv6-in-IPv6 decapsulation on a real server whose kernel has no ipip/ip6_tunnel',
+      (y) =>
+        y
+          .option('interface', { type: 'string', describe: 'receive tunnel packets on this interface only' })
+          .option('vip', { type: 'string', array: true, demandOption: true, describe: 'VIP(s) inner packets must be addressed to (comma-separated or repeated)' })
+          .option('tun', { type: 'string', describe: 'TUN device name (default dsrlb-decap0)' }),
+      (a) => setExit(import('../decap/decap-command.js').then((m) => m.runDecap({ interface: a.interface, vips: a.vip.flatMap((v) => v.split(',')), tunName: a.tun }))),
+    )
+    .command(
       'demo',
       'build a lab of network namespaces, run dsrlb in it, send traffic and show where it went',
       (y) => y.option('down', { type: 'boolean', default: false, describe: 'remove the demo lab' }).option('requests', { type: 'number', default: 60 }),
