@@ -233,23 +233,24 @@ export class Engine {
     }
     const id = this.nextFragmentId;
     this.nextFragmentId = (id + 1) >>> 0;
-    if (fit === MTU_FITS) {
-      const rc = encapsulate(buf, pkt, batch.headroom, flags, templates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, id & 0xfffff, out);
-      if (rc < 0) return rc;
-      batch.txOffsets[i] = out[0]!;
-      batch.txLengths[i] = out[1]!;
-      return VERDICT_TX;
-    }
-    // Outer fragments: checksums must be complete first (fragments carry no offload metadata).
+    // Complete a partial checksum here: a virtual NIC (veth) hands CHECKSUM_PARTIAL through to the
+    // receiver, and a real that decapsulates in user space (dsrlb decap) would see the inner
+    // checksum unfinished; outer fragments carry no offload metadata either.
     if ((flags & FRAME_CSUM_PARTIAL) !== 0) {
       completePartialChecksum(buf, pkt);
       if ((flags & FRAME_HAS_VNET_HDR) !== 0) buf[pkt.frameOffset - VNET_HDR_LEN] = 0;
     }
-    const rc = encapsulate(buf, pkt, batch.headroom, flags & ~FRAME_CSUM_PARTIAL, templates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, id & 0xfffff, out);
+    const plainFlags = flags & ~FRAME_CSUM_PARTIAL;
+    const rc = encapsulate(buf, pkt, batch.headroom, plainFlags, templates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, id & 0xfffff, out);
     if (rc < 0) return rc;
+    if (fit === MTU_FITS) {
+      batch.txOffsets[i] = out[0]!;
+      batch.txLengths[i] = out[1]!;
+      return VERDICT_TX;
+    }
     const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
     const frag = this.fragOut;
-    const n = fragmentOuter(buf, out[0]!, out[1]!, batch.headroom - overhead, flags, mtu, id, batch.extraBuf, this.extraPos, gap, frag);
+    const n = fragmentOuter(buf, out[0]!, out[1]!, batch.headroom - overhead, plainFlags, mtu, id, batch.extraBuf, this.extraPos, gap, frag);
     if (n < 0) return n;
     batch.txOffsets[i] = frag[1]!;
     batch.txLengths[i] = frag[2]!;
