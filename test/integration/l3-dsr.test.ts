@@ -158,4 +158,23 @@ describe('L3 DSR (IPIP)', () => {
       await lab.exec(ipipReal, ['sh', join(ROOT, 'deploy/linux/dsrlb-realserver'), 'setup', '--vip', lab.vip]);
     }
   }, 120_000);
+
+  it('dsrlb-realserver check --mode ipip names each broken piece (VIP, arp_ignore, rp_filter) and passes after setup', async () => {
+    const script = (args: string[]) => lab.exec(ipipReal, ['sh', join(ROOT, 'deploy/linux/dsrlb-realserver'), ...args]);
+    expect((await script(['check', '--vip', lab.vip, '--mode', 'ipip'])).code).toBe(0); // decap stands in for tunl0
+    await lab.exec(ipipReal, ['ip', 'addr', 'del', `${lab.vip}/32`, 'dev', 'lo']);
+    await lab.exec(ipipReal, ['sysctl', '-qw', 'net.ipv4.conf.eth0.arp_ignore=0']);
+    await lab.exec(ipipReal, ['sysctl', '-qw', 'net.ipv4.conf.all.rp_filter=1']);
+    const broken = await script(['check', '--vip', lab.vip, '--mode', 'ipip']);
+    expect(broken.code).toBe(1);
+    expect(broken.stdout).toContain(`VIP ${lab.vip} missing on lo: run: ip addr add ${lab.vip}/32 dev lo`);
+    expect(broken.stdout).toContain('net.ipv4.conf.eth0.arp_ignore is 0, want 1');
+    expect(broken.stdout).toContain('net.ipv4.conf.all.rp_filter is 1, want 0');
+    expect(broken.stdout).toContain('3 problem(s) found');
+    const setup = await script(['setup', '--vip', lab.vip, '--mode', 'ipip']);
+    expect(setup.code, setup.stdout + setup.stderr).toBe(0);
+    const fixed = await script(['check', '--vip', lab.vip, '--mode', 'ipip']);
+    expect(fixed.code, fixed.stdout).toBe(0);
+    expect((await httpCount(lab, 30)).ok).toBe(30);
+  }, 60_000);
 });

@@ -511,3 +511,117 @@ export class ScaleOutLab {
     }
   }
 }
+
+export interface CountResult {
+  ok: number;
+  failed: number;
+  byReal: Record<string, number>;
+  distinctPorts: number;
+  errors: Record<string, number>;
+}
+
+/** `n` HTTP requests from the client, each on a new connection (dist/lab/http-client.js --count). */
+export async function httpCount(lab: ScaleOutLab, vip: string, n: number, opts: { concurrency?: number; timeoutMs?: number } = {}): Promise<CountResult> {
+  const args = [process.execPath, join(ROOT, 'dist/lab/http-client.js'), '--host', vip, '--count', String(n)];
+  if (opts.concurrency) args.push('--concurrency', String(opts.concurrency));
+  if (opts.timeoutMs) args.push('--timeout', String(opts.timeoutMs));
+  const r = await lab.exec(lab.client.ns, args, { timeoutMs: 180_000 });
+  if (r.code !== 0) throw new ScaleOutLabError(`http-client: ${r.stderr}`);
+  return JSON.parse(r.stdout.trim().split('\n').pop()!) as CountResult;
+}
+
+export interface KeepAliveRound {
+  round: number;
+  answers: ({ port: number; real: string } | { port: number; error: string })[];
+}
+
+/** N keep-alive connections from the client (http-client --keepalive); each round() sends one request on each. */
+export class KeepAliveClient {
+  private readonly lines: string[] = [];
+  private waiters: (() => void)[] = [];
+  private constructor(private readonly proc: ChildProcess) {
+    createInterface({ input: proc.stdout! }).on('line', (l) => {
+      this.lines.push(l);
+      for (const w of this.waiters.splice(0)) w();
+    });
+  }
+
+  static async open(lab: ScaleOutLab, vip: string, n: number, timeoutMs: number): Promise<{ client: KeepAliveClient; opened: number; ports: number[] }> {
+    const proc = lab.spawn(lab.client.ns, [process.execPath, join(ROOT, 'dist/lab/http-client.js'), '--host', vip, '--keepalive', String(n), '--timeout', String(timeoutMs)], {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    });
+    const c = new KeepAliveClient(proc);
+    const first = JSON.parse(await c.nextLine(timeoutMs * 2)) as { opened: number; ports: number[] };
+    return { client: c, ...first };
+  }
+
+  private async nextLine(timeoutMs: number): Promise<string> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.lines.length === 0) {
+      if (this.proc.exitCode !== null) throw new ScaleOutLabError(`keep-alive client exited ${this.proc.exitCode}`);
+      if (Date.now() > deadline) throw new ScaleOutLabError('keep-alive client: no output');
+      await new Promise<void>((r) => {
+        this.waiters.push(r);
+        setTimeout(r, 100);
+      });
+    }
+    return this.lines.shift()!;
+  }
+
+  /** One request on every connection; resolves with the answers and how long the round took. */
+  async round(timeoutMs = 30_000): Promise<KeepAliveRound & { durationMs: number }> {
+    const start = Date.now();
+    this.proc.stdin!.write('go\n');
+    const r = JSON.parse(await this.nextLine(timeoutMs)) as KeepAliveRound;
+    return { ...r, durationMs: Date.now() - start };
+  }
+
+  async close(): Promise<void> {
+    if (this.proc.exitCode !== null || this.proc.signalCode !== null) return;
+    const exited = new Promise((r) => this.proc.once('exit', r));
+    this.proc.stdin!.end('quit\n');
+    await exited;
+  }
+}
+
+/** Counts IPv4 frames with source `vip` on an LB's eth0 (replies that crossed the LB: DSR wants none). */
+export async function captureVipSourced(lab: ScaleOutLab, lb: LbHost, vip: string): Promise<{ stop: () => Promise<number> }> {
+  const p = lab.spawn(lb.ns, ['tcpdump', '-i', 'eth0', '-nn', '-l', '-q', '--immediate-mode', 'ip', 'and', 'src', 'host', vip], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let frames = 0;
+  createInterface({ input: p.stdout! }).on('line', (l) => {
+    if (l.includes(' IP ')) frames++;
+  });
+  // tcpdump says "listening on" once the capture is open: traffic before that would be missed.
+  await new Promise<void>((done, reject) => {
+    const t = setTimeout(() => reject(new ScaleOutLabError(`tcpdump on ${lb.name} did not start`)), 10_000);
+    createInterface({ input: p.stderr! }).on('line', (l) => {
+      if (l.includes('listening on')) {
+        clearTimeout(t);
+        done();
+      }
+    });
+    p.once('exit', (c) => reject(new ScaleOutLabError(`tcpdump on ${lb.name} exited ${c}`)));
+  });
+  return {
+    stop: async () => {
+      await sleep(300);
+      const exited = new Promise((r) => p.once('exit', r));
+      p.kill('SIGTERM');
+      await exited;
+      return frames;
+    },
+  };
+}
+
+/** Absolute TCP counters of a namespace (nstat -as: no history file touched), e.g. TcpExtTCPSynRetrans. */
+export async function tcpCounters(lab: ScaleOutLab, ns: string, names: readonly string[]): Promise<Record<string, number>> {
+  const r = await lab.exec(ns, ['nstat', '-asz', ...names]);
+  if (r.code !== 0) throw new ScaleOutLabError(`nstat in ${ns}: ${r.stderr}`);
+  const out: Record<string, number> = {};
+  for (const name of names) out[name] = 0;
+  for (const line of r.stdout.split('\n')) {
+    const [name, value] = line.trim().split(/\s+/);
+    if (name !== undefined && name in out) out[name] = Number(value);
+  }
+  return out;
+}
