@@ -121,6 +121,21 @@ export async function main(args: string[]): Promise<number> {
       (a) => setExit(intent(a as never, verb)),
     );
   }
+  for (const verb of ['announce', 'withdraw'] as const) {
+    parser.command(
+      `${verb} <service>`,
+      verb === 'announce' ? "announce the service's VIP through BIRD again (undo withdraw)" : "withdraw the service's VIP from BIRD (the router stops sending it here)",
+      (y) => adminOptions(y).positional('service', { type: 'string', demandOption: true }),
+      (a) =>
+        setExit(
+          (async () => {
+            const { data } = await adminRequest(await resolveAdminTarget(a), 'POST', `/services/${encodeURIComponent(a.service)}/${verb}`);
+            print(`${String(data.service)}: ${data.announce ? 'announced' : 'withdrawn'}`);
+            return 0;
+          })(),
+        ),
+    );
+  }
   parser
     .command(
       'weight <service> <real> <weight>',

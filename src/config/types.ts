@@ -51,7 +51,22 @@ export interface ServiceConfig {
   readonly whenAllDown: WhenAllDown; // default failOpen
   readonly tableSize: number; // Maglev table size, a prime; default 65537
   readonly healthCheck: HealthCheckConfig; // default type none
+  /** Announce this service's VIP through BIRD when announce.enabled (default true). */
+  readonly announce: boolean;
   readonly reals: readonly RealConfig[];
+}
+
+/** Scale-out: VIP announcement through BIRD (a TUN "dead man's switch" per VIP, see docs/scale-out.md). */
+export interface AnnounceConfig {
+  readonly enabled: boolean; // default false
+  /** The BIRD snippet dsrlb writes (static protocols dsrlb_v4 / dsrlb_v6); default /run/dsrlb/bird-routes.conf */
+  readonly routesFile: string;
+  /** BIRD control socket: `birdc -s PATH configure` after routesFile changes; null: the operator reloads BIRD. */
+  readonly birdSocket: string | null;
+  /** Keep announcing a VIP whose service is in failOpen panic (default true). */
+  readonly onFailOpen: boolean;
+  /** On a clean stop: carrier off, then wait this long before the packet loop stops (default 300 ms). */
+  readonly withdrawDelayMs: number;
 }
 
 export interface FlowTableConfig {
@@ -69,6 +84,7 @@ export interface Config {
   readonly metrics: { readonly listen: ListenAddress }; // default 127.0.0.1:9742
   readonly admin: { readonly listen: ListenAddress; readonly tokenFile: string | null }; // default 127.0.0.1:9743
   readonly stateFile: string | null; // runtime intent; default: "<config dir>/dsrlb.state.json"
+  readonly announce: AnnounceConfig;
   readonly services: readonly ServiceConfig[];
 }
 

@@ -45,13 +45,16 @@ const WHEN_ALL_DOWN: readonly WhenAllDown[] = ['failOpen', 'drop'];
 const IO_KINDS: readonly IoKind[] = ['afpacket', 'pcap'];
 const CHECK_TYPES: readonly HealthCheckType[] = ['tcp', 'http', 'https', 'udp', 'icmp', 'exec', 'none'];
 
-const TOP_KEYS = ['interface', 'io', 'hashSeed', 'flowTable', 'tunnel', 'metrics', 'admin', 'stateFile', 'services'];
+const TOP_KEYS = ['interface', 'io', 'hashSeed', 'flowTable', 'tunnel', 'metrics', 'admin', 'stateFile', 'announce', 'services'];
+const ANNOUNCE_KEYS = ['enabled', 'routesFile', 'birdSocket', 'onFailOpen', 'withdrawDelay'];
+export const DEFAULT_ROUTES_FILE = '/run/dsrlb/bird-routes.conf';
+const DEFAULT_WITHDRAW_DELAY_MS = 300;
 const FLOW_TABLE_KEYS = ['capacity', 'tcpTimeouts', 'udpTimeout'];
 const TCP_TIMEOUT_KEYS = ['syn', 'established', 'fin'];
 const TUNNEL_KEYS = ['sourceV4', 'sourceV6'];
 const METRICS_KEYS = ['listen'];
 const ADMIN_KEYS = ['listen', 'tokenFile'];
-const SERVICE_KEYS = ['name', 'vip', 'port', 'protocol', 'scheduler', 'forwarding', 'whenAllDown', 'tableSize', 'healthCheck', 'reals'];
+const SERVICE_KEYS = ['name', 'vip', 'port', 'protocol', 'scheduler', 'forwarding', 'whenAllDown', 'tableSize', 'healthCheck', 'announce', 'reals'];
 const CHECK_KEYS = ['type', 'port', 'path', 'host', 'expectStatus', 'expectBody', 'payload', 'expectPayload', 'command', 'interval', 'timeout', 'rise', 'fall'];
 const REAL_KEYS = ['address', 'weight', 'state', 'forwarding'];
 
@@ -178,6 +181,7 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
   }
   const explicitStateFile = filePath(p, raw, 'stateFile', '', configDir);
   const stateFile = explicitStateFile ?? (configDir === null ? null : join(configDir, STATE_FILE_NAME));
+  const announce = announceSection(p, raw, configDir);
   const services = serviceList(p, raw);
 
   if (p.items.length > 0) return { ok: false, problems: p.items };
@@ -190,6 +194,7 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
     metrics: { listen: metricsListen as ListenAddress },
     admin: { listen: adminListen as ListenAddress, tokenFile },
     stateFile,
+    announce: announce as Config['announce'],
     services,
   };
   return { ok: true, config: deepFreeze(config) };
@@ -222,6 +227,26 @@ function flowTableSection(p: ProblemList, raw: Raw): Config['flowTable'] | undef
     return undefined;
   }
   return { capacity, tcpTimeouts: { synMs, establishedMs, finMs }, udpTimeoutMs };
+}
+
+function announceSection(p: ProblemList, raw: Raw, configDir: string | null): Config['announce'] | undefined {
+  const a = section(p, raw, 'announce', '', ANNOUNCE_KEYS, 'announce settings (enabled, routesFile, birdSocket, onFailOpen, withdrawDelay)');
+  if (a === null) return { enabled: false, routesFile: DEFAULT_ROUTES_FILE, birdSocket: null, onFailOpen: true, withdrawDelayMs: DEFAULT_WITHDRAW_DELAY_MS };
+  const enabled = flag(p, a, 'enabled', 'announce', false);
+  const onFailOpen = flag(p, a, 'onFailOpen', 'announce', true);
+  const routesFile = filePath(p, a, 'routesFile', 'announce', configDir) ?? DEFAULT_ROUTES_FILE;
+  const birdSocket = filePath(p, a, 'birdSocket', 'announce', configDir);
+  const withdrawDelayMs = duration(p, a, 'withdrawDelay', 'announce', DEFAULT_WITHDRAW_DELAY_MS);
+  if (enabled === undefined || onFailOpen === undefined || withdrawDelayMs === undefined) return undefined;
+  return { enabled, routesFile, birdSocket, onFailOpen, withdrawDelayMs };
+}
+
+function flag(p: ProblemList, obj: Raw, key: string, path: string, fallback: boolean): boolean | undefined {
+  const value = obj[key];
+  if (value === undefined || value === null) return fallback;
+  if (typeof value === 'boolean') return value;
+  p.add(join2(path, key), `${describe(value)} is not true or false`);
+  return undefined;
 }
 
 function tunnelSection(p: ProblemList, raw: Raw): Config['tunnel'] {
@@ -356,6 +381,7 @@ function serviceEntry(p: ProblemList, item: unknown, path: string): ServiceEntry
   const whenAllDown = oneOf(p, item, 'whenAllDown', path, WHEN_ALL_DOWN, 'failOpen');
   const tableSize = tableSizeField(p, item, path, scheduler);
   const healthCheck = healthCheckSection(p, item, path, port);
+  const announce = flag(p, item, 'announce', path, true);
   const reals = realList(p, item, path, vip, forwarding);
   if (tableSize !== undefined && reals !== null && reals.length > tableSize) {
     p.add(join2(path, 'tableSize'), `${tableSize} is smaller than the number of reals (${reals.length}); Maglev needs at least one slot per real`);
@@ -379,6 +405,7 @@ function serviceEntry(p: ProblemList, item: unknown, path: string): ServiceEntry
     whenAllDown: whenAllDown as WhenAllDown,
     tableSize: tableSize ?? DEFAULT_TABLE_SIZE,
     healthCheck: healthCheck as HealthCheckConfig,
+    announce: announce as boolean,
     reals: reals as RealConfig[],
   };
   return { service, explicitName };

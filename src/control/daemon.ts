@@ -20,6 +20,7 @@ import { NeighborWatcher } from './neighbors.js';
 import { RealRegistry } from './real-registry.js';
 import { SnapshotBuilder, type RealView, type ServiceBuildReport, type ServiceView, type TunnelSources } from './snapshot-builder.js';
 import { systemRunner } from './host-setup.js';
+import { VipAnnouncer } from './announcer.js';
 
 export const CLOSE_TIMEOUT_MS = 10_000;
 
@@ -83,6 +84,11 @@ export class Daemon {
   /** IPIP reals: the address whose MAC the outer frame goes to (the real on-link, else its gateway). */
   private nextHops = new Map<string, string>();
   private tunnelSources: TunnelSources = { v4: null, v6: null };
+  private announcer: VipAnnouncer | null = null;
+  private announceTimer: NodeJS.Timeout | null = null;
+  private announceBusy = false;
+  /** Services the operator withdrew (`dsrlb withdraw`), by service identity. */
+  private withdrawn = new Set<string>();
   mtu = 1500;
 
   constructor(
@@ -96,6 +102,11 @@ export class Daemon {
       inactiveFlows: (id) => this.inactiveByReal[id] ?? 0,
       flowTableCapacity: () => this.config.flowTable.capacity,
       panic: () => this.lastReports.map((r) => ({ service: r.name, panic: r.panic })),
+      services: () =>
+        this.lastReports.map((r) => {
+          const s = this.config.services.find((x) => x.name === r.name);
+          return { service: r.name, fingerprint: r.tableFingerprint, announced: s ? (this.announcer?.isAnnounced(s.vip) ?? false) : false };
+        }),
       drainFinished: (id) => this.drainFinished(id),
     });
     this.health = new HealthMonitor({
@@ -140,6 +151,7 @@ export class Daemon {
     this.neighbors.setWanted(this.l2RealAddresses());
     this.neighbors.start();
     this.rebuild('start');
+    await this.startAnnouncing();
     this.metrics.reloads.inc({ result: 'success' }, 0);
     this.metrics.lastReloadSuccess.set(Date.now() / 1000);
     this.housekeeping = setInterval(() => this.tick(), 1000);
@@ -218,6 +230,55 @@ export class Daemon {
 
   private vips(): string[] {
     return [...new Set(this.config.services.map((s) => s.vip))];
+  }
+
+  /** Scale-out: VIP gates for BIRD, re-evaluated every 200 ms (loop stalls are seen within ~1 s). */
+  private async startAnnouncing(): Promise<void> {
+    const a = this.config.announce;
+    if (!a.enabled) return;
+    this.announcer ??= new VipAnnouncer(this.log, a.routesFile, a.birdSocket);
+    this.announcer.setFiles(a.routesFile, a.birdSocket);
+    await this.syncAnnouncements();
+    this.announceTimer ??= setInterval(() => void this.syncAnnouncements(), 200);
+  }
+
+  /** Per VIP: announce while the loop runs and a service of the VIP can take new flows. */
+  private announceWanted(): Map<string, boolean> {
+    const loopOk = this.loopRunning && Date.now() - (this.counters[Counter.loopHeartbeatMs] ?? 0) < 1000;
+    const wanted = new Map<string, boolean>();
+    for (const s of this.config.services) {
+      if (!s.announce) continue;
+      const report = this.lastReports.find((r) => r.name === s.name);
+      const eligible = report !== undefined && !report.dropping && (!report.panic || this.config.announce.onFailOpen);
+      const on = loopOk && eligible && !this.withdrawn.has(serviceIdentity(s));
+      wanted.set(s.vip, (wanted.get(s.vip) ?? false) || on);
+    }
+    return wanted;
+  }
+
+  private async syncAnnouncements(): Promise<void> {
+    if (!this.announcer || this.announceBusy) return;
+    this.announceBusy = true;
+    try {
+      await this.announcer.sync(this.announceWanted());
+    } catch (err) {
+      this.log.error('announcement update failed', { error: (err as Error).message });
+    } finally {
+      this.announceBusy = false;
+    }
+  }
+
+  /** Operator override (`dsrlb announce|withdraw SERVICE`), kept in the state file. */
+  async setAnnounce(serviceRef: string, announce: boolean): Promise<{ service: string; announce: boolean }> {
+    const s = this.findService(serviceRef);
+    if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
+    if (!this.config.announce.enabled) throw new DaemonError('ANNOUNCE_DISABLED', 'announce.enabled is false in the config: nothing is announced');
+    if (announce) this.withdrawn.delete(serviceIdentity(s));
+    else this.withdrawn.add(serviceIdentity(s));
+    await this.saveOverrides();
+    this.log.info(announce ? 'operator: announce' : 'operator: withdraw', { service: s.name });
+    await this.syncAnnouncements();
+    return { service: s.name, announce };
   }
 
   /** Addresses whose MACs the data plane needs: L2 reals, and the next hops of IPIP reals. */
@@ -421,6 +482,11 @@ export class Daemon {
     await this.resolveTunnelRoutes();
     this.neighbors.setWanted(this.l2RealAddresses());
     this.rebuild('reload');
+    if (next.announce.enabled) {
+      await this.startAnnouncing();
+    } else if (this.announcer) {
+      await this.announcer.sync(new Map());
+    }
     this.metrics.reloads.inc({ result: 'success' });
     this.metrics.lastReloadSuccess.set(Date.now() / 1000);
     this.log.info('reload taken', { services: next.services.map((s) => s.name) });
@@ -468,8 +534,9 @@ export class Daemon {
   private async loadOverrides(): Promise<void> {
     if (!this.config.stateFile) return;
     try {
-      const raw = JSON.parse(await readFile(this.config.stateFile, 'utf8')) as { intent?: Record<string, IntentOverride> };
+      const raw = JSON.parse(await readFile(this.config.stateFile, 'utf8')) as { intent?: Record<string, IntentOverride>; withdrawn?: string[] };
       this.overrides = new Map(Object.entries(raw.intent ?? {}));
+      this.withdrawn = new Set(raw.withdrawn ?? []);
     } catch {
       this.overrides = new Map();
     }
@@ -478,7 +545,7 @@ export class Daemon {
   private async saveOverrides(): Promise<void> {
     if (!this.config.stateFile) return;
     const tmp = `${this.config.stateFile}.tmp`;
-    await writeFile(tmp, JSON.stringify({ intent: Object.fromEntries(this.overrides) }, null, 2));
+    await writeFile(tmp, JSON.stringify({ intent: Object.fromEntries(this.overrides), withdrawn: [...this.withdrawn] }, null, 2));
     await rename(tmp, this.config.stateFile);
   }
 
@@ -543,6 +610,9 @@ export class Daemon {
           panic: report?.panic ?? false,
           dropping: report?.dropping ?? false,
           tableFingerprint: report?.tableFingerprint ?? null,
+          announced: this.announcer?.isAnnounced(v.config.vip) ?? false,
+          announceDevice: this.announcer?.deviceOf(v.config.vip) ?? null,
+          operatorWithdrawn: this.withdrawn.has(serviceIdentity(v.config)),
           reals: v.reals.map((r) => {
             const rt = [...this.reals.values()].find((x) => x.id === r.id)!;
             const fact = this.health.fact(rt.key);
@@ -586,6 +656,14 @@ export class Daemon {
 
   async stop(): Promise<void> {
     if (this.housekeeping) clearInterval(this.housekeeping);
+    if (this.announceTimer) clearInterval(this.announceTimer);
+    this.announceTimer = null;
+    if (this.announcer) {
+      // Withdraw first and give BGP time to move the flows away while the loop still forwards.
+      while (this.announceBusy) await new Promise((r) => setTimeout(r, 10));
+      await this.announcer.withdrawAll();
+      await new Promise((r) => setTimeout(r, this.config.announce.withdrawDelayMs));
+    }
     this.health.stop();
     this.neighbors?.stop();
     if (this.inline) {
@@ -593,14 +671,16 @@ export class Daemon {
       this.inline = null;
     }
     const worker = this.worker;
+    this.worker = null; // a clean exit is not "the packet loop exited"
     if (worker) {
-      this.send({ type: 'stop' });
+      worker.postMessage({ type: 'stop' } satisfies LoopRequest);
       const exited = once(worker, 'exit');
       const timer = setTimeout(() => void worker.terminate(), CLOSE_TIMEOUT_MS);
       await exited.catch(() => undefined);
       clearTimeout(timer);
       this.worker = null;
     }
+    this.announcer?.close();
     await this.host?.undo();
     this.log.info('dsrlb stopped');
   }

@@ -123,6 +123,11 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
       json(res, 200, await daemon.explain(service, m[1]!, Number(m[2])));
       return;
     }
+    const announce = /^\/services\/([^/]+)\/(announce|withdraw)$/.exec(path);
+    if (announce && req.method === 'POST') {
+      json(res, 200, await daemon.setAnnounce(decodeURIComponent(announce[1]!), announce[2] === 'announce'));
+      return;
+    }
     const intent = /^\/services\/([^/]+)\/reals\/([^/]+)\/(drain|undrain|disable|enable|weight)$/.exec(path);
     if (intent) {
       const service = decodeURIComponent(intent[1]!);

@@ -23,6 +23,7 @@ export interface MetricsSource {
   inactiveFlows(id: number): number;
   flowTableCapacity(): number;
   panic(): readonly { service: string; panic: boolean }[];
+  services(): readonly { service: string; fingerprint: string; announced: boolean }[];
   drainFinished(id: number): boolean;
 }
 
@@ -178,6 +179,26 @@ export class DaemonMetrics {
       collect() {
         this.reset();
         for (const p of src.panic()) this.set({ service: p.service }, p.panic ? 1 : 0);
+      },
+    });
+    new client.Gauge({
+      name: 'dsrlb_table_fingerprint',
+      help: 'Always 1; the fingerprint label names the service forwarding table: LBs that agree show the same value.',
+      labelNames: ['service', 'fingerprint'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const s of src.services()) this.set({ service: s.service, fingerprint: s.fingerprint }, 1);
+      },
+    });
+    new client.Gauge({
+      name: 'dsrlb_vip_announced',
+      help: '1 while the service VIP is announced to BIRD (announce.enabled), else 0.',
+      labelNames: ['service'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const s of src.services()) this.set({ service: s.service }, s.announced ? 1 : 0);
       },
     });
     new client.Gauge({

@@ -87,6 +87,7 @@ function fakeMetrics(): DaemonMetrics {
     reals: () => reals,
     activeFlows: (id) => (id === 0 ? 7 : 0),
     inactiveFlows: (id) => (id === 0 ? 2 : 0),
+    services: () => [{ service: 'web', fingerprint: '0a1b2c3d', announced: true }],
     flowTableCapacity: () => 1000,
     panic: () => [{ service: 'web', panic: false }],
     drainFinished: (id) => id === 1,

@@ -46,7 +46,7 @@ export interface LbHost extends Host {
   routesFile: string;
   /** announce.birdSocket: this LB's BIRD control socket. */
   birdSocket: string;
-  /** The switch-side end of the LB's cable: down = the LB host is gone (no FIN, no BFD). */
+  /** The switch-side end of the LB's cable (a bridge port in the switch namespace). */
   switchPort: string;
 }
 
@@ -482,9 +482,26 @@ export class ScaleOutLab {
     throw new ScaleOutLabError(`router route to ${vip}: want nexthops [${wanted}], still [${last.join(',')}] after ${timeoutMs} ms (BGP ${sessions.join(' ')})`);
   }
 
-  /** Takes an LB off the segment (or puts it back) as a dead host would: no FIN, no BFD. */
-  async setLbCable(lb: LbHost, up: boolean): Promise<void> {
-    await must('ip', ['-n', this.switchNs, 'link', 'set', lb.switchPort, up ? 'up' : 'down']);
+  /**
+   * Makes an LB host go silent (or come back) as a frozen or powered-off host does: the switch
+   * drops every frame to and from its port, so no FIN and no BFD packet leaves it. The port stays
+   * up and keeps its MAC in the bridge's table: taking the link down instead would flush that
+   * entry and flood the LB's frames to every port, the other LBs included.
+   */
+  async setLbSilent(lb: LbHost, silent: boolean): Promise<void> {
+    const table = `dsrt_cut_${lb.name}`;
+    if (silent) {
+      const rules = `table bridge ${table} {\n\tchain cut {\n\t\ttype filter hook forward priority 0; policy accept;\n\t\tiifname "${lb.switchPort}" drop\n\t\toifname "${lb.switchPort}" drop\n\t}\n}\n`;
+      const r = await new Promise<ExecResult>((done) => {
+        const child = execFile('ip', ['netns', 'exec', this.switchNs, 'nft', '-f', '-'], { encoding: 'utf8' }, (err, stdout, stderr) =>
+          done({ stdout, stderr, code: err === null ? 0 : 1 }),
+        );
+        child.stdin!.end(rules);
+      });
+      if (r.code !== 0) throw new ScaleOutLabError(`nft in ${this.switchNs}: ${r.stderr}`);
+    } else {
+      await run('ip', ['netns', 'exec', this.switchNs, 'nft', 'delete', 'table', 'bridge', table]);
+    }
   }
 
   /** Kills every process started here, then whatever else lives in the namespaces, and deletes them. */

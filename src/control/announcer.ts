@@ -1,0 +1,130 @@
+// VIP announcement for scale-out behind ECMP, through BIRD (dsrlb never speaks BGP). Per VIP the
+// daemon holds a non-persistent TUN device open and BIRD exports `route VIP via "<tun>"` from a
+// static protocol with `check link on` (lab-facts: the fastest withdrawal measured, 3-4 ms): the
+// carrier is on while the VIP should be announced and off otherwise, and a crash closes the fd,
+// which deletes the device and withdraws the route without anyone's help (a "dead man's switch").
+
+import { closeSync } from 'node:fs';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { stringHash } from '../dataplane/flow-hash.js';
+import { loadNative } from '../io/native-binding.js';
+import { systemRunner, type CommandRunner } from './host-setup.js';
+import type { Logger } from './logger.js';
+
+/** The TUN device of a VIP: stable across restarts and LBs, so BIRD configs can name it. */
+export function announceDeviceName(vip: string): string {
+  return `dsv${stringHash(vip, 0x5eed).toString(16).padStart(8, '0')}`;
+}
+
+/** The BIRD snippet for a set of VIPs: one static protocol per family, routes via their devices. */
+export function birdRoutes(vips: readonly string[]): string {
+  const block = (proto: string, channel: string, list: readonly string[], prefix: number): string[] => [
+    `protocol static ${proto} {`,
+    `  ${channel};`,
+    '  check link on;',
+    ...list.map((v) => `  route ${v}/${prefix} via "${announceDeviceName(v)}";`),
+    '}',
+  ];
+  return [
+    '# Written by dsrlb (announce.routesFile): the VIPs this LB may announce. Do not edit.',
+    ...block('dsrlb_v4', 'ipv4', vips.filter((v) => !v.includes(':')), 32),
+    ...block('dsrlb_v6', 'ipv6', vips.filter((v) => v.includes(':')), 128),
+    '',
+  ].join('\n');
+}
+
+interface Gate {
+  readonly name: string;
+  readonly fd: number;
+  carrier: boolean | null;
+}
+
+export class VipAnnouncer {
+  private readonly gates = new Map<string, Gate>();
+
+  constructor(
+    private readonly log: Logger,
+    private routesFile: string,
+    private birdSocket: string | null,
+    private readonly runner: CommandRunner = systemRunner,
+  ) {}
+
+  setFiles(routesFile: string, birdSocket: string | null): void {
+    this.routesFile = routesFile;
+    this.birdSocket = birdSocket;
+  }
+
+  deviceOf(vip: string): string | null {
+    return this.gates.get(vip)?.name ?? null;
+  }
+
+  isAnnounced(vip: string): boolean {
+    return this.gates.get(vip)?.carrier === true;
+  }
+
+  /** Make the gates match `wanted` (VIP -> announce now?): open/close devices, flip carriers. */
+  async sync(wanted: ReadonlyMap<string, boolean>): Promise<void> {
+    let setChanged = false;
+    for (const vip of wanted.keys()) {
+      if (this.gates.has(vip)) continue;
+      const name = announceDeviceName(vip);
+      const tun = loadNative().openTun(name);
+      await this.runner(['ip', 'link', 'set', 'dev', tun.name, 'up']);
+      this.gates.set(vip, { name: tun.name, fd: tun.fd, carrier: null });
+      setChanged = true;
+    }
+    for (const [vip, gate] of [...this.gates]) {
+      if (wanted.has(vip)) continue;
+      closeSync(gate.fd);
+      this.gates.delete(vip);
+      setChanged = true;
+      this.log.info('VIP no longer announced: device closed', { vip, device: gate.name });
+    }
+    if (setChanged) await this.writeRoutes([...this.gates.keys()]);
+    for (const [vip, on] of wanted) {
+      const gate = this.gates.get(vip)!;
+      if (gate.carrier === on) continue;
+      await this.runner(['ip', 'link', 'set', 'dev', gate.name, 'carrier', on ? 'on' : 'off']);
+      gate.carrier = on;
+      this.log[on ? 'info' : 'warn'](on ? 'VIP announced' : 'VIP withdrawn', { vip, device: gate.name });
+    }
+  }
+
+  /** Carrier off everywhere (clean stop, stalled loop); the devices stay open. */
+  async withdrawAll(): Promise<void> {
+    for (const [vip, gate] of this.gates) {
+      if (gate.carrier === false) continue;
+      await this.runner(['ip', 'link', 'set', 'dev', gate.name, 'carrier', 'off']).catch(() => undefined);
+      gate.carrier = false;
+      this.log.warn('VIP withdrawn', { vip, device: gate.name });
+    }
+  }
+
+  close(): void {
+    for (const gate of this.gates.values()) {
+      try {
+        closeSync(gate.fd);
+      } catch {
+        // already closed
+      }
+    }
+    this.gates.clear();
+  }
+
+  private async writeRoutes(vips: readonly string[]): Promise<void> {
+    const text = birdRoutes(vips);
+    const current = await readFile(this.routesFile, 'utf8').catch(() => null);
+    if (current === text) return;
+    await mkdir(dirname(this.routesFile), { recursive: true });
+    const tmp = `${this.routesFile}.tmp`;
+    await writeFile(tmp, text);
+    await rename(tmp, this.routesFile);
+    this.log.info('BIRD routes file written', { file: this.routesFile, vips });
+    if (this.birdSocket) {
+      await this.runner(['birdc', '-s', this.birdSocket, 'configure']).catch((e: Error) =>
+        this.log.warn('birdc configure failed', { socket: this.birdSocket, error: e.message }),
+      );
+    }
+  }
+}
