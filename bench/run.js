@@ -238,6 +238,7 @@ async function ppsSuite(bl, bins, dir) {
         const atCpuRate = await lbRun(opts.cpuRatePps);
         out.cases.push({ name: k.name, kind: k.kind, io: k.io ?? null, flows, overload, search, atCpuRate, daemonRssBytes: daemon ? rssOf(daemon.pid) : null });
       }
+      if (k.io === 'afpacket' && !quick) out.daemonWithMillionFlows = await millionFlows(bl, bins, daemon);
     } finally {
       await teardown();
     }
@@ -274,6 +275,22 @@ async function ppsSuite(bl, bins, dir) {
   }
   out.baselines = [...baselines.values()];
   return out;
+}
+
+/**
+ * The daemon's memory with 1M live flows (item 5): 1,000,000 UDP flows (source address and port)
+ * sent twice over at a paced rate the LB sustains, then its RSS and flow-table size.
+ */
+async function millionFlows(bl, bins, daemon) {
+  const flows = 1_000_000;
+  const ratePps = 150_000;
+  const before = rssOf(daemon.pid);
+  log(`pps: dsrlb with ${formatNumber(flows)} flows for the RSS (${formatNumber(ratePps)} pps, ${((2 * flows) / ratePps).toFixed(0)} s)`);
+  const r = await packetRun(bl, bins, { via: 'lb', flows, ratePps, durationS: (2 * flows) / ratePps, pids: [daemon.pid] });
+  const m = await dsrlbMetrics(bl);
+  const rss = rssOf(daemon.pid);
+  log(`  ${formatNumber(m.flowTableEntries)} flows in the table, RSS ${formatNumber(before / MB)} -> ${formatNumber(rss / MB)} MiB (loss ${(r.loss * 100).toFixed(2)}%)`);
+  return { flowsSent: flows, ratePps, loss: r.loss, flowTableEntries: m.flowTableEntries, rssBeforeBytes: before, rssBytes: rss };
 }
 
 function rssOf(pid) {
@@ -406,6 +423,8 @@ function printReport(results) {
     );
     const alone = p.generatorAlone.map((g) => `${g.flows} flows ${formatNumber(g.sentPps)} pps`).join(', ');
     lines.push(`generator + sink alone, unpaced: ${alone}`);
+    const dm = p.daemonWithMillionFlows;
+    if (dm) lines.push(`dsrlb daemon (afpacket) with ${formatNumber(dm.flowTableEntries)} live flows: RSS ${formatNumber(dm.rssBytes / MB)} MiB (${formatNumber(dm.rssBeforeBytes / MB)} MiB before)`);
   }
   if (results.download) {
     const d = results.download;

@@ -73,6 +73,11 @@ export async function createBenchLab(prefix) {
   // Forwarding back out of the interface a packet came in on: no ICMP redirects to the client.
   for (const conf of ['all', 'default', 'eth0']) await must(lab.lb, ['sysctl', '-qw', `net.ipv4.conf.${conf}.send_redirects=0`]);
   await must(lab.lb, ['sysctl', '-qw', 'net.ipv4.ip_forward=0']);
+  // The sink never sends: once its learned entry aged out (300 s) the bridge would flood every
+  // frame to all ports, and the client and the LB would pay for copies. Pin every host's port.
+  for (const h of [lab.client, lab.lb, ...lab.reals]) {
+    await must(lab.switchNs, ['bridge', 'fdb', 'replace', h.mac, 'dev', `sw-${h.name}`, 'master', 'static']);
+  }
   return { lab, must, sink: lab.reals[0] };
 }
 
@@ -196,10 +201,11 @@ export async function startDsrlb(bl, dir, io, nodeArgs = []) {
 /** The daemon's counters from its metrics endpoint (inside the LB namespace). */
 export async function dsrlbMetrics(bl) {
   const r = await bl.lab.exec(bl.lab.lb, ['curl', '-sf', 'http://127.0.0.1:9742/metrics']);
-  const out = { rx: 0, tx: 0, dropped: {} };
+  const out = { rx: 0, tx: 0, flowTableEntries: 0, dropped: {} };
   for (const line of r.stdout.split('\n')) {
     if (line.startsWith('dsrlb_rx_packets_total ')) out.rx = Number(line.split(' ').pop());
     else if (line.startsWith('dsrlb_tx_packets_total ')) out.tx = Number(line.split(' ').pop());
+    else if (line.startsWith('dsrlb_flow_table_entries ')) out.flowTableEntries = Number(line.split(' ').pop());
     else {
       const m = /^dsrlb_dropped_packets_total\{reason="([^"]+)"\} (\S+)$/.exec(line);
       if (m && Number(m[2]) > 0) out.dropped[m[1]] = Number(m[2]);

@@ -137,10 +137,14 @@ export function foreignTime(a, b, own, userHz = USER_HZ) {
   const ours = new Set([...own.map(String), String(process.pid)]);
   let ticks = 0;
   const top = [];
+  // No process can have used more than every CPU for the whole interval (guards pid reuse).
+  const capTicks = ((b.wallNs - a.wallNs) / 1e9) * b.cpus.length * userHz;
   for (const [pid, pb] of Object.entries(b.procs)) {
     if (pb.kernelThread || ours.has(pid)) continue;
     const pa = a.procs[pid];
-    const d = pa && pa.comm === pb.comm ? pb.ticks - pa.ticks + (pb.childTicks - pa.childTicks) : pb.ticks + pb.childTicks;
+    // Present in both: the difference (an exec keeps the counters); new: all of it, it started here.
+    const total = pb.ticks + pb.childTicks;
+    const d = Math.min(capTicks, pa && total >= pa.ticks + pa.childTicks ? total - pa.ticks - pa.childTicks : total);
     if (d > 0) {
       ticks += d;
       top.push({ pid: Number(pid), comm: pb.comm, seconds: d / userHz });
@@ -177,23 +181,27 @@ export function machineBusy(a, b, userHz = USER_HZ) {
 }
 
 /**
- * Run time of the sampled threads between two samples, total and per thread name (seconds).
+ * Run time of the sampled threads between two samples (seconds): the total, the main threads
+ * (tid = pid) and every thread, busiest first (Node names all its threads "node": the busiest
+ * other thread of dsrlb is its packet loop worker).
  * @param {import('./cpu-accounting.js').CpuSample} a
  * @param {import('./cpu-accounting.js').CpuSample} b
  */
 export function threadTime(a, b) {
   let totalS = 0;
-  /** @type {Record<string, number>} */
-  const byName = {};
+  let mainS = 0;
+  const threads = [];
   for (const [key, ns] of Object.entries(b.threads)) {
     const before = a.threads[key];
     if (before === undefined) continue;
     const s = (ns - before) / 1e9;
+    const [pid, tid, ...comm] = key.split('/');
     totalS += s;
-    const name = key.split('/').slice(2).join('/');
-    byName[name] = (byName[name] ?? 0) + s;
+    if (pid === tid) mainS += s;
+    threads.push({ pid: Number(pid), tid: Number(tid), comm: comm.join('/'), main: pid === tid, seconds: s });
   }
-  return { totalS, byName };
+  threads.sort((x, y) => y.seconds - x.seconds);
+  return { totalS, mainS, threads };
 }
 
 /**

@@ -49,6 +49,7 @@ export async function downloadRun(bl, o) {
     busySecondsPerGB: secondsPerGB(busyS, bytes),
     processS: threads.totalS,
     processSecondsPerGB: secondsPerGB(threads.totalS, bytes),
-    byThread: threads.byName,
+    processMainS: threads.mainS,
+    threads: threads.threads.slice(0, 4),
   };
 }

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <linux/if_packet.h>
+#include <linux/virtio_net.h>
 #include <net/ethernet.h>
 #include <net/if.h>
 #include <sched.h>
@@ -37,7 +38,8 @@ static void usage(void) {
   fprintf(stderr,
           "usage: udpgen --ifname IF --src-mac MAC --dst-mac MAC --src-ip IP --dst-ip IP --dst-port N\n"
           "              [--flows N] [--rate PPS (0 = as fast as possible)] [--duration S]\n"
-          "              [--frame-bytes 60] [--batch 64] [--tick-us 500] [--magic N] [--cpu N]\n");
+          "              [--frame-bytes 60] [--batch 64] [--tick-us 500] [--magic N] [--cpu N]\n"
+          "              [--vnet-hdr-len N (send with PACKET_VNET_HDR, hdr_len N; -1 = no header)]\n");
   exit(2);
 }
 
@@ -117,7 +119,7 @@ static void build_frame(uint8_t *f, size_t len, const uint8_t *dmac, const uint8
 
 int main(int argc, char **argv) {
   const char *ifname = NULL, *smac_s = NULL, *dmac_s = NULL, *sip_s = NULL, *dip_s = NULL;
-  long dport = -1, flows = 1, frame_bytes = 60, batch = 64, tick_us = 500, cpu = -1;
+  long dport = -1, flows = 1, frame_bytes = 60, batch = 64, tick_us = 500, cpu = -1, vnet_hdr_len = -1;
   double rate = 0, duration = 1;
   unsigned long magic = 0x64737262; // "dsrb"
   for (int i = 1; i < argc; i++) {
@@ -138,6 +140,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--tick-us")) tick_us = strtol(v, NULL, 10);
     else if (!strcmp(a, "--magic")) magic = strtoul(v, NULL, 0);
     else if (!strcmp(a, "--cpu")) cpu = strtol(v, NULL, 10);
+    else if (!strcmp(a, "--vnet-hdr-len")) vnet_hdr_len = strtol(v, NULL, 10);
     else usage();
   }
   uint8_t smac[6], dmac[6];
@@ -179,6 +182,16 @@ int main(int argc, char **argv) {
   }
   int one = 1;
   setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one);
+  // Optional: send as a forwarder with PACKET_VNET_HDR does, to measure what the header costs.
+  struct virtio_net_hdr vnet;
+  memset(&vnet, 0, sizeof vnet);
+  if (vnet_hdr_len >= 0) {
+    if (setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) != 0) {
+      perror("PACKET_VNET_HDR");
+      return 1;
+    }
+    vnet.hdr_len = (uint16_t)vnet_hdr_len; // little-endian host: virtio16 is native
+  }
   int sndbuf = 4 << 20;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof sndbuf);
 
@@ -197,12 +210,15 @@ int main(int argc, char **argv) {
   }
 
   struct mmsghdr msgs[MAX_BATCH];
-  struct iovec iovs[MAX_BATCH];
+  struct iovec iovs[MAX_BATCH][2];
   memset(msgs, 0, sizeof msgs);
+  const int frame_iov = vnet_hdr_len >= 0 ? 1 : 0;
   for (int i = 0; i < MAX_BATCH; i++) {
-    iovs[i].iov_len = flen;
-    msgs[i].msg_hdr.msg_iov = &iovs[i];
-    msgs[i].msg_hdr.msg_iovlen = 1;
+    iovs[i][0].iov_base = &vnet;
+    iovs[i][0].iov_len = sizeof vnet;
+    iovs[i][frame_iov].iov_len = flen;
+    msgs[i].msg_hdr.msg_iov = iovs[i];
+    msgs[i].msg_hdr.msg_iovlen = (size_t)frame_iov + 1;
   }
 
   uint64_t attempted = 0, sent = 0, errors = 0, sleeps = 0;
@@ -241,7 +257,7 @@ int main(int argc, char **argv) {
     }
     long flow = next_flow;
     for (uint64_t i = 0; i < want; i++) {
-      iovs[i].iov_base = frames + (size_t)flow * flen;
+      iovs[i][frame_iov].iov_base = frames + (size_t)flow * flen;
       if (++flow == flows) flow = 0;
     }
     int n = sendmmsg(fd, msgs, (unsigned)want, 0);

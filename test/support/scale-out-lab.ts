@@ -601,23 +601,26 @@ export class KeepAliveClient {
   }
 }
 
-/** Counts IPv4 frames with source `vip` on an LB's eth0 (replies that crossed the LB: DSR wants none). */
-export async function captureVipSourced(lab: ScaleOutLab, lb: LbHost, vip: string): Promise<{ stop: () => Promise<number> }> {
-  const p = lab.spawn(lb.ns, ['tcpdump', '-i', 'eth0', '-nn', '-l', '-q', '--immediate-mode', 'ip', 'and', 'src', 'host', vip], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let frames = 0;
-  createInterface({ input: p.stdout! }).on('line', (l) => {
-    if (l.includes(' IP ')) frames++;
-  });
+/** A running tcpdump; stop() ends it and returns its lines, each starting with epoch seconds (-tt). */
+export interface Capture {
+  stop(): Promise<string[]>;
+}
+
+/** Starts tcpdump on `ifname` in a namespace with a pcap filter; resolves once it listens. */
+export async function startCapture(lab: ScaleOutLab, ns: string, ifname: string, filter: readonly string[]): Promise<Capture> {
+  const p = lab.spawn(ns, ['tcpdump', '-i', ifname, '-nn', '-l', '-tt', '--immediate-mode', ...filter], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const lines: string[] = [];
+  createInterface({ input: p.stdout! }).on('line', (l) => lines.push(l));
   // tcpdump says "listening on" once the capture is open: traffic before that would be missed.
   await new Promise<void>((done, reject) => {
-    const t = setTimeout(() => reject(new ScaleOutLabError(`tcpdump on ${lb.name} did not start`)), 10_000);
+    const t = setTimeout(() => reject(new ScaleOutLabError(`tcpdump in ${ns} did not start`)), 10_000);
     createInterface({ input: p.stderr! }).on('line', (l) => {
       if (l.includes('listening on')) {
         clearTimeout(t);
         done();
       }
     });
-    p.once('exit', (c) => reject(new ScaleOutLabError(`tcpdump on ${lb.name} exited ${c}`)));
+    p.once('exit', (c) => reject(new ScaleOutLabError(`tcpdump in ${ns} exited ${c}`)));
   });
   return {
     stop: async () => {
@@ -625,9 +628,29 @@ export async function captureVipSourced(lab: ScaleOutLab, lb: LbHost, vip: strin
       const exited = new Promise((r) => p.once('exit', r));
       p.kill('SIGTERM');
       await exited;
-      return frames;
+      return lines;
     },
   };
+}
+
+/** Counts IPv4 frames with source `vip` on an LB's eth0 (replies that crossed the LB: DSR wants none). */
+export async function captureVipSourced(lab: ScaleOutLab, lb: LbHost, vip: string): Promise<{ stop: () => Promise<number> }> {
+  const c = await startCapture(lab, lb.ns, 'eth0', ['ip', 'and', 'src', 'host', vip]);
+  return { stop: async () => (await c.stop()).filter((l) => l.includes(' IP ')).length };
+}
+
+/** One TCP segment from a `tcpdump -nn -tt` line: time (ms), endpoints and flags (e.g. "S", "S."). */
+export interface Segment {
+  atMs: number;
+  from: string;
+  to: string;
+  flags: string;
+}
+
+export function parseSegment(line: string): Segment | null {
+  const m = /^(\d+\.\d+) .*?IP (\S+) > (\S+): Flags \[([^\]]+)\]/.exec(line);
+  if (!m) return null;
+  return { atMs: Math.round(Number(m[1]) * 1000), from: m[2]!, to: m[3]!.replace(/:$/, ''), flags: m[4]! };
 }
 
 /** Absolute TCP counters of a namespace (nstat -as: no history file touched), e.g. TcpExtTCPSynRetrans. */

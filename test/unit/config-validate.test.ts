@@ -107,6 +107,7 @@ describe('contract sample', () => {
       metrics: { listen: { host: '127.0.0.1', port: 9742 } },
       admin: { listen: { host: '127.0.0.1', port: 9743 }, tokenFile: '/etc/dsrlb/admin.token' },
       stateFile: null,
+      announce: { enabled: false, routesFile: '/run/dsrlb/bird-routes.conf', birdSocket: null, onFailOpen: true, withdrawDelayMs: 300 },
       services: [
         {
           name: 'web',
@@ -133,6 +134,7 @@ describe('contract sample', () => {
             rise: 2,
             fall: 3,
           },
+          announce: true,
           reals: [
             { address: '10.0.1.11', family: 4, weight: 100, state: 'active', forwarding: 'l2' },
             { address: '10.0.1.12', family: 4, weight: 100, state: 'drain', forwarding: 'ipip' },
@@ -662,5 +664,25 @@ describe('helpers', () => {
     expect(parseListenAddress('::1:80')).toBeNull();
     expect(serviceAddressName('udp', '2001:db8::10', 53)).toBe('udp://[2001:db8::10]:53');
     expect(serviceAddressName('tcp', '203.0.113.10', 0)).toBe('tcp://203.0.113.10:0');
+  });
+});
+
+describe('announce (scale-out)', () => {
+  it('parses the announce section and the per-service switch, with path: message errors', () => {
+    const ok = parseConfigText(
+      'interface: eth0\nannounce: { enabled: true, routesFile: /run/x/routes.conf, birdSocket: /run/bird.ctl, onFailOpen: false, withdrawDelay: 1s }\n' +
+        'services:\n  - vip: 10.0.0.1\n    port: 80\n    announce: false\n    reals: []\n',
+    );
+    expect(ok.ok).toBe(true);
+    if (!ok.ok) return;
+    expect(ok.config.announce).toEqual({ enabled: true, routesFile: '/run/x/routes.conf', birdSocket: '/run/bird.ctl', onFailOpen: false, withdrawDelayMs: 1000 });
+    expect(ok.config.services[0]!.announce).toBe(false);
+    const bad = parseConfigText('interface: eth0\nannounce: { enabled: yes please, onfailopen: true }\nservices:\n  - vip: 10.0.0.1\n    port: 80\n    announce: 1\n    reals: []\n');
+    expect(bad.ok).toBe(false);
+    if (bad.ok) return;
+    const lines = bad.problems.map((p) => `${p.path}: ${p.message}`);
+    expect(lines).toContain('announce.enabled: "yes please" is not true or false');
+    expect(lines.some((l) => l.startsWith('announce.onfailopen: unknown key (did you mean "onFailOpen"?)'))).toBe(true);
+    expect(lines).toContain('services[0].announce: 1 is not true or false');
   });
 });

@@ -96,8 +96,9 @@ describe('HealthMonitor, 200 reals on loopback', () => {
   it('all go up after rise, down after fall, within timeouts, with spread-out first probes', async () => {
     const listener = await startListener();
     cleanups.push(() => listener.kill());
-    const intervalMs = 200;
-    const timeoutMs = 150;
+    // As the issue asks: probes at 1 s intervals to 200 reals (a 500 ms timeout, as a real config would have).
+    const intervalMs = 1000;
+    const timeoutMs = 500;
     const rise = 2;
     const fall = 2;
     const httpCheck = check({ type: 'http', port: listener.port, path: '/healthz', intervalMs, timeoutMs, rise, fall });
@@ -162,7 +163,7 @@ describe('HealthMonitor, 200 reals on loopback', () => {
     // a loaded machine (the two cores are shared).
     expect(upAfterMs).toBeLessThan(rise * intervalMs + 2 * intervalMs + 300);
     // Durations never exceed the timeout by more than timer lateness; on loopback almost all succeed.
-    expect(Math.max(...durations)).toBeLessThan(timeoutMs + 50);
+    expect(Math.max(...durations)).toBeLessThan(timeoutMs + 100);
     expect(upFailures.length).toBeLessThanOrEqual(Math.ceil(upResults.length * 0.02));
     expect(upFailures.every((r) => !r.ok && r.reason === 'timeout')).toBe(true);
     expect(offsets.length).toBe(200);
