@@ -2,23 +2,18 @@
 // `dsrlb run`, replies bypass the LB, keep-alive connections survive a SIGKILL + restart and a
 // reload, malformed frames are counted and dropped, and the same holds with `io: pcap`.
 
-import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
+import { allMacsKnown, httpCount as countVia, LabDaemon, metricValue, requireRoot, ROOT, sleep } from '../support/lab-daemon.js';
 import { ETH_IPV4, ETH_IPV6, ethernet, hex, ipv4, ipv6, ipv6Options, tcp } from '../support/packet-builder.js';
 
-const ROOT = resolve(import.meta.dirname, '../..');
 const PREFIX = `dsrt-l2-${process.pid}-`;
 let lab: Lab;
 let dir: string;
-
-function requireRoot(): void {
-  if (process.getuid?.() !== 0) throw new Error('namespace tests need root: run as root (CI does)');
-}
 
 function configText(io: string, reals: readonly string[]): string {
   return [
@@ -37,56 +32,7 @@ function configText(io: string, reals: readonly string[]): string {
   ].join('\n');
 }
 
-class DaemonProc {
-  readonly logs: string[] = [];
-  private constructor(readonly proc: ChildProcess) {}
-
-  static async start(configPath: string): Promise<DaemonProc> {
-    const proc = lab.spawn(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', configPath], { stdio: ['ignore', 'pipe', 'pipe'] });
-    const d = new DaemonProc(proc);
-    createInterface({ input: proc.stdout! }).on('line', (l) => d.logs.push(l));
-    createInterface({ input: proc.stderr! }).on('line', (l) => d.logs.push(`stderr: ${l}`));
-    const deadline = Date.now() + 20_000;
-    while (Date.now() < deadline) {
-      if (proc.exitCode !== null) throw new Error(`dsrlb exited ${proc.exitCode}:\n${d.logs.join('\n')}`);
-      if ((await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9743/healthz'])).code === 0 && (await allMacsKnown())) return d;
-      await sleep(200);
-    }
-    throw new Error(`dsrlb did not become healthy:\n${d.logs.join('\n')}`);
-  }
-
-  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
-    if (this.proc.exitCode !== null) return this.proc.exitCode;
-    const exited = new Promise<number | null>((r) => this.proc.once('exit', (code) => r(code)));
-    this.proc.kill(signal);
-    return exited;
-  }
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Every configured real's MAC is resolved (else its first SYNs are dropped and retried). */
-async function allMacsKnown(): Promise<boolean> {
-  const r = await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9743/status']);
-  if (r.code !== 0) return false;
-  const status = JSON.parse(r.stdout) as { services: { reals: { mac: string | null }[] }[] };
-  return status.services.every((s) => s.reals.every((x) => x.mac !== null));
-}
-
-async function metrics(): Promise<string> {
-  return (await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9742/metrics'])).stdout;
-}
-
-function metricValue(text: string, name: string, labels: string): number {
-  const line = text.split('\n').find((l) => l.startsWith(`${name}{${labels}}`));
-  return line ? Number(line.split(' ').pop()) : 0;
-}
-
-async function httpCount(n: number): Promise<{ ok: number; failed: number; byReal: Record<string, number>; distinctPorts: number; errors: Record<string, number> }> {
-  const r = await lab.exec(lab.client, [process.execPath, join(ROOT, 'dist/lab/http-client.js'), '--host', lab.vip, '--count', String(n)], { timeoutMs: 120_000 });
-  if (r.code !== 0) throw new Error(`http-client: ${r.stderr}`);
-  return JSON.parse(r.stdout.trim().split('\n').pop()!);
-}
+const httpCount = (n: number) => countVia(lab, n);
 
 /** Counts frames with source address VIP on the LB's interface (replies that crossed the LB). */
 function captureVipSourced(): { stop: () => Promise<number> } {
@@ -118,13 +64,13 @@ afterAll(async () => {
 }, 60_000);
 
 describe.each(['afpacket', 'pcap'])('L2 DSR with io: %s', (io) => {
-  let daemon: DaemonProc;
+  let daemon: LabDaemon;
   let configPath: string;
 
   beforeAll(async () => {
     configPath = join(dir, `dsrlb-${io}.yaml`);
     await writeFile(configPath, configText(io, lab.reals.slice(0, 3).map((r) => r.ipv4)));
-    daemon = await DaemonProc.start(configPath);
+    daemon = await LabDaemon.start(lab, configPath);
   }, 60_000);
 
   afterAll(async () => {
@@ -142,15 +88,16 @@ describe.each(['afpacket', 'pcap'])('L2 DSR with io: %s', (io) => {
     await sleep(500);
     const r = await httpCount(300);
     const viaLb = await cap.stop();
-    expect(r.errors).toEqual({});
-    expect(r.ok).toBe(300);
+    const detail = `${io}: ${JSON.stringify(r)}; drops: ${(await daemon.metrics()).split('\n').filter((l) => l.startsWith('dsrlb_dropped') && !l.endsWith(' 0')).join(', ')}`;
+    expect(r.errors, detail).toEqual({});
+    expect(r.ok, detail).toBe(300);
     expect(r.distinctPorts).toBe(300);
     for (const name of ['r1', 'r2', 'r3']) {
-      expect(r.byReal[name]).toBeGreaterThanOrEqual(60); // 20%
-      expect(r.byReal[name]).toBeLessThanOrEqual(141); // 47%
+      expect(r.byReal[name], detail).toBeGreaterThanOrEqual(60); // 20%
+      expect(r.byReal[name], detail).toBeLessThanOrEqual(141); // 47%
     }
-    expect(viaLb).toBe(0);
-    const m = await metrics();
+    expect(viaLb, detail).toBe(0);
+    const m = await daemon.metrics();
     for (const real of lab.reals.slice(0, 3)) expect(metricValue(m, 'dsrlb_forwarded_packets_total', `service="web",real="${real.ipv4}"`)).toBeGreaterThan(0);
     console.log(`[${io}] distribution`, r.byReal);
   }, 120_000);
@@ -172,7 +119,7 @@ describe.each(['afpacket', 'pcap'])('L2 DSR with io: %s', (io) => {
       expect(new Set(first.map((a) => a.real)).size).toBeGreaterThan(1);
 
       expect(await daemon.stop('SIGKILL')).toBe(null);
-      daemon = await DaemonProc.start(configPath);
+      daemon = await LabDaemon.start(lab, configPath);
       const afterRestart = await round();
       expect(afterRestart.map((a) => a.real)).toEqual(first.map((a) => a.real));
 
@@ -181,7 +128,7 @@ describe.each(['afpacket', 'pcap'])('L2 DSR with io: %s', (io) => {
       const deadline = Date.now() + 10_000;
       while (!daemon.logs.some((l) => l.includes('reload taken')) && Date.now() < deadline) await sleep(100);
       expect(daemon.logs.some((l) => l.includes('reload taken'))).toBe(true);
-      while (!(await allMacsKnown()) && Date.now() < deadline + 10_000) await sleep(100); // the fourth real's MAC
+      while (!allMacsKnown(await daemon.status()) && Date.now() < deadline + 10_000) await sleep(100); // the fourth real's MAC
       const afterReload = await round();
       expect(afterReload.map((a) => a.real)).toEqual(first.map((a) => a.real));
       client.stdin!.write('quit\n');
@@ -212,7 +159,7 @@ describe.each(['afpacket', 'pcap'])('L2 DSR with io: %s', (io) => {
       // IPv6 with a chain of 10 destination-options headers (a loop in all but name).
       const chain = Array.from({ length: 10 }, () => ipv6Options(60));
       frames.push(ethernet({ dst: lbMac, src: lab.client.mac, type: ETH_IPV6 }, ipv6({ src: 'fd77::10', dst: 'fd77::100', nextHeader: 60, extensionHeaders: chain }, new Uint8Array(20))));
-      const before = await metrics();
+      const before = await daemon.metrics();
       const script = [
         'import socket, sys',
         's = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)',
@@ -226,7 +173,7 @@ describe.each(['afpacket', 'pcap'])('L2 DSR with io: %s', (io) => {
       sender.stdin!.end(frames.map((f) => hex(f)).join('\n') + '\n');
       await new Promise((r) => sender.once('exit', r));
       await sleep(500);
-      const after = await metrics();
+      const after = await daemon.metrics();
       const delta = (reason: string) => metricValue(after, 'dsrlb_dropped_packets_total', `reason="${reason}"`) - metricValue(before, 'dsrlb_dropped_packets_total', `reason="${reason}"`);
       expect(delta('truncated_ipv4')).toBe(50);
       expect(delta('truncated_tcp')).toBe(50);

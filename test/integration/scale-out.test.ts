@@ -21,6 +21,7 @@ import {
   tcpCounters,
   type KeepAliveRound,
   type LbHost,
+  type Segment,
   type Status,
 } from '../support/scale-out-lab.js';
 
@@ -129,6 +130,20 @@ function changed(before: KeepAliveRound, after: KeepAliveRound): string[] {
 
 function allAnswered(r: KeepAliveRound): boolean {
   return r.answers.every((a) => 'real' in a && a.real !== null);
+}
+
+/** SYNs sent again from a port whose previous SYN got no SYN-ACK (ports are reused, so pair them). */
+function retransmittedSyns(segments: readonly Segment[], originMs: number): string[] {
+  const pending = new Map<string, number>();
+  const out: string[] = [];
+  for (const seg of segments) {
+    if (seg.flags === 'S') {
+      const first = pending.get(seg.from);
+      if (first !== undefined) out.push(`${seg.from}: SYN at ${first - originMs} ms, again at ${seg.atMs - originMs} ms`);
+      else pending.set(seg.from, seg.atMs);
+    } else pending.delete(seg.to);
+  }
+  return out;
 }
 
 beforeAll(async () => {
@@ -277,16 +292,7 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
     const lb1Frames = (await atLb1.stop()).map(parseSegment).filter((x) => x !== null);
     const synLines = (await clientSyns.stop()).map(parseSegment).filter((x) => x !== null);
 
-    // A SYN from a port whose previous SYN got no SYN-ACK is a retransmission (ports are reused).
-    const pending = new Map<string, number>();
-    const retransmitted: string[] = [];
-    for (const seg of synLines) {
-      if (seg.flags === 'S') {
-        const first = pending.get(seg.from);
-        if (first !== undefined) retransmitted.push(`${seg.from}: first SYN at ${first - signalAtMs} ms from SIGTERM, again at ${seg.atMs - signalAtMs} ms`);
-        else pending.set(seg.from, seg.atMs);
-      } else pending.delete(seg.to);
-    }
+    const retransmitted = retransmittedSyns(synLines, signalAtMs);
     const exitMs = d1.exitedAtMs! - signalAtMs;
     const lastAtLb1Ms = Math.max(...lb1Frames.map((f) => f.atMs)) - signalAtMs;
 
@@ -308,9 +314,43 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
       synRetransmits: after.TcpExtTCPSynRetrans! - before.TcpExtTCPSynRetrans!,
       retransmittedSegments: after.TcpRetransSegs! - before.TcpRetransSegs!,
     };
+  });
 
+  it('an LB that starts again takes its share of new connections without dropping an attempt', async () => {
+    const l1 = lb(0);
+    expect(await lab.nexthops(VIP_WEB)).toEqual([lb(1).ipv4]);
+    const clientSyns = await startCapture(lab, lab.client.ns, 'eth0', ['tcp[tcpflags] & tcp-syn != 0']);
+    const n = 3000;
+    let clientDoneAtMs = 0;
+    const load = httpCount(lab, VIP_WEB, n, { concurrency: 10 }).then((r) => {
+      clientDoneAtMs = Date.now();
+      return r;
+    });
+    await sleep(500);
+    const lbCaps = await Promise.all(lab.lbs.map((l) => startCapture(lab, l.ns, 'eth0', ['-e', 'tcp[tcpflags] == tcp-syn'])));
+    const startAtMs = Date.now();
     await startDaemon(l1);
-    for (const vip of lab.vips) await lab.waitForNexthops(vip, allLbs(), ROUTE_TIMEOUT_MS);
+    const joinMs = await lab.waitForNexthops(VIP_WEB, allLbs(), ROUTE_TIMEOUT_MS, { sinceMs: startAtMs });
+    const result = await load;
+    const flowsOnLb1 = await flowsCreated(l1, 'web');
+    const retransmitted = retransmittedSyns((await clientSyns.stop()).map(parseSegment).filter((x) => x !== null), startAtMs);
+    const lbLines = await Promise.all(lbCaps.map((c) => c.stop()));
+    for (const r of retransmitted) {
+      const port = r.split(':')[0]!;
+      lab.lbs.forEach((l, i) => console.log(r, l.name, lbLines[i]!.filter((x) => x.includes(port + ' >')).map((x) => `${Number(x.split(' ')[0]) * 1000 - startAtMs} ${x.split(' ').slice(1, 4).join(' ')}`).join(' | ')));
+    }
+    console.log('joinMs', joinMs);
+    console.log((await daemon(l1).metrics()).split('\n').filter((x) => x.startsWith('dsrlb_dropped_packets_total') && !x.endsWith(' 0')).join('\n'));
+    console.log(daemon(l1).logs.filter((x) => /announced|MAC|running|ready|routes/.test(x)).map((x) => { const j = JSON.parse(x); return `${Date.parse(j.ts) - startAtMs} ${j.msg} ${j.vip ?? j.real ?? ''}`; }).join('\n'));
+    await lab.waitForNexthops(VIP_EDGE, allLbs(), ROUTE_TIMEOUT_MS);
+
+    // The new LB was in the path while the client still ran.
+    expect(clientDoneAtMs).toBeGreaterThan(startAtMs + joinMs);
+    expect(flowsOnLb1).toBeGreaterThan(100);
+    expect(result).toMatchObject({ ok: n, failed: 0 });
+    // A VIP announced before the LB can forward (e.g. real MACs unresolved) drops SYNs: retransmits.
+    expect(retransmitted).toEqual([]);
+    figures.join = { routeWithLb1AfterStartMs: joinMs, connections: n, viaStartedLb: flowsOnLb1, failed: result.failed, synRetransmits: retransmitted.length };
   });
 
   it('SIGKILL of dsrlb alone: its TUN gates vanish with the process and BIRD withdraws its routes (dead man\'s switch)', async () => {
