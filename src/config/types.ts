@@ -78,6 +78,8 @@ export interface FlowTableConfig {
 export interface Config {
   readonly interface: string;
   readonly io: IoKind; // default afpacket
+  /** Packet loops (worker threads, PACKET_FANOUT by flow hash); default 1; io: pcap allows only 1. */
+  readonly workers: number;
   readonly hashSeed: number; // uint32, default 0; must be equal on every LB of a scale-out group
   readonly flowTable: FlowTableConfig;
   readonly tunnel: { readonly sourceV4: string | null; readonly sourceV6: string | null };

@@ -45,7 +45,7 @@ const WHEN_ALL_DOWN: readonly WhenAllDown[] = ['failOpen', 'drop'];
 const IO_KINDS: readonly IoKind[] = ['afpacket', 'pcap'];
 const CHECK_TYPES: readonly HealthCheckType[] = ['tcp', 'http', 'https', 'udp', 'icmp', 'exec', 'none'];
 
-const TOP_KEYS = ['interface', 'io', 'hashSeed', 'flowTable', 'tunnel', 'metrics', 'admin', 'stateFile', 'announce', 'services'];
+const TOP_KEYS = ['interface', 'io', 'workers', 'hashSeed', 'flowTable', 'tunnel', 'metrics', 'admin', 'stateFile', 'announce', 'services'];
 const ANNOUNCE_KEYS = ['enabled', 'routesFile', 'birdSocket', 'onFailOpen', 'withdrawDelay'];
 export const DEFAULT_ROUTES_FILE = '/run/dsrlb/bird-routes.conf';
 const DEFAULT_WITHDRAW_DELAY_MS = 300;
@@ -166,6 +166,8 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
   const iface = interfaceName(p, raw);
   const io = oneOf(p, raw, 'io', '', IO_KINDS, 'afpacket');
   const hashSeed = integer(p, raw, 'hashSeed', '', 0, MAX_HASH_SEED, 'a hash seed', 0);
+  const workers = integer(p, raw, 'workers', '', 1, 64, 'a number of packet loops', 1);
+  if (io === 'pcap' && workers !== undefined && workers > 1) p.add('workers', `${workers}: io: pcap runs one packet loop; use io: afpacket for several`);
   const flowTable = flowTableSection(p, raw);
   const tunnel = tunnelSection(p, raw);
   const metrics = section(p, raw, 'metrics', '', METRICS_KEYS, 'metrics settings');
@@ -188,6 +190,7 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
   const config: Config = {
     interface: iface as string,
     io: io as IoKind,
+    workers: workers as number,
     hashSeed: hashSeed as number,
     flowTable: flowTable as Config['flowTable'],
     tunnel,

@@ -2,14 +2,13 @@
 // worker, the reals' ids, intent and MACs, and builds and hands over forwarding snapshots.
 // The packet loop runs in a worker thread; nothing here can stall it.
 
-import { once } from 'node:events';
 import { readFile, rename, writeFile } from 'node:fs/promises';
-import { Worker } from 'node:worker_threads';
 import { readConfigFile } from '../config/load.js';
 import type { Config, ConfigProblem, RealIntent, ServiceConfig } from '../config/types.js';
-import { Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter, createCounters } from '../dataplane/counters.js';
+import { Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter } from '../dataplane/counters.js';
 import { timeoutsOf } from './flow-timeouts.js';
-import { LoopRunner, type LoopEvent, type LoopRequest, type LoopSettings } from '../dataplane/loop-runner.js';
+import type { LoopRequest } from '../dataplane/loop-runner.js';
+import { LoopGroup } from './loop-group.js';
 import type { HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
 import { addressWords, formatMac } from './addresses.js';
@@ -59,28 +58,19 @@ export class Daemon {
   config!: Config;
   /** The text of the config in force (plan compares a candidate against it). */
   configText = '';
-  readonly counters = createCounters();
+  readonly loops: LoopGroup;
   readonly registry = new RealRegistry(MAX_REAL_IDS);
   readonly metrics: DaemonMetrics;
   private readonly builder = new SnapshotBuilder();
   private host!: HostSetup;
   private neighbors!: NeighborWatcher;
-  private worker: Worker | null = null;
-  /** io: pcap only: the loop on this thread (see loop-runner.ts for why). */
-  private inline: LoopRunner | null = null;
-  private activeByReal: Int32Array = new Int32Array(MAX_REAL_IDS);
-  private inactiveByReal: Int32Array = new Int32Array(MAX_REAL_IDS);
   private readonly reals = new Map<string, RealRuntime>();
   readonly health: HealthMonitor;
   private overrides = new Map<string, IntentOverride>();
   private lastReports: readonly ServiceBuildReport[] = [];
   private rebuildQueued = false;
-  private requestSeq = 0;
-  private readonly pending = new Map<number, (e: LoopEvent) => void>();
   private housekeeping: NodeJS.Timeout | null = null;
   private rates = new Map<number, { pps: number; bps: number; packets: number; bytes: number }>();
-  private loopRunning = false;
-  localMac: Uint8Array = new Uint8Array(6);
   /** IPIP reals: the address whose MAC the outer frame goes to (the real on-link, else its gateway). */
   private nextHops = new Map<string, string>();
   private tunnelSources: TunnelSources = { v4: null, v6: null };
@@ -95,11 +85,12 @@ export class Daemon {
     readonly configPath: string,
     readonly log: Logger,
   ) {
+    this.loops = new LoopGroup(log);
     this.metrics = new DaemonMetrics({
-      counters: () => this.counters,
+      counters: () => this.loops.counters(),
       reals: () => this.metricsView(),
-      activeFlows: (id) => this.activeByReal[id] ?? 0,
-      inactiveFlows: (id) => this.inactiveByReal[id] ?? 0,
+      activeFlows: (id) => this.loops.active(id),
+      inactiveFlows: (id) => this.loops.inactive(id),
       flowTableCapacity: () => this.config.flowTable.capacity,
       panic: () => this.lastReports.map((r) => ({ service: r.name, panic: r.panic })),
       services: () =>
@@ -129,7 +120,7 @@ export class Daemon {
       const r = v.reals.find((x) => x.id === id);
       if (!r) continue;
       const draining = r.removed || r.intent === 'drain' || r.weight === 0;
-      return draining && (this.activeByReal[id] ?? 0) === 0;
+      return draining && this.loops.active(id) === 0;
     }
     return false;
   }
@@ -158,75 +149,28 @@ export class Daemon {
     this.log.info('dsrlb running', {
       interface: this.config.interface,
       io: this.config.io,
-      mac: formatMac(this.localMac),
+      mac: formatMac(this.loops.localMac),
       services: this.config.services.map((s) => s.name),
     });
   }
 
   private async startWorker(): Promise<void> {
-    const data: LoopSettings = {
-      io: this.config.io,
-      interface: this.config.interface,
-      flowCapacity: this.config.flowTable.capacity,
-      timeouts: timeoutsOf(this.config),
-      maxRealIds: MAX_REAL_IDS,
-      counters: this.counters,
-    };
-    await new Promise<void>((resolve, reject) => {
-      const onEvent = (e: LoopEvent): void => {
-        switch (e.type) {
-          case 'ready':
-            this.localMac = e.localMac;
-            this.mtu = e.mtu;
-            this.activeByReal = e.activeByReal;
-            this.inactiveByReal = e.inactiveByReal;
-            this.loopRunning = true;
-            resolve();
-            break;
-          case 'error':
-            reject(new DaemonError(e.code, e.message));
-            break;
-          case 'explained':
-          case 'flows': {
-            const cb = this.pending.get(e.id);
-            this.pending.delete(e.id);
-            cb?.(e);
-            break;
-          }
-          case 'stopped':
-            this.loopRunning = false;
-            break;
-        }
-      };
-      if (data.io === 'pcap') {
-        // Events are delivered on a later turn, as from a worker, so both hosts behave alike.
-        this.inline = new LoopRunner(data, (e) => setImmediate(() => onEvent(e)));
-        void this.inline.start();
-        return;
-      }
-      const worker = new Worker(new URL('../dataplane/loop-worker.js', import.meta.url), { workerData: data });
-      this.worker = worker;
-      worker.on('message', onEvent);
-      worker.on('error', (err) => {
-        this.loopRunning = false;
-        this.log.error('packet loop crashed', { error: err.message });
-        reject(err);
-      });
-      worker.on('exit', (code) => {
-        this.loopRunning = false;
-        if (this.worker === worker) this.log.warn('packet loop exited', { code });
-      });
-    });
+    const c = this.config;
+    try {
+      await this.loops.start(
+        { io: c.io, interface: c.interface, flowCapacity: c.flowTable.capacity, timeouts: timeoutsOf(c), maxRealIds: MAX_REAL_IDS },
+        c.workers,
+      );
+    } catch (err) {
+      const e = err as Error & { code?: string };
+      throw new DaemonError(e.code ?? 'LOOP_FAILED', e.message);
+    }
   }
 
   private send(m: LoopRequest): void {
-    if (this.inline) {
-      const runner = this.inline;
-      setImmediate(() => runner.handle(m));
-      return;
-    }
-    this.worker?.postMessage(m);
+    this.loops.broadcast(m);
   }
+
 
   private vips(): string[] {
     return [...new Set(this.config.services.map((s) => s.vip))];
@@ -244,7 +188,7 @@ export class Daemon {
 
   /** Per VIP: announce while the loop runs and a service of the VIP can take new flows. */
   private announceWanted(): Map<string, boolean> {
-    const loopOk = this.loopRunning && Date.now() - (this.counters[Counter.loopHeartbeatMs] ?? 0) < 1000;
+    const loopOk = this.loops.running && this.loops.heartbeatAgeMs() < 1000;
     const wanted = new Map<string, boolean>();
     for (const s of this.config.services) {
       if (!s.announce) continue;
@@ -430,13 +374,14 @@ export class Daemon {
   /** Once a second: rates, and forgetting removed reals whose last flow is gone. */
   private tick(): void {
     let forget = false;
+    const counters = this.loops.counters();
     for (const r of [...this.reals.values()]) {
       const c = REAL_BASE + r.id * REAL_STRIDE;
-      const packets = this.counters[c + RealCounter.forwardedPackets]!;
-      const bytes = this.counters[c + RealCounter.forwardedBytes]!;
+      const packets = counters[c + RealCounter.forwardedPackets]!;
+      const bytes = counters[c + RealCounter.forwardedBytes]!;
       const prev = this.rates.get(r.id);
       this.rates.set(r.id, { packets, bytes, pps: prev ? packets - prev.packets : 0, bps: prev ? bytes - prev.bytes : 0 });
-      if (r.removed && this.activeByReal[r.id] === 0 && this.inactiveByReal[r.id] === 0) {
+      if (r.removed && this.loops.active(r.id) === 0 && this.loops.inactive(r.id) === 0) {
         this.reals.delete(r.key);
         this.registry.release(r.key);
         this.log.info('removed real drained: forgotten', { service: r.service, real: r.address });
@@ -498,6 +443,7 @@ export class Daemon {
     const cur = this.config;
     if (next.interface !== cur.interface) return { path: 'interface', message: `changing the interface ("${cur.interface}" -> "${next.interface}") needs a restart` };
     if (next.io !== cur.io) return { path: 'io', message: `changing io ("${cur.io}" -> "${next.io}") needs a restart` };
+    if (next.workers !== cur.workers) return { path: 'workers', message: `changing the number of packet loops (${cur.workers} -> ${next.workers}) needs a restart` };
     if (next.flowTable.capacity !== cur.flowTable.capacity) return { path: 'flowTable.capacity', message: 'changing the flow table capacity needs a restart' };
     if (next.hashSeed !== cur.hashSeed) return { path: 'hashSeed', message: 'changing hashSeed needs a restart (it would move every flow)' };
     return null;
@@ -553,50 +499,48 @@ export class Daemon {
   async explain(serviceRef: string, clientIp: string, clientPort: number): Promise<Record<string, unknown>> {
     const s = this.findService(serviceRef);
     if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
-    const id = ++this.requestSeq;
     const addr = new Uint32Array(8);
     addr.set(addressWords(clientIp), 0);
     addr.set(addressWords(s.vip), 4);
-    const reply = new Promise<LoopEvent>((resolve) => this.pending.set(id, resolve));
-    this.send({ type: 'explain', id, family: s.family, protocol: s.protocol === 'tcp' ? 6 : 17, addr, srcPort: clientPort, dstPort: s.port });
-    const e = await reply;
-    if (e.type !== 'explained') throw new DaemonError('INTERNAL', 'unexpected reply');
+    const answers = await this.loops.ask((id) => ({ type: 'explain', id, family: s.family, protocol: s.protocol === 'tcp' ? 6 : 17, addr, srcPort: clientPort, dstPort: s.port }));
+    // With several loops the flow lives in one of them: a flow-table hit wins.
+    const e = answers.find((a) => a.type === 'explained' && a.placement === 'flow-table') ?? answers[0];
+    if (!e || e.type !== 'explained') throw new DaemonError('INTERNAL', 'no packet loop answered');
     const real = [...this.reals.values()].find((r) => r.id === e.real);
     return { service: s.name, client: `${clientIp}:${clientPort}`, real: real?.address ?? null, reason: e.placement, generation: e.generation };
   }
 
   /** Live flows for plan: flow keys with the (service identity, address) of their real. */
   async liveFlows(limit = 2_000_000): Promise<{ keys: number[]; reals: { identity: string; address: string }[] }> {
-    const id = ++this.requestSeq;
-    const reply = new Promise<LoopEvent>((resolve) => this.pending.set(id, resolve));
-    this.send({ type: 'flows', id, limit });
-    const e = await reply;
-    if (e.type !== 'flows') throw new DaemonError('INTERNAL', 'unexpected reply');
+    const answers = await this.loops.ask((id) => ({ type: 'flows', id, limit }));
     const byId = new Map([...this.reals.values()].map((r) => [r.id, r]));
     const keys: number[] = [];
     const reals: { identity: string; address: string }[] = [];
-    for (let i = 0; i < e.count; i++) {
-      const r = byId.get(e.reals[i]!);
-      if (!r) continue;
-      for (let w = 0; w < 10; w++) keys.push(e.keys[i * 10 + w]!);
-      reals.push({ identity: r.service, address: r.address });
+    for (const e of answers) {
+      if (e.type !== 'flows') continue;
+      for (let i = 0; i < e.count; i++) {
+        const r = byId.get(e.reals[i]!);
+        if (!r) continue;
+        for (let w = 0; w < 10; w++) keys.push(e.keys[i * 10 + w]!);
+        reals.push({ identity: r.service, address: r.address });
+      }
     }
     return { keys, reals };
   }
 
   loopHealthy(): boolean {
-    const age = Date.now() - (this.counters[Counter.loopHeartbeatMs] ?? 0);
-    return this.loopRunning && age < 5000;
+    return this.loops.running && this.loops.heartbeatAgeMs() < 5000;
   }
 
   status(): Record<string, unknown> {
     const views = this.serviceViews();
+    const counters = this.loops.counters();
     return {
       interface: this.config.interface,
       io: this.config.io,
-      mac: formatMac(this.localMac),
-      loop: { running: this.loopRunning, healthy: this.loopHealthy(), snapshotGeneration: this.counters[Counter.snapshotGeneration] },
-      flowTable: { entries: this.counters[Counter.flowTableEntries], capacity: this.config.flowTable.capacity },
+      mac: formatMac(this.loops.localMac),
+      loop: { running: this.loops.running, loops: this.loops.size, healthy: this.loopHealthy(), snapshotGeneration: counters[Counter.snapshotGeneration] },
+      flowTable: { entries: counters[Counter.flowTableEntries], capacity: this.config.flowTable.capacity },
       services: views.map((v) => {
         const report = this.lastReports.find((r) => r.name === v.config.name);
         return {
@@ -632,10 +576,10 @@ export class Daemon {
               },
               drainFinished: this.drainFinished(r.id),
               mac: r.mac ? formatMac(r.mac) : null,
-              activeFlows: this.activeByReal[r.id] ?? 0,
-              inactiveFlows: this.inactiveByReal[r.id] ?? 0,
-              packets: this.counters[c + RealCounter.forwardedPackets],
-              bytes: this.counters[c + RealCounter.forwardedBytes],
+              activeFlows: this.loops.active(r.id),
+              inactiveFlows: this.loops.inactive(r.id),
+              packets: counters[c + RealCounter.forwardedPackets],
+              bytes: counters[c + RealCounter.forwardedBytes],
               pps: rate?.pps ?? 0,
               bytesPerSecond: rate?.bps ?? 0,
             };
@@ -666,20 +610,7 @@ export class Daemon {
     }
     this.health.stop();
     this.neighbors?.stop();
-    if (this.inline) {
-      this.inline.handle({ type: 'stop' });
-      this.inline = null;
-    }
-    const worker = this.worker;
-    this.worker = null; // a clean exit is not "the packet loop exited"
-    if (worker) {
-      worker.postMessage({ type: 'stop' } satisfies LoopRequest);
-      const exited = once(worker, 'exit');
-      const timer = setTimeout(() => void worker.terminate(), CLOSE_TIMEOUT_MS);
-      await exited.catch(() => undefined);
-      clearTimeout(timer);
-      this.worker = null;
-    }
+    await this.loops.stop(CLOSE_TIMEOUT_MS);
     this.announcer?.close();
     await this.host?.undo();
     this.log.info('dsrlb stopped');

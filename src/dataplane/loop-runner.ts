@@ -17,6 +17,8 @@ export interface LoopSettings {
   timeouts: FlowTimeouts;
   maxRealIds: number;
   counters: Float64Array;
+  /** PACKET_FANOUT group shared by the daemon's loops (0: a single loop, no fanout). */
+  fanoutGroupId: number;
 }
 
 export type LoopRequest =
@@ -46,7 +48,7 @@ async function openIo(s: LoopSettings): Promise<PacketIo> {
     return PcapIo.open({ interface: s.interface });
   }
   const { AfPacketIo } = await import('../io/afpacket-io.js');
-  return AfPacketIo.open({ interface: s.interface });
+  return AfPacketIo.open({ interface: s.interface, fanoutGroupId: s.fanoutGroupId > 0 ? s.fanoutGroupId : undefined });
 }
 
 export class LoopRunner {

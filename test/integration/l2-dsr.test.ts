@@ -15,10 +15,12 @@ const PREFIX = `dsrt-l2-${process.pid}-`;
 let lab: Lab;
 let dir: string;
 
-function configText(io: string, reals: readonly string[]): string {
+function configText(variant: string, reals: readonly string[]): string {
+  const [io, workers] = variant.split('x');
   return [
     'interface: eth0',
     `io: ${io}`,
+    `workers: ${workers ?? 1}`,
     'metrics: { listen: 127.0.0.1:9742 }',
     'admin: { listen: 127.0.0.1:9743 }',
     'services:',
@@ -63,7 +65,8 @@ afterAll(async () => {
   await lab?.destroy();
 }, 60_000);
 
-describe.each(['afpacket', 'pcap'])('L2 DSR with io: %s', (io) => {
+// afpacketx2: two packet loops (worker threads) sharing the traffic through PACKET_FANOUT.
+describe.each(['afpacket', 'pcap', 'afpacketx2'])('L2 DSR with io: %s', (io) => {
   let daemon: LabDaemon;
   let configPath: string;
 
@@ -100,6 +103,10 @@ describe.each(['afpacket', 'pcap'])('L2 DSR with io: %s', (io) => {
     const m = await daemon.metrics();
     for (const real of lab.reals.slice(0, 3)) expect(metricValue(m, 'dsrlb_forwarded_packets_total', `service="web",real="${real.ipv4}"`)).toBeGreaterThan(0);
     console.log(`[${io}] distribution`, r.byReal);
+    if (io === 'afpacketx2') {
+      const status = (await daemon.status()) as unknown as { loop: { loops: number } };
+      expect(status.loop.loops).toBe(2);
+    }
   }, 120_000);
 
   if (io === 'afpacket') {

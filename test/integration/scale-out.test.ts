@@ -132,18 +132,48 @@ function allAnswered(r: KeepAliveRound): boolean {
   return r.answers.every((a) => 'real' in a && a.real !== null);
 }
 
-/** SYNs sent again from a port whose previous SYN got no SYN-ACK (ports are reused, so pair them). */
-function retransmittedSyns(segments: readonly Segment[], originMs: number): string[] {
-  const pending = new Map<string, number>();
-  const out: string[] = [];
-  for (const seg of segments) {
-    if (seg.flags === 'S') {
-      const first = pending.get(seg.from);
-      if (first !== undefined) out.push(`${seg.from}: SYN at ${first - originMs} ms, again at ${seg.atMs - originMs} ms`);
-      else pending.set(seg.from, seg.atMs);
-    } else pending.delete(seg.to);
-  }
-  return out;
+/**
+ * Watches SYNs at the client and on every LB (received and forwarded) while a test runs. stop()
+ * lists the SYNs the client had to send again (a port whose SYN got no SYN-ACK; ports are reused,
+ * so they are paired), each with where its first attempt went: times in ms from `originMs`.
+ */
+async function watchSyns(): Promise<{ stop(originMs: number): Promise<string[]> }> {
+  const client = await startCapture(lab, lab.client.ns, 'eth0', ['tcp[tcpflags] & tcp-syn != 0']);
+  const perLb = await Promise.all(
+    lab.lbs.map(async (l) => ({
+      name: l.name,
+      in: await startCapture(lab, l.ns, 'eth0', ['-Q', 'in', 'tcp[tcpflags] == tcp-syn']),
+      out: await startCapture(lab, l.ns, 'eth0', ['-Q', 'out', 'tcp[tcpflags] == tcp-syn']),
+    })),
+  );
+  const segments = (lines: string[]): Segment[] => lines.map(parseSegment).filter((x) => x !== null);
+  return {
+    async stop(originMs: number): Promise<string[]> {
+      const atClient = segments(await client.stop());
+      const atLbs = await Promise.all(perLb.map(async (c) => ({ name: c.name, in: segments(await c.in.stop()), out: segments(await c.out.stop()) })));
+      const pending = new Map<string, number>();
+      const out: string[] = [];
+      for (const seg of atClient) {
+        if (seg.flags !== 'S') {
+          pending.delete(seg.to);
+          continue;
+        }
+        const first = pending.get(seg.from);
+        if (first === undefined) {
+          pending.set(seg.from, seg.atMs);
+          continue;
+        }
+        // Where the first attempt went: received by an LB (in) and forwarded to a real (out)?
+        const near = (list: Segment[]): string => {
+          const hit = list.find((x) => x.from === seg.from && Math.abs(x.atMs - first) < 500);
+          return hit ? `${hit.atMs - originMs}` : '-';
+        };
+        const where = atLbs.map((l) => `${l.name} in ${near(l.in)} out ${near(l.out)}`).join(', ');
+        out.push(`${seg.from}: SYN at ${first - originMs} ms (${where}), again at ${seg.atMs - originMs} ms`);
+      }
+      return out;
+    },
+  };
 }
 
 beforeAll(async () => {
@@ -271,8 +301,8 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
     const l1 = lb(0);
     const d1 = daemon(l1);
     const counters = ['TcpExtTCPSynRetrans', 'TcpRetransSegs'];
-    // SYNs and SYN-ACKs at the client (to find retransmitted SYNs), and whatever still reaches lb1.
-    const clientSyns = await startCapture(lab, lab.client.ns, 'eth0', ['tcp[tcpflags] & tcp-syn != 0']);
+    // Retransmitted SYNs (black-holed attempts), and whatever still reaches lb1.
+    const syns = await watchSyns();
     const atLb1 = await startCapture(lab, l1.ns, 'eth0', ['-Q', 'in', 'tcp', 'and', 'dst', 'host', VIP_WEB]);
     const before = await tcpCounters(lab, lab.client.ns, counters);
     const n = 2000;
@@ -290,9 +320,7 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
     const result = await load;
     const after = await tcpCounters(lab, lab.client.ns, counters);
     const lb1Frames = (await atLb1.stop()).map(parseSegment).filter((x) => x !== null);
-    const synLines = (await clientSyns.stop()).map(parseSegment).filter((x) => x !== null);
-
-    const retransmitted = retransmittedSyns(synLines, signalAtMs);
+    const retransmitted = await syns.stop(signalAtMs);
     const exitMs = d1.exitedAtMs! - signalAtMs;
     const lastAtLb1Ms = Math.max(...lb1Frames.map((f) => f.atMs)) - signalAtMs;
 
@@ -319,7 +347,7 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
   it('an LB that starts again takes its share of new connections without dropping an attempt', async () => {
     const l1 = lb(0);
     expect(await lab.nexthops(VIP_WEB)).toEqual([lb(1).ipv4]);
-    const clientSyns = await startCapture(lab, lab.client.ns, 'eth0', ['tcp[tcpflags] & tcp-syn != 0']);
+    const syns = await watchSyns();
     const n = 3000;
     let clientDoneAtMs = 0;
     const load = httpCount(lab, VIP_WEB, n, { concurrency: 10 }).then((r) => {
@@ -327,30 +355,22 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
       return r;
     });
     await sleep(500);
-    const lbCaps = await Promise.all(lab.lbs.map((l) => startCapture(lab, l.ns, 'eth0', ['-e', 'tcp[tcpflags] == tcp-syn'])));
     const startAtMs = Date.now();
     await startDaemon(l1);
     const joinMs = await lab.waitForNexthops(VIP_WEB, allLbs(), ROUTE_TIMEOUT_MS, { sinceMs: startAtMs });
     const result = await load;
     const flowsOnLb1 = await flowsCreated(l1, 'web');
-    const retransmitted = retransmittedSyns((await clientSyns.stop()).map(parseSegment).filter((x) => x !== null), startAtMs);
-    const lbLines = await Promise.all(lbCaps.map((c) => c.stop()));
-    for (const r of retransmitted) {
-      const port = r.split(':')[0]!;
-      lab.lbs.forEach((l, i) => console.log(r, l.name, lbLines[i]!.filter((x) => x.includes(port + ' >')).map((x) => `${Number(x.split(' ')[0]) * 1000 - startAtMs} ${x.split(' ').slice(1, 4).join(' ')}`).join(' | ')));
-    }
-    console.log('joinMs', joinMs);
-    console.log((await daemon(l1).metrics()).split('\n').filter((x) => x.startsWith('dsrlb_dropped_packets_total') && !x.endsWith(' 0')).join('\n'));
-    console.log(daemon(l1).logs.filter((x) => /announced|MAC|running|ready|routes/.test(x)).map((x) => { const j = JSON.parse(x); return `${Date.parse(j.ts) - startAtMs} ${j.msg} ${j.vip ?? j.real ?? ''}`; }).join('\n'));
+    const retransmitted = await syns.stop(startAtMs);
     await lab.waitForNexthops(VIP_EDGE, allLbs(), ROUTE_TIMEOUT_MS);
 
     // The new LB was in the path while the client still ran.
     expect(clientDoneAtMs).toBeGreaterThan(startAtMs + joinMs);
     expect(flowsOnLb1).toBeGreaterThan(100);
     expect(result).toMatchObject({ ok: n, failed: 0 });
-    // A VIP announced before the LB can forward (e.g. real MACs unresolved) drops SYNs: retransmits.
-    expect(retransmitted).toEqual([]);
-    figures.join = { routeWithLb1AfterStartMs: joinMs, connections: n, viaStartedLb: flowsOnLb1, failed: result.failed, synRetransmits: retransmitted.length };
+    // A VIP announced before the LB can forward (loop not running, real MACs unresolved) drops SYNs.
+    const drops = metricSum(await daemon(l1).metrics(), 'dsrlb_dropped_packets_total', 'reason="neighbor_unknown"');
+    expect({ retransmitted, neighborUnknownDrops: drops }).toEqual({ retransmitted: [], neighborUnknownDrops: 0 });
+    figures.join = { routeWithLb1AfterStartMs: joinMs, connections: n, viaStartedLb: flowsOnLb1, failed: result.failed, synRetransmits: retransmitted.length, neighborUnknownDrops: drops };
   });
 
   it('SIGKILL of dsrlb alone: its TUN gates vanish with the process and BIRD withdraws its routes (dead man\'s switch)', async () => {

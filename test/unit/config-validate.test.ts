@@ -107,6 +107,7 @@ describe('contract sample', () => {
       metrics: { listen: { host: '127.0.0.1', port: 9742 } },
       admin: { listen: { host: '127.0.0.1', port: 9743 }, tokenFile: '/etc/dsrlb/admin.token' },
       stateFile: null,
+      workers: 1,
       announce: { enabled: false, routesFile: '/run/dsrlb/bird-routes.conf', birdSocket: null, onFailOpen: true, withdrawDelayMs: 300 },
       services: [
         {

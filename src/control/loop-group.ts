@@ -1,0 +1,189 @@
+// The packet loops of one daemon, as the control plane sees them: one worker thread per loop
+// (PACKET_FANOUT spreads flows over their sockets by hash, so each flow stays in one loop's flow
+// table), or a single loop on this thread for io: pcap (the cap addon polls on the process's
+// default libuv loop). Counters and per-real flow counts are summed over the loops when read.
+
+import { Worker } from 'node:worker_threads';
+import { COUNTER_SLOTS, Counter, createCounters } from '../dataplane/counters.js';
+import { LoopRunner, type LoopEvent, type LoopRequest, type LoopSettings } from '../dataplane/loop-runner.js';
+import type { Logger } from './logger.js';
+
+export class LoopError extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+interface Loop {
+  readonly counters: Float64Array;
+  active: Int32Array;
+  inactive: Int32Array;
+  running: boolean;
+  post(m: LoopRequest): void;
+  worker: Worker | null;
+  inline: LoopRunner | null;
+}
+
+export type LoopBase = Omit<LoopSettings, 'counters' | 'fanoutGroupId'>;
+
+export class LoopGroup {
+  private loops: Loop[] = [];
+  private readonly sum = new Float64Array(COUNTER_SLOTS);
+  private seq = 0;
+  private readonly pending = new Map<number, { left: number; events: LoopEvent[]; done: (e: LoopEvent[]) => void }>();
+  localMac: Uint8Array = new Uint8Array(6);
+  mtu = 1500;
+
+  constructor(private readonly log: Logger) {}
+
+  /** Starts `count` loops (1 for pcap) and resolves when all are ready. */
+  async start(base: LoopBase, count: number): Promise<void> {
+    const n = base.io === 'pcap' ? 1 : count;
+    // One fanout group per daemon process; 0 (no fanout) for a single loop.
+    const fanoutGroupId = n > 1 ? (process.pid & 0xfffe) + 1 : 0;
+    await Promise.all(Array.from({ length: n }, () => this.startOne({ ...base, counters: createCounters(), fanoutGroupId })));
+  }
+
+  private startOne(settings: LoopSettings): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const loop: Loop = {
+        counters: settings.counters,
+        active: new Int32Array(0),
+        inactive: new Int32Array(0),
+        running: false,
+        post: () => undefined,
+        worker: null,
+        inline: null,
+      };
+      const onEvent = (e: LoopEvent): void => {
+        switch (e.type) {
+          case 'ready':
+            this.localMac = e.localMac;
+            this.mtu = e.mtu;
+            loop.active = e.activeByReal;
+            loop.inactive = e.inactiveByReal;
+            loop.running = true;
+            this.loops.push(loop);
+            resolve();
+            break;
+          case 'error':
+            reject(new LoopError(e.code, e.message));
+            break;
+          case 'explained':
+          case 'flows': {
+            const p = this.pending.get(e.id);
+            if (!p) break;
+            p.events.push(e);
+            if (--p.left === 0) {
+              this.pending.delete(e.id);
+              p.done(p.events);
+            }
+            break;
+          }
+          case 'stopped':
+            loop.running = false;
+            break;
+        }
+      };
+      if (settings.io === 'pcap') {
+        // Events arrive on a later turn, as from a worker, so both hosts behave alike.
+        const runner = new LoopRunner(settings, (e) => setImmediate(() => onEvent(e)));
+        loop.inline = runner;
+        loop.post = (m) => setImmediate(() => runner.handle(m));
+        void runner.start();
+        return;
+      }
+      const worker = new Worker(new URL('../dataplane/loop-worker.js', import.meta.url), { workerData: settings });
+      loop.worker = worker;
+      loop.post = (m) => worker.postMessage(m);
+      worker.on('message', onEvent);
+      worker.on('error', (err) => {
+        loop.running = false;
+        this.log.error('packet loop crashed', { error: err.message });
+        reject(err);
+      });
+      worker.on('exit', (code) => {
+        if (loop.running) this.log.warn('packet loop exited', { code });
+        loop.running = false;
+      });
+    });
+  }
+
+  get size(): number {
+    return this.loops.length;
+  }
+
+  /** Every loop runs (a crashed worker makes the group unhealthy). */
+  get running(): boolean {
+    return this.loops.length > 0 && this.loops.every((l) => l.running);
+  }
+
+  /** Age of the stalest loop's heartbeat (epoch ms), Infinity before any loop ran. */
+  heartbeatAgeMs(now = Date.now()): number {
+    if (this.loops.length === 0) return Infinity;
+    let oldest = Infinity;
+    for (const l of this.loops) oldest = Math.min(oldest, l.counters[Counter.loopHeartbeatMs]!);
+    return now - oldest;
+  }
+
+  broadcast(m: LoopRequest): void {
+    for (const l of this.loops) l.post(m);
+  }
+
+  /** Asks every loop (explain, flows) and resolves with all their answers. */
+  ask(make: (id: number) => LoopRequest): Promise<LoopEvent[]> {
+    const id = ++this.seq;
+    return new Promise((resolve) => {
+      if (this.loops.length === 0) return resolve([]);
+      this.pending.set(id, { left: this.loops.length, events: [], done: resolve });
+      this.broadcast(make(id));
+    });
+  }
+
+  /** The counters summed over the loops (gauge-like slots such as the heartbeat are not summed). */
+  counters(): Float64Array {
+    const sum = this.sum;
+    sum.fill(0);
+    for (const l of this.loops) for (let i = 0; i < COUNTER_SLOTS; i++) sum[i]! += l.counters[i]!;
+    if (this.loops.length > 0) {
+      sum[Counter.loopHeartbeatMs] = Date.now() - this.heartbeatAgeMs();
+      sum[Counter.snapshotGeneration] = Math.min(...this.loops.map((l) => l.counters[Counter.snapshotGeneration]!));
+    }
+    return sum;
+  }
+
+  active(id: number): number {
+    let n = 0;
+    for (const l of this.loops) n += l.active[id] ?? 0;
+    return n;
+  }
+
+  inactive(id: number): number {
+    let n = 0;
+    for (const l of this.loops) n += l.inactive[id] ?? 0;
+    return n;
+  }
+
+  async stop(timeoutMs: number): Promise<void> {
+    const loops = this.loops;
+    this.loops = [];
+    await Promise.all(
+      loops.map(async (l) => {
+        l.running = false;
+        if (l.inline) {
+          l.inline.handle({ type: 'stop' });
+          return;
+        }
+        const w = l.worker!;
+        const exited = new Promise((r) => w.once('exit', r));
+        w.postMessage({ type: 'stop' } satisfies LoopRequest);
+        const timer = setTimeout(() => void w.terminate(), timeoutMs);
+        await exited;
+        clearTimeout(timer);
+      }),
+    );
+  }
+}
