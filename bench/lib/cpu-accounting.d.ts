@@ -19,6 +19,7 @@ export interface ProcessTicks {
   childTicks: number;
   kernelThread: boolean;
   comm: string;
+  ppid: number;
 }
 
 export interface CpuSample {
@@ -60,3 +61,5 @@ export declare function usPerPacket(cpuS: number, packets: number): number;
 export declare function differentialUs(withForwarderUs: number, baselineUs: number): number;
 export declare function secondsPerGB(cpuS: number, bytes: number): number;
 export declare function lossFraction(sent: number, received: number): number;
+export declare function ksoftirqdPids(): number[];
+export declare function reapedChildrenSeconds(userHz?: number): number;

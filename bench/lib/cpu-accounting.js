@@ -76,13 +76,13 @@ export function parseProcPidStat(text) {
 
 /** Every process's run time (ticks), for telling other people's work from ours. */
 function readAllProcesses() {
-  /** @type {Record<string, { ticks: number, childTicks: number, kernelThread: boolean, comm: string }>} */
+  /** @type {Record<string, { ticks: number, childTicks: number, kernelThread: boolean, comm: string, ppid: number }>} */
   const procs = {};
   for (const name of readdirSync('/proc')) {
     if (!/^\d+$/.test(name)) continue;
     try {
       const p = parseProcPidStat(readFileSync(`/proc/${name}/stat`, 'utf8'));
-      if (p) procs[name] = { ticks: p.ticks, childTicks: p.childTicks, kernelThread: p.kernelThread, comm: p.comm };
+      if (p) procs[name] = { ticks: p.ticks, childTicks: p.childTicks, kernelThread: p.kernelThread, comm: p.comm, ppid: p.ppid };
     } catch {
       // exited while we looked
     }
@@ -123,10 +123,12 @@ export function takeSample(pids = [], opts = {}) {
 }
 
 /**
- * CPU seconds that user-space processes other than `own` (and this one) used between two samples,
- * with the children they reaped: other people's work on a shared machine. Kernel threads are left
- * out (softirq work pushed to ksoftirqd belongs to the traffic). A process that started and ended
- * between the samples is seen only once its parent reaps it.
+ * CPU seconds that user-space processes other than `own` (and this one) used between two samples:
+ * other people's work on a shared machine. Kernel threads are left out (softirq work pushed to
+ * ksoftirqd belongs to the traffic). A process's counters include the children it reaped; a child
+ * that was alive at the first sample and was reaped since brings its whole life into its parent's
+ * counters, so what it had used by the first sample is taken off again. A process that started and
+ * ended between the samples is seen only through its parent.
  * @param {import('./cpu-accounting.js').CpuSample} a
  * @param {import('./cpu-accounting.js').CpuSample} b
  * @param {readonly number[]} own
@@ -135,16 +137,26 @@ export function takeSample(pids = [], opts = {}) {
 export function foreignTime(a, b, own, userHz = USER_HZ) {
   if (!a.procs || !b.procs) return { seconds: 0, top: [] };
   const ours = new Set([...own.map(String), String(process.pid)]);
-  let ticks = 0;
-  const top = [];
+  const foreignPid = (pid, p) => !p.kernelThread && !ours.has(pid);
+  // Children reaped since the first sample: what they had used by then is not this interval's.
+  /** @type {Map<string, number>} */
+  const reapedBefore = new Map();
+  for (const [pid, pa] of Object.entries(a.procs)) {
+    if (b.procs[pid]) continue;
+    const ppid = String(pa.ppid);
+    reapedBefore.set(ppid, (reapedBefore.get(ppid) ?? 0) + pa.ticks + pa.childTicks);
+  }
   // No process can have used more than every CPU for the whole interval (guards pid reuse).
   const capTicks = ((b.wallNs - a.wallNs) / 1e9) * b.cpus.length * userHz;
+  let ticks = 0;
+  const top = [];
   for (const [pid, pb] of Object.entries(b.procs)) {
-    if (pb.kernelThread || ours.has(pid)) continue;
+    if (!foreignPid(pid, pb)) continue;
     const pa = a.procs[pid];
     // Present in both: the difference (an exec keeps the counters); new: all of it, it started here.
     const total = pb.ticks + pb.childTicks;
-    const d = Math.min(capTicks, pa && total >= pa.ticks + pa.childTicks ? total - pa.ticks - pa.childTicks : total);
+    const before = pa && total >= pa.ticks + pa.childTicks ? pa.ticks + pa.childTicks : 0;
+    const d = Math.min(capTicks, Math.max(0, total - before - (reapedBefore.get(pid) ?? 0)));
     if (d > 0) {
       ticks += d;
       top.push({ pid: Number(pid), comm: pb.comm, seconds: d / userHz });
@@ -152,6 +164,28 @@ export function foreignTime(a, b, own, userHz = USER_HZ) {
   }
   top.sort((x, y) => y.seconds - x.seconds);
   return { seconds: ticks / userHz, top: top.slice(0, 3) };
+}
+
+let ksoftirqd = null;
+/** Pids of the ksoftirqd/N threads (softirq work the kernel deferred to a thread). */
+export function ksoftirqdPids() {
+  if (ksoftirqd) return ksoftirqd;
+  ksoftirqd = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (readFileSync(`/proc/${name}/comm`, 'utf8').startsWith('ksoftirqd/')) ksoftirqd.push(Number(name));
+    } catch {
+      // gone
+    }
+  }
+  return ksoftirqd;
+}
+
+/** Run time of this process's reaped children (seconds, 1/USER_HZ resolution). */
+export function reapedChildrenSeconds(userHz = USER_HZ) {
+  const p = parseProcPidStat(readFileSync('/proc/self/stat', 'utf8'));
+  return p ? p.childTicks / userHz : 0;
 }
 
 /**

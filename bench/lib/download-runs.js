@@ -2,7 +2,7 @@
 // the real directly, through HAProxy, or through dsrlb; machine busy time and the LB process's
 // thread time are taken over the whole transfer.
 
-import { foreignTime, machineBusy, secondsPerGB, takeSample, threadTime } from './cpu-accounting.js';
+import { foreignTime, ksoftirqdPids, machineBusy, reapedChildrenSeconds, secondsPerGB, takeSample, threadTime } from './cpu-accounting.js';
 import { HTTP_PORT } from './bench-lab.js';
 
 export const OBJECT_BYTES = 10 * 1024 * 1024;
@@ -17,9 +17,13 @@ export async function downloadRun(bl, o) {
   const url = `http://${o.host}:${HTTP_PORT}/bytes/${OBJECT_BYTES}?n=[1-${o.objects}]`;
   const argv = ['curl', '-s', '-o', '/dev/null', '--max-time', String(o.timeoutS ?? 300), '-w', '%{http_code} %{size_download}\\n', url];
   const own = [...(o.pids ?? []), ...(o.serverPids ?? [])];
-  const a = takeSample(o.pids ?? [], { allProcesses: true });
+  // Method B's tasks: the LB's threads, the HTTP server, ksoftirqd, and curl (a child we reap).
+  const tasks = [...own, ...ksoftirqdPids()];
+  const a = takeSample(tasks, { allProcesses: true });
+  const curl0 = reapedChildrenSeconds();
   const r = await lab.exec(lab.client, argv, { timeoutMs: ((o.timeoutS ?? 300) + 30) * 1000 });
-  const b = takeSample(o.pids ?? [], { allProcesses: true });
+  const curlS = reapedChildrenSeconds() - curl0;
+  const b = takeSample(tasks, { allProcesses: true });
   let bytes = 0;
   let ok = 0;
   for (const line of r.stdout.trim().split('\n')) {
@@ -31,7 +35,15 @@ export async function downloadRun(bl, o) {
     throw new Error(`download from ${o.host}: curl exit ${r.code}, ${ok}/${o.objects} objects: ${r.stderr.trim()} ${r.stdout.slice(0, 200)}`);
   }
   const busy = machineBusy(a, b);
-  const threads = threadTime(a, b);
+  const all = threadTime(a, b);
+  const lbPids = new Set(o.pids ?? []);
+  const lbThreads = all.threads.filter((t) => lbPids.has(t.pid));
+  const threads = {
+    totalS: lbThreads.reduce((sum, t) => sum + t.seconds, 0),
+    mainS: lbThreads.filter((t) => t.main).reduce((sum, t) => sum + t.seconds, 0),
+    threads: lbThreads,
+  };
+  const tasksS = all.totalS + curlS;
   // curl is a child of `ip netns exec`, which this process reaps: it is ours, not foreign.
   const foreign = foreignTime(a, b, own);
   const busyS = Math.max(0, busy.busyS - foreign.seconds);
@@ -47,6 +59,8 @@ export async function downloadRun(bl, o) {
     foreignS: foreign.seconds,
     foreignTop: foreign.top,
     busySecondsPerGB: secondsPerGB(busyS, bytes),
+    tasksS,
+    tasksSecondsPerGB: secondsPerGB(tasksS, bytes),
     processS: threads.totalS,
     processSecondsPerGB: secondsPerGB(threads.totalS, bytes),
     processMainS: threads.mainS,

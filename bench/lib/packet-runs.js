@@ -5,7 +5,7 @@
 
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { foreignTime, lossFraction, machineBusy, takeSample, threadTime, usPerPacket } from './cpu-accounting.js';
+import { foreignTime, ksoftirqdPids, lossFraction, machineBusy, takeSample, threadTime, usPerPacket } from './cpu-accounting.js';
 import { ROOT, UDP_PORT, runHere, sleep, spawnIn, stopProcess } from './bench-lab.js';
 
 /** Compiles bench/trafgen/*.c into outDir/bin; returns the binaries' paths. */
@@ -87,9 +87,11 @@ export async function packetRun(bl, bins, o) {
     const startMs = Math.max(150, o.durationS * 150);
     const windowMs = Math.max(200, o.durationS * 1000 * 0.75);
     await sleep(startMs - (Date.now() - t0));
-    const a = takeSample(o.pids ?? [], { allProcesses: true });
+    // Every task that does this traffic's work: generator, sink, the LB's threads, ksoftirqd.
+    const tasks = [gen.pid, sinkProc.pid, ...(o.pids ?? []), ...ksoftirqdPids()];
+    const a = takeSample(tasks, { allProcesses: true });
     await sleep(windowMs);
-    const b = takeSample(o.pids ?? [], { allProcesses: true });
+    const b = takeSample(tasks, { allProcesses: true });
     const genExit = await gen.exited;
     if (genExit.code !== 0) throw new Error(`udpgen exited ${genExit.code ?? genExit.signal}:\n${gen.lines.join('\n')}`);
     const g = lastJson(gen.lines, 'udpgen');
@@ -97,7 +99,11 @@ export async function packetRun(bl, bins, o) {
     const s = lastJson(sinkProc.lines, 'udpsink');
     const deliveredPps = s.received / g.durationS;
     const busy = machineBusy(a, b);
-    const threads = threadTime(a, b);
+    const all = threadTime(a, b);
+    const lbPids = new Set(o.pids ?? []);
+    const threads = { ...all, threads: all.threads.filter((t) => lbPids.has(t.pid)) };
+    threads.totalS = threads.threads.reduce((sum, t) => sum + t.seconds, 0);
+    threads.mainS = threads.threads.filter((t) => t.main).reduce((sum, t) => sum + t.seconds, 0);
     const foreign = foreignTime(a, b, [...(o.pids ?? []), gen.pid, sinkProc.pid]);
     // Other people's processes on a shared machine are not the forwarder's cost.
     const ownBusyS = Math.max(0, busy.busyS - foreign.seconds);
@@ -123,6 +129,12 @@ export async function packetRun(bl, bins, o) {
         stealS: busy.stealS,
         tickBusyS: busy.tickBusyS,
         usPerPacket: usPerPacket(ownBusyS, windowPackets),
+        // Method B: exact run time of the tasks above; blind to irq work charged to the idle task,
+        // immune to other people's processes.
+        tasksS: all.totalS,
+        tasksUsPerPacket: usPerPacket(all.totalS, windowPackets),
+        genS: all.threads.filter((t) => t.pid === gen.pid).reduce((sum, t) => sum + t.seconds, 0),
+        sinkS: all.threads.filter((t) => t.pid === sinkProc.pid).reduce((sum, t) => sum + t.seconds, 0),
         processS: threads.totalS,
         processUsPerPacket: usPerPacket(threads.totalS, windowPackets),
         processMainS: threads.mainS,

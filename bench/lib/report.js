@@ -31,6 +31,7 @@ export function formatNumber(v) {
   if (!Number.isFinite(v)) return String(v);
   const a = Math.abs(v);
   if (a >= 1000) return Math.round(v).toLocaleString('en-US');
+  if (Number.isInteger(v)) return String(v);
   if (a >= 100) return v.toFixed(0);
   if (a >= 10) return v.toFixed(1);
   if (a >= 1) return v.toFixed(2);

@@ -71,7 +71,7 @@ export async function demoUp(opts: { requests: number }): Promise<number> {
   say(`dsrlb demo: dsrlb runs in namespace ${lab.lb.ns} (log: ${logPath})`);
   await waitFor(async () => (await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9743/healthz'])).code === 0, 20_000, 'the daemon to start');
   // Capture on the LB's interface every frame whose source is the VIP: replies that crossed the LB.
-  const capture = lab.spawn(lab.lb, ['tcpdump', '-i', 'eth0', '-nn', '-l', '-q', '--immediate-mode', 'src', 'host', lab.vip], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const capture = lab.spawn(lab.lb, ['tcpdump', '-i', 'eth0', '-nn', '-l', '-q', '--immediate-mode', 'tcp', 'and', 'src', 'host', lab.vip], { stdio: ['ignore', 'pipe', 'pipe'] });
   let viaLbFrames = 0;
   let viaLbBytes = 0;
   capture.stdout!.on('data', (chunk: Buffer) => {
@@ -100,7 +100,7 @@ export async function demoUp(opts: { requests: number }): Promise<number> {
   }
   say('');
   say(`  requests answered: ${result.ok}/${opts.requests}, failed: ${result.failed}`);
-  say(`  reply frames seen on the LB's interface (source ${lab.vip}): ${viaLbFrames}, ${viaLbBytes} bytes`);
+  say(`  TCP frames from ${lab.vip} (replies) seen on the LB's interface: ${viaLbFrames}, ${viaLbBytes} bytes`);
   say(viaLbFrames === 0 ? '  -> zero response bytes crossed the LB: the reals answered the client directly (DSR).' : '  -> some replies crossed the LB!');
   say('');
   say('Try it yourself:');
@@ -108,6 +108,12 @@ export async function demoUp(opts: { requests: number }): Promise<number> {
   say(`  ip netns exec ${lab.lb.ns} ${resolve(repoRoot, 'bin/dsrlb.js')} status -c ${configPath}`);
   say(`  ip netns exec ${lab.lb.ns} curl -s http://127.0.0.1:9742/metrics | grep ^dsrlb_`);
   say('  npx dsrlb demo --down     # removes the lab');
+  // The lab stays up: let its processes run on without holding this command open.
+  for (const child of lab.httpServers.values()) {
+    child.stdout?.destroy();
+    child.stderr?.destroy();
+    child.unref();
+  }
   return result.failed === 0 && viaLbFrames === 0 ? 0 : 2;
 }
 

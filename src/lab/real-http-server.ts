@@ -206,6 +206,8 @@ async function main(): Promise<void> {
   };
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
+  // The demo leaves servers running after it exits: a closed stdout must not take them down.
+  process.stdout.on('error', () => undefined);
   process.stdout.write(
     `${JSON.stringify({ ready: true, name: opts.name, hosts: opts.hosts, port: opts.port, pid: process.pid })}\n`,
   );

@@ -483,6 +483,30 @@ export class ScaleOutLab {
   }
 
   /**
+   * Records every change of the router's routes (`ip monitor route`), one string per route with
+   * its nexthops joined in (multipath routes print as a first line and indented nexthop lines).
+   */
+  async monitorRoutes(): Promise<{ stop(): Promise<string[]> }> {
+    const p = this.spawn(this.router.ns, ['ip', 'monitor', 'route'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    const records: string[] = [];
+    createInterface({ input: p.stdout! }).on('line', (line) => {
+      if (/^\s/.test(line) && records.length > 0) records[records.length - 1] += ` ${line.trim()}`;
+      else records.push(line);
+    });
+    // ip monitor prints nothing when it is ready: give it time to open its netlink socket.
+    await sleep(300);
+    return {
+      stop: async () => {
+        await sleep(200);
+        const exited = new Promise((r) => p.once('exit', r));
+        p.kill('SIGTERM');
+        await exited;
+        return records;
+      },
+    };
+  }
+
+  /**
    * Makes an LB host go silent (or come back) as a frozen or powered-off host does: the switch
    * drops every frame to and from its port, so no FIN and no BFD packet leaves it. The port stays
    * up and keeps its MAC in the bridge's table: taking the link down instead would flush that

@@ -72,7 +72,7 @@ describe('bench: CPU accounting', () => {
 
   it('adds up other processes but not ours, this process, kernel threads or processes that did nothing', () => {
     const procs = (entries: Record<string, [number, number, boolean?, string?]>) =>
-      Object.fromEntries(Object.entries(entries).map(([pid, [ticks, childTicks, kernelThread, comm]]) => [pid, { ticks, childTicks, kernelThread: kernelThread ?? false, comm: comm ?? 'x' }]));
+      Object.fromEntries(Object.entries(entries).map(([pid, [ticks, childTicks, kernelThread, comm]]) => [pid, { ticks, childTicks, kernelThread: kernelThread ?? false, comm: comm ?? 'x', ppid: 1 }]));
     const self = String(process.pid);
     const a = sample(0, [0, 0], { procs: procs({ '100': [10, 0], '200': [50, 5], '300': [0, 0, true], '400': [7, 0], [self]: [0, 0] }) });
     const b = sample(1, [0, 0], {
@@ -82,6 +82,14 @@ describe('bench: CPU accounting', () => {
     const f = foreignTime(a, b, [100]);
     expect(f.seconds).toBeCloseTo(0.5, 9);
     expect(f.top.map((t) => t.pid)).toEqual([200, 500]);
+  });
+
+  it('counts a child reaped during the interval only for what it ran after the first sample', () => {
+    const p = (ticks: number, childTicks: number, ppid: number) => ({ ticks, childTicks, kernelThread: false, comm: 'x', ppid });
+    // 600 (a foreign shell) reaps 601, which had run 500 ticks before the interval and 30 during it.
+    const a = sample(0, [0, 0], { procs: { '600': p(10, 0, 1), '601': p(500, 0, 600) } });
+    const b = sample(1, [0, 0], { procs: { '600': p(12, 530, 1) } });
+    expect(foreignTime(a, b, []).seconds).toBeCloseTo(0.32, 9);
   });
 
   it('splits a process run time into its main thread and the others, busiest first', () => {
@@ -112,6 +120,7 @@ describe('bench: report writers', () => {
     expect(formatNumber(1.234)).toBe('1.23');
     expect(formatNumber(0.01234)).toBe('0.012');
     expect(formatNumber(0)).toBe('0');
+    expect(formatNumber(7)).toBe('7');
   });
 
   it('aligns numeric columns right and text left, with - for missing values', () => {
