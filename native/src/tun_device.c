@@ -135,11 +135,38 @@ static napi_value tun_write(napi_env env, napi_callback_info info) {
   return result;
 }
 
+// ---------------------------------------------------------------------------------------------
+// tunSetCarrier(fd, on): TUNSETCARRIER (Linux 5.0+) on a device we hold open. The VIP announcer
+// flips it to tell BIRD (`check link on`) to announce or withdraw: one system call, no `ip` process.
+
+#ifndef TUNSETCARRIER
+#define TUNSETCARRIER _IOW('T', 226, int)
+#endif
+
+static napi_value tun_set_carrier(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  int32_t fd;
+  bool on;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
+  if (argc < 2 || napi_get_value_int32(env, argv[0], &fd) != napi_ok || napi_get_value_bool(env, argv[1], &on) != napi_ok) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "tunSetCarrier(fd, on) takes a number and a boolean");
+    return NULL;
+  }
+  int value = on ? 1 : 0;
+  if (ioctl(fd, TUNSETCARRIER, &value) < 0) {
+    tun_throw_errno(env, "ioctl(TUNSETCARRIER)", errno, "");
+    return NULL;
+  }
+  return NULL;
+}
+
 // Called from packet_ring.c's module initialiser.
 napi_status tun_device_init(napi_env env, napi_value exports) {
   napi_property_descriptor properties[] = {
       {"openTun", NULL, open_tun, NULL, NULL, NULL, napi_enumerable, NULL},
       {"tunWrite", NULL, tun_write, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"tunSetCarrier", NULL, tun_set_carrier, NULL, NULL, NULL, napi_enumerable, NULL},
   };
   return napi_define_properties(env, exports, sizeof properties / sizeof properties[0], properties);
 }

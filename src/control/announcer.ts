@@ -69,9 +69,13 @@ export class VipAnnouncer {
     for (const vip of wanted.keys()) {
       if (this.gates.has(vip)) continue;
       const name = announceDeviceName(vip);
-      const tun = loadNative().openTun(name);
+      const native = loadNative();
+      const tun = native.openTun(name);
+      // A new TUN has its carrier on: turn it off before the device goes up, or BIRD would
+      // announce the VIP before we decided to.
+      native.tunSetCarrier(tun.fd, false);
       await this.runner(['ip', 'link', 'set', 'dev', tun.name, 'up']);
-      this.gates.set(vip, { name: tun.name, fd: tun.fd, carrier: null });
+      this.gates.set(vip, { name: tun.name, fd: tun.fd, carrier: false });
       setChanged = true;
     }
     for (const [vip, gate] of [...this.gates]) {
@@ -85,7 +89,7 @@ export class VipAnnouncer {
     for (const [vip, on] of wanted) {
       const gate = this.gates.get(vip)!;
       if (gate.carrier === on) continue;
-      await this.runner(['ip', 'link', 'set', 'dev', gate.name, 'carrier', on ? 'on' : 'off']);
+      loadNative().tunSetCarrier(gate.fd, on);
       gate.carrier = on;
       this.log[on ? 'info' : 'warn'](on ? 'VIP announced' : 'VIP withdrawn', { vip, device: gate.name });
     }
@@ -95,7 +99,11 @@ export class VipAnnouncer {
   async withdrawAll(): Promise<void> {
     for (const [vip, gate] of this.gates) {
       if (gate.carrier === false) continue;
-      await this.runner(['ip', 'link', 'set', 'dev', gate.name, 'carrier', 'off']).catch(() => undefined);
+      try {
+        loadNative().tunSetCarrier(gate.fd, false);
+      } catch {
+        // the device is gone already: nothing to announce either
+      }
       gate.carrier = false;
       this.log.warn('VIP withdrawn', { vip, device: gate.name });
     }

@@ -60,6 +60,8 @@ export class DaemonMetrics {
     global('dsrlb_flow_table_evictions_total', 'Flow entries evicted because the table was full.', Slot.flowTableEvictions);
     global('dsrlb_icmp_too_big_sent_total', 'ICMP fragmentation-needed / ICMPv6 packet-too-big messages sent to clients (IPIP).', Slot.icmpTooBigSent);
     global('dsrlb_icmp_echo_replied_total', 'ICMP echo requests to a VIP answered by the packet loop.', Slot.icmpEchoReplied);
+    global('dsrlb_rx_kernel_drops_total', 'Frames the kernel dropped before the packet loop read them (receive ring full).', Slot.rxKernelDrops);
+    global('dsrlb_rx_other_host_total', 'Frames for another host\'s MAC (promiscuous interface, flooding switch), ignored.', Slot.rxOtherHost);
     global('dsrlb_gso_segmented_total', 'GSO super-frames segmented in software for IPIP reals.', Slot.gsoSegmented);
 
     new client.Counter({

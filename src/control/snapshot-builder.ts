@@ -113,9 +113,12 @@ export class SnapshotBuilder {
       if (!vips.some((v) => v.text === cfg.vip)) vips.push({ family: cfg.family, words: addressWords(cfg.vip), text: cfg.vip });
       svcScheduler[si] = cfg.scheduler === 'wlc' ? SCHED_WLC : cfg.scheduler === 'rendezvous' ? SCHED_RENDEZVOUS : SCHED_MAGLEV;
 
-      let candidates = sv.reals.filter((r) => eligibility(r) === 'new');
-      const panic = candidates.length === 0 && cfg.whenAllDown === 'failOpen' && sv.reals.some(isWanted);
-      if (panic) candidates = sv.reals.filter(isWanted);
+      // A real whose MAC (or next hop's) is not known yet takes no new flows: they would be dropped,
+      // and an LB whose every real is unresolved (just started) must not be announced yet.
+      const reachable = (r: RealView): boolean => r.mac !== null;
+      let candidates = sv.reals.filter((r) => eligibility(r) === 'new' && reachable(r));
+      const panic = candidates.length === 0 && cfg.whenAllDown === 'failOpen' && sv.reals.some((r) => isWanted(r) && reachable(r));
+      if (panic) candidates = sv.reals.filter((r) => isWanted(r) && reachable(r));
       for (const r of sv.reals) {
         const e = eligibility(r);
         realKeepExisting[r.id] = e !== 'none' || (panic && isWanted(r)) ? 1 : 0;

@@ -24,7 +24,9 @@ export const Counter = {
   icmpEchoReplied: 13, // echo requests to a VIP answered by the LB
   gsoSegmented: 14, // GSO super-frames cut into segments in software (IPIP reals)
   extraFrames: 15, // frames made by the engine (ICMP errors, outer fragments, segments)
-  dropBase: 16, // dropBase + DropReason
+  rxKernelDrops: 16, // frames the kernel dropped before the loop read them (ring full)
+  rxOtherHost: 17, // frames for another host's MAC, ignored
+  dropBase: 24, // dropBase + DropReason
 } as const;
 
 export const GLOBAL_SLOTS = Counter.dropBase + DROP_REASON_SLOTS;

@@ -4,6 +4,7 @@
 // libpcap on the process's default libuv loop, which a worker thread cannot use).
 
 import { performance } from 'node:perf_hooks';
+import { Counter } from './counters.js';
 import { Engine, Placement } from './engine.js';
 import type { FlowTimeouts } from './flow-table.js';
 import type { ForwardingSnapshot } from './forwarding-snapshot.js';
@@ -78,7 +79,13 @@ export class LoopRunner {
     this.engine = engine;
     const origin = this.origin;
     io.start((batch) => engine.processBatch(batch, origin + performance.now()));
-    this.housekeeping = setInterval(() => engine.housekeeping(origin + performance.now(), 50_000), 100);
+    const c = s.counters;
+    this.housekeeping = setInterval(() => {
+      engine.housekeeping(origin + performance.now(), 50_000);
+      const st = io.stats();
+      c[Counter.rxKernelDrops] = st.rxKernelDrops;
+      c[Counter.rxOtherHost] = st.rxOtherHost ?? 0;
+    }, 100);
     this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal });
     return true;
   }

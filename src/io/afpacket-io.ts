@@ -51,6 +51,8 @@ export interface AfPacketIoStats extends PacketIoStats {
   rxTruncated: number;
   /** Frames with PACKET_OUTGOING (PACKET_IGNORE_OUTGOING should make this 0). */
   rxOutgoingSkipped: number;
+  /** Frames for another host's MAC (seen while the interface is promiscuous, e.g. tcpdump): never forwarded. */
+  rxOtherHost: number;
   /** Frames whose VLAN tag the kernel had stripped and this backend put back. */
   rxVlanRestored: number;
   /** Frames whose ring header was inconsistent (the rest of that block was skipped). */
@@ -73,6 +75,7 @@ const TP_STATUS_VLAN_VALID = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID = 1 << 6;
 const TP_STATUS_GSO_TCP = 1 << 8; // Linux >= 6.3
 const PACKET_OUTGOING = 4; // sll_pkttype
+const PACKET_OTHERHOST = 3;
 // Interface types whose frames start with an Ethernet header (loopback has one too).
 const ARPHRD_ETHER = 1;
 const ARPHRD_LOOPBACK = 772;
@@ -161,6 +164,7 @@ export class AfPacketIo implements PacketIo {
   private rxBlocks = 0;
   private rxTruncated = 0;
   private rxOutgoingSkipped = 0;
+  private rxOtherHost = 0;
   private rxVlanRestored = 0;
   private rxMalformed = 0;
   private txFrames = 0;
@@ -242,6 +246,7 @@ export class AfPacketIo implements PacketIo {
       rxBlocks: this.rxBlocks,
       rxTruncated: this.rxTruncated,
       rxOutgoingSkipped: this.rxOutgoingSkipped,
+      rxOtherHost: this.rxOtherHost,
       rxVlanRestored: this.rxVlanRestored,
       rxMalformed: this.rxMalformed,
       txRefused: this.txRefused,
@@ -340,6 +345,9 @@ export class AfPacketIo implements PacketIo {
         this.rxMalformed++;
       } else if (u8[frame + LAYOUT.framePacketType] === PACKET_OUTGOING) {
         this.rxOutgoingSkipped++;
+      } else if (u8[frame + LAYOUT.framePacketType] === PACKET_OTHERHOST) {
+        // A frame a switch flooded to us (or one seen in promiscuous mode) belongs to another host.
+        this.rxOtherHost++;
       } else if (snaplen < wireLength) {
         this.rxTruncated++;
       } else {

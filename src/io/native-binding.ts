@@ -121,6 +121,8 @@ export interface DsrlbNative {
   openTun(name: string): TunDevice;
   /** One write(2) of buf[offset, offset + length) to a TUN fd. Returns the bytes written or -errno. */
   tunWrite(fd: number, buf: Uint8Array, offset: number, length: number): number;
+  /** TUNSETCARRIER: the device's carrier on or off (what BIRD's `check link` sees). */
+  tunSetCarrier(fd: number, on: boolean): void;
 }
 
 /** An open TUN device (native/src/tun_device.c). */

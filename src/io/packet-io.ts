@@ -86,6 +86,8 @@ export interface PacketIoStats {
   txFrames: number;
   /** Frames whose send failed. */
   txErrors: number;
+  /** Frames addressed to another host's MAC (promiscuous interface, flooding switch), ignored. */
+  rxOtherHost?: number;
 }
 
 export interface PacketIo {

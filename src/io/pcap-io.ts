@@ -59,7 +59,9 @@ export class PcapIo implements PacketIo {
 
   start(onBatch: (batch: PacketBatch) => void): void {
     // "inbound": never see our own transmitted frames (libpcap maps it to PACKET_OUTGOING checks).
-    this.cap.open(this.ifname, 'inbound and (ip or ip6 or vlan)', 16 * 1024 * 1024, this.capBuf);
+    // "ether dst": frames for another host's MAC (promiscuous mode, a flooding switch) are not ours.
+    const mac = Array.from(this.localMac, (b) => b.toString(16).padStart(2, '0')).join(':');
+    this.cap.open(this.ifname, `inbound and ether dst ${mac} and (ip or ip6 or vlan)`, 16 * 1024 * 1024, this.capBuf);
     const b = this.batch;
     const maxFrame = this.mtu + 18;
     this.cap.on('packet', (nbytes: number, truncated: boolean) => {

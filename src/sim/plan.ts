@@ -124,7 +124,9 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
     addRemoved(state, old === undefined ? [] : old.reals.map((r) => r.address));
     addRemoved(state, liveFlows?.get(state.identity)?.realAddresses ?? []);
   }
-  const viewOpts = { macOf: () => null, forceL2: false };
+  // Every real counts as resolved: a plan asks where flows would go, not whether ARP has run yet.
+  const resolvedMac = Uint8Array.of(2, 0, 0, 0, 0, 1);
+  const viewOpts = { macOf: () => resolvedMac, forceL2: false };
   const built0 = builder.build(viewsOf(before, registry, viewOpts), current.hashSeed, MAX_REAL_IDS);
   const built1 = builder.build(viewsOf(after, registry, viewOpts), candidate.hashSeed, MAX_REAL_IDS);
 

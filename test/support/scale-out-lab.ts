@@ -105,16 +105,11 @@ export function withBfd(text: string, bfd: boolean): string {
 /** A BIRD 2 daemon in the foreground inside a namespace, with its own socket, pid file and config. */
 export class BirdProcess {
   readonly logs: string[] = [];
-  exitedAtMs: number | null = null;
   private constructor(
     readonly proc: ChildProcess,
     readonly configPath: string,
     readonly socketPath: string,
-  ) {
-    proc.once('exit', () => {
-      this.exitedAtMs = Date.now();
-    });
-  }
+  ) {}
 
   static async start(lab: ScaleOutLab, ns: string, configPath: string, socketPath: string, pidPath: string): Promise<BirdProcess> {
     await rm(socketPath, { force: true });

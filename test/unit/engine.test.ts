@@ -216,10 +216,18 @@ describe('engine: L2 DSR packet vectors', () => {
     expect(stray).toBe(realOf(m.io.inject([tcpFrame(7777, SYN)])[0]!));
   });
 
-  it('drops and counts frames for a real whose MAC is not resolved yet, never sending to a wrong MAC', () => {
-    const { io, counters } = setup(baseConfig('maglev', [REALS[0]!]), (r) => ({ ...r, mac: null }));
-    expect(io.inject([tcpFrame(40003, SYN)])).toHaveLength(0);
-    expect(counters[Counter.dropBase + DropReason.neighborUnknown]).toBe(1);
+  it('never sends to a real whose MAC is unknown: no new flows for it, its existing flows dropped and counted', () => {
+    const { io, counters, build } = setup(baseConfig('maglev', REALS.slice(0, 2)));
+    const onFirst: number[] = [];
+    for (let port = 45000; port < 45200 && onFirst.length < 20; port++) if (realOf(io.inject([tcpFrame(port, SYN)])[0]!) === 0) onFirst.push(port);
+    build(baseConfig('maglev', REALS.slice(0, 2)), (r) => (r.address === REALS[0] ? { ...r, mac: null } : r));
+    for (let port = 46000; port < 46100; port++) expect(realOf(io.inject([tcpFrame(port, SYN)])[0]!)).toBe(1);
+    for (const port of onFirst) expect(io.inject([tcpFrame(port, ACK, [1])])).toHaveLength(0);
+    expect(counters[Counter.dropBase + DropReason.neighborUnknown]).toBe(onFirst.length);
+    // With no resolved real at all the service has no candidate: new flows are dropped, not misdirected.
+    build(baseConfig('maglev', REALS.slice(0, 2)), (r) => ({ ...r, mac: null }));
+    expect(io.inject([tcpFrame(47000, SYN)])).toHaveLength(0);
+    expect(counters[Counter.dropBase + DropReason.noRealAvailable]).toBe(1);
   });
 
   it('moves flows of a disabled real and keeps flows of a draining real', () => {
