@@ -26,7 +26,7 @@ import {
 } from './lib/bench-lab.js';
 import { differentialUs, machineBusy, takeSample } from './lib/cpu-accounting.js';
 import { downloadRun, OBJECT_BYTES } from './lib/download-runs.js';
-import { buildTrafgen, packetRun } from './lib/packet-runs.js';
+import { buildTrafgen, latencyRun, packetRun } from './lib/packet-runs.js';
 import { formatNumber, formatTable, renderSvg, writeJson } from './lib/report.js';
 
 const USAGE = `usage: npm run bench -- [--quick] [--only pps,download,micro] [--flows 1,10000]
@@ -60,6 +60,9 @@ const opts = {
   // One paced rate for every forwarder's "CPU per packet", below what each should sustain.
   cpuRatePps: Number(argv['cpu-rate'] ?? 100_000),
   searchSteps: quick ? 2 : 5,
+  // CPU at the common rate: this many (forwarder run, baseline run) pairs, back to back; the
+  // median difference is reported, so one disturbed run does not decide the figure.
+  cpuPairs: quick ? 1 : 3,
   downloadObjects: Math.max(1, Math.round(Number(argv['download-mib'] ?? (quick ? 100 : 1000)) / 10)),
   pcap: !argv['no-pcap'],
   // A run during which other people's processes used more than this many cores is repeated.
@@ -171,6 +174,11 @@ function brief(r) {
   return `${r.contended ? '(contended) ' : ''}target ${formatNumber(r.targetPps)} sent ${formatNumber(r.sentPps)} delivered ${formatNumber(r.deliveredPps)} pps, loss ${(r.loss * 100).toFixed(2)}%, ${r.cpu.cores.toFixed(2)} cores, ${r.cpu.usPerPacket.toFixed(2)} us/pkt`;
 }
 
+function median(values) {
+  const v = [...values].sort((a, b) => a - b);
+  return v.length === 0 ? NaN : v.length % 2 === 1 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+}
+
 /** Link counters of the LB's eth0, to tell drops before the forwarder from drops after it. */
 async function lbLink(bl) {
   const r = await bl.lab.exec(bl.lab.lb, ['ip', '-s', '-j', 'link', 'show', 'eth0']);
@@ -187,7 +195,15 @@ async function ppsSuite(bl, bins, dir) {
     .map((l) => l.trim())
     .join(', ');
   const run = (o) => leastContended(() => packetRun(bl, bins, { durationS: opts.durationS, ...o }), ppsForeign);
-  const out = { method: {}, generatorAlone: [], cases: [], offloads };
+  const out = { method: {}, generatorAlone: [], cases: [], latency: [], offloads };
+  const pings = quick ? 200 : 500;
+  const latency = async (name, via) => {
+    const r = await latencyRun(bl, bins, via, pings);
+    log(`  round trip, one datagram at a time: min ${r.minUs} us, p50 ${r.p50Us} us, p90 ${r.p90Us} us (${r.answered}/${r.sent})`);
+    out.latency.push({ name, ...r });
+  };
+  log('pps: round trip without a forwarder');
+  await latency('direct (no forwarder)', 'direct');
 
   log(`pps: generator and sink alone, unpaced, flows ${opts.flows.join(', ')}`);
   for (const flows of opts.flows) {
@@ -216,6 +232,8 @@ async function ppsSuite(bl, bins, dir) {
       };
     }
     try {
+      log(`pps: ${k.name}, round trip`);
+      await latency(k.name, 'lb');
       for (const flows of opts.flows) {
         log(`pps: ${k.name}, ${flows} flows`);
         const genAlone = out.generatorAlone.find((g) => g.flows === flows);
@@ -240,8 +258,33 @@ async function ppsSuite(bl, bins, dir) {
         await packetRun(bl, bins, { via: 'lb', flows, ratePps: Math.min(opts.cpuRatePps, 50_000), durationS: Math.min(1, opts.durationS), pids });
         const overload = await lbRun(0);
         const search = await searchMaxRate(lbRun, Math.min(overload.deliveredPps, genAlone.sentPps) * 0.95, opts.searchSteps);
-        const atCpuRate = await lbRun(opts.cpuRatePps);
-        out.cases.push({ name: k.name, kind: k.kind, io: k.io ?? null, flows, overload, search, atCpuRate, daemonRssBytes: daemon ? rssOf(daemon.pid) : null });
+        const pairs = [];
+        for (let i = 0; i < opts.cpuPairs; i++) {
+          const r = await lbRun(opts.cpuRatePps);
+          const b = await run({ via: 'direct', flows, ratePps: opts.cpuRatePps });
+          log(`  baseline: ${brief(b)}`);
+          pairs.push({
+            run: r,
+            baseline: b,
+            machineUs: differentialUs(r.cpu.usPerPacket, b.cpu.usPerPacket),
+            tasksUs: differentialUs(r.cpu.tasksUsPerPacket, b.cpu.tasksUsPerPacket),
+          });
+        }
+        const mid = [...pairs].sort((x, y) => x.machineUs - y.machineUs)[Math.floor(pairs.length / 2)];
+        out.cases.push({
+          name: k.name,
+          kind: k.kind,
+          io: k.io ?? null,
+          flows,
+          overload,
+          search,
+          atCpuRate: mid.run,
+          baselineRunAtCpuRate: mid.baseline,
+          cpuRatePairs: pairs.map((x) => ({ machineUs: x.machineUs, tasksUs: x.tasksUs, loss: x.run.loss, contended: Boolean(x.run.contended || x.baseline.contended) })),
+          lbUsPerPacketAtCpuRate: mid.machineUs,
+          lbTasksUsPerPacketAtCpuRate: median(pairs.map((x) => x.tasksUs)),
+          daemonRssBytes: daemon ? rssOf(daemon.pid) : null,
+        });
       }
       if (k.io === 'afpacket' && !quick) out.daemonWithMillionFlows = await millionFlows(bl, bins, daemon);
     } finally {
@@ -249,8 +292,8 @@ async function ppsSuite(bl, bins, dir) {
     }
   }
 
-  // Generator and sink alone at each rate a forwarder was measured at, for the differential.
-  log('pps: baselines at the same paced rates');
+  // Generator and sink alone at each forwarder's highest rate under 1% loss, for the differential.
+  log('pps: baselines at the highest rates under 1% loss');
   const baselines = new Map();
   const baseline = async (flows, ratePps) => {
     const key = `${flows}/${ratePps}`;
@@ -262,10 +305,6 @@ async function ppsSuite(bl, bins, dir) {
     return baselines.get(key);
   };
   for (const c of out.cases) {
-    const b = await baseline(c.flows, opts.cpuRatePps);
-    c.lbUsPerPacketAtCpuRate = differentialUs(c.atCpuRate.cpu.usPerPacket, b.cpu.usPerPacket);
-    c.baselineAtCpuRate = b.cpu.usPerPacket;
-    c.lbTasksUsPerPacketAtCpuRate = differentialUs(c.atCpuRate.cpu.tasksUsPerPacket, b.cpu.tasksUsPerPacket);
     if (c.search.best) {
       const bm = await baseline(c.flows, c.search.best.targetPps);
       c.lbUsPerPacketAtMaxRate = differentialUs(c.search.best.cpu.usPerPacket, bm.cpu.usPerPacket);
@@ -414,7 +453,7 @@ function printReport(results) {
   if (results.pps) {
     const p = results.pps;
     lines.push('', `Packet rates: 60-byte UDP frames, client -> bridge -> LB -> bridge -> sink, veth offloads at defaults (${p.offloads})`);
-    lines.push(`LB CPU/pkt = busy CPU of both cores per delivered packet, minus the same for generator and sink alone at the same paced rate (${formatNumber(opts.cpuRatePps)} pps, and each case's highest rate under 1% loss)`);
+    lines.push(`LB CPU/pkt = busy CPU of both cores per delivered packet, minus the same for generator and sink alone at the same paced rate: at ${formatNumber(opts.cpuRatePps)} pps the median of ${opts.cpuPairs} back-to-back pairs; @max: at each case's highest rate under 1% loss`);
     lines.push('(tasks) = the same difference from the exact run time of generator, sink, LB threads and ksoftirqd; kernel/x = kernel forwarding LB us/pkt / this case\'s; process = the LB process\'s threads alone');
     const rows = p.cases.map((c) => [
       c.name,
@@ -436,6 +475,10 @@ function printReport(results) {
         rows,
       ),
     );
+    if (p.latency.length > 0) {
+      lines.push('', 'Round trip of one UDP datagram at a time (2 ms apart), client -> forwarder -> sink -> client (replies direct)');
+      lines.push(formatTable(['path', 'min us', 'p50 us', 'p90 us', 'p99 us', 'answered'], p.latency.map((l) => [l.name, l.minUs, l.p50Us, l.p90Us, l.p99Us, `${l.answered}/${l.sent}`])));
+    }
     const alone = p.generatorAlone.map((g) => `${g.flows} flows ${formatNumber(g.sentPps)} pps`).join(', ');
     lines.push(`generator + sink alone, unpaced: ${alone}`);
     const dm = p.daemonWithMillionFlows;
@@ -483,7 +526,7 @@ function chart(results) {
   const charts = [];
   if (results.pps) {
     const cases = results.pps.cases;
-    const label = (c) => `${c.name.replace('dsrlb io ', 'dsrlb ')}\n${c.flows} flow${c.flows === 1 ? '' : 's'}`;
+    const label = (c) => `${c.name.replace('dsrlb io ', 'dsrlb ')}\n${formatNumber(c.flows)} flow${c.flows === 1 ? '' : 's'}`;
     charts.push({
       title: 'Packet rate (60-byte UDP frames)',
       unit: 'packets/s',

@@ -14,9 +14,11 @@ export async function buildTrafgen(outDir) {
   mkdirSync(bin, { recursive: true });
   const gen = join(bin, 'udpgen');
   const sink = join(bin, 'udpsink');
+  const ping = join(bin, 'udpping');
   await runHere(['cc', '-O2', '-Wall', '-Wextra', '-o', gen, join(ROOT, 'bench', 'trafgen', 'udpgen.c')]);
   await runHere(['cc', '-O2', '-Wall', '-Wextra', '-o', sink, join(ROOT, 'bench', 'trafgen', 'udpsink.c')]);
-  return { gen, sink };
+  await runHere(['cc', '-O2', '-Wall', '-Wextra', '-o', ping, join(ROOT, 'bench', 'trafgen', 'udpping.c')]);
+  return { gen, sink, ping };
 }
 
 /** Each run's frames carry their own magic, so a late frame of an earlier run is never counted. */
@@ -51,7 +53,7 @@ async function waitReady(p, what, timeoutMs = 5000) {
  * runs there); via 'direct': to the sink's MAC (generator and sink alone, the baseline).
  * ratePps 0 = as fast as the generator can.
  * @param {{ lab: any, sink: any }} bl
- * @param {{ gen: string, sink: string }} bins
+ * @param {{ gen: string, sink: string, ping: string }} bins
  * @param {{ via: 'lb' | 'direct', flows: number, ratePps: number, durationS: number, pids?: number[] }} o
  */
 export async function packetRun(bl, bins, o) {
@@ -146,5 +148,27 @@ export async function packetRun(bl, bins, o) {
   } finally {
     if (gen) await stopProcess(gen, 'SIGTERM', 1000);
     await stopProcess(sinkProc, 'SIGTERM', 1000);
+  }
+}
+
+/**
+ * Round-trip times of single datagrams, one at a time: through the LB to the VIP (the client has a
+ * static neighbour entry VIP -> LB MAC, as for a VIP the LB does not own) or straight to the sink.
+ * The sink echoes from the address the datagram was sent to, so via the LB the reply comes from the
+ * VIP and goes straight back to the client, as DSR replies do.
+ */
+export async function latencyRun(bl, bins, via, count) {
+  const { lab, sink, must } = bl;
+  const target = via === 'lb' ? lab.vip : sink.ipv4;
+  if (via === 'lb') await must(lab.client, ['ip', 'neigh', 'replace', lab.vip, 'lladdr', lab.lb.mac, 'dev', 'eth0', 'nud', 'permanent']);
+  const echo = spawnIn(lab, sink, [bins.sink, '--echo', '--bind', target, '--port', String(UDP_PORT), '--duration', '120']);
+  try {
+    await waitReady(echo, 'udpsink --echo');
+    const r = await lab.exec(lab.client, [bins.ping, '--dst', target, '--port', String(UDP_PORT), '--count', String(count), '--interval-us', '2000']);
+    if (r.code !== 0) throw new Error(`udpping: exit ${r.code}: ${r.stderr}`);
+    return { via, ...JSON.parse(r.stdout.trim().split('\n').pop()) };
+  } finally {
+    await stopProcess(echo, 'SIGTERM', 1000);
+    if (via === 'lb') await lab.exec(lab.client, ['ip', 'neigh', 'del', lab.vip, 'dev', 'eth0']);
   }
 }

@@ -2,6 +2,8 @@
 // timer (recvmmsg, non-blocking) rather than woken per datagram, so its CPU cost depends on the
 // rate alone and not on how the forwarder batches; counts datagrams carrying the run's magic.
 // Stops by itself (fixed duration, or once traffic has stopped) and prints one JSON line.
+// With --echo it is instead the far end of udpping: it blocks on the socket and sends every
+// datagram back to its sender (from the address it was sent to: the VIP, as a DSR real does).
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -30,7 +32,7 @@ static void on_signal(int sig) {
 static void usage(void) {
   fprintf(stderr,
           "usage: udpsink --bind ADDR --port N [--duration S] [--idle-stop-ms MS] [--poll-us US]\n"
-          "               [--magic N] [--rcvbuf BYTES] [--cpu N]\n");
+          "               [--magic N] [--rcvbuf BYTES] [--cpu N] [--echo]\n");
   exit(2);
 }
 
@@ -69,8 +71,13 @@ int main(int argc, char **argv) {
   long port = -1, idle_stop_ms = 0, poll_us = 1000, rcvbuf = 64 << 20, cpu = -1;
   double duration = 10;
   unsigned long magic = 0x64737262;
+  int echo = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    if (!strcmp(a, "--echo")) {
+      echo = 1;
+      continue;
+    }
     if (i + 1 >= argc) usage();
     const char *v = argv[++i];
     if (!strcmp(a, "--bind")) bind_s = v;
@@ -114,6 +121,25 @@ int main(int argc, char **argv) {
   if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
     perror("bind");
     return 1;
+  }
+  if (echo) {
+    struct timeval tv = {0, 100000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    uint64_t echoed = 0;
+    const uint64_t stop_at = now_ns() + (uint64_t)(duration * 1e9);
+    printf("{\"ready\":true}\n");
+    fflush(stdout);
+    while (!stop_requested && now_ns() < stop_at) {
+      uint8_t buf[2048];
+      struct sockaddr_in from;
+      socklen_t fromlen = sizeof from;
+      ssize_t n = recvfrom(fd, buf, sizeof buf, 0, (struct sockaddr *)&from, &fromlen);
+      if (n < 0) continue;
+      if (sendto(fd, buf, (size_t)n, 0, (struct sockaddr *)&from, fromlen) == n) echoed++;
+    }
+    printf("{\"echoed\":%llu}\n", (unsigned long long)echoed);
+    close(fd);
+    return 0;
   }
   static uint8_t bufs[BATCH][SNAP_BYTES];
   struct iovec iovs[BATCH];

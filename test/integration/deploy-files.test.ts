@@ -352,7 +352,9 @@ describe('install.sh --root', () => {
       await new Promise((r) => setTimeout(r, 100));
     }
 
-    const status = await readFile(`/proc/${child.pid}/status`, 'utf8');
+    const status = await readFile(`/proc/${child.pid}/status`, 'utf8').catch((err: Error) => {
+      throw new Error(`daemon gone right after ready (${err.message}); exit ${child.exitCode}:\n${log}`);
+    });
     const field = (name: string): string => new RegExp(`^${name}:\\s*(.*)$`, 'm').exec(status)![1]!.trim();
     expect(field('Uid').split(/\s+/)).toEqual(['65534', '65534', '65534', '65534']);
     // CAP_NET_ADMIN is bit 12, CAP_NET_RAW bit 13.

@@ -25,7 +25,7 @@ let daemon: LabDaemon;
 let configPath: string;
 const servers = new Map<string, ChildProcess>();
 
-function configText(opts: { whenAllDown?: string; fall?: number } = {}): string {
+function configText(opts: { whenAllDown?: string; fall?: number; probeService?: boolean } = {}): string {
   return [
     'interface: eth0',
     'metrics: { listen: 127.0.0.1:9742 }',
@@ -46,8 +46,22 @@ function configText(opts: { whenAllDown?: string; fall?: number } = {}): string 
     `      fall: ${opts.fall ?? FALL}`,
     '    reals:',
     ...lab.reals.map((r) => `      - address: ${r.ipv4}`),
+    ...(opts.probeService ? probeService() : []),
     '',
   ].join('\n');
+}
+
+/** 200 reals (addresses 10.77.1.1-200, all on r1) probed over HTTP every second. */
+function probeService(): string[] {
+  return [
+    '  - name: many',
+    '    vip: 10.77.0.101',
+    '    port: 8081',
+    '    protocol: tcp',
+    '    healthCheck: { type: http, path: /, interval: 1s, timeout: 500ms, rise: 2, fall: 3 }',
+    '    reals:',
+    ...Array.from({ length: 200 }, (_, i) => `      - address: 10.77.1.${i + 1}`),
+  ];
 }
 
 const realOf = (name: string): LabHost => lab.reals.find((r) => r.name === name)!;
@@ -185,5 +199,34 @@ describe('health checks and intent', () => {
     await reload(configText());
     await daemon.waitFor('all up', allUp, 10_000);
     expect((await httpCount(lab, 30)).ok).toBe(30);
+  }, 90_000);
+
+  it('probes 200 reals at 1 s intervals, each probe within its timeout, while the packet loop keeps forwarding', async () => {
+    const r1 = realOf('r1');
+    await lab.exec(r1, ['sh', '-c', 'for i in $(seq 1 200); do ip addr add 10.77.1.$i/32 dev eth0; done']);
+    await lab.exec(lab.lb, ['ip', 'route', 'add', '10.77.1.0/24', 'dev', 'eth0']);
+    const listener = lab.spawn(r1, [process.execPath, '-e', "require('http').createServer((q, s) => s.end('ok')).listen(8081, '0.0.0.0', () => console.log('ready'))"], { stdio: ['ignore', 'pipe', 'inherit'] });
+    await new Promise<void>((resolve) => listener.stdout!.once('data', () => resolve()));
+    try {
+      await reload(configText({ probeService: true }));
+      const many = (st: Status) => st.services.find((x) => x.name === 'many')!;
+      const upMs = await daemon.waitFor('200 probed reals up', (st) => many(st).reals.every((x) => x.health.state === 'up'), 20_000);
+      // Forwarding goes on while 200 probes a second run in the control plane.
+      const traffic = await httpCount(lab, 200);
+      expect(traffic.ok).toBe(200);
+      await sleep(3000);
+      const m = await daemon.metrics();
+      const total = m.split('\n').filter((l) => l.startsWith('dsrlb_healthcheck_duration_seconds_count{service="many"')).reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+      const withinTimeout = m.split('\n').filter((l) => l.startsWith('dsrlb_healthcheck_duration_seconds_bucket{le="0.5",service="many"')).reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+      const failures = m.split('\n').filter((l) => l.startsWith('dsrlb_healthcheck_failures_total{service="many"')).reduce((n, l) => n + Number(l.split(' ').pop()), 0);
+      expect(total).toBeGreaterThanOrEqual(200 * 4);
+      expect(withinTimeout).toBe(total);
+      expect(failures).toBe(0);
+      expect(many(await daemon.status()).reals.every((x) => x.health.state === 'up')).toBe(true);
+      console.log(`200 reals up after ${upMs} ms; ${total} probes, all within the 500 ms timeout; 200 requests forwarded meanwhile`);
+    } finally {
+      await reload(configText());
+      listener.kill('SIGTERM');
+    }
   }, 90_000);
 });
