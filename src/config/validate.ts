@@ -777,12 +777,12 @@ function yamlProblem(message: string, pos: { line: number; col: number } | undef
   return { path: pos === undefined ? '(yaml)' : `(yaml) line ${pos.line}, column ${pos.col}`, message: text };
 }
 
-function isMapping(value: unknown): value is Raw {
+export function isMapping(value: unknown): value is Raw {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
 /** A value as the operator wrote it: strings quoted, numbers bare, containers by kind. */
-function describe(value: unknown): string {
+export function describe(value: unknown): string {
   if (value === undefined) return 'nothing';
   if (value === null) return 'an empty value';
   if (typeof value === 'string') return JSON.stringify(value);

@@ -16,7 +16,7 @@ import { HostSetup } from './host-setup.js';
 import type { Logger } from './logger.js';
 import { DaemonMetrics, type MetricsRealView } from './metrics.js';
 import { NeighborWatcher } from './neighbors.js';
-import { RealRegistry } from './real-registry.js';
+import { RealRegistry, serviceIdentity } from './real-registry.js';
 import { SnapshotBuilder, type RealView, type ServiceBuildReport, type ServiceView, type TunnelSources } from './snapshot-builder.js';
 import { systemRunner } from './host-setup.js';
 import { VipAnnouncer } from './announcer.js';
@@ -48,10 +48,6 @@ interface RealRuntime {
   serviceName: string;
   address: string;
   removed: boolean;
-}
-
-export function serviceIdentity(s: ServiceConfig): string {
-  return `${s.protocol}|${s.vip}|${s.port}`;
 }
 
 export class Daemon {

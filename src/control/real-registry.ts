@@ -2,6 +2,13 @@
 // refer to reals by id, so an id must not change while flows may point at it: it is kept across
 // reloads while the pair exists or still holds flows, and only then reused.
 
+import type { ServiceConfig } from '../config/types.js';
+
+/** The key a service is known by across reloads: protocol, VIP and port (names may change). */
+export function serviceIdentity(s: Pick<ServiceConfig, 'protocol' | 'vip' | 'port'>): string {
+  return `${s.protocol}|${s.vip}|${s.port}`;
+}
+
 export class RealRegistry {
   private readonly ids = new Map<string, number>();
   private readonly free: number[] = [];

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import type { Config, ConfigProblem, Protocol, RealIntent, ServiceConfig } from '../config/types.js';
-import { closestKey, parseConfigText, parseIpAddress, parseListenAddress, serviceAddressName, validateConfig } from '../config/validate.js';
+import { closestKey, describe, isMapping, parseConfigText, parseIpAddress, parseListenAddress, serviceAddressName, validateConfig } from '../config/validate.js';
 import type { SimTuple } from './frames.js';
 
 /** Events of a scenario are applied in file order; `at` never goes backwards. */
@@ -510,18 +510,6 @@ function checkKeys(add: Add, obj: Raw, path: string, known: readonly string[]): 
   }
 }
 
-function isMapping(value: unknown): value is Raw {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-function describe(value: unknown): string {
-  if (value === undefined) return 'nothing';
-  if (value === null) return 'an empty value';
-  if (typeof value === 'string') return JSON.stringify(value);
-  if (Array.isArray(value)) return 'a list';
-  if (typeof value === 'object') return 'a mapping';
-  return String(value);
-}
 
 function yamlProblem(message: string, pos: { line: number; col: number } | undefined): ConfigProblem {
   const text = (message.split('\n')[0] ?? message).replace(/ at line \d+, column \d+:?\s*$/, '');

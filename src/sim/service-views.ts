@@ -2,6 +2,7 @@
 // health, removed-and-draining), turned into the SnapshotBuilder's views the same way the daemon
 // does it: stable ids per (service, address) and a removed real kept as a draining weight-0 real.
 
+import { serviceIdentity } from '../control/real-registry.js';
 import type { ForwardingMode, RealIntent, ServiceConfig } from '../config/types.js';
 import { RealRegistry } from '../control/real-registry.js';
 import type { RealView, ServiceView } from '../control/snapshot-builder.js';
@@ -24,10 +25,7 @@ export interface ServiceState {
   readonly reals: RealState[];
 }
 
-/** The key the daemon identifies a service by: protocol, VIP and port (names may change). */
-export function serviceIdentity(s: Pick<ServiceConfig, 'protocol' | 'vip' | 'port'>): string {
-  return `${s.protocol}|${s.vip}|${s.port}`;
-}
+export { serviceIdentity };
 
 /** Every configured real up (there are no probes in a simulation or a plan), intent from the config. */
 export function initialServiceStates(services: readonly ServiceConfig[]): ServiceState[] {
