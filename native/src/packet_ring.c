@@ -85,6 +85,7 @@ static const char* errno_name(int err) {
   switch (err) {
     case EPERM: return "EPERM";
     case EACCES: return "EACCES";
+    case ENOENT: return "ENOENT";
     case ENODEV: return "ENODEV";
     case ENXIO: return "ENXIO";
     case EINVAL: return "EINVAL";
@@ -99,7 +100,8 @@ static const char* errno_name(int err) {
   }
 }
 
-static void throw_errno(napi_env env, const char* call, int err, const char* ifname) {
+// Shared with tun_device.c (declared there): one way to turn an errno into a JS Error.
+void dsrlb_throw_errno(napi_env env, const char* call, int err, const char* ifname) {
   char message[256];
   const char* name = errno_name(err);
   if (ifname != NULL && ifname[0] != '\0') {
@@ -238,7 +240,7 @@ static packet_socket* get_socket(napi_env env, napi_value value, int require_ope
   }
   packet_socket* s = data;
   if (require_open && s->closed) {
-    throw_errno(env, "packet socket (closed)", EBADF, s->ifname);
+    dsrlb_throw_errno(env, "packet socket (closed)", EBADF, s->ifname);
     return NULL;
   }
   return s;
@@ -371,7 +373,7 @@ static napi_value interface_info(napi_env env, napi_callback_info info) {
   if (!get_args(env, info, 1, argv) || !get_string(env, argv[0], "ifname", ifname, sizeof ifname)) return NULL;
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    throw_errno(env, "socket(AF_INET)", errno, ifname);
+    dsrlb_throw_errno(env, "socket(AF_INET)", errno, ifname);
     return NULL;
   }
   interface_facts facts;
@@ -379,7 +381,7 @@ static napi_value interface_info(napi_env env, napi_callback_info info) {
   int err = query_interface(fd, ifname, &facts, &failed_call);
   close(fd);
   if (err != 0) {
-    throw_errno(env, failed_call, err, ifname);
+    dsrlb_throw_errno(env, failed_call, err, ifname);
     return NULL;
   }
   napi_value result;
@@ -447,7 +449,7 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
 
   packet_socket* s = calloc(1, sizeof *s);
   if (s == NULL) {
-    throw_errno(env, "calloc", ENOMEM, ifname);
+    dsrlb_throw_errno(env, "calloc", ENOMEM, ifname);
     return NULL;
   }
   s->fd = -1;
@@ -552,7 +554,7 @@ fail:
   if (s->ring != NULL) munmap(s->ring, s->ring_bytes);
   if (s->fd >= 0) close(s->fd);
   free(s);
-  throw_errno(env, call, err, ifname);
+  dsrlb_throw_errno(env, call, err, ifname);
   return NULL;
 
 fail_js:
@@ -625,7 +627,7 @@ static napi_value send_frames(napi_env env, packet_socket* s, const uint8_t* bas
       int err = errno;
       if (err == EINTR) continue;
       if (err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || sent > 0) break;
-      throw_errno(env, "sendmmsg", err, s->ifname);
+      dsrlb_throw_errno(env, "sendmmsg", err, s->ifname);
       return NULL;
     }
     sent += (uint32_t)r;
@@ -742,13 +744,13 @@ static napi_value start_polling(napi_env env, napi_callback_info info) {
   }
   uv_poll_t* poll = malloc(sizeof *poll);
   if (poll == NULL) {
-    throw_errno(env, "malloc", ENOMEM, s->ifname);
+    dsrlb_throw_errno(env, "malloc", ENOMEM, s->ifname);
     return NULL;
   }
   int r = uv_poll_init(loop, poll, s->fd);
   if (r < 0) {
     free(poll);
-    throw_errno(env, "uv_poll_init", -r, s->ifname);
+    dsrlb_throw_errno(env, "uv_poll_init", -r, s->ifname);
     return NULL;
   }
   poll->data = s;
@@ -760,7 +762,7 @@ static napi_value start_polling(napi_env env, napi_callback_info info) {
   r = uv_poll_start(poll, UV_READABLE, on_poll);
   if (r < 0) {
     stop_polling(s, 0);
-    throw_errno(env, "uv_poll_start", -r, s->ifname);
+    dsrlb_throw_errno(env, "uv_poll_start", -r, s->ifname);
     return NULL;
   }
   return NULL;
@@ -787,7 +789,7 @@ static napi_value stats(napi_env env, napi_callback_info info) {
   socklen_t len = sizeof st;
   memset(&st, 0, sizeof st);
   if (getsockopt(s->fd, SOL_PACKET, PACKET_STATISTICS, &st, &len) < 0) {
-    throw_errno(env, "getsockopt(PACKET_STATISTICS)", errno, s->ifname);
+    dsrlb_throw_errno(env, "getsockopt(PACKET_STATISTICS)", errno, s->ifname);
     return NULL;
   }
   napi_create_object(env, &result);

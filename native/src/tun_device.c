@@ -12,37 +12,8 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-// Mirrors packet_ring.c's errors: an Error whose code is the errno name, errno negative, syscall.
-static void tun_throw_errno(napi_env env, const char* call, int err, const char* ifname) {
-  char message[256];
-  const char* name = NULL;
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
-  name = strerrorname_np(err);
-#endif
-  if (name == NULL) {
-    switch (err) {
-      case EPERM: name = "EPERM"; break;
-      case EACCES: name = "EACCES"; break;
-      case ENOENT: name = "ENOENT"; break;
-      case ENODEV: name = "ENODEV"; break;
-      case EBUSY: name = "EBUSY"; break;
-      case EINVAL: name = "EINVAL"; break;
-      default: name = "EUNKNOWN"; break;
-    }
-  }
-  snprintf(message, sizeof message, "%s on %s: %s (%s)", call, ifname, strerror(err), name);
-  napi_value code, msg, error, errno_value, syscall;
-  if (napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &code) != napi_ok) return;
-  if (napi_create_string_utf8(env, message, NAPI_AUTO_LENGTH, &msg) != napi_ok) return;
-  if (napi_create_error(env, code, msg, &error) != napi_ok) return;
-  if (napi_create_int32(env, -err, &errno_value) == napi_ok) {
-    napi_set_named_property(env, error, "errno", errno_value);
-  }
-  if (napi_create_string_utf8(env, call, NAPI_AUTO_LENGTH, &syscall) == napi_ok) {
-    napi_set_named_property(env, error, "syscall", syscall);
-  }
-  napi_throw(env, error);
-}
+// packet_ring.c: an Error whose code is the errno name, errno negative, syscall set.
+void dsrlb_throw_errno(napi_env env, const char* call, int err, const char* ifname);
 
 // ---------------------------------------------------------------------------------------------
 // openTun(name): creates (or attaches to a persistent) TUN device called `name` ("%d" lets the
@@ -69,7 +40,7 @@ static napi_value open_tun(napi_env env, napi_callback_info info) {
 
   int fd = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
   if (fd < 0) {
-    tun_throw_errno(env, "open(/dev/net/tun)", errno, name);
+    dsrlb_throw_errno(env, "open(/dev/net/tun)", errno, name);
     return NULL;
   }
   struct ifreq ifr;
@@ -79,7 +50,7 @@ static napi_value open_tun(napi_env env, napi_callback_info info) {
   if (ioctl(fd, TUNSETIFF, &ifr) < 0) {
     int err = errno;
     close(fd);
-    tun_throw_errno(env, "ioctl(TUNSETIFF)", err, name);
+    dsrlb_throw_errno(env, "ioctl(TUNSETIFF)", err, name);
     return NULL;
   }
   ifr.ifr_name[IFNAMSIZ - 1] = '\0';
@@ -155,7 +126,7 @@ static napi_value tun_set_carrier(napi_env env, napi_callback_info info) {
   }
   int value = on ? 1 : 0;
   if (ioctl(fd, TUNSETCARRIER, &value) < 0) {
-    tun_throw_errno(env, "ioctl(TUNSETCARRIER)", errno, "");
+    dsrlb_throw_errno(env, "ioctl(TUNSETCARRIER)", errno, NULL);
     return NULL;
   }
   return NULL;

@@ -94,7 +94,6 @@ export class Daemon {
           const s = this.config.services.find((x) => x.name === r.name);
           return { service: r.name, fingerprint: r.tableFingerprint, announced: s ? (this.announcer?.isAnnounced(s.vip) ?? false) : false };
         }),
-      drainFinished: (id) => this.drainFinished(id),
     });
     this.health = new HealthMonitor({
       observer: (key, result) => {
@@ -111,14 +110,9 @@ export class Daemon {
   }
 
   /** A real that takes no new flows (drain, weight 0, removed) and has no established flow left (as watching ipvsadm's ActiveConn reach 0). */
-  private drainFinished(id: number): boolean {
-    for (const v of this.serviceViews()) {
-      const r = v.reals.find((x) => x.id === id);
-      if (!r) continue;
-      const draining = r.removed || r.intent === 'drain' || r.weight === 0;
-      return draining && this.loops.active(id) === 0;
-    }
-    return false;
+  private drainFinished(r: RealView): boolean {
+    const draining = r.removed || r.intent === 'drain' || r.weight === 0;
+    return draining && this.loops.active(r.id) === 0;
   }
 
   async start(): Promise<void> {
@@ -531,6 +525,7 @@ export class Daemon {
   status(): Record<string, unknown> {
     const views = this.serviceViews();
     const counters = this.loops.counters();
+    const keyById = new Map([...this.reals.values()].map((x) => [x.id, x.key]));
     return {
       interface: this.config.interface,
       io: this.config.io,
@@ -554,8 +549,7 @@ export class Daemon {
           announceDevice: this.announcer?.deviceOf(v.config.vip) ?? null,
           operatorWithdrawn: this.withdrawn.has(serviceIdentity(v.config)),
           reals: v.reals.map((r) => {
-            const rt = [...this.reals.values()].find((x) => x.id === r.id)!;
-            const fact = this.health.fact(rt.key);
+            const fact = this.health.fact(keyById.get(r.id)!);
             const c = REAL_BASE + r.id * REAL_STRIDE;
             const rate = this.rates.get(r.id);
             return {
@@ -570,7 +564,7 @@ export class Daemon {
                 lastError: fact?.lastError ?? null,
                 check: v.config.healthCheck.type,
               },
-              drainFinished: this.drainFinished(r.id),
+              drainFinished: this.drainFinished(r),
               mac: r.mac ? formatMac(r.mac) : null,
               activeFlows: this.loops.active(r.id),
               inactiveFlows: this.loops.inactive(r.id),
@@ -589,7 +583,9 @@ export class Daemon {
     if (!this.config) return [];
     const out: MetricsRealView[] = [];
     for (const v of this.serviceViews()) {
-      for (const r of v.reals) out.push({ service: v.config.name, real: r.address, id: r.id, weight: r.weight, intent: r.intent, up: r.health === 'up' });
+      for (const r of v.reals) {
+        out.push({ service: v.config.name, real: r.address, id: r.id, weight: r.weight, intent: r.intent, up: r.health === 'up', drainFinished: this.drainFinished(r) });
+      }
     }
     return out;
   }

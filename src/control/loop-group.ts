@@ -145,6 +145,8 @@ export class LoopGroup {
 
   /** The counters summed over the loops (gauge-like slots such as the heartbeat are not summed). */
   counters(): Float64Array {
+    // The common case, one loop: its own counters, nothing to add up.
+    if (this.loops.length === 1) return this.loops[0]!.counters;
     const sum = this.sum;
     sum.fill(0);
     for (const l of this.loops) for (let i = 0; i < COUNTER_SLOTS; i++) sum[i]! += l.counters[i]!;

@@ -14,6 +14,8 @@ export interface MetricsRealView {
   readonly weight: number;
   readonly intent: 'active' | 'drain' | 'disabled';
   readonly up: boolean;
+  /** Takes no new flows (drain, weight 0, removed) and has no established flow left. */
+  readonly drainFinished: boolean;
 }
 
 export interface MetricsSource {
@@ -24,7 +26,6 @@ export interface MetricsSource {
   flowTableCapacity(): number;
   panic(): readonly { service: string; panic: boolean }[];
   services(): readonly { service: string; fingerprint: string; announced: boolean }[];
-  drainFinished(id: number): boolean;
 }
 
 export class DaemonMetrics {
@@ -210,7 +211,7 @@ export class DaemonMetrics {
       registers: [registry],
       collect() {
         this.reset();
-        for (const r of src.reals()) this.set({ service: r.service, real: r.real }, src.drainFinished(r.id) ? 1 : 0);
+        for (const r of src.reals()) this.set({ service: r.service, real: r.real }, r.drainFinished ? 1 : 0);
       },
     });
     this.probeDuration = new client.Histogram({

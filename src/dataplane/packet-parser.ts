@@ -238,38 +238,9 @@ function readU32(buf: Uint8Array, pos: number): number {
   return ((buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]) >>> 0;
 }
 
-/** Same values as ParsedPacket.reset(), plus the frame position; written out to stay inlinable. */
+/** A fresh slot for the frame at offset/length: every field the parser may set, reset. */
 function clearSlot(out: ParsedPacket, offset: number, length: number): void {
+  out.reset();
   out.frameOffset = offset;
   out.frameLength = length;
-  out.vlanTci = -1;
-  out.etherType = 0;
-  out.family = 0;
-  out.l3Offset = 0;
-  out.l4Offset = -1;
-  out.l3End = 0;
-  out.l3HeaderLength = 0;
-  out.ipProtocol = 0;
-  out.trafficClass = 0;
-  out.ttl = 0;
-  out.dontFragment = 0;
-  out.isFragment = 0;
-  out.fragmentOffset = 0;
-  out.moreFragments = 0;
-  out.fragmentId = 0;
-  const a = out.addr;
-  a[0] = 0;
-  a[1] = 0;
-  a[2] = 0;
-  a[3] = 0;
-  a[4] = 0;
-  a[5] = 0;
-  a[6] = 0;
-  a[7] = 0;
-  out.srcPort = 0;
-  out.dstPort = 0;
-  out.tcpFlags = 0;
-  out.icmpType = -1;
-  out.icmpCode = -1;
-  out.payloadOffset = -1;
 }

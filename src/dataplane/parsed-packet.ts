@@ -91,7 +91,16 @@ export class ParsedPacket {
     this.fragmentOffset = 0;
     this.moreFragments = 0;
     this.fragmentId = 0;
-    this.addr.fill(0);
+    // Word by word: fill() is a builtin call the optimiser does not inline on this hot path.
+    const a = this.addr;
+    a[0] = 0;
+    a[1] = 0;
+    a[2] = 0;
+    a[3] = 0;
+    a[4] = 0;
+    a[5] = 0;
+    a[6] = 0;
+    a[7] = 0;
     this.srcPort = 0;
     this.dstPort = 0;
     this.tcpFlags = 0;

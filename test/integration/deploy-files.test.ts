@@ -79,8 +79,8 @@ function fakeMetrics(): DaemonMetrics {
   counters[REAL_BASE + 0 * REAL_STRIDE + RealCounter.forwardedPackets] = 600;
   counters[REAL_BASE + 1 * REAL_STRIDE + RealCounter.forwardedBytes] = 25_600;
   const reals: MetricsRealView[] = [
-    { service: 'web', real: '10.0.1.11', id: 0, weight: 100, intent: 'active', up: true },
-    { service: 'web', real: '10.0.1.12', id: 1, weight: 50, intent: 'drain', up: false },
+    { service: 'web', real: '10.0.1.11', id: 0, weight: 100, intent: 'active', up: true, drainFinished: false },
+    { service: 'web', real: '10.0.1.12', id: 1, weight: 50, intent: 'drain', up: false, drainFinished: true },
   ];
   const m = new DaemonMetrics({
     counters: () => counters,
@@ -90,7 +90,6 @@ function fakeMetrics(): DaemonMetrics {
     services: () => [{ service: 'web', fingerprint: '0a1b2c3d', announced: true }],
     flowTableCapacity: () => 1000,
     panic: () => [{ service: 'web', panic: false }],
-    drainFinished: (id) => id === 1,
   });
   m.reloads.inc({ result: 'success' });
   m.lastReloadSuccess.set(1_700_000_000);
