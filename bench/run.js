@@ -214,7 +214,8 @@ async function ppsSuite(bl, bins, dir) {
 
   const kinds = [
     { name: 'kernel forwarding', kind: 'kernel' },
-    { name: 'dsrlb io afpacket', kind: 'dsrlb', io: 'afpacket' },
+    { name: 'dsrlb afpacket v2', kind: 'dsrlb', io: 'afpacket', ring: 'v2' },
+    { name: 'dsrlb afpacket v3', kind: 'dsrlb', io: 'afpacket', ring: 'v3' },
     ...(opts.pcap ? [{ name: 'dsrlb io pcap', kind: 'dsrlb', io: 'pcap' }] : []),
   ];
   for (const k of kinds) {
@@ -224,7 +225,7 @@ async function ppsSuite(bl, bins, dir) {
     if (k.kind === 'kernel') {
       teardown = await enableKernelForwarding(bl);
     } else {
-      daemon = await startDsrlb(bl, dir, k.io);
+      daemon = await startDsrlb(bl, dir, k.io, k.ring ?? null);
       pids = [daemon.pid];
       teardown = async () => {
         const r = await stopProcess(daemon);
@@ -275,6 +276,7 @@ async function ppsSuite(bl, bins, dir) {
           name: k.name,
           kind: k.kind,
           io: k.io ?? null,
+          ring: k.ring ?? null,
           flows,
           overload,
           search,
@@ -286,7 +288,7 @@ async function ppsSuite(bl, bins, dir) {
           daemonRssBytes: daemon ? rssOf(daemon.pid) : null,
         });
       }
-      if (k.io === 'afpacket' && !quick) out.daemonWithMillionFlows = await millionFlows(bl, bins, daemon);
+      if (k.ring === 'v2' && !quick) out.daemonWithMillionFlows = await millionFlows(bl, bins, daemon);
     } finally {
       await teardown();
     }

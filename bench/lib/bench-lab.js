@@ -151,12 +151,13 @@ export async function stopProcess(p, signal = 'SIGTERM', graceMs = 5000) {
   return r;
 }
 
-export function dsrlbConfig(bl, io) {
+export function dsrlbConfig(bl, io, ring = null) {
   const { lab, sink } = bl;
   return [
     '# written by bench/run.js',
     'interface: eth0',
     `io: ${io}`,
+    ...(ring ? [`ring: ${ring}`] : []),
     'metrics: { listen: 127.0.0.1:9742 }',
     'admin: { listen: 127.0.0.1:9743 }',
     'services:',
@@ -177,10 +178,11 @@ export function dsrlbConfig(bl, io) {
 }
 
 /** Starts `dsrlb run` in the LB namespace; resolves once its admin API shows every real's MAC. */
-export async function startDsrlb(bl, dir, io, nodeArgs = []) {
+/** `ring`: 'v2' | 'v3' for io afpacket (null: the default). */
+export async function startDsrlb(bl, dir, io, ring = null, nodeArgs = []) {
   const { lab } = bl;
-  const cfg = join(dir, `dsrlb-${io}.yaml`);
-  writeFileSync(cfg, dsrlbConfig(bl, io));
+  const cfg = join(dir, `dsrlb-${io}${ring ? `-${ring}` : ''}.yaml`);
+  writeFileSync(cfg, dsrlbConfig(bl, io, ring));
   const p = spawnIn(lab, lab.lb, [process.execPath, ...nodeArgs, join(ROOT, 'bin', 'dsrlb.js'), 'run', '-c', cfg]);
   onCleanup(() => stopProcess(p));
   const deadline = Date.now() + 30_000;
@@ -201,11 +203,13 @@ export async function startDsrlb(bl, dir, io, nodeArgs = []) {
 /** The daemon's counters from its metrics endpoint (inside the LB namespace). */
 export async function dsrlbMetrics(bl) {
   const r = await bl.lab.exec(bl.lab.lb, ['curl', '-sf', 'http://127.0.0.1:9742/metrics']);
-  const out = { rx: 0, tx: 0, flowTableEntries: 0, dropped: {} };
+  const out = { rx: 0, tx: 0, flowTableEntries: 0, ringTimerEntries: 0, ringTimerLoops: 0, dropped: {} };
   for (const line of r.stdout.split('\n')) {
     if (line.startsWith('dsrlb_rx_packets_total ')) out.rx = Number(line.split(' ').pop());
     else if (line.startsWith('dsrlb_tx_packets_total ')) out.tx = Number(line.split(' ').pop());
     else if (line.startsWith('dsrlb_flow_table_entries ')) out.flowTableEntries = Number(line.split(' ').pop());
+    else if (line.startsWith('dsrlb_ring_timer_entries_total ')) out.ringTimerEntries = Number(line.split(' ').pop());
+    else if (line.startsWith('dsrlb_ring_timer_loops ')) out.ringTimerLoops = Number(line.split(' ').pop());
     else {
       const m = /^dsrlb_dropped_packets_total\{reason="([^"]+)"\} (\S+)$/.exec(line);
       if (m && Number(m[2]) > 0) out.dropped[m[1]] = Number(m[2]);

@@ -1,6 +1,7 @@
-// dsrlb_native: a thin Node-API layer over one AF_PACKET socket with a TPACKET_V3 RX ring mapped
-// into JavaScript, batched sendmmsg from ring memory, and libuv readiness. Syscalls and lifetimes
-// only; every packet decision is made in TypeScript (src/io/afpacket-io.ts).
+// dsrlb_native: a thin Node-API layer over one AF_PACKET socket with an RX ring mapped into
+// JavaScript (TPACKET_V3 blocks, or TPACKET_V2 frames handed over one by one), batched sendmmsg from
+// ring memory, and libuv readiness with interrupt moderation for the V2 ring. Syscalls, lifetimes
+// and wake-up policy only; every packet decision is made in TypeScript (src/io/afpacket-io.ts).
 #include <errno.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
@@ -16,6 +17,8 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -36,6 +39,15 @@ _Static_assert(TPACKET_ALIGN(sizeof(struct tpacket3_hdr)) == 48, "sockaddr_ll po
 _Static_assert(TPACKET_ALIGN(sizeof(struct tpacket3_hdr)) + offsetof(struct sockaddr_ll, sll_pkttype) == 58,
                "sll_pkttype");
 _Static_assert(TPACKET3_HDRLEN == 68, "TPACKET3_HDRLEN");
+_Static_assert(offsetof(struct tpacket2_hdr, tp_status) == 0, "v2 tp_status");
+_Static_assert(offsetof(struct tpacket2_hdr, tp_len) == 4, "v2 tp_len");
+_Static_assert(offsetof(struct tpacket2_hdr, tp_snaplen) == 8, "v2 tp_snaplen");
+_Static_assert(offsetof(struct tpacket2_hdr, tp_mac) == 12, "v2 tp_mac");
+_Static_assert(offsetof(struct tpacket2_hdr, tp_vlan_tci) == 24, "v2 tp_vlan_tci");
+_Static_assert(offsetof(struct tpacket2_hdr, tp_vlan_tpid) == 26, "v2 tp_vlan_tpid");
+_Static_assert(TPACKET_ALIGN(sizeof(struct tpacket2_hdr)) + offsetof(struct sockaddr_ll, sll_pkttype) == 42,
+               "v2 sll_pkttype");
+_Static_assert(TPACKET2_HDRLEN == 52, "TPACKET2_HDRLEN");
 
 #ifndef PACKET_FANOUT_FLAG_IGNORE_OUTGOING
 #define PACKET_FANOUT_FLAG_IGNORE_OUTGOING 0x4000
@@ -46,15 +58,46 @@ _Static_assert(TPACKET3_HDRLEN == 68, "TPACKET3_HDRLEN");
 // Messages per sendmmsg call (the kernel caps vlen at UIO_MAXIOV = 1024).
 #define SEND_CHUNK 256
 #define MAX_RING_BYTES (1ull << 30)
+// V2 frames too large for a ring frame (GSO super-frames) come whole through the socket queue
+// (PACKET_COPY_THRESH); this much receive buffer holds a few of them.
+#define COPY_QUEUE_BYTES (4 << 20)
+
+// Interrupt moderation for the V2 ring, which wakes the reader for every frame. Readiness alone
+// gives the lowest latency, but a wake-up costs about 5 us of CPU here (a cross-core wake-up and
+// the idle exit are VM exits), so at high rates it dominates. Every window: more than
+// max_wakes_per_s wake-ups -> a timer whose period gives about frames_per_tick frames per tick
+// (within [min, max] period); a frame rate under half of max_wakes_per_s -> readiness again.
+#define MODERATION_WINDOW_NS 4000000ll
+
+typedef struct moderation {
+  // Settings (0 min period: readiness only).
+  int64_t min_period_ns;
+  int64_t max_period_ns;
+  uint32_t frames_per_tick;
+  uint32_t max_wakes_per_s;
+  // State.
+  int64_t period_ns;  // 0: readiness mode
+  int64_t window_start_ns;
+  uint32_t window_wakes;
+  uint64_t window_frames;
+  uint64_t timer_entries;  // times the timer mode was entered (stats)
+} moderation;
 
 typedef struct packet_socket {
   int fd;
+  int version;  // TPACKET_V2 or TPACKET_V3
+  uint32_t frame_size;  // V2
+  uint32_t frame_count;  // V2
+  int timer_fd;
+  uv_poll_t* timer_poll;
+  moderation mod;
   int ifindex;
   int vnet_hdr;
   int closed;
   int unmapped;
-  // Holders of this struct: the JS handle, the ring ArrayBuffer, an open uv_poll_t.
+  // Holders of this struct: the JS handle, the ring ArrayBuffer, each open uv_poll_t.
   int refs;
+  int open_polls;
   uint8_t* ring;
   size_t ring_bytes;
   uint32_t block_size;
@@ -259,13 +302,15 @@ static void release_socket(packet_socket* s) {
 static void on_poll_closed(uv_handle_t* handle) {
   packet_socket* s = handle->data;
   free(handle);
-  if (s->cleanup_running && s->cleanup_handle != NULL) {
+  if (--s->open_polls == 0 && s->cleanup_running && s->cleanup_handle != NULL) {
     napi_async_cleanup_hook_handle cleanup = s->cleanup_handle;
     s->cleanup_handle = NULL;
     napi_remove_async_cleanup_hook(cleanup);
   }
   release_socket(s);
 }
+
+static void arm_timer(packet_socket* s, int64_t period_ns);
 
 // Stops readiness. `in_teardown` skips the JS-facing async-hooks bookkeeping.
 static void stop_polling(packet_socket* s, int in_teardown) {
@@ -274,6 +319,13 @@ static void stop_polling(packet_socket* s, int in_teardown) {
     uv_close((uv_handle_t*)s->poll, on_poll_closed);
     s->poll = NULL;
   }
+  if (s->timer_poll != NULL) {
+    uv_poll_stop(s->timer_poll);
+    uv_close((uv_handle_t*)s->timer_poll, on_poll_closed);
+    s->timer_poll = NULL;
+  }
+  if (s->timer_fd >= 0 && s->mod.period_ns != 0) arm_timer(s, 0);
+  s->mod.period_ns = 0;
   if (s->callback_ref != NULL) {
     napi_delete_reference(s->env, s->callback_ref);
     s->callback_ref = NULL;
@@ -290,6 +342,8 @@ static void close_fd_and_poll(packet_socket* s, int in_teardown) {
   stop_polling(s, in_teardown);
   close(s->fd);
   s->fd = -1;
+  if (s->timer_fd >= 0) close(s->timer_fd);
+  s->timer_fd = -1;
 }
 
 static void unregister_cleanup(packet_socket* s) {
@@ -304,7 +358,7 @@ static void unregister_cleanup(packet_socket* s) {
 static void on_env_cleanup(napi_async_cleanup_hook_handle handle, void* arg) {
   packet_socket* s = arg;
   s->cleanup_running = 1;
-  int had_poll = s->poll != NULL;
+  int had_poll = s->poll != NULL || s->timer_poll != NULL;
   close_fd_and_poll(s, 1);
   if (!had_poll && s->cleanup_handle != NULL) {
     s->cleanup_handle = NULL;
@@ -397,12 +451,26 @@ static int join_fanout(int fd, uint32_t group_id, uint32_t type_flags) {
 
 // ---------------------------------------------------------------------------------------------
 // openPacketSocket({ ifname, blockSizeBytes, blockCount, retireTimeoutMs, reserveBytes, vnetHdr,
-//                    fanoutGroupId })
+//                    fanoutGroupId, ringVersion = 3, frameSizeBytes (V2), minCoalesceUs,
+//                    maxCoalesceUs, framesPerTick, maxWakesPerSecond (V2 moderation;
+//                    minCoalesceUs 0: readiness only) })
+
+static int get_optional_uint32(napi_env env, napi_value object, const char* name, uint32_t fallback, uint32_t* out) {
+  napi_value value;
+  napi_valuetype type;
+  if (!get_property(env, object, name, &value)) return 0;
+  if (napi_typeof(env, value, &type) == napi_ok && type == napi_undefined) {
+    *out = fallback;
+    return 1;
+  }
+  return get_uint32(env, value, name, out);
+}
 
 static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   napi_value argv[1], value;
   char ifname[IFNAMSIZ];
   uint32_t block_size, block_count, retire_ms, reserve, fanout_id = 0;
+  uint32_t version, frame_size, min_coalesce_us, max_coalesce_us, frames_per_tick, max_wakes;
   bool vnet = false;
   napi_valuetype type;
 
@@ -415,7 +483,26 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
       !get_uint32_property(env, argv[0], "blockSizeBytes", &block_size) ||
       !get_uint32_property(env, argv[0], "blockCount", &block_count) ||
       !get_uint32_property(env, argv[0], "retireTimeoutMs", &retire_ms) ||
-      !get_uint32_property(env, argv[0], "reserveBytes", &reserve)) {
+      !get_uint32_property(env, argv[0], "reserveBytes", &reserve) ||
+      !get_optional_uint32(env, argv[0], "ringVersion", 3, &version) ||
+      !get_optional_uint32(env, argv[0], "frameSizeBytes", NOMINAL_FRAME_BYTES, &frame_size) ||
+      !get_optional_uint32(env, argv[0], "minCoalesceUs", 50, &min_coalesce_us) ||
+      !get_optional_uint32(env, argv[0], "maxCoalesceUs", 500, &max_coalesce_us) ||
+      !get_optional_uint32(env, argv[0], "framesPerTick", 32, &frames_per_tick) ||
+      !get_optional_uint32(env, argv[0], "maxWakesPerSecond", 10000, &max_wakes)) {
+    return NULL;
+  }
+  if (version != 2 && version != 3) {
+    throw_range(env, "ringVersion must be 2 or 3");
+    return NULL;
+  }
+  if (version == 2 && (frame_size < NOMINAL_FRAME_BYTES || (frame_size & (frame_size - 1)) != 0 ||
+                       block_size % frame_size != 0)) {
+    throw_range(env, "frameSizeBytes must be a power of two >= 2048 that divides blockSizeBytes");
+    return NULL;
+  }
+  if (max_coalesce_us < min_coalesce_us || max_coalesce_us > 100000 || frames_per_tick == 0 || max_wakes == 0) {
+    throw_range(env, "coalescing needs minCoalesceUs <= maxCoalesceUs <= 100000, framesPerTick and maxWakesPerSecond >= 1");
     return NULL;
   }
   if (!get_property(env, argv[0], "vnetHdr", &value)) return NULL;
@@ -453,8 +540,16 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
     return NULL;
   }
   s->fd = -1;
+  s->timer_fd = -1;
   s->env = env;
   s->vnet_hdr = vnet;
+  s->version = version == 2 ? TPACKET_V2 : TPACKET_V3;
+  s->frame_size = version == 2 ? frame_size : NOMINAL_FRAME_BYTES;
+  s->frame_count = (block_size / s->frame_size) * block_count;
+  s->mod.min_period_ns = (int64_t)min_coalesce_us * 1000;
+  s->mod.max_period_ns = (int64_t)max_coalesce_us * 1000;
+  s->mod.frames_per_tick = frames_per_tick;
+  s->mod.max_wakes_per_s = max_wakes;
   s->block_size = block_size;
   s->block_count = block_count;
   s->ring_bytes = (size_t)block_size * block_count;
@@ -475,8 +570,8 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   if (vnet && setsockopt(s->fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) < 0) {
     call = "setsockopt(PACKET_VNET_HDR)"; err = errno; goto fail;
   }
-  int version = TPACKET_V3;
-  if (setsockopt(s->fd, SOL_PACKET, PACKET_VERSION, &version, sizeof version) < 0) {
+  int ring_version = s->version;
+  if (setsockopt(s->fd, SOL_PACKET, PACKET_VERSION, &ring_version, sizeof ring_version) < 0) {
     call = "setsockopt(PACKET_VERSION)"; err = errno; goto fail;
   }
   if (setsockopt(s->fd, SOL_PACKET, PACKET_RESERVE, &reserve, sizeof reserve) < 0) {
@@ -490,11 +585,25 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   memset(&req, 0, sizeof req);
   req.tp_block_size = block_size;
   req.tp_block_nr = block_count;
-  req.tp_frame_size = NOMINAL_FRAME_BYTES;
-  req.tp_frame_nr = (block_size / NOMINAL_FRAME_BYTES) * block_count;
+  req.tp_frame_size = s->frame_size;
+  req.tp_frame_nr = s->frame_count;
   req.tp_retire_blk_tov = retire_ms;
-  if (setsockopt(s->fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof req) < 0) {
+  // V2 takes the shorter struct tpacket_req (the first four fields of tpacket_req3).
+  socklen_t req_len = s->version == TPACKET_V2 ? sizeof(struct tpacket_req) : sizeof req;
+  if (setsockopt(s->fd, SOL_PACKET, PACKET_RX_RING, &req, req_len) < 0) {
     call = "setsockopt(PACKET_RX_RING)"; err = errno; goto fail;
+  }
+  if (s->version == TPACKET_V2) {
+    // A frame larger than a ring frame arrives cut short with TP_STATUS_COPY, and whole in the
+    // socket queue (read with recvCopy()).
+    int queue = COPY_QUEUE_BYTES;
+    if (setsockopt(s->fd, SOL_PACKET, PACKET_COPY_THRESH, &one, sizeof one) < 0) {
+      call = "setsockopt(PACKET_COPY_THRESH)"; err = errno; goto fail;
+    }
+    if (setsockopt(s->fd, SOL_SOCKET, SO_RCVBUFFORCE, &queue, sizeof queue) < 0 &&
+        setsockopt(s->fd, SOL_SOCKET, SO_RCVBUF, &queue, sizeof queue) < 0) {
+      call = "setsockopt(SO_RCVBUF)"; err = errno; goto fail;
+    }
   }
   void* ring = mmap(NULL, s->ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
   if (ring == MAP_FAILED) { call = "mmap(PACKET_RX_RING)"; err = errno; goto fail; }
@@ -543,6 +652,9 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   napi_set_named_property(env, handle, "ring", ring_buffer);
   set_int_property(env, handle, "blockSizeBytes", block_size);
   set_int_property(env, handle, "blockCount", block_count);
+  set_int_property(env, handle, "ringVersion", s->version == TPACKET_V2 ? 2 : 3);
+  set_int_property(env, handle, "frameSizeBytes", s->frame_size);
+  set_int_property(env, handle, "frameCount", s->frame_count);
   napi_get_boolean(env, vnet, &v);
   napi_set_named_property(env, handle, "vnetHdr", v);
   napi_create_string_utf8(env, ifname, NAPI_AUTO_LENGTH, &v);
@@ -575,6 +687,10 @@ static napi_value next_block(napi_env env, napi_callback_info info) {
   if (!get_args(env, info, 2, argv)) return NULL;
   packet_socket* s = get_socket(env, argv[0], 1);
   if (s == NULL || !get_int32(env, argv[1], "releaseIndex", &release)) return NULL;
+  if (s->version != TPACKET_V3) {
+    throw_type(env, "nextBlock() is for TPACKET_V3 rings; a V2 ring is read frame by frame");
+    return NULL;
+  }
   if (release >= (int32_t)s->block_count) {
     throw_range(env, "releaseIndex is past the last block");
     return NULL;
@@ -697,9 +813,131 @@ static napi_value send_copy(napi_env env, napi_callback_info info) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// recvCopy(handle, buf, offset): the next frame of the socket queue (a V2 ring frame marked
+// TP_STATUS_COPY, virtio_net_hdr first when vnetHdr) into buf[offset..]. Returns its length, -1 when
+// the queue is empty, or -(full length) when it did not fit (the frame is consumed either way).
+
+static napi_value recv_copy(napi_env env, napi_callback_info info) {
+  napi_value argv[3], result;
+  bool is_typed = false;
+  napi_typedarray_type type;
+  size_t buf_length;
+  uint8_t* buf;
+  uint32_t offset;
+  if (!get_args(env, info, 3, argv)) return NULL;
+  packet_socket* s = get_socket(env, argv[0], 1);
+  if (s == NULL) return NULL;
+  if (napi_is_typedarray(env, argv[1], &is_typed) != napi_ok || !is_typed) {
+    throw_type(env, "buf must be a Uint8Array");
+    return NULL;
+  }
+  napi_get_typedarray_info(env, argv[1], &type, &buf_length, (void**)&buf, NULL, NULL);
+  if (type != napi_uint8_array) {
+    throw_type(env, "buf must be a Uint8Array");
+    return NULL;
+  }
+  if (!get_uint32(env, argv[2], "offset", &offset)) return NULL;
+  if (offset >= buf_length) {
+    throw_range(env, "offset must lie inside buf");
+    return NULL;
+  }
+  ssize_t n;
+  do {
+    n = recv(s->fd, buf + offset, buf_length - offset, MSG_DONTWAIT | MSG_TRUNC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      napi_create_int32(env, -1, &result);
+      return result;
+    }
+    dsrlb_throw_errno(env, "recv", errno, s->ifname);
+    return NULL;
+  }
+  napi_create_int64(env, (size_t)n > buf_length - offset ? -(int64_t)n : (int64_t)n, &result);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------
 // startPolling(handle, callback) / stopPolling(handle): callback(errno) runs on the loop thread
-// when the ring has a block for user space (errno 0), or after a socket error (errno > 0, e.g.
-// ENETDOWN; the error is cleared and polling goes on).
+// when the ring has frames for user space (errno 0), or after a socket error (errno > 0, e.g.
+// ENETDOWN; the error is cleared and polling goes on). The callback returns how many frames it
+// took; for a V2 ring that drives the interrupt moderation (see MODERATION_WINDOW_NS).
+
+static void on_poll(uv_poll_t* handle, int status, int events);
+
+static int64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
+
+static void arm_timer(packet_socket* s, int64_t period_ns) {
+  struct itimerspec spec;
+  memset(&spec, 0, sizeof spec);
+  spec.it_interval.tv_sec = period_ns / 1000000000ll;
+  spec.it_interval.tv_nsec = period_ns % 1000000000ll;
+  spec.it_value = spec.it_interval;
+  timerfd_settime(s->timer_fd, 0, &spec, NULL);
+  s->mod.period_ns = period_ns;
+}
+
+// The timer period that gives about frames_per_tick frames per tick at the window's rate.
+static int64_t tick_period(const moderation* m, int64_t elapsed_ns) {
+  int64_t period = m->window_frames == 0 ? m->max_period_ns
+                                         : (int64_t)m->frames_per_tick * elapsed_ns / (int64_t)m->window_frames;
+  if (period < m->min_period_ns) period = m->min_period_ns;
+  if (period > m->max_period_ns) period = m->max_period_ns;
+  return period;
+}
+
+static void moderate(packet_socket* s, uint32_t frames) {
+  moderation* m = &s->mod;
+  if (s->timer_poll == NULL || s->poll == NULL) return;
+  m->window_wakes++;
+  m->window_frames += frames;
+  int64_t now = monotonic_ns();
+  int64_t elapsed = now - m->window_start_ns;
+  if (elapsed < MODERATION_WINDOW_NS) return;
+  if (m->period_ns == 0) {
+    if ((int64_t)m->window_wakes * 1000000000ll > (int64_t)m->max_wakes_per_s * elapsed) {
+      uv_poll_stop(s->poll);
+      arm_timer(s, tick_period(m, elapsed));
+      m->timer_entries++;
+    }
+  } else if ((int64_t)m->window_frames * 2000000000ll < (int64_t)m->max_wakes_per_s * elapsed) {
+    // Readiness would now wake less often than the budget allows, with no added latency.
+    arm_timer(s, 0);
+    uv_poll_start(s->poll, UV_READABLE, on_poll);
+  } else {
+    int64_t period = tick_period(m, elapsed);
+    if (period * 4 < m->period_ns * 3 || period * 4 > m->period_ns * 5) arm_timer(s, period);
+  }
+  m->window_start_ns = now;
+  m->window_wakes = 0;
+  m->window_frames = 0;
+}
+
+// Runs the JS callback; returns the frames it reports taking.
+static uint32_t call_back(packet_socket* s, int err) {
+  napi_env env = s->env;
+  napi_handle_scope scope;
+  uint32_t frames = 0;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return 0;
+  napi_value callback, recv, argv[1], result = NULL, exception;
+  if (napi_get_reference_value(env, s->callback_ref, &callback) == napi_ok && callback != NULL) {
+    napi_get_global(env, &recv);  // napi_make_callback needs an object receiver
+    napi_create_int32(env, err, &argv[0]);
+    // napi_call_function, not napi_make_callback: the packet loop queues no microtasks and needs
+    // no async_hooks context, and skipping both is a measurable part of a wake-up's cost.
+    if (napi_call_function(env, recv, callback, 1, argv, &result) == napi_pending_exception) {
+      if (napi_get_and_clear_last_exception(env, &exception) == napi_ok) napi_fatal_exception(env, exception);
+    } else if (result != NULL && napi_get_value_uint32(env, result, &frames) != napi_ok) {
+      frames = 0;
+    }
+  }
+  napi_close_handle_scope(env, scope);
+  return frames;
+}
 
 static void on_poll(uv_poll_t* handle, int status, int events) {
   packet_socket* s = handle->data;
@@ -711,19 +949,32 @@ static void on_poll(uv_poll_t* handle, int status, int events) {
     if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err == 0) err = -status;
     uv_poll_start(handle, UV_READABLE, on_poll);
   }
-  napi_env env = s->env;
-  napi_handle_scope scope;
-  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
-  napi_value callback, recv, argv[1], exception;
-  if (napi_get_reference_value(env, s->callback_ref, &callback) == napi_ok && callback != NULL) {
-    napi_get_global(env, &recv);  // napi_make_callback needs an object receiver
-    napi_create_int32(env, err, &argv[0]);
-    if (napi_make_callback(env, s->async_context, recv, callback, 1, argv, NULL) == napi_pending_exception &&
-        napi_get_and_clear_last_exception(env, &exception) == napi_ok) {
-      napi_fatal_exception(env, exception);
-    }
+  uint32_t frames = call_back(s, err);
+  if (!s->closed) moderate(s, frames);
+}
+
+static void on_timer(uv_poll_t* handle, int status, int events) {
+  packet_socket* s = handle->data;
+  uint64_t expirations;
+  if (s->closed || s->callback_ref == NULL) return;
+  if (read(s->timer_fd, &expirations, sizeof expirations) < 0 && errno == EAGAIN) return;
+  uint32_t frames = call_back(s, 0);
+  if (!s->closed) moderate(s, frames);
+}
+
+static int start_handle(packet_socket* s, uv_loop_t* loop, int fd, uv_poll_cb cb, uv_poll_t** out) {
+  uv_poll_t* poll = malloc(sizeof *poll);
+  if (poll == NULL) return -ENOMEM;
+  int r = uv_poll_init(loop, poll, fd);
+  if (r < 0) {
+    free(poll);
+    return r;
   }
-  napi_close_handle_scope(env, scope);
+  poll->data = s;
+  s->refs++;  // released in on_poll_closed
+  s->open_polls++;
+  *out = poll;
+  return uv_poll_start(poll, UV_READABLE, cb);
 }
 
 static napi_value start_polling(napi_env env, napi_callback_info info) {
@@ -742,27 +993,27 @@ static napi_value start_polling(napi_env env, napi_callback_info info) {
     napi_throw_error(env, "ERR_NO_LOOP", "no libuv loop for this environment");
     return NULL;
   }
-  uv_poll_t* poll = malloc(sizeof *poll);
-  if (poll == NULL) {
-    dsrlb_throw_errno(env, "malloc", ENOMEM, s->ifname);
-    return NULL;
-  }
-  int r = uv_poll_init(loop, poll, s->fd);
-  if (r < 0) {
-    free(poll);
-    dsrlb_throw_errno(env, "uv_poll_init", -r, s->ifname);
-    return NULL;
-  }
-  poll->data = s;
-  s->refs++;  // released in on_poll_closed
-  s->poll = poll;
   napi_create_reference(env, argv[1], 1, &s->callback_ref);
   napi_create_string_utf8(env, "dsrlb:packet-ring", NAPI_AUTO_LENGTH, &name);
   napi_async_init(env, argv[0], name, &s->async_context);
-  r = uv_poll_start(poll, UV_READABLE, on_poll);
+  const char* call = "uv_poll_start";
+  int r = start_handle(s, loop, s->fd, on_poll, &s->poll);
+  if (r >= 0 && s->version == TPACKET_V2 && s->mod.min_period_ns > 0) {
+    if (s->timer_fd < 0) s->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (s->timer_fd < 0) {
+      call = "timerfd_create";
+      r = -errno;
+    } else {
+      // The timer handle stays started; a disarmed timerfd never becomes readable.
+      r = start_handle(s, loop, s->timer_fd, on_timer, &s->timer_poll);
+      s->mod.window_start_ns = monotonic_ns();
+      s->mod.window_wakes = 0;
+      s->mod.window_frames = 0;
+    }
+  }
   if (r < 0) {
     stop_polling(s, 0);
-    dsrlb_throw_errno(env, "uv_poll_start", -r, s->ifname);
+    dsrlb_throw_errno(env, call, -r, s->ifname);
     return NULL;
   }
   return NULL;
@@ -795,7 +1046,9 @@ static napi_value stats(napi_env env, napi_callback_info info) {
   napi_create_object(env, &result);
   set_int_property(env, result, "packets", st.tp_packets);
   set_int_property(env, result, "drops", st.tp_drops);
-  set_int_property(env, result, "freezeQueueCount", st.tp_freeze_q_cnt);
+  set_int_property(env, result, "freezeQueueCount", s->version == TPACKET_V3 ? st.tp_freeze_q_cnt : 0);
+  set_int_property(env, result, "coalesceUs", s->mod.period_ns / 1000);
+  set_int_property(env, result, "timerEntries", (int64_t)s->mod.timer_entries);
   return result;
 }
 
@@ -842,6 +1095,21 @@ static napi_value make_layout(napi_env env) {
   return layout;
 }
 
+static napi_value make_layout_v2(napi_env env) {
+  napi_value layout;
+  napi_create_object(env, &layout);
+  set_int_property(env, layout, "frameStatus", offsetof(struct tpacket2_hdr, tp_status));
+  set_int_property(env, layout, "frameLen", offsetof(struct tpacket2_hdr, tp_len));
+  set_int_property(env, layout, "frameSnaplen", offsetof(struct tpacket2_hdr, tp_snaplen));
+  set_int_property(env, layout, "frameMac", offsetof(struct tpacket2_hdr, tp_mac));
+  set_int_property(env, layout, "frameVlanTci", offsetof(struct tpacket2_hdr, tp_vlan_tci));
+  set_int_property(env, layout, "frameVlanTpid", offsetof(struct tpacket2_hdr, tp_vlan_tpid));
+  set_int_property(env, layout, "framePacketType",
+                   TPACKET_ALIGN(sizeof(struct tpacket2_hdr)) + offsetof(struct sockaddr_ll, sll_pkttype));
+  set_int_property(env, layout, "frameHeaderBytes", TPACKET2_HDRLEN);
+  return layout;
+}
+
 napi_status tun_device_init(napi_env env, napi_value exports);  // tun_device.c
 
 NAPI_MODULE_INIT() {
@@ -853,9 +1121,11 @@ NAPI_MODULE_INIT() {
       {"startPolling", NULL, start_polling, NULL, NULL, NULL, napi_enumerable, NULL},
       {"stopPolling", NULL, stop_polling_js, NULL, NULL, NULL, napi_enumerable, NULL},
       {"stats", NULL, stats, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"recvCopy", NULL, recv_copy, NULL, NULL, NULL, napi_enumerable, NULL},
       {"close", NULL, close_socket, NULL, NULL, NULL, napi_enumerable, NULL},
       {"interfaceInfo", NULL, interface_info, NULL, NULL, NULL, napi_enumerable, NULL},
       {"layout", NULL, NULL, NULL, NULL, make_layout(env), napi_enumerable, NULL},
+      {"layoutV2", NULL, NULL, NULL, NULL, make_layout_v2(env), napi_enumerable, NULL},
   };
   if (napi_define_properties(env, exports, sizeof properties / sizeof properties[0], properties) != napi_ok) {
     return NULL;

@@ -8,6 +8,8 @@ export type ForwardingMode = 'l2' | 'ipip';
 export type RealIntent = 'active' | 'drain' | 'disabled';
 export type WhenAllDown = 'failOpen' | 'drop';
 export type IoKind = 'afpacket' | 'pcap';
+/** AF_PACKET ring: v2 hands each frame over as it arrives, v3 a block at a time (up to 1 ms later). */
+export type RingKind = 'v2' | 'v3';
 export type HealthCheckType = 'tcp' | 'http' | 'https' | 'udp' | 'icmp' | 'exec' | 'none';
 export type AddressFamily = 4 | 6;
 
@@ -78,6 +80,7 @@ export interface FlowTableConfig {
 export interface Config {
   readonly interface: string;
   readonly io: IoKind; // default afpacket
+  readonly ring: RingKind; // io: afpacket only; default v2
   /** Packet loops (worker threads, PACKET_FANOUT by flow hash); default 1; io: pcap allows only 1. */
   readonly workers: number;
   readonly hashSeed: number; // uint32, default 0; must be equal on every LB of a scale-out group

@@ -13,6 +13,7 @@ import type {
   HealthCheckConfig,
   HealthCheckType,
   IoKind,
+  RingKind,
   ListenAddress,
   Protocol,
   RealConfig,
@@ -43,9 +44,10 @@ const FORWARDINGS: readonly ForwardingMode[] = ['l2', 'ipip'];
 const INTENTS: readonly RealIntent[] = ['active', 'drain', 'disabled'];
 const WHEN_ALL_DOWN: readonly WhenAllDown[] = ['failOpen', 'drop'];
 const IO_KINDS: readonly IoKind[] = ['afpacket', 'pcap'];
+const RING_KINDS: readonly RingKind[] = ['v2', 'v3'];
 const CHECK_TYPES: readonly HealthCheckType[] = ['tcp', 'http', 'https', 'udp', 'icmp', 'exec', 'none'];
 
-const TOP_KEYS = ['interface', 'io', 'workers', 'hashSeed', 'flowTable', 'tunnel', 'metrics', 'admin', 'stateFile', 'announce', 'services'];
+const TOP_KEYS = ['interface', 'io', 'ring', 'workers', 'hashSeed', 'flowTable', 'tunnel', 'metrics', 'admin', 'stateFile', 'announce', 'services'];
 const ANNOUNCE_KEYS = ['enabled', 'routesFile', 'birdSocket', 'onFailOpen', 'withdrawDelay'];
 export const DEFAULT_ROUTES_FILE = '/run/dsrlb/bird-routes.conf';
 const DEFAULT_WITHDRAW_DELAY_MS = 300;
@@ -165,6 +167,8 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
 
   const iface = interfaceName(p, raw);
   const io = oneOf(p, raw, 'io', '', IO_KINDS, 'afpacket');
+  const ring = oneOf(p, raw, 'ring', '', RING_KINDS, 'v2');
+  if (io === 'pcap' && raw['ring'] !== undefined) p.add('ring', `${String(raw['ring'])}: ring applies to io: afpacket only`);
   const hashSeed = integer(p, raw, 'hashSeed', '', 0, MAX_HASH_SEED, 'a hash seed', 0);
   const workers = integer(p, raw, 'workers', '', 1, 64, 'a number of packet loops', 1);
   if (io === 'pcap' && workers !== undefined && workers > 1) p.add('workers', `${workers}: io: pcap runs one packet loop; use io: afpacket for several`);
@@ -190,6 +194,7 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
   const config: Config = {
     interface: iface as string,
     io: io as IoKind,
+    ring: ring as RingKind,
     workers: workers as number,
     hashSeed: hashSeed as number,
     flowTable: flowTable as Config['flowTable'],

@@ -148,7 +148,7 @@ export class Daemon {
     const c = this.config;
     try {
       await this.loops.start(
-        { io: c.io, interface: c.interface, flowCapacity: c.flowTable.capacity, timeouts: timeoutsOf(c), maxRealIds: MAX_REAL_IDS },
+        { io: c.io, ring: c.ring, interface: c.interface, flowCapacity: c.flowTable.capacity, timeouts: timeoutsOf(c), maxRealIds: MAX_REAL_IDS },
         c.workers,
       );
     } catch (err) {
@@ -433,6 +433,7 @@ export class Daemon {
     const cur = this.config;
     if (next.interface !== cur.interface) return { path: 'interface', message: `changing the interface ("${cur.interface}" -> "${next.interface}") needs a restart` };
     if (next.io !== cur.io) return { path: 'io', message: `changing io ("${cur.io}" -> "${next.io}") needs a restart` };
+    if (next.ring !== cur.ring) return { path: 'ring', message: `changing the ring ("${cur.ring}" -> "${next.ring}") needs a restart` };
     if (next.workers !== cur.workers) return { path: 'workers', message: `changing the number of packet loops (${cur.workers} -> ${next.workers}) needs a restart` };
     if (next.flowTable.capacity !== cur.flowTable.capacity) return { path: 'flowTable.capacity', message: 'changing the flow table capacity needs a restart' };
     if (next.hashSeed !== cur.hashSeed) return { path: 'hashSeed', message: 'changing hashSeed needs a restart (it would move every flow)' };

@@ -1,16 +1,36 @@
 // Real servers' MAC addresses for L2 DSR, taken from the kernel's neighbour table of the
 // forwarding interface. A real with no entry is made resolvable by sending it one UDP datagram
 // (the kernel then ARPs / solicits for it); until then its frames are dropped and counted.
+// IPv4 entries come from /proc/net/arp: running `ip` every 2 s forks the whole daemon, whose
+// copy-on-write faults cost it more CPU than the rest of its idle time. `ip -6 neigh` runs only
+// when there are IPv6 reals.
 
 import { createSocket } from 'node:dgram';
+import { readFile } from 'node:fs/promises';
 import { EventEmitter } from 'node:events';
 import { formatMac, parseMac } from './addresses.js';
 import { systemRunner, type CommandRunner } from './host-setup.js';
 import type { Logger } from './logger.js';
 
 const USABLE_STATES = new Set(['REACHABLE', 'STALE', 'DELAY', 'PROBE', 'PERMANENT', 'NOARP']);
+// /proc/net/arp flags (linux/if_arp.h): a complete or a permanent entry has a usable address.
+const ATF_COM = 0x02;
+const ATF_PERM = 0x04;
 
-interface NeighEntry {
+/** Usable IPv4 neighbours of `ifname` from the text of /proc/net/arp, as `ip -j neigh` entries. */
+export function parseProcArp(text: string, ifname: string): NeighEntry[] {
+  const out: NeighEntry[] = [];
+  for (const line of text.split('\n').slice(1)) {
+    const f = line.trim().split(/\s+/);
+    if (f.length < 6 || f[5] !== ifname) continue;
+    const flags = Number.parseInt(f[2]!, 16);
+    if ((flags & (ATF_COM | ATF_PERM)) === 0 || f[3] === '00:00:00:00:00:00') continue;
+    out.push({ dst: f[0]!, lladdr: f[3]!, state: [(flags & ATF_PERM) !== 0 ? 'PERMANENT' : 'REACHABLE'] });
+  }
+  return out;
+}
+
+export interface NeighEntry {
   dst: string;
   lladdr?: string;
   state?: string[];
@@ -26,6 +46,7 @@ export class NeighborWatcher extends EventEmitter {
     private readonly ifname: string,
     private readonly log: Logger,
     private readonly runner: CommandRunner = systemRunner,
+    private readonly readArp: () => Promise<string> = () => readFile('/proc/net/arp', 'utf8'),
   ) {
     super();
   }
@@ -56,8 +77,11 @@ export class NeighborWatcher extends EventEmitter {
 
   /** Read the neighbour table once; emits 'change' when a wanted real's MAC appears or changes. */
   async refresh(): Promise<void> {
-    const { stdout } = await this.runner(['ip', '-j', 'neigh', 'show', 'dev', this.ifname]);
-    const entries = JSON.parse(stdout || '[]') as NeighEntry[];
+    const entries = parseProcArp(await this.readArp(), this.ifname);
+    if ([...this.wanted].some((a) => a.includes(':'))) {
+      const { stdout } = await this.runner(['ip', '-j', '-6', 'neigh', 'show', 'dev', this.ifname]);
+      entries.push(...(JSON.parse(stdout || '[]') as NeighEntry[]));
+    }
     let changed = false;
     const seen = new Set<string>();
     for (const e of entries) {

@@ -13,6 +13,8 @@ import type { PacketIo } from '../io/packet-io.js';
 
 export interface LoopSettings {
   io: 'afpacket' | 'pcap';
+  /** AF_PACKET ring version (io: afpacket). */
+  ring: 'v2' | 'v3';
   interface: string;
   flowCapacity: number;
   timeouts: FlowTimeouts;
@@ -49,7 +51,11 @@ async function openIo(s: LoopSettings): Promise<PacketIo> {
     return PcapIo.open({ interface: s.interface });
   }
   const { AfPacketIo } = await import('../io/afpacket-io.js');
-  return AfPacketIo.open({ interface: s.interface, fanoutGroupId: s.fanoutGroupId > 0 ? s.fanoutGroupId : undefined });
+  return AfPacketIo.open({
+    interface: s.interface,
+    fanoutGroupId: s.fanoutGroupId > 0 ? s.fanoutGroupId : undefined,
+    ringVersion: s.ring === 'v3' ? 3 : 2,
+  });
 }
 
 export class LoopRunner {
@@ -85,6 +91,8 @@ export class LoopRunner {
       const st = io.stats();
       c[Counter.rxKernelDrops] = st.rxKernelDrops;
       c[Counter.rxOtherHost] = st.rxOtherHost ?? 0;
+      c[Counter.ringTimerMode] = (st.coalesceUs ?? 0) > 0 ? 1 : 0;
+      c[Counter.ringTimerEntries] = st.timerEntries ?? 0;
     }, 100);
     this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal });
     return true;

@@ -1,6 +1,7 @@
-// PacketIo over the native AF_PACKET addon (the load balancer's default I/O): TPACKET_V3 blocks are
-// read in place through typed-array views of the mmap'ed ring, the engine rewrites frames there,
-// and VERDICT_TX frames leave with sendmmsg straight from ring memory, virtio_net_hdr included.
+// PacketIo over the native AF_PACKET addon (the load balancer's default I/O): ring frames (TPACKET_V3
+// blocks, or TPACKET_V2 frames handed over one by one) are read in place through typed-array views
+// of the mmap'ed ring, the engine rewrites frames there, and VERDICT_TX frames leave with sendmmsg
+// straight from ring memory, virtio_net_hdr included.
 import {
   FRAME_CSUM_PARTIAL,
   FRAME_GSO,
@@ -13,7 +14,14 @@ import {
   type PacketIo,
   type PacketIoStats,
 } from './packet-io.js';
-import { isNativeSystemError, loadNative, type DsrlbNative, type PacketSocketHandle, type RingLayout } from './native-binding.js';
+import {
+  isNativeSystemError,
+  loadNative,
+  type DsrlbNative,
+  type PacketSocketHandle,
+  type RingLayout,
+  type RingLayoutV2,
+} from './native-binding.js';
 
 export interface AfPacketIoOptions {
   interface: string;
@@ -33,6 +41,16 @@ export interface AfPacketIoOptions {
    * checksums and GSO super-frames cannot be sent back as they are (see FRAME_* flags).
    */
   vnetHdr?: boolean;
+  /**
+   * 2 (default): TPACKET_V2, every frame handed over as it arrives (no added latency), with
+   * interrupt moderation (a timer instead of a wake-up per frame) at high rates. 3: TPACKET_V3,
+   * frames handed over a block at a time (full, or after retireTimeoutMs: up to 1 ms added).
+   */
+  ringVersion?: 2 | 3;
+  /** V2 interrupt moderation (see OpenPacketSocketOptions); minCoalesceUs 0 turns it off. */
+  minCoalesceUs?: number;
+  maxCoalesceUs?: number;
+  framesPerTick?: number;
 }
 
 export const AFPACKET_DEFAULTS = {
@@ -46,6 +64,7 @@ export const AFPACKET_DEFAULTS = {
   retireTimeoutMs: 1,
   reserveBytes: 128,
   vnetHdr: true,
+  ringVersion: 2,
 } as const;
 
 export interface AfPacketIoStats extends PacketIoStats {
@@ -71,9 +90,16 @@ export interface AfPacketIoStats extends PacketIoStats {
   lastPollErrno: number;
   /** PACKET_STATISTICS tp_packets, accumulated (includes the kernel drops). */
   kernelPackets: number;
+  /** V2: frames too large for a ring frame, read whole from the socket queue. */
+  rxCopied: number;
+  /** V2 moderation: timer period in force (0: woken per frame), times the timer mode was entered. */
+  coalesceUs: number;
+  timerEntries: number;
 }
 
 // tp_status bits of a received frame (linux/if_packet.h).
+const TP_STATUS_USER = 1;
+const TP_STATUS_COPY = 1 << 1;
 const TP_STATUS_CSUMNOTREADY = 1 << 3;
 const TP_STATUS_VLAN_VALID = 1 << 4;
 const TP_STATUS_VLAN_TPID_VALID = 1 << 6;
@@ -111,15 +137,27 @@ const LAYOUT: RingLayout = {
   framePacketType: 58,
   frameHeaderBytes: 68,
 };
-const FRAME_HEADER_BYTES = LAYOUT.frameHeaderBytes;
+const LAYOUT_V2: RingLayoutV2 = {
+  frameStatus: 0,
+  frameLen: 4,
+  frameSnaplen: 8,
+  frameMac: 12,
+  frameVlanTci: 24,
+  frameVlanTpid: 26,
+  framePacketType: 42,
+  frameHeaderBytes: 52,
+};
 /** V3 packs frames on 8 bytes (V3_ALIGNMENT, not TPACKET_ALIGNMENT): u32/u16 views still index them exactly. */
 const FRAME_ALIGNMENT_MASK = 7;
+/** Where a V2 frame read whole from the socket queue goes: headroom, then virtio_net_hdr and frame. */
+const COPY_BUFFER_BYTES = 128 << 10;
 
-function checkLayout(native: DsrlbNative): void {
-  for (const key of Object.keys(LAYOUT) as (keyof RingLayout)[]) {
-    if (native.layout[key] !== LAYOUT[key]) {
+function checkLayout(name: string, ours: object, theirs: object): void {
+  for (const [key, value] of Object.entries(ours)) {
+    const native = (theirs as Record<string, unknown>)[key];
+    if (native !== value) {
       const error = new Error(
-        `ring layout mismatch: ${key} is ${native.layout[key]} in the addon, ${LAYOUT[key]} in afpacket-io.ts`,
+        `ring layout mismatch: ${name}.${key} is ${String(native)} in the addon, ${value} in afpacket-io.ts`,
       ) as Error & { code: string };
       error.code = 'ERR_DSRLB_NATIVE_LAYOUT';
       throw error;
@@ -152,9 +190,26 @@ export class AfPacketIo implements PacketIo {
 
   private readonly native: DsrlbNative;
   private readonly handle: PacketSocketHandle;
+  readonly ringVersion: 2 | 3;
   private readonly blockSizeBytes: number;
   private readonly blockCount: number;
+  private readonly frameSizeBytes: number;
+  private readonly frameCount: number;
   private readonly vnetLen: number;
+  // Where the ring header's fields are (tpacket3_hdr or tpacket2_hdr).
+  private readonly fieldStatus: number;
+  private readonly fieldLen: number;
+  private readonly fieldSnaplen: number;
+  private readonly fieldMac: number;
+  private readonly fieldVlanTci: number;
+  private readonly fieldVlanTpid: number;
+  private readonly fieldPacketType: number;
+  private readonly frameHeaderBytes: number;
+  /** V2: the next frame slot to look at. */
+  private cursor = 0;
+  /** Headroom common to the frames of the batch being filled. */
+  private batchHeadroom = 0;
+  private readonly copyBuf: Uint8Array;
   private readonly ringBytes: Uint8Array;
   private readonly ringWords: Uint32Array;
   private readonly ringHalves: Uint16Array;
@@ -165,6 +220,8 @@ export class AfPacketIo implements PacketIo {
   private closed = false;
 
   private rxFrames = 0;
+  /** Ring frames looked at (taken, whatever became of them): what a readiness callback reports. */
+  private rxSeen = 0;
   private rxBlocks = 0;
   private rxTruncated = 0;
   private rxOutgoingSkipped = 0;
@@ -179,19 +236,30 @@ export class AfPacketIo implements PacketIo {
   private lastPollErrno = 0;
   private kernelPackets = 0;
   private kernelDrops = 0;
+  private rxCopied = 0;
+  private coalesceUs = 0;
+  private timerEntries = 0;
 
   static open(options: AfPacketIoOptions): AfPacketIo {
     const native = loadNative();
-    checkLayout(native);
+    checkLayout('layout', LAYOUT, native.layout);
+    checkLayout('layoutV2', LAYOUT_V2, native.layoutV2);
     const batchCapacity = positiveInteger('batchCapacity', options.batchCapacity ?? AFPACKET_DEFAULTS.batchCapacity, 1, 65536);
+    const reserveBytes = options.reserveBytes ?? AFPACKET_DEFAULTS.reserveBytes;
+    const ringVersion = options.ringVersion ?? AFPACKET_DEFAULTS.ringVersion;
     const handle = native.openPacketSocket({
       ifname: options.interface,
+      frameSizeBytes: ringVersion === 2 ? frameSizeFor(native.interfaceInfo(options.interface).mtu, reserveBytes) : undefined,
       blockSizeBytes: options.blockSizeBytes ?? AFPACKET_DEFAULTS.blockSizeBytes,
       blockCount: options.blockCount ?? AFPACKET_DEFAULTS.blockCount,
       retireTimeoutMs: options.retireTimeoutMs ?? AFPACKET_DEFAULTS.retireTimeoutMs,
-      reserveBytes: options.reserveBytes ?? AFPACKET_DEFAULTS.reserveBytes,
+      reserveBytes,
       vnetHdr: options.vnetHdr ?? AFPACKET_DEFAULTS.vnetHdr,
       fanoutGroupId: options.fanoutGroupId ?? 0,
+      ringVersion,
+      minCoalesceUs: options.minCoalesceUs,
+      maxCoalesceUs: options.maxCoalesceUs,
+      framesPerTick: options.framesPerTick,
     });
     if (handle.hardwareType !== ARPHRD_ETHER && handle.hardwareType !== ARPHRD_LOOPBACK) {
       native.close(handle);
@@ -211,9 +279,21 @@ export class AfPacketIo implements PacketIo {
     this.localMac = Uint8Array.from(handle.mac);
     this.mtu = handle.mtu;
     this.vnetHdr = handle.vnetHdr;
+    this.ringVersion = handle.ringVersion;
     this.vnetLen = handle.vnetHdr ? VNET_HDR_LEN : 0;
     this.blockSizeBytes = handle.blockSizeBytes;
     this.blockCount = handle.blockCount;
+    this.frameSizeBytes = handle.frameSizeBytes;
+    this.frameCount = handle.frameCount;
+    const layout = handle.ringVersion === 2 ? LAYOUT_V2 : LAYOUT;
+    this.fieldStatus = layout.frameStatus;
+    this.fieldLen = layout.frameLen;
+    this.fieldSnaplen = layout.frameSnaplen;
+    this.fieldMac = layout.frameMac;
+    this.fieldVlanTci = layout.frameVlanTci;
+    this.fieldVlanTpid = layout.frameVlanTpid;
+    this.fieldPacketType = layout.framePacketType;
+    this.frameHeaderBytes = layout.frameHeaderBytes;
     this.ringBytes = new Uint8Array(handle.ring);
     this.ringWords = new Uint32Array(handle.ring);
     this.ringHalves = new Uint16Array(handle.ring);
@@ -222,6 +302,7 @@ export class AfPacketIo implements PacketIo {
     this.batch.buf = this.ringBytes;
     this.txOffsets = new Int32Array(batchCapacity);
     this.txLengths = new Int32Array(batchCapacity);
+    this.copyBuf = handle.ringVersion === 2 ? new Uint8Array(COPY_BUFFER_BYTES) : new Uint8Array(0);
   }
 
   start(onBatch: (batch: PacketBatch) => void): void {
@@ -258,6 +339,9 @@ export class AfPacketIo implements PacketIo {
       pollErrors: this.pollErrors,
       lastPollErrno: this.lastPollErrno,
       kernelPackets: this.kernelPackets,
+      rxCopied: this.rxCopied,
+      coalesceUs: this.coalesceUs,
+      timerEntries: this.timerEntries,
     };
   }
 
@@ -294,106 +378,225 @@ export class AfPacketIo implements PacketIo {
     const kernel = this.native.stats(this.handle);
     this.kernelPackets += kernel.packets;
     this.kernelDrops += kernel.drops;
+    this.coalesceUs = kernel.coalesceUs;
+    this.timerEntries = kernel.timerEntries;
   }
 
-  // Level-triggered: a callback that leaves blocks behind (budget spent) is simply called again.
-  private readonly onReadable = (errno: number): void => {
+  // Level-triggered: a callback that leaves frames behind (budget spent) is simply called again.
+  // Returns the frames taken (the addon's V2 interrupt moderation counts them).
+  private readonly onReadable = (errno: number): number => {
     if (errno !== 0) {
       this.pollErrors++;
       this.lastPollErrno = errno;
     }
-    if (this.closed || this.onBatch === undefined) return;
-    const native = this.native;
-    const handle = this.handle;
-    let block = native.nextBlock(handle, -1);
-    let budget = this.blockCount;
-    while (block >= 0 && budget > 0) {
-      budget--;
-      try {
-        this.processBlock(block);
-      } finally {
-        // A block never released stalls the whole ring, even when the engine throws.
-        block = this.closed ? -1 : native.nextBlock(handle, block);
+    if (this.closed || this.onBatch === undefined) return 0;
+    const before = this.rxSeen;
+    if (this.ringVersion === 2) {
+      this.processFrames();
+    } else {
+      const native = this.native;
+      const handle = this.handle;
+      let block = native.nextBlock(handle, -1);
+      let budget = this.blockCount;
+      while (block >= 0 && budget > 0) {
+        budget--;
+        try {
+          this.processBlock(block);
+        } finally {
+          // A block never released stalls the whole ring, even when the engine throws.
+          block = this.closed ? -1 : native.nextBlock(handle, block);
+        }
       }
     }
+    return this.rxSeen - before;
   };
 
+  /** V3: every frame of one block the kernel handed over. */
   private processBlock(block: number): void {
-    const u8 = this.ringBytes;
     const u32 = this.ringWords;
-    const u16 = this.ringHalves;
-    const vnetLen = this.vnetLen;
     const batch = this.batch;
     const blockStart = block * this.blockSizeBytes;
     const blockEnd = blockStart + this.blockSizeBytes;
     const packetCount = u32[(blockStart + LAYOUT.blockNumPackets) >>> 2]!;
     let frame = blockStart + u32[(blockStart + LAYOUT.blockFirstPacket) >>> 2]!;
-    let headroom = this.blockSizeBytes;
     this.rxBlocks++;
     batch.count = 0;
+    this.batchHeadroom = this.blockSizeBytes;
 
     for (let i = 0; i < packetCount; i++) {
-      if ((frame & FRAME_ALIGNMENT_MASK) !== 0 || frame + FRAME_HEADER_BYTES > blockEnd) {
+      if ((frame & FRAME_ALIGNMENT_MASK) !== 0 || frame + LAYOUT.frameHeaderBytes > blockEnd) {
         this.rxMalformed++;
         break;
       }
-      const word = frame >>> 2;
-      const nextOffset = u32[word + (LAYOUT.frameNextOffset >>> 2)]!;
-      const snaplen = u32[word + (LAYOUT.frameSnaplen >>> 2)]!;
-      const wireLength = u32[word + (LAYOUT.frameLen >>> 2)]!;
-      const status = u32[word + (LAYOUT.frameStatus >>> 2)]!;
-      let mac = frame + u16[(frame + LAYOUT.frameMac) >>> 1]!;
-      const headerEnd = frame + FRAME_HEADER_BYTES;
-
-      if (mac - vnetLen < headerEnd || mac + snaplen > blockEnd || snaplen < MAC_ADDRESSES_BYTES) {
-        this.rxMalformed++;
-      } else if (u8[frame + LAYOUT.framePacketType] === PACKET_OUTGOING) {
-        this.rxOutgoingSkipped++;
-      } else if (u8[frame + LAYOUT.framePacketType] === PACKET_OTHERHOST) {
-        // A frame a switch flooded to us (or one seen in promiscuous mode) belongs to another host.
-        this.rxOtherHost++;
-      } else if (snaplen < wireLength) {
-        this.rxTruncated++;
-      } else {
-        let length = snaplen;
-        let flags = 0;
-        if ((status & TP_STATUS_VLAN_VALID) !== 0) {
-          if (mac - vnetLen - VLAN_TAG_BYTES < headerEnd) {
-            this.rxMalformed++;
-            mac = -1;
-          } else {
-            mac = this.restoreVlanTag(frame, mac, status);
-            length += VLAN_TAG_BYTES;
-          }
-        }
-        if (mac >= 0) {
-          if (vnetLen !== 0) {
-            flags = FRAME_HAS_VNET_HDR;
-            const vnet = mac - VNET_HDR_LEN;
-            if ((u8[vnet + VNET_FLAGS]! & VIRTIO_NET_HDR_F_NEEDS_CSUM) !== 0) flags |= FRAME_CSUM_PARTIAL;
-            if ((u8[vnet + VNET_GSO_TYPE]! & ~VIRTIO_NET_HDR_GSO_ECN) !== 0) flags |= FRAME_GSO;
-          } else {
-            if ((status & TP_STATUS_CSUMNOTREADY) !== 0) flags |= FRAME_CSUM_PARTIAL;
-            if ((status & TP_STATUS_GSO_TCP) !== 0 || length > this.mtu + ETHERNET_VLAN_HEADER_BYTES) flags |= FRAME_GSO;
-          }
-          const slot = batch.count++;
-          batch.offsets[slot] = mac;
-          batch.lengths[slot] = length;
-          batch.flags[slot] = flags;
-          const room = mac - vnetLen - headerEnd;
-          if (room < headroom) headroom = room;
-          if (batch.count === batch.capacity) {
-            this.flush(headroom);
-            if (this.closed) return;
-            batch.count = 0;
-            headroom = this.blockSizeBytes;
-          }
-        }
+      const nextOffset = u32[(frame + LAYOUT.frameNextOffset) >>> 2]!;
+      if (this.admit(frame, blockEnd)) {
+        this.flush(this.batchHeadroom);
+        if (this.closed) return;
+        batch.count = 0;
+        this.batchHeadroom = this.blockSizeBytes;
       }
       if (nextOffset === 0) break;
       frame += nextOffset;
     }
-    if (batch.count > 0) this.flush(headroom);
+    if (batch.count > 0) this.flush(this.batchHeadroom);
+  }
+
+  /**
+   * V2: every frame the kernel has handed over, in ring order, in batches. A frame goes back to the
+   * kernel (tp_status = 0) only after its batch was processed and sent: until then the engine's
+   * rewrites and sendmmsg read it in place.
+   */
+  private processFrames(): void {
+    const u32 = this.ringWords;
+    const batch = this.batch;
+    const frameSize = this.frameSizeBytes;
+    const frameCount = this.frameCount;
+    let cursor = this.cursor;
+    let released = cursor;
+    batch.count = 0;
+    this.batchHeadroom = frameSize;
+    try {
+      for (let budget = frameCount; budget > 0; budget--) {
+        const frame = cursor * frameSize;
+        const status = u32[frame >>> 2]!;
+        if ((status & TP_STATUS_USER) === 0) break;
+        cursor = cursor + 1 === frameCount ? 0 : cursor + 1;
+        if ((status & TP_STATUS_COPY) !== 0) {
+          // Cut short in the ring, whole in the socket queue: keep the order of what came before.
+          if (batch.count > 0) this.flush(this.batchHeadroom);
+          if (this.closed) return;
+          this.receiveCopy(frame);
+          released = this.release(released, cursor);
+          batch.count = 0;
+          this.batchHeadroom = frameSize;
+          continue;
+        }
+        if (this.admit(frame, frame + frameSize)) {
+          this.flush(this.batchHeadroom);
+          if (this.closed) return;
+          released = this.release(released, cursor);
+          batch.count = 0;
+          this.batchHeadroom = frameSize;
+        }
+      }
+      if (batch.count > 0) this.flush(this.batchHeadroom);
+    } finally {
+      // Frames never released stall the ring, even when the engine throws.
+      if (!this.closed) this.release(released, cursor);
+      this.cursor = cursor;
+    }
+  }
+
+  /** Gives V2 frames [from, to) back to the kernel; returns `to`. */
+  private release(from: number, to: number): number {
+    const u32 = this.ringWords;
+    const frameSize = this.frameSizeBytes;
+    const frameCount = this.frameCount;
+    for (let i = from; i !== to; i = i + 1 === frameCount ? 0 : i + 1) u32[(i * frameSize) >>> 2] = 0;
+    return to;
+  }
+
+  /** V2: the frame at ring slot `frame` was too large for it: read it whole and process it alone. */
+  private receiveCopy(frame: number): void {
+    const pktType = this.ringBytes[frame + this.fieldPacketType];
+    const buf = this.copyBuf;
+    const at = AFPACKET_DEFAULTS.reserveBytes;
+    const n = this.native.recvCopy(this.handle, buf, at);
+    this.rxSeen++;
+    if (n < 0 || n <= this.vnetLen + MAC_ADDRESSES_BYTES) {
+      // Empty queue (-1: the copy could not be queued) or larger than 128 KiB.
+      this.rxTruncated++;
+      return;
+    }
+    if (pktType === PACKET_OUTGOING) {
+      this.rxOutgoingSkipped++;
+      return;
+    }
+    if (pktType === PACKET_OTHERHOST) {
+      this.rxOtherHost++;
+      return;
+    }
+    this.rxCopied++;
+    const batch = this.batch;
+    const mac = at + this.vnetLen;
+    batch.buf = buf;
+    batch.count = 1;
+    batch.offsets[0] = mac;
+    batch.lengths[0] = n - this.vnetLen;
+    batch.flags[0] = this.frameFlags(mac, 0, n - this.vnetLen);
+    try {
+      this.flush(at);
+    } finally {
+      batch.buf = this.ringBytes;
+    }
+  }
+
+  /**
+   * Decodes the ring frame at `frame` (its slot or block ending at `limit`) into the batch, or
+   * counts why not. Returns true when the batch is full.
+   */
+  private admit(frame: number, limit: number): boolean {
+    const u8 = this.ringBytes;
+    const u32 = this.ringWords;
+    const vnetLen = this.vnetLen;
+    const batch = this.batch;
+    const snaplen = u32[(frame + this.fieldSnaplen) >>> 2]!;
+    const wireLength = u32[(frame + this.fieldLen) >>> 2]!;
+    const status = u32[(frame + this.fieldStatus) >>> 2]!;
+    let mac = frame + this.ringHalves[(frame + this.fieldMac) >>> 1]!;
+    const headerEnd = frame + this.frameHeaderBytes;
+    this.rxSeen++;
+
+    if (mac - vnetLen < headerEnd || mac + snaplen > limit || snaplen < MAC_ADDRESSES_BYTES) {
+      this.rxMalformed++;
+      return false;
+    }
+    const pktType = u8[frame + this.fieldPacketType];
+    if (pktType === PACKET_OUTGOING) {
+      this.rxOutgoingSkipped++;
+      return false;
+    }
+    if (pktType === PACKET_OTHERHOST) {
+      // A frame a switch flooded to us (or one seen in promiscuous mode) belongs to another host.
+      this.rxOtherHost++;
+      return false;
+    }
+    if (snaplen < wireLength) {
+      this.rxTruncated++;
+      return false;
+    }
+    let length = snaplen;
+    if ((status & TP_STATUS_VLAN_VALID) !== 0) {
+      if (mac - vnetLen - VLAN_TAG_BYTES < headerEnd) {
+        this.rxMalformed++;
+        return false;
+      }
+      mac = this.restoreVlanTag(frame, mac, status);
+      length += VLAN_TAG_BYTES;
+    }
+    const slot = batch.count++;
+    batch.offsets[slot] = mac;
+    batch.lengths[slot] = length;
+    batch.flags[slot] = this.frameFlags(mac, status, length);
+    const room = mac - vnetLen - headerEnd;
+    if (room < this.batchHeadroom) this.batchHeadroom = room;
+    return batch.count === batch.capacity;
+  }
+
+  /** FRAME_* flags from the virtio_net_hdr before `mac` (or from tp_status without one). */
+  private frameFlags(mac: number, status: number, length: number): number {
+    if (this.vnetLen !== 0) {
+      const u8 = this.batch.buf;
+      const vnet = mac - VNET_HDR_LEN;
+      let flags = FRAME_HAS_VNET_HDR;
+      if ((u8[vnet + VNET_FLAGS]! & VIRTIO_NET_HDR_F_NEEDS_CSUM) !== 0) flags |= FRAME_CSUM_PARTIAL;
+      if ((u8[vnet + VNET_GSO_TYPE]! & ~VIRTIO_NET_HDR_GSO_ECN) !== 0) flags |= FRAME_GSO;
+      return flags;
+    }
+    let flags = 0;
+    if ((status & TP_STATUS_CSUMNOTREADY) !== 0) flags |= FRAME_CSUM_PARTIAL;
+    if ((status & TP_STATUS_GSO_TCP) !== 0 || length > this.mtu + ETHERNET_VLAN_HEADER_BYTES) flags |= FRAME_GSO;
+    return flags;
   }
 
   /**
@@ -408,8 +611,8 @@ export class AfPacketIo implements PacketIo {
     for (let p = from; p < end; p++) u8[p - VLAN_TAG_BYTES] = u8[p]!;
     const tagged = mac - VLAN_TAG_BYTES;
     const tpid =
-      (status & TP_STATUS_VLAN_TPID_VALID) !== 0 ? this.ringHalves[(frame + LAYOUT.frameVlanTpid) >>> 1]! : ETHERTYPE_VLAN;
-    const tci = this.ringWords[(frame + LAYOUT.frameVlanTci) >>> 2]! & 0xffff;
+      (status & TP_STATUS_VLAN_TPID_VALID) !== 0 ? this.ringHalves[(frame + this.fieldVlanTpid) >>> 1]! : ETHERTYPE_VLAN;
+    const tci = this.ringHalves[(frame + this.fieldVlanTci) >>> 1]!;
     const tag = tagged + MAC_ADDRESSES_BYTES;
     u8[tag] = tpid >>> 8;
     u8[tag + 1] = tpid & 0xff;
@@ -432,7 +635,7 @@ export class AfPacketIo implements PacketIo {
     const batch = this.batch;
     const count = batch.count;
     const vnetLen = this.vnetLen;
-    const ringLength = this.ringBytes.length;
+    const bufLength = batch.buf.length;
     batch.headroom = headroom;
     // A stale VERDICT_TX from the previous batch must never resend old bytes.
     batch.verdicts.fill(VERDICT_PASS, 0, count);
@@ -447,7 +650,7 @@ export class AfPacketIo implements PacketIo {
       if (verdicts[i] !== VERDICT_TX) continue;
       const offset = batch.txOffsets[i]! - vnetLen;
       const length = batch.txLengths[i]! + vnetLen;
-      if (offset < 0 || length <= vnetLen || offset + length > ringLength) {
+      if (offset < 0 || length <= vnetLen || offset + length > bufLength) {
         this.txErrors++;
         this.lastTxError = 'ERR_FRAME_OUT_OF_RING';
         continue;
@@ -456,7 +659,7 @@ export class AfPacketIo implements PacketIo {
       txLengths[n] = length;
       n++;
     }
-    if (n > 0) this.transmit(n);
+    if (n > 0) this.transmit(n, batch.buf);
     if (batch.extraCount > 0) this.transmitExtras(batch);
   }
 
@@ -474,12 +677,15 @@ export class AfPacketIo implements PacketIo {
     batch.extraCount = 0;
   }
 
-  private transmit(count: number): void {
+  private transmit(count: number, buf: Uint8Array): void {
+    const fromRing = buf === this.ringBytes;
     let first = 0;
     while (first < count) {
       let sent: number;
       try {
-        sent = this.native.send(this.handle, this.txOffsets, this.txLengths, count, first);
+        sent = fromRing
+          ? this.native.send(this.handle, this.txOffsets, this.txLengths, count, first)
+          : this.native.sendCopy(this.handle, buf, this.txOffsets, this.txLengths, count, first);
       } catch (error) {
         // A hard error belongs to the frame at `first` alone (EMSGSIZE, EINVAL for a bad header).
         this.noteTxError(error);
@@ -506,6 +712,14 @@ export class AfPacketIo implements PacketIo {
     this.txRefused += frames;
     this.lastTxError = 'ENOBUFS/EAGAIN';
   }
+}
+
+/** V2 frame slot: a power of two holding the largest frame of this MTU (VLAN tag, virtio_net_hdr, headroom, ring header). */
+function frameSizeFor(mtu: number, reserveBytes: number): number {
+  const needed = mtu + ETHERNET_VLAN_HEADER_BYTES + VNET_HDR_LEN + reserveBytes + 96;
+  let size = 2048;
+  while (size < needed) size *= 2;
+  return size;
 }
 
 function addLe16(u8: Uint8Array, at: number, delta: number): void {

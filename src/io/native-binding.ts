@@ -22,6 +22,18 @@ export interface OpenPacketSocketOptions {
   vnetHdr: boolean;
   /** > 0: join PACKET_FANOUT group (HASH | DEFRAG) with this id (1..65535). */
   fanoutGroupId?: number;
+  /** 3 (default): TPACKET_V3 blocks; 2: TPACKET_V2 fixed frames, each handed over at once. */
+  ringVersion?: 2 | 3;
+  /** V2: bytes per ring frame, a power of two >= 2048 dividing blockSizeBytes (default 2048). */
+  frameSizeBytes?: number;
+  /** V2 interrupt moderation: shortest timer period (0: readiness only, default 50). */
+  minCoalesceUs?: number;
+  /** V2 interrupt moderation: longest timer period (default 1000). */
+  maxCoalesceUs?: number;
+  /** V2 interrupt moderation: frames per timer tick the period is chosen for (default 32). */
+  framesPerTick?: number;
+  /** V2 interrupt moderation: wake-ups per second beyond which the timer takes over (default 10,000). */
+  maxWakesPerSecond?: number;
 }
 
 export interface InterfaceInfo {
@@ -33,7 +45,7 @@ export interface InterfaceInfo {
   hardwareType: number;
 }
 
-/** An open TPACKET_V3 socket. Only the addon creates these; pass them back unchanged. */
+/** An open AF_PACKET ring socket. Only the addon creates these; pass them back unchanged. */
 export interface PacketSocketHandle extends InterfaceInfo {
   readonly fd: number;
   readonly ifname: string;
@@ -41,6 +53,10 @@ export interface PacketSocketHandle extends InterfaceInfo {
   readonly ring: ArrayBuffer;
   readonly blockSizeBytes: number;
   readonly blockCount: number;
+  readonly ringVersion: 2 | 3;
+  /** V2: bytes per frame slot (frames are contiguous: frame i at i * frameSizeBytes). */
+  readonly frameSizeBytes: number;
+  readonly frameCount: number;
   readonly vnetHdr: boolean;
 }
 
@@ -51,6 +67,10 @@ export interface PacketSocketStats {
   /** Frames dropped because no block was free (the ring was full). */
   drops: number;
   freezeQueueCount: number;
+  /** V2 moderation: the timer period now in force, 0 while woken by readiness. */
+  coalesceUs: number;
+  /** V2 moderation: how often the timer mode was entered (monotonic). */
+  timerEntries: number;
 }
 
 /** Byte offsets inside a ring block and a frame, taken from the kernel headers at build time. */
@@ -64,6 +84,18 @@ export interface RingLayout {
   frameStatus: number;
   frameMac: number;
   frameNet: number;
+  frameVlanTci: number;
+  frameVlanTpid: number;
+  framePacketType: number;
+  frameHeaderBytes: number;
+}
+
+/** Byte offsets inside a TPACKET_V2 frame (tpacket2_hdr, then sockaddr_ll). */
+export interface RingLayoutV2 {
+  frameStatus: number;
+  frameLen: number;
+  frameSnaplen: number;
+  frameMac: number;
   frameVlanTci: number;
   frameVlanTpid: number;
   framePacketType: number;
@@ -103,16 +135,25 @@ export interface DsrlbNative {
     first?: number,
   ): number;
   /**
-   * Calls `callback(0)` on the loop thread whenever a block is ready, and `callback(errno)` after a
-   * socket error (which is cleared; polling goes on). Replaces an earlier callback.
+   * Calls `callback(0)` on the loop thread whenever the ring has frames (a V3 block; V2 frames, or
+   * a moderation timer tick), and `callback(errno)` after a socket error (which is cleared; polling
+   * goes on). The callback returns how many frames it took (V2 moderation counts them). Replaces an
+   * earlier callback.
    */
-  startPolling(handle: PacketSocketHandle, callback: (errno: number) => void): void;
+  startPolling(handle: PacketSocketHandle, callback: (errno: number) => number | void): void;
+  /**
+   * V2: reads the next frame of the socket queue (a ring frame marked TP_STATUS_COPY, whole) into
+   * buf at offset, virtio_net_hdr first. Returns its length, -1 if the queue is empty, or minus its
+   * length if it did not fit (consumed anyway).
+   */
+  recvCopy(handle: PacketSocketHandle, buf: Uint8Array, offset: number): number;
   stopPolling(handle: PacketSocketHandle): void;
   stats(handle: PacketSocketHandle): PacketSocketStats;
   /** Stops polling, detaches handle.ring, unmaps and closes. Idempotent. */
   close(handle: PacketSocketHandle): void;
   interfaceInfo(ifname: string): InterfaceInfo;
   readonly layout: RingLayout;
+  readonly layoutV2: RingLayoutV2;
   /**
    * Opens /dev/net/tun as IFF_TUN | IFF_NO_PI device `name` ("%d" is numbered by the kernel): each
    * read or write is one bare IP packet. The device (unless persistent) goes when the fd is closed

@@ -124,15 +124,15 @@ afterAll(async () => {
   for (const ns of [A, F]) await run('ip', ['netns', 'del', ns]).catch(() => undefined);
 });
 
-describe('ring path vs in-memory path', () => {
+describe.each([2, 3])('ring path (TPACKET_V%i) vs in-memory path', (ringVersion) => {
   it('produce byte-identical output frames for the same input frames', async () => {
     const frames = inputFrames();
-    forwarder = spawn('ip', ['netns', 'exec', F, process.execPath, join(ROOT, 'test/support/ring-forwarder.mjs'), JSON.stringify({ ifname: 'f0', config: CONFIG, macs: MACS, tunnelV4: '10.88.0.2' })], { stdio: ['ignore', 'pipe', 'inherit'] });
+    forwarder = spawn('ip', ['netns', 'exec', F, process.execPath, join(ROOT, 'test/support/ring-forwarder.mjs'), JSON.stringify({ ifname: 'f0', config: CONFIG, macs: MACS, tunnelV4: '10.88.0.2', ringVersion })], { stdio: ['ignore', 'pipe', 'inherit'] });
     await new Promise<void>((resolve, reject) => {
       createInterface({ input: forwarder!.stdout! }).on('line', (l) => l.includes('"ready"') && resolve());
       forwarder!.once('exit', (c) => reject(new Error(`ring forwarder exited ${c}`)));
     });
-    const pcap = join(dir, 'out.pcap');
+    const pcap = join(dir, `out-v${ringVersion}.pcap`);
     const capture = spawn('ip', ['netns', 'exec', A, 'tcpdump', '-i', 'a0', '-nn', '-U', '--immediate-mode', '-w', pcap, 'ether', 'src', fMac], { stdio: 'ignore' });
     await sleep(1000);
     // One frame at a time, so the ring sees them in order in one or more blocks.
@@ -147,5 +147,8 @@ describe('ring path vs in-memory path', () => {
     const memory = memoryOutput(frames);
     expect(memory.length).toBe(frames.length);
     expect(ring.map(hex)).toEqual(memory.map(hex));
+    forwarder.kill('SIGTERM');
+    await new Promise((r) => forwarder!.once('exit', r));
+    forwarder = null;
   }, 60_000);
 });

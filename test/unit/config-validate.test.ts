@@ -97,6 +97,7 @@ describe('contract sample', () => {
     expect(result.config).toEqual({
       interface: 'eth0',
       io: 'afpacket',
+      ring: 'v2',
       hashSeed: 0,
       flowTable: {
         capacity: 1_000_000,
@@ -272,6 +273,15 @@ describe('normalisation', () => {
     expect(config.hashSeed).toBe(4294967295);
     expect(config.services[0]!.tableSize).toBe(7);
     expect(config.services[1]!.reals).toEqual([]);
+  });
+
+  it('takes ring v2 (default) or v3 for io afpacket, and refuses it for pcap', () => {
+    expect(configOf(minimal()).ring).toBe('v2');
+    const doc = minimal();
+    doc.ring = 'v3';
+    expect(configOf(doc).ring).toBe('v3');
+    expect(problemsWith((d) => { d.ring = 'v4'; })).toEqual([expect.stringMatching(/^ring: .*v4.*v2.*v3/)]);
+    expect(problemsWith((d) => { d.io = 'pcap'; d.ring = 'v3'; })).toEqual(['ring: v3: ring applies to io: afpacket only']);
   });
 
   it('allows a non-loopback admin listener when a token file is given', () => {
