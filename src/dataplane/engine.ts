@@ -7,7 +7,7 @@ import { Counter, REAL_BASE, REAL_STRIDE, RealCounter } from './counters.js';
 import { completePartialChecksum } from './checksum.js';
 import { FragmentTable } from './fragment-table.js';
 import { DropReason } from './drop-reasons.js';
-import { flowHash } from './flow-hash.js';
+import { flowHashInt32 } from './flow-hash.js';
 import { FlowState, FlowTable, type FlowTimeouts } from './flow-table.js';
 import {
   FWD_L2,
@@ -367,7 +367,7 @@ export class Engine {
     const snap = this.snap;
     const svc = findService(snap, pkt.family, protocol, a, dstPort);
     if (svc < 0) return -DropReason.icmpToVip;
-    const hash = flowHash(key, snap.hashSeed);
+    const hash = flowHashInt32(key, snap.hashSeed);
     const entry = this.flows.lookup(hash, nowMs);
     let real = entry >= 0 ? this.flows.realOf(entry) : -1;
     if (real < 0 || snap.realKeepExisting[real] !== 1) real = this.consistentPick(svc, hash);
@@ -375,7 +375,7 @@ export class Engine {
     return this.forward(batch, i, buf, off, len, flags, real, nowMs);
   }
 
-  /** Fill the flow key of the table's scratch key from the parsed packet; returns its hash. */
+  /** Fill the flow key of the table's scratch key from the parsed packet; returns its hash (int32). */
   private keyFromPacket(pkt: ParsedPacket): number {
     const k = this.flows.key;
     const a = pkt.addr;
@@ -389,7 +389,7 @@ export class Engine {
     k[7] = a[6]!;
     k[8] = a[7]!;
     k[9] = ((pkt.srcPort << 16) | pkt.dstPort) >>> 0;
-    return flowHash(k, this.snap.hashSeed);
+    return flowHashInt32(k, this.snap.hashSeed);
   }
 
   /**
@@ -397,40 +397,54 @@ export class Engine {
    * Sets lastPlacement. Also used by explain (with a synthetic packet) through placeForExplain.
    */
   private place(svc: number, pkt: ParsedPacket, nowMs: number): number {
-    const snap = this.snap;
     const flows = this.flows;
     const hash = this.keyFromPacket(pkt);
+    const entry = flows.lookup(hash, nowMs);
+    if (entry < 0) return this.placeNew(svc, pkt, hash, nowMs);
+    // An existing entry whose real keeps it: the common case, kept small so that V8 inlines the
+    // hash, the lookup and the touch here (the rare cases live in placeNew and placeExisting).
+    const snap = this.snap;
+    const current = flows.realOf(entry);
+    const flags = pkt.tcpFlags;
+    // A new SYN on a closing entry is a new connection on a reused port: scheduled afresh.
+    const reused = pkt.ipProtocol === IPPROTO_TCP && (flags & (TCP_SYN | TCP_ACK | TCP_RST)) === TCP_SYN && flows.isReusable(entry);
+    if (!reused && current < snap.realIdLimit && snap.realKeepExisting[current] === 1 && snap.realService[current] === svc) {
+      flows.touch(entry, flags, nowMs);
+      this.lastPlacement = Placement.flowTable;
+      return current;
+    }
+    return this.placeExisting(svc, entry, current, reused, hash, flags, nowMs);
+  }
+
+  /** place() for an entry on a reused port, or whose real may not keep it. */
+  private placeExisting(svc: number, entry: number, current: number, reused: boolean, hash: number, flags: number, nowMs: number): number {
+    const snap = this.snap;
+    const flows = this.flows;
+    if (reused) {
+      const real = this.schedule(svc, hash);
+      if (real < 0) return -1;
+      if (real !== current) flows.setReal(entry, real);
+      flows.touch(entry, flags, nowMs);
+      this.counters[REAL_BASE + real * REAL_STRIDE + RealCounter.flowsCreated]++;
+      this.lastPlacement = Placement.scheduled;
+      return real;
+    }
+    // Its real was disabled, failed or removed: the connection is broken anyway; move it.
+    const real = this.consistentPick(svc, hash);
+    if (real < 0) return -1;
+    flows.setReal(entry, real);
+    flows.touch(entry, flags, nowMs);
+    this.counters[Counter.flowsRescheduled]++;
+    if (current < snap.realIdLimit) this.counters[REAL_BASE + current * REAL_STRIDE + RealCounter.flowsRescheduledAway]++;
+    this.lastPlacement = Placement.rescheduled;
+    return real;
+  }
+
+  /** place() for a packet without an entry: schedule (or consistent-hash) it, and create the entry. */
+  private placeNew(svc: number, pkt: ParsedPacket, hash: number, nowMs: number): number {
     const isTcp = pkt.ipProtocol === IPPROTO_TCP;
     const flags = pkt.tcpFlags;
     const opensConnection = isTcp ? (flags & (TCP_SYN | TCP_ACK | TCP_RST)) === TCP_SYN : true;
-    const entry = flows.lookup(hash, nowMs);
-    if (entry >= 0) {
-      const current = flows.realOf(entry);
-      if (isTcp && opensConnection && flows.isReusable(entry)) {
-        // A new SYN on a closing entry is a new connection on a reused port: schedule afresh.
-        const real = this.schedule(svc, hash);
-        if (real < 0) return -1;
-        if (real !== current) flows.setReal(entry, real);
-        flows.touch(entry, flags, nowMs);
-        this.counters[REAL_BASE + real * REAL_STRIDE + RealCounter.flowsCreated]++;
-        this.lastPlacement = Placement.scheduled;
-        return real;
-      }
-      if (current < snap.realIdLimit && snap.realKeepExisting[current] === 1 && snap.realService[current] === svc) {
-        flows.touch(entry, flags, nowMs);
-        this.lastPlacement = Placement.flowTable;
-        return current;
-      }
-      // Its real was disabled, failed or removed: the connection is broken anyway; move it.
-      const real = this.consistentPick(svc, hash);
-      if (real < 0) return -1;
-      flows.setReal(entry, real);
-      flows.touch(entry, flags, nowMs);
-      this.counters[Counter.flowsRescheduled]++;
-      if (current < snap.realIdLimit) this.counters[REAL_BASE + current * REAL_STRIDE + RealCounter.flowsRescheduledAway]++;
-      this.lastPlacement = Placement.rescheduled;
-      return real;
-    }
     let real: number;
     if (opensConnection) {
       real = this.schedule(svc, hash);
@@ -444,7 +458,7 @@ export class Engine {
     if (real < 0) return -1;
     if (isTcp && (flags & TCP_RST) !== 0) return real; // never create state for a reset
     const state = isTcp ? (opensConnection ? FlowState.syn : FlowState.established) : FlowState.udp;
-    flows.insert(hash, real, state, nowMs);
+    this.flows.insert(hash, real, state, nowMs);
     this.counters[REAL_BASE + real * REAL_STRIDE + RealCounter.flowsCreated]++;
     return real;
   }

@@ -10,13 +10,17 @@ const C2 = 0x1b873593;
 
 /** MurmurHash3's 32-bit finaliser (fmix32): a bijection on uint32 with full avalanche. */
 export function mix32(x: number): number {
-  let h = x >>> 0;
+  return mix32Int32(x) >>> 0;
+}
+
+/** mix32's bits as an int32, for the packet path (see flowHashInt32). */
+export function mix32Int32(x: number): number {
+  let h = x | 0;
   h ^= h >>> 16;
   h = Math.imul(h, 0x85ebca6b);
   h ^= h >>> 13;
   h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
+  return h ^ (h >>> 16);
 }
 
 // One MurmurHash3 body round: mixes the 4-byte block k into the running state h.
@@ -32,25 +36,39 @@ function mixBlock(h: number, k: number): number {
 /**
  * uint32 hash of a flow key. Defined as MurmurHash3 x86_32 of the key's 40 bytes with each word
  * serialised little-endian, so any host (or another language) can reproduce it from the words alone.
- * Allocation-free; the caller guarantees key.length >= FLOW_KEY_WORDS (a shorter key is a programming
- * error and throws rather than hashing undefined words).
+ * The caller guarantees key.length >= FLOW_KEY_WORDS (a shorter key is a programming error and
+ * throws rather than hashing undefined words). The packet path uses flowHashInt32 (same bits).
  */
 export function flowHash(key: Uint32Array, seed: number): number {
+  return flowHashInt32(key, seed) >>> 0;
+}
+
+/**
+ * flowHash's bits as an int32 (flowHash(k, s) === flowHashInt32(k, s) >>> 0). What the packet path
+ * carries: an int32 is a small integer to V8 and never allocates, while a uint32 >= 2^31 is boxed
+ * into a heap number wherever it crosses a call that is not inlined (half of all hashes). Turn it
+ * into a table index with `& mask` or `>>> 0` at the point of use.
+ */
+export function flowHashInt32(key: Uint32Array, seed: number): number {
   if (key.length < FLOW_KEY_WORDS) throw new RangeError('flow key needs 10 words');
-  // `| 0`: words at or above 2^31 would otherwise be boxed on the way into mixBlock (an
-  // allocation per packet); imul sees the same 32 bits either way.
   let h = seed | 0;
-  h = mixBlock(h, key[0]! | 0);
-  h = mixBlock(h, key[1]! | 0);
-  h = mixBlock(h, key[2]! | 0);
-  h = mixBlock(h, key[3]! | 0);
-  h = mixBlock(h, key[4]! | 0);
-  h = mixBlock(h, key[5]! | 0);
-  h = mixBlock(h, key[6]! | 0);
-  h = mixBlock(h, key[7]! | 0);
-  h = mixBlock(h, key[8]! | 0);
-  h = mixBlock(h, key[9]! | 0);
-  return mix32(h ^ (FLOW_KEY_WORDS * 4));
+  // mixBlock written out: ten calls exceed V8's inlining budget on the packet path and the rest
+  // stay real calls. `| 0`: a word >= 2^31 read as a uint32 would be a heap number to imul.
+  for (let i = 0; i < FLOW_KEY_WORDS; i++) {
+    let k = Math.imul(key[i]! | 0, C1);
+    k = (k << 15) | (k >>> 17);
+    k = Math.imul(k, C2);
+    h ^= k;
+    h = (h << 13) | (h >>> 19);
+    h = (Math.imul(h, 5) + 0xe6546b64) | 0;
+  }
+  // fmix32 (mix32Int32) written out for the same reason.
+  h ^= FLOW_KEY_WORDS * 4;
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  return h ^ (h >>> 16);
 }
 
 /**

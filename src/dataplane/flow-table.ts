@@ -16,11 +16,27 @@ export interface FlowTimeouts {
 
 /** Words in a key: [0] protocol | family << 8, [1..4] source, [5..8] destination, [9] ports. */
 const KEY_WORDS = 10;
-/** state[] value of an entry on the free list. */
+/**
+ * One 64-byte record per entry in `rec` (Int32 words), so that a packet's lookup and touch read one
+ * record (one or two cache lines) instead of a line in each of seven arrays: the key in words 0..9,
+ * then these. Word R_SEEN is the first of the two words of the last-seen time (a float64, in `seen`).
+ */
+const R_REAL = 10;
+const R_STATE = 11;
+const R_SEEN = 12;
+const R_PREV = 14;
+const R_NEXT = 15;
+const STRIDE = 16;
+/** Float64 slot of entry e's last-seen time in `seen`: (e * STRIDE + R_SEEN) / 2. */
+const SEEN_STRIDE = STRIDE / 2;
+const SEEN_OFFSET = R_SEEN / 2;
+/** R_STATE of a free entry. */
 const STATE_FREE = 0;
 const STATE_SLOTS = 6;
 /** Keeps nextPow2(2 * capacity) buckets addressable by an Int32Array index. */
 const MAX_CAPACITY = 1 << 28;
+/** Index buckets of a new or cleared table (fewer if the capacity needs fewer). */
+const INITIAL_BUCKETS = 4096;
 
 /**
  * The TCP state after a packet from the client, as IPVS tracks connections it only sees inbound
@@ -80,21 +96,33 @@ export class FlowTable {
   expirations = 0;
 
   private readonly maxRealIds: number;
-  // Open-addressing index over entry numbers: linear probing, backward-shift deletion (no tombstones).
-  private readonly index: Int32Array;
-  private readonly indexMask: number;
-  // Entry arrays, `capacity` long each.
-  private readonly hashes: Uint32Array;
-  private readonly keys: Uint32Array;
-  private readonly reals: Int32Array;
-  private readonly states: Uint8Array;
-  private readonly lastSeenMs: Float64Array;
-  // LRU list in last-seen order (head = oldest). Free entries are chained through nextEntry too.
-  private readonly prevEntry: Int32Array;
-  private readonly nextEntry: Int32Array;
+  /**
+   * Open-addressing index: linear probing, backward-shift deletion (no tombstones). Two words per
+   * bucket, [2b] entry number (-1 empty) and [2b + 1] its hash, in one cache line: a probe rejects
+   * other keys and finds a bucket's home without reading any entry. indexMask + 1 buckets, at least
+   * twice the live entries: the index doubles as the table fills (growIndex), so that the buckets
+   * of a few thousand flows span a few hundred KiB, not the 16 MiB a full 1M table needs (a random
+   * read there is a TLB miss, the largest cost of a packet).
+   */
+  private index: Int32Array;
+  private indexMask: number;
+  /** Buckets of the full-size index: nextPow2(2 * capacity). */
+  private readonly maxBuckets: number;
+  /** Preallocated homes of the index as it doubles, used in turn: maxBuckets in one, half that in the other. */
+  private readonly indexFull: Int32Array;
+  private readonly indexHalf: Int32Array;
+  /** Entry records (see STRIDE), `capacity` of them; `seen` is the float64 view of the same memory. */
+  private readonly rec: Int32Array;
+  private readonly seen: Float64Array;
+  /** Each entry's hash, to find its bucket when it is removed (off the per-packet path). */
+  private readonly hashes: Int32Array;
+  // LRU list in last-seen order (head = oldest) through R_PREV/R_NEXT. Freed entries are chained
+  // through R_NEXT (the most recently freed is reused first); entries from `unused` on were never
+  // used since the last clear(), so their memory is not touched until the table needs it.
   private head = -1;
   private tail = -1;
   private freeHead = -1;
+  private unused = 0;
   /** Idle timeout per state value (index 0, free, unused). */
   private readonly timeoutByStateMs = new Float64Array(STATE_SLOTS);
   private minTimeoutMs = 0;
@@ -116,15 +144,20 @@ export class FlowTable {
     this.maxRealIds = maxRealIds;
     let buckets = 1;
     while (buckets < 2 * capacity) buckets *= 2;
-    this.index = new Int32Array(buckets);
+    this.maxBuckets = buckets;
+    this.indexFull = new Int32Array(2 * buckets);
+    this.indexHalf = new Int32Array(buckets > INITIAL_BUCKETS ? buckets : 0);
+    this.index = this.indexFull;
     this.indexMask = buckets - 1;
-    this.hashes = new Uint32Array(capacity);
-    this.keys = new Uint32Array(capacity * KEY_WORDS);
-    this.reals = new Int32Array(capacity);
-    this.states = new Uint8Array(capacity);
-    this.lastSeenMs = new Float64Array(capacity);
-    this.prevEntry = new Int32Array(capacity);
-    this.nextEntry = new Int32Array(capacity);
+    const records = new ArrayBuffer(capacity * STRIDE * 4);
+    this.rec = new Int32Array(records);
+    this.seen = new Float64Array(records);
+    this.hashes = new Int32Array(capacity);
+    // Touch the index memory now: page faults inside growIndex() made its pause four times longer
+    // (40 ms instead of 10 at 512k entries). Entry records are touched as they are first used, so
+    // the process holds memory for the most flows it has had, not for the capacity.
+    this.indexFull.fill(-1);
+    this.indexHalf.fill(-1);
     this.activeByReal = new Int32Array(new SharedArrayBuffer(4 * maxRealIds));
     this.inactiveByReal = new Int32Array(new SharedArrayBuffer(4 * maxRealIds));
     this.setTimeouts(timeouts);
@@ -142,17 +175,13 @@ export class FlowTable {
     this.minTimeoutMs = Math.min(t.synMs, t.establishedMs, t.finMs, t.closeMs, t.udpMs);
   }
 
-  /** Bytes held by every typed array of this table (index, entries, scratch key, per-real counts). */
+  /** Bytes held by this table's typed arrays (index, records, hashes, scratch key, per-real counts), each buffer once. */
   get memoryBytes(): number {
     return (
-      this.index.byteLength +
+      this.indexFull.byteLength +
+      this.indexHalf.byteLength +
+      this.rec.byteLength +
       this.hashes.byteLength +
-      this.keys.byteLength +
-      this.reals.byteLength +
-      this.states.byteLength +
-      this.lastSeenMs.byteLength +
-      this.prevEntry.byteLength +
-      this.nextEntry.byteLength +
       this.timeoutByStateMs.byteLength +
       this.key.byteLength +
       this.activeByReal.byteLength +
@@ -162,27 +191,35 @@ export class FlowTable {
 
   /**
    * Entry index for this.key, or -1. An entry found expired at nowMs (idle for at least its state's
-   * timeout) is removed, counted in expirations, and -1 returned.
+   * timeout) is removed, counted in expirations, and -1 returned. `hash` is the key's flow hash as
+   * int32 or uint32 (the same bits).
    */
   lookup(hash: number, nowMs: number): number {
-    const h = hash >>> 0;
+    const h = hash | 0;
     const index = this.index;
     const mask = this.indexMask;
-    const hashes = this.hashes;
+    const rec = this.rec;
+    const key = this.key;
     // The index has at least twice as many buckets as entries, so an empty bucket ends every probe.
-    let slot = h & mask;
+    let b = h & mask;
     for (;;) {
-      const e = index[slot]!;
+      const e = index[2 * b]!;
       if (e === -1) return -1;
-      if (hashes[e] === h && this.keyMatches(e)) {
-        if (nowMs - this.lastSeenMs[e]! >= this.timeoutByStateMs[this.states[e]!]!) {
-          this.removeLive(e);
-          this.expirations++;
-          return -1;
+      if (index[2 * b + 1] === h) {
+        // The key compare, written out: a call here is past V8's inlining budget on the packet path.
+        const base = e * STRIDE;
+        let i = 0;
+        while (i < KEY_WORDS && rec[base + i] === (key[i]! | 0)) i++;
+        if (i === KEY_WORDS) {
+          if (nowMs - this.seen[e * SEEN_STRIDE + SEEN_OFFSET]! >= this.timeoutByStateMs[rec[base + R_STATE]!]!) {
+            this.removeLive(e);
+            this.expirations++;
+            return -1;
+          }
+          return e;
         }
-        return e;
       }
-      slot = (slot + 1) & mask;
+      b = (b + 1) & mask;
     }
   }
 
@@ -197,31 +234,38 @@ export class FlowTable {
     if (!Number.isInteger(state) || state < FlowState.syn || state > FlowState.udp) {
       throw new RangeError(`flow state must be 1..5, got ${state}`);
     }
-    if (this.freeHead === -1) {
+    const rec = this.rec;
+    if (this.freeHead === -1 && this.unused === this.capacity) {
       const oldest = this.head;
-      if (nowMs - this.lastSeenMs[oldest]! >= this.timeoutByStateMs[this.states[oldest]!]!) {
+      if (nowMs - this.seen[oldest * SEEN_STRIDE + SEEN_OFFSET]! >= this.timeoutByStateMs[rec[oldest * STRIDE + R_STATE]!]!) {
         this.expirations++;
       } else {
         this.evictions++;
       }
       this.removeLive(oldest);
     }
-    const e = this.freeHead;
-    this.freeHead = this.nextEntry[e]!;
+    let e = this.freeHead;
+    if (e === -1) e = this.unused++;
+    else this.freeHead = rec[e * STRIDE + R_NEXT]!;
+    const base = e * STRIDE;
 
-    const h = hash >>> 0;
+    const h = hash | 0;
+    // Keep the load at most 1/2; never true at full size, where 2 * capacity <= maxBuckets.
+    if (2 * (this.size + 1) > this.indexMask + 1) this.growIndex();
     this.hashes[e] = h;
-    this.keys.set(this.key, e * KEY_WORDS);
-    this.reals[e] = realId;
-    this.states[e] = state;
-    this.lastSeenMs[e] = nowMs;
+    const key = this.key;
+    for (let i = 0; i < KEY_WORDS; i++) rec[base + i] = key[i]!;
+    rec[base + R_REAL] = realId;
+    rec[base + R_STATE] = state;
+    this.seen[e * SEEN_STRIDE + SEEN_OFFSET] = nowMs;
     this.linkTail(e);
 
     const index = this.index;
     const mask = this.indexMask;
-    let slot = h & mask;
-    while (index[slot] !== -1) slot = (slot + 1) & mask;
-    index[slot] = e;
+    let b = h & mask;
+    while (index[2 * b] !== -1) b = (b + 1) & mask;
+    index[2 * b] = e;
+    index[2 * b + 1] = h;
 
     this.size++;
     if (isActiveState(state)) this.activeByReal[realId]!++;
@@ -236,19 +280,26 @@ export class FlowTable {
    */
   touch(entry: number, tcpFlags: number, nowMs: number): void {
     this.checkLive(entry);
-    this.lastSeenMs[entry] = nowMs;
+    const rec = this.rec;
+    const base = entry * STRIDE;
+    this.seen[entry * SEEN_STRIDE + SEEN_OFFSET] = nowMs;
     if (entry !== this.tail) {
       this.unlink(entry);
       this.linkTail(entry);
     }
-    const state = this.states[entry]!;
+    const state = rec[base + R_STATE]!;
     if (state === FlowState.udp) return;
     const next = nextTcpState(state, tcpFlags);
-    if (next === state) return;
-    this.states[entry] = next;
+    if (next !== state) this.changeState(entry, state, next);
+  }
+
+  // Apart from touch() so that touch stays small enough for V8 to inline into the packet path.
+  private changeState(entry: number, state: number, next: number): void {
+    const base = entry * STRIDE;
+    this.rec[base + R_STATE] = next;
     const wasActive = isActiveState(state);
     if (wasActive !== isActiveState(next)) {
-      const real = this.reals[entry]!;
+      const real = this.rec[base + R_REAL]!;
       if (wasActive) {
         this.activeByReal[real]!--;
         this.inactiveByReal[real]!++;
@@ -262,19 +313,19 @@ export class FlowTable {
   /** Real id of a live entry, -1 for a free or out-of-range entry. */
   realOf(entry: number): number {
     if (!this.isLive(entry)) return -1;
-    return this.reals[entry]!;
+    return this.rec[entry * STRIDE + R_REAL]!;
   }
 
   /** FlowState of a live entry, 0 for a free or out-of-range entry. */
   stateOf(entry: number): number {
     if (entry < 0 || entry >= this.capacity) return STATE_FREE;
-    return this.states[entry]!;
+    return this.rec[entry * STRIDE + R_STATE]!;
   }
 
   /** Last-seen time of a live entry, NaN for a free or out-of-range entry. */
   lastSeenOf(entry: number): number {
     if (!this.isLive(entry)) return NaN;
-    return this.lastSeenMs[entry]!;
+    return this.seen[entry * SEEN_STRIDE + SEEN_OFFSET]!;
   }
 
   /** True for fin/closed tcp entries: a new SYN on that tuple is a new connection (port reuse). */
@@ -287,10 +338,12 @@ export class FlowTable {
   setReal(entry: number, realId: number): void {
     this.checkLive(entry);
     this.checkReal(realId);
-    const old = this.reals[entry]!;
+    const rec = this.rec;
+    const base = entry * STRIDE;
+    const old = rec[base + R_REAL]!;
     if (old === realId) return;
-    this.reals[entry] = realId;
-    if (isActiveState(this.states[entry]!)) {
+    rec[base + R_REAL] = realId;
+    if (isActiveState(rec[base + R_STATE]!)) {
       this.activeByReal[old]!--;
       this.activeByReal[realId]!++;
     } else {
@@ -311,8 +364,8 @@ export class FlowTable {
    * Otherwise the next call resumes where this one stopped.
    */
   expire(nowMs: number, maxWork: number): number {
-    const lastSeen = this.lastSeenMs;
-    const states = this.states;
+    const rec = this.rec;
+    const seen = this.seen;
     const timeouts = this.timeoutByStateMs;
     const minTimeout = this.minTimeoutMs;
     let e = this.sweepCursor === -1 ? this.head : this.sweepCursor;
@@ -320,13 +373,13 @@ export class FlowTable {
     let removed = 0;
     while (e !== -1 && examined < maxWork) {
       examined++;
-      const idleMs = nowMs - lastSeen[e]!;
+      const idleMs = nowMs - seen[e * SEEN_STRIDE + SEEN_OFFSET]!;
       if (idleMs < minTimeout) {
         e = -1;
         break;
       }
-      const after = this.nextEntry[e]!;
-      if (idleMs >= timeouts[states[e]!]!) {
+      const after = rec[e * STRIDE + R_NEXT]!;
+      if (idleMs >= timeouts[rec[e * STRIDE + R_STATE]!]!) {
         this.removeLive(e);
         this.expirations++;
         removed++;
@@ -341,28 +394,27 @@ export class FlowTable {
   readKey(entry: number, out: Uint32Array): void {
     this.checkLive(entry);
     if (out.length < KEY_WORDS) throw new RangeError('readKey needs a Uint32Array of 10 words');
-    const base = entry * KEY_WORDS;
-    for (let i = 0; i < KEY_WORDS; i++) out[i] = this.keys[base + i]!;
+    const base = entry * STRIDE;
+    for (let i = 0; i < KEY_WORDS; i++) out[i] = this.rec[base + i]!;
   }
 
   /** Iterate live entries in LRU order (oldest first): the entry after `entry` (-1 to start), or -1 at the end. */
   next(entry: number): number {
     if (entry === -1) return this.head;
     if (!this.isLive(entry)) return -1;
-    return this.nextEntry[entry]!;
+    return this.rec[entry * STRIDE + R_NEXT]!;
   }
 
   /** Drop every entry and zero the per-real counts; evictions and expirations stay (they are monotonic). */
   clear(): void {
-    this.index.fill(-1);
-    this.states.fill(STATE_FREE);
-    this.reals.fill(-1);
-    this.prevEntry.fill(-1);
-    const next = this.nextEntry;
-    const last = this.capacity - 1;
-    for (let i = 0; i < last; i++) next[i] = i + 1;
-    next[last] = -1;
-    this.freeHead = 0;
+    const buckets = Math.min(INITIAL_BUCKETS, this.maxBuckets);
+    this.index = this.indexFor(buckets);
+    this.indexMask = buckets - 1;
+    this.index.fill(-1, 0, 2 * buckets);
+    // Only entries used since the last clear() can be anything but zero (free).
+    this.rec.fill(0, 0, this.unused * STRIDE);
+    this.unused = 0;
+    this.freeHead = -1;
     this.head = -1;
     this.tail = -1;
     this.sweepCursor = -1;
@@ -372,7 +424,7 @@ export class FlowTable {
   }
 
   private isLive(entry: number): boolean {
-    return entry >= 0 && entry < this.capacity && this.states[entry] !== STATE_FREE;
+    return entry >= 0 && entry < this.capacity && this.rec[entry * STRIDE + R_STATE] !== STATE_FREE;
   }
 
   // A free or out-of-range entry here is a bug in the caller, not something a packet can cause.
@@ -386,45 +438,69 @@ export class FlowTable {
     }
   }
 
-  private keyMatches(entry: number): boolean {
-    const key = this.key;
-    const keys = this.keys;
-    const base = entry * KEY_WORDS;
-    for (let i = 0; i < KEY_WORDS; i++) {
-      if (keys[base + i] !== key[i]) return false;
+  /** The preallocated array that holds an index of `buckets` buckets (the full size lives in indexFull). */
+  private indexFor(buckets: number): Int32Array {
+    return ((Math.clz32(buckets) - Math.clz32(this.maxBuckets)) & 1) === 0 ? this.indexFull : this.indexHalf;
+  }
+
+  /**
+   * Doubles the index. One pass over the old buckets; an entry's new home is its old home or that
+   * plus the old size, so the writes go nearly in order too. At most log2(capacity / 2048) times
+   * after a clear(), each in time linear in the live entries (a few ms at 500k).
+   */
+  private growIndex(): void {
+    const old = this.index;
+    const oldBuckets = this.indexMask + 1;
+    const buckets = 2 * oldBuckets;
+    const index = this.indexFor(buckets);
+    const mask = buckets - 1;
+    index.fill(-1, 0, 2 * buckets);
+    for (let b = 0; b < oldBuckets; b++) {
+      const e = old[2 * b]!;
+      if (e === -1) continue;
+      const h = old[2 * b + 1]!;
+      let n = h & mask;
+      while (index[2 * n] !== -1) n = (n + 1) & mask;
+      index[2 * n] = e;
+      index[2 * n + 1] = h;
     }
-    return true;
+    this.index = index;
+    this.indexMask = mask;
   }
 
   private linkTail(entry: number): void {
+    const rec = this.rec;
     const tail = this.tail;
-    this.prevEntry[entry] = tail;
-    this.nextEntry[entry] = -1;
+    rec[entry * STRIDE + R_PREV] = tail;
+    rec[entry * STRIDE + R_NEXT] = -1;
     if (tail === -1) this.head = entry;
-    else this.nextEntry[tail] = entry;
+    else rec[tail * STRIDE + R_NEXT] = entry;
     this.tail = entry;
   }
 
   private unlink(entry: number): void {
-    const prev = this.prevEntry[entry]!;
-    const next = this.nextEntry[entry]!;
+    const rec = this.rec;
+    const prev = rec[entry * STRIDE + R_PREV]!;
+    const next = rec[entry * STRIDE + R_NEXT]!;
     if (this.sweepCursor === entry) this.sweepCursor = next;
     if (prev === -1) this.head = next;
-    else this.nextEntry[prev] = next;
+    else rec[prev * STRIDE + R_NEXT] = next;
     if (next === -1) this.tail = prev;
-    else this.prevEntry[next] = prev;
+    else rec[next * STRIDE + R_PREV] = prev;
   }
 
   private removeLive(entry: number): void {
     this.removeFromIndex(entry);
     this.unlink(entry);
-    const real = this.reals[entry]!;
-    if (isActiveState(this.states[entry]!)) this.activeByReal[real]!--;
+    const rec = this.rec;
+    const base = entry * STRIDE;
+    const real = rec[base + R_REAL]!;
+    if (isActiveState(rec[base + R_STATE]!)) this.activeByReal[real]!--;
     else this.inactiveByReal[real]!--;
-    this.states[entry] = STATE_FREE;
-    this.reals[entry] = -1;
-    this.prevEntry[entry] = -1;
-    this.nextEntry[entry] = this.freeHead;
+    rec[base + R_STATE] = STATE_FREE;
+    rec[base + R_REAL] = -1;
+    rec[base + R_PREV] = -1;
+    rec[base + R_NEXT] = this.freeHead;
     this.freeHead = entry;
     this.size--;
   }
@@ -437,21 +513,22 @@ export class FlowTable {
   private removeFromIndex(entry: number): void {
     const index = this.index;
     const mask = this.indexMask;
-    const hashes = this.hashes;
-    let hole = hashes[entry]! & mask;
-    while (index[hole] !== entry) hole = (hole + 1) & mask;
+    let hole = this.hashes[entry]! & mask;
+    while (index[2 * hole] !== entry) hole = (hole + 1) & mask;
     let j = hole;
     for (;;) {
       j = (j + 1) & mask;
-      const other = index[j]!;
+      const other = index[2 * j]!;
       if (other === -1) break;
-      const home = hashes[other]! & mask;
+      const otherHash = index[2 * j + 1]!;
+      const home = otherHash & mask;
       // `other` must stay if its home lies cyclically in (hole, j]: moving it would skip its home.
       const stays = hole <= j ? hole < home && home <= j : hole < home || home <= j;
       if (stays) continue;
-      index[hole] = other;
+      index[2 * hole] = other;
+      index[2 * hole + 1] = otherHash;
       hole = j;
     }
-    index[hole] = -1;
+    index[2 * hole] = -1;
   }
 }

@@ -3,7 +3,7 @@
 // fragments that follow (no ports) reach the same real. Small, direct-mapped and bounded: a newer
 // datagram that lands in the same slot replaces the older one; entries live FRAGMENT_TTL_MS.
 
-import { flowHash } from './flow-hash.js';
+import { flowHashInt32 } from './flow-hash.js';
 
 export const FRAGMENT_SLOTS = 4096;
 export const FRAGMENT_TTL_MS = 30_000;
@@ -26,7 +26,7 @@ export class FragmentTable {
   }
 
   private slotOfKey(): number {
-    return flowHash(this.key, 0x6a09e667) & (FRAGMENT_SLOTS - 1);
+    return flowHashInt32(this.key, 0x6a09e667) & (FRAGMENT_SLOTS - 1);
   }
 
   record(real: number, service: number, nowMs: number): void {

@@ -2,14 +2,15 @@
 // scores every flow independently, so removing a real moves only its own flows. Allocation-free.
 // Score = -weight / ln(u), u uniform in (0, 1) per (flow, real): Schindelhauer & Schomaker, 2005.
 
-import { mix32 } from './flow-hash.js';
+import { mix32Int32 } from './flow-hash.js';
 
 const TWO_POW_32 = 4294967296;
 
 /**
  * Id of the real with the highest score for this flow hash among candidates start..start+count-1
  * with weight > 0; equal scores go to the lower id. seeds[i] = stringHash(key_i, seed), computed by
- * the control plane. Returns -1 when no candidate has weight > 0 or the range exceeds any array.
+ * the control plane. `hash` may be the flow hash as uint32 or int32 (same bits, same pick). Returns -1
+ * when no candidate has weight > 0 or the range exceeds any array.
  */
 export function rendezvousPick(
   hash: number,
@@ -28,7 +29,7 @@ export function rendezvousPick(
     const weight = weights[i]!;
     if (!(weight > 0)) continue;
     // +0.5 keeps u strictly inside (0, 1), so ln(u) is finite and negative and the score positive.
-    const u = (mix32((hash ^ seeds[i]!) >>> 0) + 0.5) / TWO_POW_32;
+    const u = ((mix32Int32(hash ^ seeds[i]!) >>> 0) + 0.5) / TWO_POW_32;
     const score = -weight / Math.log(u);
     const id = ids[i]!;
     if (score > bestScore || (score === bestScore && id < bestId)) {

@@ -64,6 +64,7 @@ interface HelperReport {
     lastTxError: string;
     pollErrors: number;
     kernelPackets: number;
+    rxCopied: number;
   };
 }
 

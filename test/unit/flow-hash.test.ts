@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FLOW_KEY_WORDS, flowHash, mix32, stringHash } from '../../src/dataplane/flow-hash.js';
+import { FLOW_KEY_WORDS, flowHash, flowHashInt32, mix32, mix32Int32, stringHash } from '../../src/dataplane/flow-hash.js';
 
 // Independent byte-at-a-time MurmurHash3 x86_32, written straight from the reference, so the
 // word-wise flowHash and the streaming UTF-8 stringHash are checked against a second implementation.
@@ -167,6 +167,29 @@ describe('flowHash', () => {
 
   it('refuses a key shorter than 10 words instead of hashing undefined words', () => {
     expect(() => flowHash(new Uint32Array(9), 0)).toThrow(RangeError);
+    expect(() => flowHashInt32(new Uint32Array(9), 0)).toThrow(RangeError);
+  });
+});
+
+describe('flowHashInt32 and mix32Int32 (the packet path\'s view)', () => {
+  it('are the same bits as flowHash and mix32, as an int32', () => {
+    const tcp = ipv4Key(6, '192.0.2.10', 40000, '198.51.100.1', 443);
+    expect(flowHashInt32(tcp, 0x5eed)).toBe(0x8aaa3ad2 | 0); // negative: the top bit is set
+    expect(flowHashInt32(tcp, 0)).toBe(0x2936b7c7);
+    expect(mix32Int32(0xffffffff)).toBe(0x81f16f39 | 0);
+    const next = xorshift32(777);
+    const key = new Uint32Array(FLOW_KEY_WORDS);
+    let negative = 0;
+    for (let trial = 0; trial < 2000; trial++) {
+      for (let i = 0; i < FLOW_KEY_WORDS; i++) key[i] = next();
+      const seed = next();
+      const h = flowHashInt32(key, seed);
+      expect(h).toBe(flowHash(key, seed) | 0);
+      expect(h >>> 0).toBe(flowHash(key, seed));
+      expect(mix32Int32(seed)).toBe(mix32(seed) | 0);
+      if (h < 0) negative++;
+    }
+    expect(negative).toBeGreaterThan(800); // both halves of the range were exercised
   });
 });
 
