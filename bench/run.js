@@ -373,16 +373,22 @@ async function downloadSuite(bl, dir) {
     await hp.stop();
     log(`  haproxy: ${haproxy.megabytesPerSecond.toFixed(0)} MB/s, ${haproxy.busySecondsPerGB.toFixed(3)} busy s/GB, process ${haproxy.processSecondsPerGB.toFixed(3)} s/GB`);
 
-    const d = await startDsrlb(bl, dir, 'afpacket');
-    let dsrlb;
-    try {
-      await downloadRun(bl, { host: lab.vip, objects: 1 });
-      dsrlb = await fetch(lab.vip, [d.pid]);
-      dsrlb.metrics = await dsrlbMetrics(bl);
-    } finally {
-      await stopProcess(d);
-    }
-    log(`  dsrlb: ${dsrlb.megabytesPerSecond.toFixed(0)} MB/s, ${dsrlb.busySecondsPerGB.toFixed(3)} busy s/GB, process ${dsrlb.processSecondsPerGB.toFixed(3)} s/GB, ${dsrlb.metrics.rx} packets through the LB`);
+    // dsrlb with each ring: v2 (the default) hands every ACK over at once, v3 up to 1 ms later.
+    const viaDsrlb = async (ring) => {
+      const d = await startDsrlb(bl, dir, 'afpacket', ring);
+      let r;
+      try {
+        await downloadRun(bl, { host: lab.vip, objects: 1 });
+        r = await fetch(lab.vip, [d.pid]);
+        r.metrics = await dsrlbMetrics(bl);
+      } finally {
+        await stopProcess(d);
+      }
+      log(`  dsrlb ring ${ring}: ${r.megabytesPerSecond.toFixed(0)} MB/s, ${r.busySecondsPerGB.toFixed(3)} busy s/GB, process ${r.processSecondsPerGB.toFixed(3)} s/GB, ${r.metrics.rx} packets through the LB`);
+      return r;
+    };
+    const dsrlb = await viaDsrlb('v2');
+    const dsrlbV3 = await viaDsrlb('v3');
 
     if (!quick) {
       directRuns.push(await fetch(sink.ipv4, []));
@@ -398,12 +404,15 @@ async function downloadSuite(bl, dir) {
       direct: directRuns,
       haproxy,
       dsrlb,
-      lbSecondsPerGB: { haproxy: lbPerGB(haproxy), dsrlb: lbPerGB(dsrlb) },
-      lbTasksSecondsPerGB: { haproxy: lbTasksPerGB(haproxy), dsrlb: lbTasksPerGB(dsrlb) },
+      dsrlbV3,
+      lbSecondsPerGB: { haproxy: lbPerGB(haproxy), dsrlb: lbPerGB(dsrlb), dsrlbV3: lbPerGB(dsrlbV3) },
+      lbTasksSecondsPerGB: { haproxy: lbTasksPerGB(haproxy), dsrlb: lbTasksPerGB(dsrlb), dsrlbV3: lbTasksPerGB(dsrlbV3) },
       tasksRatio: lbTasksPerGB(dsrlb) / lbTasksPerGB(haproxy),
-      processSecondsPerGB: { haproxy: haproxy.processSecondsPerGB, dsrlb: dsrlb.processSecondsPerGB },
+      processSecondsPerGB: { haproxy: haproxy.processSecondsPerGB, dsrlb: dsrlb.processSecondsPerGB, dsrlbV3: dsrlbV3.processSecondsPerGB },
       ratio: lbPerGB(dsrlb) / lbPerGB(haproxy),
+      ratioV3: lbPerGB(dsrlbV3) / lbPerGB(haproxy),
       processRatio: dsrlb.processSecondsPerGB / haproxy.processSecondsPerGB,
+      processRatioV3: dsrlbV3.processSecondsPerGB / haproxy.processSecondsPerGB,
     });
   }
   // Back to the defaults.
@@ -491,18 +500,20 @@ function printReport(results) {
     lines.push('', `Download: ${d.objects} x 10 MiB over one keep-alive connection; LB CPU = busy CPU of both cores minus the direct download's, per 10^9 bytes`);
     const rows = [];
     for (const s of d.settings) {
-      for (const name of ['haproxy', 'dsrlb']) {
+      const label = { haproxy: 'HAProxy TCP mode', dsrlb: 'dsrlb L2 DSR ring v2', dsrlbV3: 'dsrlb L2 DSR ring v3' };
+      for (const name of ['haproxy', 'dsrlb', 'dsrlbV3']) {
         const r = s[name];
+        if (!r) continue;
         rows.push([
-          `${name === 'haproxy' ? 'HAProxy TCP mode' : 'dsrlb L2 DSR'}`,
+          label[name],
           s.offloads,
           r.megabytesPerSecond,
           r.busySecondsPerGB,
           s.lbSecondsPerGB[name],
           s.lbTasksSecondsPerGB[name],
           r.processSecondsPerGB,
-          name === 'dsrlb' ? s.ratio : null,
-          name === 'dsrlb' ? s.processRatio : null,
+          name === 'dsrlb' ? s.ratio : name === 'dsrlbV3' ? s.ratioV3 : null,
+          name === 'dsrlb' ? s.processRatio : name === 'dsrlbV3' ? s.processRatioV3 : null,
         ]);
       }
       rows.push(['direct (no LB)', s.offloads, s.direct[0].megabytesPerSecond, s.direct.reduce((a, r) => a + r.busySecondsPerGB, 0) / s.direct.length, null, null, null, null, null]);
@@ -546,8 +557,8 @@ function chart(results) {
     charts.push({
       title: 'Download: LB CPU per GB delivered',
       unit: 'CPU seconds / GB',
-      series: ['HAProxy TCP mode', 'dsrlb L2 DSR'],
-      groups: results.download.settings.map((s) => ({ label: `offloads ${s.offloads}`, values: [s.lbSecondsPerGB.haproxy, s.lbSecondsPerGB.dsrlb] })),
+      series: ['HAProxy TCP mode', 'dsrlb L2 DSR ring v2', 'dsrlb L2 DSR ring v3'],
+      groups: results.download.settings.map((s) => ({ label: `offloads ${s.offloads}`, values: [s.lbSecondsPerGB.haproxy, s.lbSecondsPerGB.dsrlb, s.lbSecondsPerGB.dsrlbV3 ?? null] })),
     });
   }
   return renderSvg(`dsrlb benchmark (${results.mode}), ${results.startedAt}`, charts);

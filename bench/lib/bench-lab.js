@@ -203,13 +203,11 @@ export async function startDsrlb(bl, dir, io, ring = null, nodeArgs = []) {
 /** The daemon's counters from its metrics endpoint (inside the LB namespace). */
 export async function dsrlbMetrics(bl) {
   const r = await bl.lab.exec(bl.lab.lb, ['curl', '-sf', 'http://127.0.0.1:9742/metrics']);
-  const out = { rx: 0, tx: 0, flowTableEntries: 0, ringTimerEntries: 0, ringTimerLoops: 0, dropped: {} };
+  const out = { rx: 0, tx: 0, flowTableEntries: 0, dropped: {} };
   for (const line of r.stdout.split('\n')) {
     if (line.startsWith('dsrlb_rx_packets_total ')) out.rx = Number(line.split(' ').pop());
     else if (line.startsWith('dsrlb_tx_packets_total ')) out.tx = Number(line.split(' ').pop());
     else if (line.startsWith('dsrlb_flow_table_entries ')) out.flowTableEntries = Number(line.split(' ').pop());
-    else if (line.startsWith('dsrlb_ring_timer_entries_total ')) out.ringTimerEntries = Number(line.split(' ').pop());
-    else if (line.startsWith('dsrlb_ring_timer_loops ')) out.ringTimerLoops = Number(line.split(' ').pop());
     else {
       const m = /^dsrlb_dropped_packets_total\{reason="([^"]+)"\} (\S+)$/.exec(line);
       if (m && Number(m[2]) > 0) out.dropped[m[1]] = Number(m[2]);

@@ -1,7 +1,6 @@
 // dsrlb_native: a thin Node-API layer over one AF_PACKET socket with an RX ring mapped into
 // JavaScript (TPACKET_V3 blocks, or TPACKET_V2 frames handed over one by one), batched sendmmsg from
-// ring memory, and libuv readiness with interrupt moderation for the V2 ring. Syscalls, lifetimes
-// and wake-up policy only; every packet decision is made in TypeScript (src/io/afpacket-io.ts).
+// ring memory, and libuv readiness. Syscalls and lifetimes only; every packet decision is made in TypeScript (src/io/afpacket-io.ts).
 #include <errno.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
@@ -17,8 +16,6 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
-#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -62,35 +59,12 @@ _Static_assert(TPACKET2_HDRLEN == 52, "TPACKET2_HDRLEN");
 // (PACKET_COPY_THRESH); this much receive buffer holds a few of them.
 #define COPY_QUEUE_BYTES (4 << 20)
 
-// Interrupt moderation for the V2 ring, which wakes the reader for every frame. Readiness alone
-// gives the lowest latency, but a wake-up costs about 5 us of CPU here (a cross-core wake-up and
-// the idle exit are VM exits), so at high rates it dominates. Every window: more than
-// max_wakes_per_s wake-ups -> a timer whose period gives about frames_per_tick frames per tick
-// (within [min, max] period); a frame rate under half of max_wakes_per_s -> readiness again.
-#define MODERATION_WINDOW_NS 4000000ll
-
-typedef struct moderation {
-  // Settings (0 min period: readiness only).
-  int64_t min_period_ns;
-  int64_t max_period_ns;
-  uint32_t frames_per_tick;
-  uint32_t max_wakes_per_s;
-  // State.
-  int64_t period_ns;  // 0: readiness mode
-  int64_t window_start_ns;
-  uint32_t window_wakes;
-  uint64_t window_frames;
-  uint64_t timer_entries;  // times the timer mode was entered (stats)
-} moderation;
 
 typedef struct packet_socket {
   int fd;
   int version;  // TPACKET_V2 or TPACKET_V3
   uint32_t frame_size;  // V2
   uint32_t frame_count;  // V2
-  int timer_fd;
-  uv_poll_t* timer_poll;
-  moderation mod;
   int ifindex;
   int vnet_hdr;
   int closed;
@@ -310,8 +284,6 @@ static void on_poll_closed(uv_handle_t* handle) {
   release_socket(s);
 }
 
-static void arm_timer(packet_socket* s, int64_t period_ns);
-
 // Stops readiness. `in_teardown` skips the JS-facing async-hooks bookkeeping.
 static void stop_polling(packet_socket* s, int in_teardown) {
   if (s->poll != NULL) {
@@ -319,13 +291,6 @@ static void stop_polling(packet_socket* s, int in_teardown) {
     uv_close((uv_handle_t*)s->poll, on_poll_closed);
     s->poll = NULL;
   }
-  if (s->timer_poll != NULL) {
-    uv_poll_stop(s->timer_poll);
-    uv_close((uv_handle_t*)s->timer_poll, on_poll_closed);
-    s->timer_poll = NULL;
-  }
-  if (s->timer_fd >= 0 && s->mod.period_ns != 0) arm_timer(s, 0);
-  s->mod.period_ns = 0;
   if (s->callback_ref != NULL) {
     napi_delete_reference(s->env, s->callback_ref);
     s->callback_ref = NULL;
@@ -342,8 +307,6 @@ static void close_fd_and_poll(packet_socket* s, int in_teardown) {
   stop_polling(s, in_teardown);
   close(s->fd);
   s->fd = -1;
-  if (s->timer_fd >= 0) close(s->timer_fd);
-  s->timer_fd = -1;
 }
 
 static void unregister_cleanup(packet_socket* s) {
@@ -358,7 +321,7 @@ static void unregister_cleanup(packet_socket* s) {
 static void on_env_cleanup(napi_async_cleanup_hook_handle handle, void* arg) {
   packet_socket* s = arg;
   s->cleanup_running = 1;
-  int had_poll = s->poll != NULL || s->timer_poll != NULL;
+  int had_poll = s->poll != NULL;
   close_fd_and_poll(s, 1);
   if (!had_poll && s->cleanup_handle != NULL) {
     s->cleanup_handle = NULL;
@@ -451,9 +414,7 @@ static int join_fanout(int fd, uint32_t group_id, uint32_t type_flags) {
 
 // ---------------------------------------------------------------------------------------------
 // openPacketSocket({ ifname, blockSizeBytes, blockCount, retireTimeoutMs, reserveBytes, vnetHdr,
-//                    fanoutGroupId, ringVersion = 3, frameSizeBytes (V2), minCoalesceUs,
-//                    maxCoalesceUs, framesPerTick, maxWakesPerSecond (V2 moderation;
-//                    minCoalesceUs 0: readiness only) })
+//                    fanoutGroupId, ringVersion = 3, frameSizeBytes (V2) })
 
 static int get_optional_uint32(napi_env env, napi_value object, const char* name, uint32_t fallback, uint32_t* out) {
   napi_value value;
@@ -470,7 +431,7 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   napi_value argv[1], value;
   char ifname[IFNAMSIZ];
   uint32_t block_size, block_count, retire_ms, reserve, fanout_id = 0;
-  uint32_t version, frame_size, min_coalesce_us, max_coalesce_us, frames_per_tick, max_wakes;
+  uint32_t version, frame_size;
   bool vnet = false;
   napi_valuetype type;
 
@@ -485,11 +446,7 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
       !get_uint32_property(env, argv[0], "retireTimeoutMs", &retire_ms) ||
       !get_uint32_property(env, argv[0], "reserveBytes", &reserve) ||
       !get_optional_uint32(env, argv[0], "ringVersion", 3, &version) ||
-      !get_optional_uint32(env, argv[0], "frameSizeBytes", NOMINAL_FRAME_BYTES, &frame_size) ||
-      !get_optional_uint32(env, argv[0], "minCoalesceUs", 50, &min_coalesce_us) ||
-      !get_optional_uint32(env, argv[0], "maxCoalesceUs", 500, &max_coalesce_us) ||
-      !get_optional_uint32(env, argv[0], "framesPerTick", 32, &frames_per_tick) ||
-      !get_optional_uint32(env, argv[0], "maxWakesPerSecond", 10000, &max_wakes)) {
+      !get_optional_uint32(env, argv[0], "frameSizeBytes", NOMINAL_FRAME_BYTES, &frame_size)) {
     return NULL;
   }
   if (version != 2 && version != 3) {
@@ -499,10 +456,6 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   if (version == 2 && (frame_size < NOMINAL_FRAME_BYTES || (frame_size & (frame_size - 1)) != 0 ||
                        block_size % frame_size != 0)) {
     throw_range(env, "frameSizeBytes must be a power of two >= 2048 that divides blockSizeBytes");
-    return NULL;
-  }
-  if (max_coalesce_us < min_coalesce_us || max_coalesce_us > 100000 || frames_per_tick == 0 || max_wakes == 0) {
-    throw_range(env, "coalescing needs minCoalesceUs <= maxCoalesceUs <= 100000, framesPerTick and maxWakesPerSecond >= 1");
     return NULL;
   }
   if (!get_property(env, argv[0], "vnetHdr", &value)) return NULL;
@@ -540,16 +493,11 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
     return NULL;
   }
   s->fd = -1;
-  s->timer_fd = -1;
   s->env = env;
   s->vnet_hdr = vnet;
   s->version = version == 2 ? TPACKET_V2 : TPACKET_V3;
   s->frame_size = version == 2 ? frame_size : NOMINAL_FRAME_BYTES;
   s->frame_count = (block_size / s->frame_size) * block_count;
-  s->mod.min_period_ns = (int64_t)min_coalesce_us * 1000;
-  s->mod.max_period_ns = (int64_t)max_coalesce_us * 1000;
-  s->mod.frames_per_tick = frames_per_tick;
-  s->mod.max_wakes_per_s = max_wakes;
   s->block_size = block_size;
   s->block_count = block_count;
   s->ring_bytes = (size_t)block_size * block_count;
@@ -860,83 +808,24 @@ static napi_value recv_copy(napi_env env, napi_callback_info info) {
 // ---------------------------------------------------------------------------------------------
 // startPolling(handle, callback) / stopPolling(handle): callback(errno) runs on the loop thread
 // when the ring has frames for user space (errno 0), or after a socket error (errno > 0, e.g.
-// ENETDOWN; the error is cleared and polling goes on). The callback returns how many frames it
-// took; for a V2 ring that drives the interrupt moderation (see MODERATION_WINDOW_NS).
+// ENETDOWN; the error is cleared and polling goes on).
 
-static void on_poll(uv_poll_t* handle, int status, int events);
-
-static int64_t monotonic_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000ll + ts.tv_nsec;
-}
-
-static void arm_timer(packet_socket* s, int64_t period_ns) {
-  struct itimerspec spec;
-  memset(&spec, 0, sizeof spec);
-  spec.it_interval.tv_sec = period_ns / 1000000000ll;
-  spec.it_interval.tv_nsec = period_ns % 1000000000ll;
-  spec.it_value = spec.it_interval;
-  timerfd_settime(s->timer_fd, 0, &spec, NULL);
-  s->mod.period_ns = period_ns;
-}
-
-// The timer period that gives about frames_per_tick frames per tick at the window's rate.
-static int64_t tick_period(const moderation* m, int64_t elapsed_ns) {
-  int64_t period = m->window_frames == 0 ? m->max_period_ns
-                                         : (int64_t)m->frames_per_tick * elapsed_ns / (int64_t)m->window_frames;
-  if (period < m->min_period_ns) period = m->min_period_ns;
-  if (period > m->max_period_ns) period = m->max_period_ns;
-  return period;
-}
-
-static void moderate(packet_socket* s, uint32_t frames) {
-  moderation* m = &s->mod;
-  if (s->timer_poll == NULL || s->poll == NULL) return;
-  m->window_wakes++;
-  m->window_frames += frames;
-  int64_t now = monotonic_ns();
-  int64_t elapsed = now - m->window_start_ns;
-  if (elapsed < MODERATION_WINDOW_NS) return;
-  if (m->period_ns == 0) {
-    if ((int64_t)m->window_wakes * 1000000000ll > (int64_t)m->max_wakes_per_s * elapsed) {
-      uv_poll_stop(s->poll);
-      arm_timer(s, tick_period(m, elapsed));
-      m->timer_entries++;
-    }
-  } else if ((int64_t)m->window_frames * 2000000000ll < (int64_t)m->max_wakes_per_s * elapsed) {
-    // Readiness would now wake less often than the budget allows, with no added latency.
-    arm_timer(s, 0);
-    uv_poll_start(s->poll, UV_READABLE, on_poll);
-  } else {
-    int64_t period = tick_period(m, elapsed);
-    if (period * 4 < m->period_ns * 3 || period * 4 > m->period_ns * 5) arm_timer(s, period);
-  }
-  m->window_start_ns = now;
-  m->window_wakes = 0;
-  m->window_frames = 0;
-}
-
-// Runs the JS callback; returns the frames it reports taking.
-static uint32_t call_back(packet_socket* s, int err) {
+static void call_back(packet_socket* s, int err) {
   napi_env env = s->env;
   napi_handle_scope scope;
-  uint32_t frames = 0;
-  if (napi_open_handle_scope(env, &scope) != napi_ok) return 0;
-  napi_value callback, recv, argv[1], result = NULL, exception;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
+  napi_value callback, recv, argv[1], exception;
   if (napi_get_reference_value(env, s->callback_ref, &callback) == napi_ok && callback != NULL) {
     napi_get_global(env, &recv);  // napi_make_callback needs an object receiver
     napi_create_int32(env, err, &argv[0]);
     // napi_call_function, not napi_make_callback: the packet loop queues no microtasks and needs
     // no async_hooks context, and skipping both is a measurable part of a wake-up's cost.
-    if (napi_call_function(env, recv, callback, 1, argv, &result) == napi_pending_exception) {
-      if (napi_get_and_clear_last_exception(env, &exception) == napi_ok) napi_fatal_exception(env, exception);
-    } else if (result != NULL && napi_get_value_uint32(env, result, &frames) != napi_ok) {
-      frames = 0;
+    if (napi_call_function(env, recv, callback, 1, argv, NULL) == napi_pending_exception &&
+        napi_get_and_clear_last_exception(env, &exception) == napi_ok) {
+      napi_fatal_exception(env, exception);
     }
   }
   napi_close_handle_scope(env, scope);
-  return frames;
 }
 
 static void on_poll(uv_poll_t* handle, int status, int events) {
@@ -949,17 +838,7 @@ static void on_poll(uv_poll_t* handle, int status, int events) {
     if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err == 0) err = -status;
     uv_poll_start(handle, UV_READABLE, on_poll);
   }
-  uint32_t frames = call_back(s, err);
-  if (!s->closed) moderate(s, frames);
-}
-
-static void on_timer(uv_poll_t* handle, int status, int events) {
-  packet_socket* s = handle->data;
-  uint64_t expirations;
-  if (s->closed || s->callback_ref == NULL) return;
-  if (read(s->timer_fd, &expirations, sizeof expirations) < 0 && errno == EAGAIN) return;
-  uint32_t frames = call_back(s, 0);
-  if (!s->closed) moderate(s, frames);
+  call_back(s, err);
 }
 
 static int start_handle(packet_socket* s, uv_loop_t* loop, int fd, uv_poll_cb cb, uv_poll_t** out) {
@@ -996,24 +875,10 @@ static napi_value start_polling(napi_env env, napi_callback_info info) {
   napi_create_reference(env, argv[1], 1, &s->callback_ref);
   napi_create_string_utf8(env, "dsrlb:packet-ring", NAPI_AUTO_LENGTH, &name);
   napi_async_init(env, argv[0], name, &s->async_context);
-  const char* call = "uv_poll_start";
   int r = start_handle(s, loop, s->fd, on_poll, &s->poll);
-  if (r >= 0 && s->version == TPACKET_V2 && s->mod.min_period_ns > 0) {
-    if (s->timer_fd < 0) s->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (s->timer_fd < 0) {
-      call = "timerfd_create";
-      r = -errno;
-    } else {
-      // The timer handle stays started; a disarmed timerfd never becomes readable.
-      r = start_handle(s, loop, s->timer_fd, on_timer, &s->timer_poll);
-      s->mod.window_start_ns = monotonic_ns();
-      s->mod.window_wakes = 0;
-      s->mod.window_frames = 0;
-    }
-  }
   if (r < 0) {
     stop_polling(s, 0);
-    dsrlb_throw_errno(env, call, -r, s->ifname);
+    dsrlb_throw_errno(env, "uv_poll_start", -r, s->ifname);
     return NULL;
   }
   return NULL;
@@ -1047,8 +912,6 @@ static napi_value stats(napi_env env, napi_callback_info info) {
   set_int_property(env, result, "packets", st.tp_packets);
   set_int_property(env, result, "drops", st.tp_drops);
   set_int_property(env, result, "freezeQueueCount", s->version == TPACKET_V3 ? st.tp_freeze_q_cnt : 0);
-  set_int_property(env, result, "coalesceUs", s->mod.period_ns / 1000);
-  set_int_property(env, result, "timerEntries", (int64_t)s->mod.timer_entries);
   return result;
 }
 

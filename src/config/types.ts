@@ -80,7 +80,7 @@ export interface FlowTableConfig {
 export interface Config {
   readonly interface: string;
   readonly io: IoKind; // default afpacket
-  readonly ring: RingKind; // io: afpacket only; default v2
+  readonly ring: RingKind; // io: afpacket only; default v3
   /** Packet loops (worker threads, PACKET_FANOUT by flow hash); default 1; io: pcap allows only 1. */
   readonly workers: number;
   readonly hashSeed: number; // uint32, default 0; must be equal on every LB of a scale-out group

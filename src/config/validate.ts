@@ -167,7 +167,7 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
 
   const iface = interfaceName(p, raw);
   const io = oneOf(p, raw, 'io', '', IO_KINDS, 'afpacket');
-  const ring = oneOf(p, raw, 'ring', '', RING_KINDS, 'v2');
+  const ring = oneOf(p, raw, 'ring', '', RING_KINDS, 'v3');
   if (io === 'pcap' && raw['ring'] !== undefined) p.add('ring', `${String(raw['ring'])}: ring applies to io: afpacket only`);
   const hashSeed = integer(p, raw, 'hashSeed', '', 0, MAX_HASH_SEED, 'a hash seed', 0);
   const workers = integer(p, raw, 'workers', '', 1, 64, 'a number of packet loops', 1);

@@ -66,7 +66,6 @@ export class DaemonMetrics {
     global('dsrlb_rx_kernel_drops_total', 'Frames the kernel dropped before the packet loop read them (receive ring full).', Slot.rxKernelDrops);
     global('dsrlb_rx_other_host_total', 'Frames for another host\'s MAC (promiscuous interface, flooding switch), ignored.', Slot.rxOtherHost);
     global('dsrlb_gso_segmented_total', 'GSO super-frames segmented in software for IPIP reals.', Slot.gsoSegmented);
-    global('dsrlb_ring_timer_entries_total', 'Times a packet loop switched from a wake-up per frame to interrupt moderation on a timer (ring v2, high rates).', Slot.ringTimerEntries);
 
     new client.Counter({
       name: 'dsrlb_dropped_packets_total',
@@ -114,14 +113,6 @@ export class DaemonMetrics {
       collect() {
         this.reset();
         for (const r of src.reals()) this.set({ service: r.service, real: r.real }, src.inactiveFlows(r.id));
-      },
-    });
-    new client.Gauge({
-      name: 'dsrlb_ring_timer_loops',
-      help: 'Packet loops whose ring (v2) is read on a moderation timer now rather than woken per frame.',
-      registers: [registry],
-      collect() {
-        this.set(src.counters()[Slot.ringTimerMode]!);
       },
     });
     new client.Gauge({

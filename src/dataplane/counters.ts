@@ -26,8 +26,6 @@ export const Counter = {
   extraFrames: 15, // frames made by the engine (ICMP errors, outer fragments, segments)
   rxKernelDrops: 16, // frames the kernel dropped before the loop read them (ring full)
   rxOtherHost: 17, // frames for another host's MAC, ignored
-  ringTimerMode: 18, // 1 while the V2 ring's interrupt moderation runs on its timer, else 0
-  ringTimerEntries: 19, // times the moderation switched from readiness to the timer
   dropBase: 24, // dropBase + DropReason
 } as const;
 

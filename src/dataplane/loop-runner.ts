@@ -54,7 +54,7 @@ async function openIo(s: LoopSettings): Promise<PacketIo> {
   return AfPacketIo.open({
     interface: s.interface,
     fanoutGroupId: s.fanoutGroupId > 0 ? s.fanoutGroupId : undefined,
-    ringVersion: s.ring === 'v3' ? 3 : 2,
+    ringVersion: s.ring === 'v2' ? 2 : 3,
   });
 }
 
@@ -91,8 +91,6 @@ export class LoopRunner {
       const st = io.stats();
       c[Counter.rxKernelDrops] = st.rxKernelDrops;
       c[Counter.rxOtherHost] = st.rxOtherHost ?? 0;
-      c[Counter.ringTimerMode] = (st.coalesceUs ?? 0) > 0 ? 1 : 0;
-      c[Counter.ringTimerEntries] = st.timerEntries ?? 0;
     }, 100);
     this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal });
     return true;

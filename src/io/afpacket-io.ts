@@ -42,15 +42,11 @@ export interface AfPacketIoOptions {
    */
   vnetHdr?: boolean;
   /**
-   * 2 (default): TPACKET_V2, every frame handed over as it arrives (no added latency), with
-   * interrupt moderation (a timer instead of a wake-up per frame) at high rates. 3: TPACKET_V3,
-   * frames handed over a block at a time (full, or after retireTimeoutMs: up to 1 ms added).
+   * 3 (default): TPACKET_V3, frames handed over a block at a time (full, or after retireTimeoutMs:
+   * up to about 1 ms added at light load), the fewest wake-ups. 2: TPACKET_V2, every frame handed
+   * over as it arrives (a wake-up per burst of frames, no added latency).
    */
   ringVersion?: 2 | 3;
-  /** V2 interrupt moderation (see OpenPacketSocketOptions); minCoalesceUs 0 turns it off. */
-  minCoalesceUs?: number;
-  maxCoalesceUs?: number;
-  framesPerTick?: number;
 }
 
 export const AFPACKET_DEFAULTS = {
@@ -64,7 +60,7 @@ export const AFPACKET_DEFAULTS = {
   retireTimeoutMs: 1,
   reserveBytes: 128,
   vnetHdr: true,
-  ringVersion: 2,
+  ringVersion: 3,
 } as const;
 
 export interface AfPacketIoStats extends PacketIoStats {
@@ -92,9 +88,6 @@ export interface AfPacketIoStats extends PacketIoStats {
   kernelPackets: number;
   /** V2: frames too large for a ring frame, read whole from the socket queue. */
   rxCopied: number;
-  /** V2 moderation: timer period in force (0: woken per frame), times the timer mode was entered. */
-  coalesceUs: number;
-  timerEntries: number;
 }
 
 // tp_status bits of a received frame (linux/if_packet.h).
@@ -220,8 +213,6 @@ export class AfPacketIo implements PacketIo {
   private closed = false;
 
   private rxFrames = 0;
-  /** Ring frames looked at (taken, whatever became of them): what a readiness callback reports. */
-  private rxSeen = 0;
   private rxBlocks = 0;
   private rxTruncated = 0;
   private rxOutgoingSkipped = 0;
@@ -237,8 +228,6 @@ export class AfPacketIo implements PacketIo {
   private kernelPackets = 0;
   private kernelDrops = 0;
   private rxCopied = 0;
-  private coalesceUs = 0;
-  private timerEntries = 0;
 
   static open(options: AfPacketIoOptions): AfPacketIo {
     const native = loadNative();
@@ -257,9 +246,6 @@ export class AfPacketIo implements PacketIo {
       vnetHdr: options.vnetHdr ?? AFPACKET_DEFAULTS.vnetHdr,
       fanoutGroupId: options.fanoutGroupId ?? 0,
       ringVersion,
-      minCoalesceUs: options.minCoalesceUs,
-      maxCoalesceUs: options.maxCoalesceUs,
-      framesPerTick: options.framesPerTick,
     });
     if (handle.hardwareType !== ARPHRD_ETHER && handle.hardwareType !== ARPHRD_LOOPBACK) {
       native.close(handle);
@@ -340,8 +326,6 @@ export class AfPacketIo implements PacketIo {
       lastPollErrno: this.lastPollErrno,
       kernelPackets: this.kernelPackets,
       rxCopied: this.rxCopied,
-      coalesceUs: this.coalesceUs,
-      timerEntries: this.timerEntries,
     };
   }
 
@@ -378,19 +362,15 @@ export class AfPacketIo implements PacketIo {
     const kernel = this.native.stats(this.handle);
     this.kernelPackets += kernel.packets;
     this.kernelDrops += kernel.drops;
-    this.coalesceUs = kernel.coalesceUs;
-    this.timerEntries = kernel.timerEntries;
   }
 
   // Level-triggered: a callback that leaves frames behind (budget spent) is simply called again.
-  // Returns the frames taken (the addon's V2 interrupt moderation counts them).
-  private readonly onReadable = (errno: number): number => {
+  private readonly onReadable = (errno: number): void => {
     if (errno !== 0) {
       this.pollErrors++;
       this.lastPollErrno = errno;
     }
-    if (this.closed || this.onBatch === undefined) return 0;
-    const before = this.rxSeen;
+    if (this.closed || this.onBatch === undefined) return;
     if (this.ringVersion === 2) {
       this.processFrames();
     } else {
@@ -408,7 +388,6 @@ export class AfPacketIo implements PacketIo {
         }
       }
     }
-    return this.rxSeen - before;
   };
 
   /** V3: every frame of one block the kernel handed over. */
@@ -502,7 +481,6 @@ export class AfPacketIo implements PacketIo {
     const buf = this.copyBuf;
     const at = AFPACKET_DEFAULTS.reserveBytes;
     const n = this.native.recvCopy(this.handle, buf, at);
-    this.rxSeen++;
     if (n < 0 || n <= this.vnetLen + MAC_ADDRESSES_BYTES) {
       // Empty queue (-1: the copy could not be queued) or larger than 128 KiB.
       this.rxTruncated++;
@@ -545,7 +523,6 @@ export class AfPacketIo implements PacketIo {
     const status = u32[(frame + this.fieldStatus) >>> 2]!;
     let mac = frame + this.ringHalves[(frame + this.fieldMac) >>> 1]!;
     const headerEnd = frame + this.frameHeaderBytes;
-    this.rxSeen++;
 
     if (mac - vnetLen < headerEnd || mac + snaplen > limit || snaplen < MAC_ADDRESSES_BYTES) {
       this.rxMalformed++;

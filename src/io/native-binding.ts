@@ -26,14 +26,6 @@ export interface OpenPacketSocketOptions {
   ringVersion?: 2 | 3;
   /** V2: bytes per ring frame, a power of two >= 2048 dividing blockSizeBytes (default 2048). */
   frameSizeBytes?: number;
-  /** V2 interrupt moderation: shortest timer period (0: readiness only, default 50). */
-  minCoalesceUs?: number;
-  /** V2 interrupt moderation: longest timer period (default 1000). */
-  maxCoalesceUs?: number;
-  /** V2 interrupt moderation: frames per timer tick the period is chosen for (default 32). */
-  framesPerTick?: number;
-  /** V2 interrupt moderation: wake-ups per second beyond which the timer takes over (default 10,000). */
-  maxWakesPerSecond?: number;
 }
 
 export interface InterfaceInfo {
@@ -67,10 +59,6 @@ export interface PacketSocketStats {
   /** Frames dropped because no block was free (the ring was full). */
   drops: number;
   freezeQueueCount: number;
-  /** V2 moderation: the timer period now in force, 0 while woken by readiness. */
-  coalesceUs: number;
-  /** V2 moderation: how often the timer mode was entered (monotonic). */
-  timerEntries: number;
 }
 
 /** Byte offsets inside a ring block and a frame, taken from the kernel headers at build time. */
@@ -135,12 +123,11 @@ export interface DsrlbNative {
     first?: number,
   ): number;
   /**
-   * Calls `callback(0)` on the loop thread whenever the ring has frames (a V3 block; V2 frames, or
-   * a moderation timer tick), and `callback(errno)` after a socket error (which is cleared; polling
-   * goes on). The callback returns how many frames it took (V2 moderation counts them). Replaces an
-   * earlier callback.
+   * Calls `callback(0)` on the loop thread whenever the ring has frames for user space (a V3 block,
+   * V2 frames), and `callback(errno)` after a socket error (which is cleared; polling goes on).
+   * Replaces an earlier callback.
    */
-  startPolling(handle: PacketSocketHandle, callback: (errno: number) => number | void): void;
+  startPolling(handle: PacketSocketHandle, callback: (errno: number) => void): void;
   /**
    * V2: reads the next frame of the socket queue (a ring frame marked TP_STATUS_COPY, whole) into
    * buf at offset, virtio_net_hdr first. Returns its length, -1 if the queue is empty, or minus its

@@ -82,9 +82,6 @@ export interface PacketIoStats {
   rxFrames: number;
   /** Frames the kernel dropped before we read them (ring full), when the backend can tell. */
   rxKernelDrops: number;
-  /** V2 ring moderation (afpacket): timer period in force (0: readiness), timer entries. */
-  coalesceUs?: number;
-  timerEntries?: number;
   /** Frames sent. */
   txFrames: number;
   /** Frames whose send failed. */

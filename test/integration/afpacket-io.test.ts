@@ -383,8 +383,10 @@ describe('AfPacketIo in network namespaces (root)', () => {
       'node', helperPath, '--ifname', 's0', '--mode', 'observe', '--vip', VIP,
       '--expect-src-mac', forwarderMac, '--expect-dst-mac', serverMac,
     ]);
+    // The forwarder reads a TPACKET_V2 ring (the observer the default V3): both rings' frame
+    // layouts, and V2's oversized frames through the socket queue, meet the same checks.
     forwarder = await startInNs(NS.forwarder, [
-      'node', helperPath, '--ifname', 'f0', '--mode', 'forward', '--vip', VIP, '--to-mac', serverMac,
+      'node', helperPath, '--ifname', 'f0', '--mode', 'forward', '--vip', VIP, '--to-mac', serverMac, '--ring', '2',
     ]);
     const ready = JSON.parse(forwarder.lines[0]!) as { mac: string; mtu: number; vnetHdr: boolean };
     expect(ready).toEqual({ ready: true, mac: forwarderMac, mtu: 1500, vnetHdr: true });

@@ -68,6 +68,7 @@ const { values } = parseArgs({
     'expect-dst-mac': { type: 'string' },
     'retire-timeout-ms': { type: 'string', default: '1' },
     'vnet-hdr': { type: 'string', default: 'true' },
+    ring: { type: 'string', default: '3' },
   },
 });
 if (!values.ifname || !values.vip) throw new Error('--ifname and --vip are required');
@@ -78,6 +79,7 @@ const io = AfPacketIo.open({
   interface: values.ifname,
   retireTimeoutMs: Number(values['retire-timeout-ms']),
   vnetHdr: values['vnet-hdr'] === 'true',
+  ringVersion: Number(values.ring),
 });
 const forward = values.mode === 'forward';
 const vip = parseIpv4(values.vip);

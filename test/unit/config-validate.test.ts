@@ -97,7 +97,7 @@ describe('contract sample', () => {
     expect(result.config).toEqual({
       interface: 'eth0',
       io: 'afpacket',
-      ring: 'v2',
+      ring: 'v3',
       hashSeed: 0,
       flowTable: {
         capacity: 1_000_000,
@@ -275,11 +275,11 @@ describe('normalisation', () => {
     expect(config.services[1]!.reals).toEqual([]);
   });
 
-  it('takes ring v2 (default) or v3 for io afpacket, and refuses it for pcap', () => {
-    expect(configOf(minimal()).ring).toBe('v2');
+  it('takes ring v3 (default) or v2 for io afpacket, and refuses it for pcap', () => {
+    expect(configOf(minimal()).ring).toBe('v3');
     const doc = minimal();
-    doc.ring = 'v3';
-    expect(configOf(doc).ring).toBe('v3');
+    doc.ring = 'v2';
+    expect(configOf(doc).ring).toBe('v2');
     expect(problemsWith((d) => { d.ring = 'v4'; })).toEqual([expect.stringMatching(/^ring: .*v4.*v2.*v3/)]);
     expect(problemsWith((d) => { d.io = 'pcap'; d.ring = 'v3'; })).toEqual(['ring: v3: ring applies to io: afpacket only']);
   });
