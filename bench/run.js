@@ -214,8 +214,8 @@ async function ppsSuite(bl, bins, dir) {
 
   const kinds = [
     { name: 'kernel forwarding', kind: 'kernel' },
-    { name: 'dsrlb afpacket v2', kind: 'dsrlb', io: 'afpacket', ring: 'v2' },
     { name: 'dsrlb afpacket v3', kind: 'dsrlb', io: 'afpacket', ring: 'v3' },
+    { name: 'dsrlb afpacket v2', kind: 'dsrlb', io: 'afpacket', ring: 'v2' },
     ...(opts.pcap ? [{ name: 'dsrlb io pcap', kind: 'dsrlb', io: 'pcap' }] : []),
   ];
   for (const k of kinds) {
@@ -288,7 +288,7 @@ async function ppsSuite(bl, bins, dir) {
           daemonRssBytes: daemon ? rssOf(daemon.pid) : null,
         });
       }
-      if (k.ring === 'v2' && !quick) out.daemonWithMillionFlows = await millionFlows(bl, bins, daemon);
+      if (k.ring === 'v3' && !quick) out.daemonWithMillionFlows = await millionFlows(bl, bins, daemon);
     } finally {
       await teardown();
     }
@@ -373,7 +373,7 @@ async function downloadSuite(bl, dir) {
     await hp.stop();
     log(`  haproxy: ${haproxy.megabytesPerSecond.toFixed(0)} MB/s, ${haproxy.busySecondsPerGB.toFixed(3)} busy s/GB, process ${haproxy.processSecondsPerGB.toFixed(3)} s/GB`);
 
-    // dsrlb with each ring: v2 (the default) hands every ACK over at once, v3 up to 1 ms later.
+    // dsrlb with each ring: v3 (the default) hands ACKs over up to 1 ms late, v2 at once.
     const viaDsrlb = async (ring) => {
       const d = await startDsrlb(bl, dir, 'afpacket', ring);
       let r;
@@ -387,8 +387,8 @@ async function downloadSuite(bl, dir) {
       log(`  dsrlb ring ${ring}: ${r.megabytesPerSecond.toFixed(0)} MB/s, ${r.busySecondsPerGB.toFixed(3)} busy s/GB, process ${r.processSecondsPerGB.toFixed(3)} s/GB, ${r.metrics.rx} packets through the LB`);
       return r;
     };
-    const dsrlb = await viaDsrlb('v2');
-    const dsrlbV3 = await viaDsrlb('v3');
+    const dsrlb = await viaDsrlb('v3');
+    const dsrlbV2 = await viaDsrlb('v2');
 
     if (!quick) {
       directRuns.push(await fetch(sink.ipv4, []));
@@ -404,15 +404,15 @@ async function downloadSuite(bl, dir) {
       direct: directRuns,
       haproxy,
       dsrlb,
-      dsrlbV3,
-      lbSecondsPerGB: { haproxy: lbPerGB(haproxy), dsrlb: lbPerGB(dsrlb), dsrlbV3: lbPerGB(dsrlbV3) },
-      lbTasksSecondsPerGB: { haproxy: lbTasksPerGB(haproxy), dsrlb: lbTasksPerGB(dsrlb), dsrlbV3: lbTasksPerGB(dsrlbV3) },
+      dsrlbV2,
+      lbSecondsPerGB: { haproxy: lbPerGB(haproxy), dsrlb: lbPerGB(dsrlb), dsrlbV2: lbPerGB(dsrlbV2) },
+      lbTasksSecondsPerGB: { haproxy: lbTasksPerGB(haproxy), dsrlb: lbTasksPerGB(dsrlb), dsrlbV2: lbTasksPerGB(dsrlbV2) },
       tasksRatio: lbTasksPerGB(dsrlb) / lbTasksPerGB(haproxy),
-      processSecondsPerGB: { haproxy: haproxy.processSecondsPerGB, dsrlb: dsrlb.processSecondsPerGB, dsrlbV3: dsrlbV3.processSecondsPerGB },
+      processSecondsPerGB: { haproxy: haproxy.processSecondsPerGB, dsrlb: dsrlb.processSecondsPerGB, dsrlbV2: dsrlbV2.processSecondsPerGB },
       ratio: lbPerGB(dsrlb) / lbPerGB(haproxy),
-      ratioV3: lbPerGB(dsrlbV3) / lbPerGB(haproxy),
+      ratioV2: lbPerGB(dsrlbV2) / lbPerGB(haproxy),
       processRatio: dsrlb.processSecondsPerGB / haproxy.processSecondsPerGB,
-      processRatioV3: dsrlbV3.processSecondsPerGB / haproxy.processSecondsPerGB,
+      processRatioV2: dsrlbV2.processSecondsPerGB / haproxy.processSecondsPerGB,
     });
   }
   // Back to the defaults.
@@ -500,8 +500,8 @@ function printReport(results) {
     lines.push('', `Download: ${d.objects} x 10 MiB over one keep-alive connection; LB CPU = busy CPU of both cores minus the direct download's, per 10^9 bytes`);
     const rows = [];
     for (const s of d.settings) {
-      const label = { haproxy: 'HAProxy TCP mode', dsrlb: 'dsrlb L2 DSR ring v2', dsrlbV3: 'dsrlb L2 DSR ring v3' };
-      for (const name of ['haproxy', 'dsrlb', 'dsrlbV3']) {
+      const label = { haproxy: 'HAProxy TCP mode', dsrlb: 'dsrlb L2 DSR ring v3', dsrlbV2: 'dsrlb L2 DSR ring v2' };
+      for (const name of ['haproxy', 'dsrlb', 'dsrlbV2']) {
         const r = s[name];
         if (!r) continue;
         rows.push([
@@ -512,8 +512,8 @@ function printReport(results) {
           s.lbSecondsPerGB[name],
           s.lbTasksSecondsPerGB[name],
           r.processSecondsPerGB,
-          name === 'dsrlb' ? s.ratio : name === 'dsrlbV3' ? s.ratioV3 : null,
-          name === 'dsrlb' ? s.processRatio : name === 'dsrlbV3' ? s.processRatioV3 : null,
+          name === 'dsrlb' ? s.ratio : name === 'dsrlbV2' ? s.ratioV2 : null,
+          name === 'dsrlb' ? s.processRatio : name === 'dsrlbV2' ? s.processRatioV2 : null,
         ]);
       }
       rows.push(['direct (no LB)', s.offloads, s.direct[0].megabytesPerSecond, s.direct.reduce((a, r) => a + r.busySecondsPerGB, 0) / s.direct.length, null, null, null, null, null]);
@@ -557,8 +557,8 @@ function chart(results) {
     charts.push({
       title: 'Download: LB CPU per GB delivered',
       unit: 'CPU seconds / GB',
-      series: ['HAProxy TCP mode', 'dsrlb L2 DSR ring v2', 'dsrlb L2 DSR ring v3'],
-      groups: results.download.settings.map((s) => ({ label: `offloads ${s.offloads}`, values: [s.lbSecondsPerGB.haproxy, s.lbSecondsPerGB.dsrlb, s.lbSecondsPerGB.dsrlbV3 ?? null] })),
+      series: ['HAProxy TCP mode', 'dsrlb L2 DSR ring v3', 'dsrlb L2 DSR ring v2'],
+      groups: results.download.settings.map((s) => ({ label: `offloads ${s.offloads}`, values: [s.lbSecondsPerGB.haproxy, s.lbSecondsPerGB.dsrlb, s.lbSecondsPerGB.dsrlbV2 ?? null] })),
     });
   }
   return renderSvg(`dsrlb benchmark (${results.mode}), ${results.startedAt}`, charts);
