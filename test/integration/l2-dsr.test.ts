@@ -15,11 +15,14 @@ const PREFIX = `dsrt-l2-${process.pid}-`;
 let lab: Lab;
 let dir: string;
 
+/** variant: io[:ring][xworkers], e.g. 'afpacket', 'pcap', 'afpacket:v2x2'. */
 function configText(variant: string, reals: readonly string[]): string {
-  const [io, workers] = variant.split('x');
+  const [ioRing, workers] = variant.split('x');
+  const [io, ring] = ioRing!.split(':');
   return [
     'interface: eth0',
     `io: ${io}`,
+    ...(ring ? [`ring: ${ring}`] : []),
     `workers: ${workers ?? 1}`,
     'metrics: { listen: 127.0.0.1:9742 }',
     'admin: { listen: 127.0.0.1:9743 }',
@@ -66,12 +69,12 @@ afterAll(async () => {
 }, 60_000);
 
 // afpacketx2: two packet loops (worker threads) sharing the traffic through PACKET_FANOUT.
-describe.each(['afpacket', 'pcap', 'afpacketx2'])('L2 DSR with io: %s', (io) => {
+describe.each(['afpacket', 'pcap', 'afpacketx2', 'afpacket:v2x2'])('L2 DSR with io: %s', (io) => {
   let daemon: LabDaemon;
   let configPath: string;
 
   beforeAll(async () => {
-    configPath = join(dir, `dsrlb-${io}.yaml`);
+    configPath = join(dir, `dsrlb-${io.replace(':', '-')}.yaml`);
     await writeFile(configPath, configText(io, lab.reals.slice(0, 3).map((r) => r.ipv4)));
     daemon = await LabDaemon.start(lab, configPath);
   }, 60_000);
@@ -103,7 +106,7 @@ describe.each(['afpacket', 'pcap', 'afpacketx2'])('L2 DSR with io: %s', (io) => 
     const m = await daemon.metrics();
     for (const real of lab.reals.slice(0, 3)) expect(metricValue(m, 'dsrlb_forwarded_packets_total', `service="web",real="${real.ipv4}"`)).toBeGreaterThan(0);
     console.log(`[${io}] distribution`, r.byReal);
-    if (io === 'afpacketx2') {
+    if (io.endsWith('x2')) {
       const status = (await daemon.status()) as unknown as { loop: { loops: number } };
       expect(status.loop.loops).toBe(2);
     }
