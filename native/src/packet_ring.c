@@ -245,6 +245,23 @@ static int get_int32_array(napi_env env, napi_value value, const char* name, int
   return 1;
 }
 
+static int get_uint8_array(napi_env env, napi_value value, const char* name, uint8_t** data, size_t* length) {
+  bool is_typed = false;
+  napi_typedarray_type type;
+  char message[128];
+  snprintf(message, sizeof message, "%s must be a Uint8Array", name);
+  if (napi_is_typedarray(env, value, &is_typed) != napi_ok || !is_typed) {
+    throw_type(env, message);
+    return 0;
+  }
+  napi_get_typedarray_info(env, value, &type, length, (void**)data, NULL, NULL);
+  if (type != napi_uint8_array) {
+    throw_type(env, message);
+    return 0;
+  }
+  return 1;
+}
+
 static packet_socket* get_socket(napi_env env, napi_value value, int require_open) {
   bool tagged = false;
   napi_valuetype type;
@@ -737,21 +754,10 @@ static napi_value send_copy(napi_env env, napi_callback_info info) {
   int32_t *offsets, *lengths;
   size_t offsets_length, lengths_length, buf_length;
   uint32_t first, count;
-  bool is_typed = false;
-  napi_typedarray_type type;
   uint8_t* buf;
   if (!get_args(env, info, 6, argv)) return NULL;
   packet_socket* s = get_socket(env, argv[0], 1);
-  if (s == NULL) return NULL;
-  if (napi_is_typedarray(env, argv[1], &is_typed) != napi_ok || !is_typed) {
-    throw_type(env, "buf must be a Uint8Array");
-    return NULL;
-  }
-  napi_get_typedarray_info(env, argv[1], &type, &buf_length, (void**)&buf, NULL, NULL);
-  if (type != napi_uint8_array) {
-    throw_type(env, "buf must be a Uint8Array");
-    return NULL;
-  }
+  if (s == NULL || !get_uint8_array(env, argv[1], "buf", &buf, &buf_length)) return NULL;
   if (!get_int32_array(env, argv[2], "offsets", &offsets, &offsets_length) ||
       !get_int32_array(env, argv[3], "lengths", &lengths, &lengths_length) ||
       !get_send_range(env, argv[4], argv[5], offsets_length, lengths_length, &first, &count)) {
@@ -767,24 +773,15 @@ static napi_value send_copy(napi_env env, napi_callback_info info) {
 
 static napi_value recv_copy(napi_env env, napi_callback_info info) {
   napi_value argv[3], result;
-  bool is_typed = false;
-  napi_typedarray_type type;
   size_t buf_length;
   uint8_t* buf;
   uint32_t offset;
   if (!get_args(env, info, 3, argv)) return NULL;
   packet_socket* s = get_socket(env, argv[0], 1);
-  if (s == NULL) return NULL;
-  if (napi_is_typedarray(env, argv[1], &is_typed) != napi_ok || !is_typed) {
-    throw_type(env, "buf must be a Uint8Array");
+  if (s == NULL || !get_uint8_array(env, argv[1], "buf", &buf, &buf_length) ||
+      !get_uint32(env, argv[2], "offset", &offset)) {
     return NULL;
   }
-  napi_get_typedarray_info(env, argv[1], &type, &buf_length, (void**)&buf, NULL, NULL);
-  if (type != napi_uint8_array) {
-    throw_type(env, "buf must be a Uint8Array");
-    return NULL;
-  }
-  if (!get_uint32(env, argv[2], "offset", &offset)) return NULL;
   if (offset >= buf_length) {
     throw_range(env, "offset must lie inside buf");
     return NULL;
