@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab, type LabHost } from '../../src/lab/netns-lab.js';
 import { patternBytes } from '../../src/lab/real-http-server.js';
-import { allUp, httpCount, LabDaemon, metricValue, requireRoot, sleep, startRealServer, stopProcess, type Status } from '../support/lab-daemon.js';
+import { allUp, httpCount, labConfig, LabDaemon, metricValue, requireRoot, sleep, startRealServer, stopProcess, type Status } from '../support/lab-daemon.js';
 
 const PREFIX = `dsrt-hc-${process.pid}-`;
 const INTERVAL_MS = 1000;
@@ -26,29 +26,21 @@ let configPath: string;
 const servers = new Map<string, ChildProcess>();
 
 function configText(opts: { whenAllDown?: string; fall?: number; probeService?: boolean } = {}): string {
-  return [
-    'interface: eth0',
-    'metrics: { listen: 127.0.0.1:9742 }',
-    'admin: { listen: 127.0.0.1:9743 }',
-    `stateFile: ${dir}/dsrlb.state.json`,
-    'services:',
-    '  - name: web',
-    `    vip: ${lab.vip}`,
-    '    port: 80',
-    '    protocol: tcp',
-    `    whenAllDown: ${opts.whenAllDown ?? 'failOpen'}`,
-    '    healthCheck:',
-    '      type: http',
-    '      path: /healthz',
-    `      interval: ${INTERVAL_MS}ms`,
-    `      timeout: ${TIMEOUT_MS}ms`,
-    `      rise: ${RISE}`,
-    `      fall: ${opts.fall ?? FALL}`,
-    '    reals:',
-    ...lab.reals.map((r) => `      - address: ${r.ipv4}`),
-    ...(opts.probeService ? probeService() : []),
-    '',
-  ].join('\n');
+  return labConfig(lab, {
+    top: [`stateFile: ${dir}/dsrlb.state.json`],
+    service: [
+      `    whenAllDown: ${opts.whenAllDown ?? 'failOpen'}`,
+      '    healthCheck:',
+      '      type: http',
+      '      path: /healthz',
+      `      interval: ${INTERVAL_MS}ms`,
+      `      timeout: ${TIMEOUT_MS}ms`,
+      `      rise: ${RISE}`,
+      `      fall: ${opts.fall ?? FALL}`,
+    ],
+    reals: lab.reals.map((r) => r.ipv4),
+    after: opts.probeService ? probeService() : [],
+  });
 }
 
 /** 200 reals (addresses 10.77.1.1-200, all on r1) probed over HTTP every second. */

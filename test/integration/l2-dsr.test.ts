@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
-import { allMacsKnown, httpCount as countVia, LabDaemon, metricValue, requireRoot, ROOT, sleep } from '../support/lab-daemon.js';
+import { allMacsKnown, httpCount as countVia, labConfig, LabDaemon, metricValue, requireRoot, ROOT, sleep } from '../support/lab-daemon.js';
 import { ETH_IPV4, ETH_IPV6, ethernet, hex, ipv4, ipv6, ipv6Options, tcp } from '../support/packet-builder.js';
 
 const PREFIX = `dsrt-l2-${process.pid}-`;
@@ -19,22 +19,7 @@ let dir: string;
 function configText(variant: string, reals: readonly string[]): string {
   const [ioRing, workers] = variant.split('x');
   const [io, ring] = ioRing!.split(':');
-  return [
-    'interface: eth0',
-    `io: ${io}`,
-    ...(ring ? [`ring: ${ring}`] : []),
-    `workers: ${workers ?? 1}`,
-    'metrics: { listen: 127.0.0.1:9742 }',
-    'admin: { listen: 127.0.0.1:9743 }',
-    'services:',
-    '  - name: web',
-    `    vip: ${lab.vip}`,
-    '    port: 80',
-    '    protocol: tcp',
-    '    reals:',
-    ...reals.map((a) => `      - address: ${a}`),
-    '',
-  ].join('\n');
+  return labConfig(lab, { reals, top: [`io: ${io}`, ...(ring ? [`ring: ${ring}`] : []), `workers: ${workers ?? 1}`] });
 }
 
 const httpCount = (n: number) => countVia(lab, n);

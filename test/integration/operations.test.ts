@@ -11,7 +11,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
 import { patternBytes } from '../../src/lab/real-http-server.js';
-import { httpCount, LabDaemon, metricValue, requireRoot, ROOT, sleep } from '../support/lab-daemon.js';
+import { httpCount, labConfig, LabDaemon, metricValue, requireRoot, ROOT, sleep } from '../support/lab-daemon.js';
 
 const run = promisify(execFile);
 const PREFIX = `dsrt-op-${process.pid}-`;
@@ -21,21 +21,7 @@ let configPath: string;
 let daemon: LabDaemon;
 
 function configText(reals: readonly string[], extra: string[] = []): string {
-  return [
-    'interface: eth0',
-    'metrics: { listen: 127.0.0.1:9742 }',
-    'admin: { listen: 127.0.0.1:9743 }',
-    `stateFile: ${dir}/dsrlb.state.json`,
-    ...extra,
-    'services:',
-    '  - name: web',
-    `    vip: ${lab.vip}`,
-    '    port: 80',
-    '    protocol: tcp',
-    '    reals:',
-    ...reals.map((a) => `      - address: ${a}`),
-    '',
-  ].join('\n');
+  return labConfig(lab, { reals, top: [`stateFile: ${dir}/dsrlb.state.json`, ...extra] });
 }
 
 const addresses = () => lab.reals.map((r) => r.ipv4);

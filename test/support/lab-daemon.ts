@@ -92,6 +92,30 @@ export class LabDaemon {
   }
 }
 
+/**
+ * A dsrlb config for a lab: interface eth0, metrics and admin on loopback (9742, 9743), `top`
+ * lines, then the TCP service `web` on the VIP, port 80: its `service` lines, then its reals;
+ * `after` lines (more services) at the end.
+ */
+export function labConfig(lab: Lab, o: { reals: readonly string[]; top?: readonly string[]; service?: readonly string[]; after?: readonly string[] }): string {
+  return [
+    'interface: eth0',
+    'metrics: { listen: 127.0.0.1:9742 }',
+    'admin: { listen: 127.0.0.1:9743 }',
+    ...(o.top ?? []),
+    'services:',
+    '  - name: web',
+    `    vip: ${lab.vip}`,
+    '    port: 80',
+    '    protocol: tcp',
+    ...(o.service ?? []),
+    '    reals:',
+    ...o.reals.map((a) => `      - address: ${a}`),
+    ...(o.after ?? []),
+    '',
+  ].join('\n');
+}
+
 export function allMacsKnown(s: Status): boolean {
   return s.services.every((svc) => svc.reals.every((r) => r.mac !== null));
 }

@@ -17,15 +17,10 @@ import {
 } from '../../src/decap/inner-packet.js';
 import { tunnelSocketSpecs } from '../../src/decap/tunnel-sockets.js';
 import { concat, ipv4, ipv6, patch, udp } from '../support/packet-builder.js';
+import { CLIENT4, CLIENT6, REAL4, REAL6, VIP4, VIP6 } from '../support/test-net.js';
 
 const LB4 = '192.0.2.5';
-const REAL4 = '10.0.1.11';
 const LB6 = '2001:db8:1::5';
-const REAL6 = '2001:db8:1::11';
-const CLIENT4 = '198.51.100.7';
-const CLIENT6 = '2001:db8:c::7';
-const VIP4 = '203.0.113.10';
-const VIP6 = '2001:db8:f::10';
 const vips = new VipSet([VIP4, VIP6]);
 
 const inner4 = (dst = VIP4): Uint8Array =>

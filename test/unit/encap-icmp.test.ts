@@ -25,17 +25,10 @@ import {
   tcp,
   udp,
 } from '../support/packet-builder.js';
+import { CLIENT4, CLIENT6, CLIENT_MAC, LB_MAC, VIP4, VIP6, toLb } from '../support/test-net.js';
 
-const CLIENT_MAC = '02:00:00:00:00:01';
-const LB_MAC = '02:00:00:00:00:fe';
-const CLIENT4 = '198.51.100.7';
-const VIP4 = '203.0.113.10';
 const ROUTER4 = '198.51.100.1';
-const CLIENT6 = '2001:db8:c::7';
-const VIP6 = '2001:db8:f::10';
 const ROUTER6 = '2001:db8:c::1';
-
-const toLb = (type: number, packet: Uint8Array, vlan?: number) => ethernet({ dst: LB_MAC, src: CLIENT_MAC, type, vlan }, packet);
 
 function parsed(frame: Uint8Array, headroom = 8): { buf: Uint8Array; pkt: ParsedPacket } {
   const buf = new Uint8Array(headroom + frame.length);

@@ -25,7 +25,6 @@ import {
   ETH_IPV6,
   TCP_FLAGS,
   concat,
-  ethernet,
   fromHex,
   hex,
   ipv4,
@@ -36,23 +35,11 @@ import {
   tcp,
   udp,
 } from '../support/packet-builder.js';
+import { CLIENT4, CLIENT6, CLIENT_MAC, LB_MAC, NEXT_HOP_MAC, REAL4, REAL6, SOURCE4, SOURCE6, VIP4, VIP6, toLb } from '../support/test-net.js';
 
-const CLIENT_MAC = '02:00:00:00:00:01';
-const LB_MAC = '02:00:00:00:00:fe';
-const NEXT_HOP_MAC = '02:00:00:00:00:11';
-const CLIENT4 = '198.51.100.7';
-const VIP4 = '203.0.113.10';
-const REAL4 = '10.0.1.11';
-const SOURCE4 = '192.0.2.5';
-const CLIENT6 = '2001:db8:c::7';
-const VIP6 = '2001:db8:f::10';
-const REAL6 = '2001:db8:1::11';
-const SOURCE6 = '2001:db8::5';
 const HEADROOM = 128;
 const LOCAL = mac(LB_MAC);
 const NEXT_HOP = mac(NEXT_HOP_MAC);
-
-const toLb = (type: number, packet: Uint8Array, vlan?: number) => ethernet({ dst: LB_MAC, src: CLIENT_MAC, type, vlan }, packet);
 const ack4 = (payloadBytes: number, df: boolean) =>
   ipv4(
     { src: CLIENT4, dst: VIP4, proto: 6, id: 0x3039, df, ttl: 63 },

@@ -14,16 +14,13 @@ import { buildEchoReply } from '../../src/encap/icmp-to-vip.js';
 import { buildTunnelTemplate, encapsulate } from '../../src/encap/ipip.js';
 import { buildFragNeeded, buildPacketTooBig, fragmentOuter, tooBigMtu } from '../../src/encap/too-big.js';
 import { ETH_IPV4, ETH_IPV6, TCP_FLAGS, ethernet, icmpEcho, icmpv6, ipv4, ipv6, mac, patternBytes, tcp, udp } from '../support/packet-builder.js';
+import { CLIENT4, CLIENT6, LB_MAC, NEXT_HOP_MAC, REAL4, REAL6, SOURCE4, SOURCE6, VIP4, VIP6 } from '../support/test-net.js';
 import { pcapFile } from '../support/pcap-writer.js';
 
-const LB = mac('02:00:00:00:00:fe');
-const NEXT_HOP = mac('02:00:00:00:00:11');
-const CLIENT4 = '198.51.100.7';
-const VIP4 = '203.0.113.10';
-const CLIENT6 = '2001:db8:c::7';
-const VIP6 = '2001:db8:f::10';
-const T4: [string, string] = ['192.0.2.5', '10.0.1.11'];
-const T6: [string, string] = ['2001:db8::5', '2001:db8:1::11'];
+const LB = mac(LB_MAC);
+const NEXT_HOP = mac(NEXT_HOP_MAC);
+const T4: [string, string] = [SOURCE4, REAL4];
+const T6: [string, string] = [SOURCE6, REAL6];
 const HEADROOM = 128;
 /** A port no dissector claims, so the payload stays plain data. */
 const PORT = 9;
