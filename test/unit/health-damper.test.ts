@@ -6,24 +6,10 @@ import type { HealthCheckConfig } from '../../src/config/types.js';
 import { HealthDamper } from '../../src/health/damper.js';
 import { HealthMonitor, type HealthFactRecord } from '../../src/health/health-monitor.js';
 import { OK, fail, type Clock, type ProbeOutcome, type ProbeTarget, type Prober } from '../../src/health/probe.js';
+import { healthCheck } from '../support/health-check.js';
 
 function check(over: Partial<HealthCheckConfig> = {}): HealthCheckConfig {
-  return {
-    type: 'tcp',
-    port: 80,
-    path: '/',
-    host: null,
-    expectStatus: [200],
-    expectBody: null,
-    payload: null,
-    expectPayload: null,
-    command: null,
-    intervalMs: 1000,
-    timeoutMs: 500,
-    rise: 2,
-    fall: 3,
-    ...over,
-  };
+  return healthCheck({ port: 80, intervalMs: 1000, timeoutMs: 500, ...over });
 }
 
 /** A clock whose time moves only when the test says so; due timers run in order. */

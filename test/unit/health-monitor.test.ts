@@ -9,24 +9,10 @@ import type { HealthCheckConfig } from '../../src/config/types.js';
 import { HealthMonitor, type HealthFactRecord, type HealthTarget } from '../../src/health/health-monitor.js';
 import { HttpProber } from '../../src/health/http-probe.js';
 import { OK, runProbe, timedOut, type ProbeOutcome, type ProbeResult, type Prober } from '../../src/health/probe.js';
+import { healthCheck } from '../support/health-check.js';
 
 function check(over: Partial<HealthCheckConfig> = {}): HealthCheckConfig {
-  return {
-    type: 'tcp',
-    port: 0,
-    path: '/',
-    host: null,
-    expectStatus: [200],
-    expectBody: null,
-    payload: null,
-    expectPayload: null,
-    command: null,
-    intervalMs: 200,
-    timeoutMs: 150,
-    rise: 2,
-    fall: 2,
-    ...over,
-  };
+  return healthCheck({ intervalMs: 200, timeoutMs: 150, fall: 2, ...over });
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));

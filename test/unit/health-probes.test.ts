@@ -17,28 +17,11 @@ import { IcmpProber } from '../../src/health/icmp-probe.js';
 import { runProbe, type ProbeResult, type ProbeTarget, type Prober } from '../../src/health/probe.js';
 import { TcpProber } from '../../src/health/tcp-probe.js';
 import { UdpProber } from '../../src/health/udp-probe.js';
+import { healthCheck } from '../support/health-check.js';
 
-function check(over: Partial<HealthCheckConfig> = {}): HealthCheckConfig {
-  return {
-    type: 'tcp',
-    port: 0,
-    path: '/',
-    host: null,
-    expectStatus: [200],
-    expectBody: null,
-    payload: null,
-    expectPayload: null,
-    command: null,
-    intervalMs: 2000,
-    timeoutMs: 1000,
-    rise: 2,
-    fall: 3,
-    ...over,
-  };
-}
 
 function target(port: number, over: Partial<HealthCheckConfig> = {}, address = '127.0.0.1'): ProbeTarget {
-  return { address, port, vip: '10.0.0.100', service: 'web', check: check({ port, ...over }) };
+  return { address, port, vip: '10.0.0.100', service: 'web', check: healthCheck({ port, ...over }) };
 }
 
 async function probe(prober: Prober, t: ProbeTarget, timeoutMs = 1000): Promise<ProbeResult> {
