@@ -1,6 +1,7 @@
 // dsrlb_native: a thin Node-API layer over one AF_PACKET socket with an RX ring mapped into
 // JavaScript (TPACKET_V3 blocks, or TPACKET_V2 frames handed over one by one), batched sendmmsg from
-// ring memory, and libuv readiness. Syscalls and lifetimes only; every packet decision is made in TypeScript (src/io/afpacket-io.ts).
+// ring memory, and libuv readiness. Syscalls and lifetimes only; every packet decision is made in
+// TypeScript (src/io/afpacket-io.ts).
 #include <errno.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
@@ -69,9 +70,8 @@ typedef struct packet_socket {
   int vnet_hdr;
   int closed;
   int unmapped;
-  // Holders of this struct: the JS handle, the ring ArrayBuffer, each open uv_poll_t.
+  // Holders of this struct: the JS handle, the ring ArrayBuffer, an open uv_poll_t.
   int refs;
-  int open_polls;
   uint8_t* ring;
   size_t ring_bytes;
   uint32_t block_size;
@@ -293,7 +293,7 @@ static void release_socket(packet_socket* s) {
 static void on_poll_closed(uv_handle_t* handle) {
   packet_socket* s = handle->data;
   free(handle);
-  if (--s->open_polls == 0 && s->cleanup_running && s->cleanup_handle != NULL) {
+  if (s->cleanup_running && s->cleanup_handle != NULL) {
     napi_async_cleanup_hook_handle cleanup = s->cleanup_handle;
     s->cleanup_handle = NULL;
     napi_remove_async_cleanup_hook(cleanup);
@@ -804,26 +804,8 @@ static napi_value recv_copy(napi_env env, napi_callback_info info) {
 
 // ---------------------------------------------------------------------------------------------
 // startPolling(handle, callback) / stopPolling(handle): callback(errno) runs on the loop thread
-// when the ring has frames for user space (errno 0), or after a socket error (errno > 0, e.g.
+// when the ring has a block for user space (errno 0), or after a socket error (errno > 0, e.g.
 // ENETDOWN; the error is cleared and polling goes on).
-
-static void call_back(packet_socket* s, int err) {
-  napi_env env = s->env;
-  napi_handle_scope scope;
-  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
-  napi_value callback, recv, argv[1], exception;
-  if (napi_get_reference_value(env, s->callback_ref, &callback) == napi_ok && callback != NULL) {
-    napi_get_global(env, &recv);  // napi_make_callback needs an object receiver
-    napi_create_int32(env, err, &argv[0]);
-    // napi_call_function, not napi_make_callback: the packet loop queues no microtasks and needs
-    // no async_hooks context, and skipping both is a measurable part of a wake-up's cost.
-    if (napi_call_function(env, recv, callback, 1, argv, NULL) == napi_pending_exception &&
-        napi_get_and_clear_last_exception(env, &exception) == napi_ok) {
-      napi_fatal_exception(env, exception);
-    }
-  }
-  napi_close_handle_scope(env, scope);
-}
 
 static void on_poll(uv_poll_t* handle, int status, int events) {
   packet_socket* s = handle->data;
@@ -835,22 +817,19 @@ static void on_poll(uv_poll_t* handle, int status, int events) {
     if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err == 0) err = -status;
     uv_poll_start(handle, UV_READABLE, on_poll);
   }
-  call_back(s, err);
-}
-
-static int start_handle(packet_socket* s, uv_loop_t* loop, int fd, uv_poll_cb cb, uv_poll_t** out) {
-  uv_poll_t* poll = malloc(sizeof *poll);
-  if (poll == NULL) return -ENOMEM;
-  int r = uv_poll_init(loop, poll, fd);
-  if (r < 0) {
-    free(poll);
-    return r;
+  napi_env env = s->env;
+  napi_handle_scope scope;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
+  napi_value callback, recv, argv[1], exception;
+  if (napi_get_reference_value(env, s->callback_ref, &callback) == napi_ok && callback != NULL) {
+    napi_get_global(env, &recv);  // napi_make_callback needs an object receiver
+    napi_create_int32(env, err, &argv[0]);
+    if (napi_make_callback(env, s->async_context, recv, callback, 1, argv, NULL) == napi_pending_exception &&
+        napi_get_and_clear_last_exception(env, &exception) == napi_ok) {
+      napi_fatal_exception(env, exception);
+    }
   }
-  poll->data = s;
-  s->refs++;  // released in on_poll_closed
-  s->open_polls++;
-  *out = poll;
-  return uv_poll_start(poll, UV_READABLE, cb);
+  napi_close_handle_scope(env, scope);
 }
 
 static napi_value start_polling(napi_env env, napi_callback_info info) {
@@ -869,10 +848,24 @@ static napi_value start_polling(napi_env env, napi_callback_info info) {
     napi_throw_error(env, "ERR_NO_LOOP", "no libuv loop for this environment");
     return NULL;
   }
+  uv_poll_t* poll = malloc(sizeof *poll);
+  if (poll == NULL) {
+    dsrlb_throw_errno(env, "malloc", ENOMEM, s->ifname);
+    return NULL;
+  }
+  int r = uv_poll_init(loop, poll, s->fd);
+  if (r < 0) {
+    free(poll);
+    dsrlb_throw_errno(env, "uv_poll_init", -r, s->ifname);
+    return NULL;
+  }
+  poll->data = s;
+  s->refs++;  // released in on_poll_closed
+  s->poll = poll;
   napi_create_reference(env, argv[1], 1, &s->callback_ref);
   napi_create_string_utf8(env, "dsrlb:packet-ring", NAPI_AUTO_LENGTH, &name);
   napi_async_init(env, argv[0], name, &s->async_context);
-  int r = start_handle(s, loop, s->fd, on_poll, &s->poll);
+  r = uv_poll_start(poll, UV_READABLE, on_poll);
   if (r < 0) {
     stop_polling(s, 0);
     dsrlb_throw_errno(env, "uv_poll_start", -r, s->ifname);
