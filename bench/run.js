@@ -22,6 +22,7 @@ import {
   sleep,
   startDsrlb,
   startHaproxy,
+  startRingForwarder,
   stopProcess,
 } from './lib/bench-lab.js';
 import { differentialUs, machineBusy, takeSample } from './lib/cpu-accounting.js';
@@ -30,7 +31,7 @@ import { buildTrafgen, latencyRun, packetRun } from './lib/packet-runs.js';
 import { formatNumber, formatTable, renderSvg, writeJson } from './lib/report.js';
 
 const USAGE = `usage: npm run bench -- [--quick] [--only pps,download,micro] [--flows 1,10000]
-       [--duration S] [--cpu-rate PPS] [--download-mib N] [--no-pcap] [--retries N] [--out DIR]`;
+       [--duration S] [--cpu-rate PPS] [--download-mib N] [--no-pcap] [--no-cref] [--retries N] [--out DIR]`;
 
 const { values: argv } = parseArgs({
   options: {
@@ -41,6 +42,7 @@ const { values: argv } = parseArgs({
     'cpu-rate': { type: 'string' },
     'download-mib': { type: 'string' },
     'no-pcap': { type: 'boolean', default: false },
+    'no-cref': { type: 'boolean', default: false },
     retries: { type: 'string' },
     out: { type: 'string' },
     help: { type: 'boolean', default: false },
@@ -65,6 +67,8 @@ const opts = {
   cpuPairs: quick ? 1 : 3,
   downloadObjects: Math.max(1, Math.round(Number(argv['download-mib'] ?? (quick ? 100 : 1000)) / 10)),
   pcap: !argv['no-pcap'],
+  // The C reference forwarder (bench/trafgen/ringfwd.c): AF_PACKET ring + sendmmsg, no JavaScript.
+  cref: !argv['no-cref'],
   // A run during which other people's processes used more than this many cores is repeated.
   retries: Number(argv.retries ?? (quick ? 1 : 2)),
   contendedCores: 0.05,
@@ -214,6 +218,7 @@ async function ppsSuite(bl, bins, dir) {
 
   const kinds = [
     { name: 'kernel forwarding', kind: 'kernel' },
+    ...(opts.cref ? [{ name: 'C ring forwarder (reference)', kind: 'cref' }] : []),
     { name: 'dsrlb afpacket v3', kind: 'dsrlb', io: 'afpacket', ring: 'v3' },
     { name: 'dsrlb afpacket v2', kind: 'dsrlb', io: 'afpacket', ring: 'v2' },
     ...(opts.pcap ? [{ name: 'dsrlb io pcap', kind: 'dsrlb', io: 'pcap' }] : []),
@@ -224,6 +229,15 @@ async function ppsSuite(bl, bins, dir) {
     let daemon = null;
     if (k.kind === 'kernel') {
       teardown = await enableKernelForwarding(bl);
+    } else if (k.kind === 'cref') {
+      const fwd = await startRingForwarder(bl, bins);
+      pids = [fwd.pid];
+      teardown = async () => {
+        const r = await fwd.stop();
+        if (r.code !== 0) log(`  ringfwd exited ${r.code ?? r.signal}`);
+        log(`  ringfwd: ${JSON.stringify(r.result)}`);
+        for (const c of out.cases) if (c.kind === 'cref') c.forwarderCounts = r.result;
+      };
     } else {
       daemon = await startDsrlb(bl, dir, k.io, k.ring ?? null);
       pids = [daemon.pid];
@@ -322,6 +336,11 @@ async function ppsSuite(bl, bins, dir) {
     c.ratioToKernelAtCpuRate = kernel ? kernel.lbUsPerPacketAtCpuRate / c.lbUsPerPacketAtCpuRate : null;
     c.ratioToKernelAtMaxRate = kernel && kernel.lbUsPerPacketAtMaxRate && c.lbUsPerPacketAtMaxRate ? kernel.lbUsPerPacketAtMaxRate / c.lbUsPerPacketAtMaxRate : null;
     c.tasksRatioToKernelAtCpuRate = kernel ? kernel.lbTasksUsPerPacketAtCpuRate / c.lbTasksUsPerPacketAtCpuRate : null;
+    // The same against the C reference forwarder (same flows): what dsrlb's JavaScript costs.
+    const cref = out.cases.find((x) => x.kind === 'cref' && x.flows === c.flows);
+    c.ratioToCrefAtCpuRate = cref ? cref.lbUsPerPacketAtCpuRate / c.lbUsPerPacketAtCpuRate : null;
+    c.ratioToCrefAtMaxRate = cref && cref.lbUsPerPacketAtMaxRate && c.lbUsPerPacketAtMaxRate ? cref.lbUsPerPacketAtMaxRate / c.lbUsPerPacketAtMaxRate : null;
+    c.tasksRatioToCrefAtCpuRate = cref ? cref.lbTasksUsPerPacketAtCpuRate / c.lbTasksUsPerPacketAtCpuRate : null;
   }
   out.baselines = [...baselines.values()];
   return out;
@@ -352,7 +371,7 @@ function rssOf(pid) {
   }
 }
 
-async function downloadSuite(bl, dir) {
+async function downloadSuite(bl, bins, dir) {
   const { lab, sink } = bl;
   await lab.startHttpServers();
   const objects = opts.downloadObjects;
@@ -390,6 +409,20 @@ async function downloadSuite(bl, dir) {
     const dsrlb = await viaDsrlb('v3');
     const dsrlbV2 = await viaDsrlb('v2');
 
+    // The C reference forwarder on the same ring (v3 geometry): what the ring alone costs a download.
+    let cref = null;
+    if (opts.cref) {
+      const f = await startRingForwarder(bl, bins);
+      try {
+        await downloadRun(bl, { host: lab.vip, objects: 1 });
+        cref = await fetch(lab.vip, [f.pid]);
+      } finally {
+        const end = await f.stop();
+        if (cref) cref.forwarderCounts = end.result;
+      }
+      log(`  C ring forwarder: ${cref.megabytesPerSecond.toFixed(0)} MB/s, ${cref.busySecondsPerGB.toFixed(3)} busy s/GB, process ${cref.processSecondsPerGB.toFixed(3)} s/GB, ${cref.forwarderCounts?.forwarded} packets through the LB`);
+    }
+
     if (!quick) {
       directRuns.push(await fetch(sink.ipv4, []));
       log(`  direct again: ${directRuns[1].busySecondsPerGB.toFixed(3)} busy s/GB`);
@@ -405,14 +438,17 @@ async function downloadSuite(bl, dir) {
       haproxy,
       dsrlb,
       dsrlbV2,
-      lbSecondsPerGB: { haproxy: lbPerGB(haproxy), dsrlb: lbPerGB(dsrlb), dsrlbV2: lbPerGB(dsrlbV2) },
-      lbTasksSecondsPerGB: { haproxy: lbTasksPerGB(haproxy), dsrlb: lbTasksPerGB(dsrlb), dsrlbV2: lbTasksPerGB(dsrlbV2) },
+      cref,
+      lbSecondsPerGB: { haproxy: lbPerGB(haproxy), dsrlb: lbPerGB(dsrlb), dsrlbV2: lbPerGB(dsrlbV2), cref: cref ? lbPerGB(cref) : null },
+      lbTasksSecondsPerGB: { haproxy: lbTasksPerGB(haproxy), dsrlb: lbTasksPerGB(dsrlb), dsrlbV2: lbTasksPerGB(dsrlbV2), cref: cref ? lbTasksPerGB(cref) : null },
       tasksRatio: lbTasksPerGB(dsrlb) / lbTasksPerGB(haproxy),
-      processSecondsPerGB: { haproxy: haproxy.processSecondsPerGB, dsrlb: dsrlb.processSecondsPerGB, dsrlbV2: dsrlbV2.processSecondsPerGB },
+      processSecondsPerGB: { haproxy: haproxy.processSecondsPerGB, dsrlb: dsrlb.processSecondsPerGB, dsrlbV2: dsrlbV2.processSecondsPerGB, cref: cref?.processSecondsPerGB ?? null },
       ratio: lbPerGB(dsrlb) / lbPerGB(haproxy),
       ratioV2: lbPerGB(dsrlbV2) / lbPerGB(haproxy),
       processRatio: dsrlb.processSecondsPerGB / haproxy.processSecondsPerGB,
       processRatioV2: dsrlbV2.processSecondsPerGB / haproxy.processSecondsPerGB,
+      ratioCref: cref ? lbPerGB(cref) / lbPerGB(haproxy) : null,
+      processRatioCref: cref ? cref.processSecondsPerGB / haproxy.processSecondsPerGB : null,
     });
   }
   // Back to the defaults.
@@ -465,7 +501,7 @@ function printReport(results) {
     const p = results.pps;
     lines.push('', `Packet rates: 60-byte UDP frames, client -> bridge -> LB -> bridge -> sink, veth offloads at defaults (${p.offloads})`);
     lines.push(`LB CPU/pkt = busy CPU of both cores per delivered packet, minus the same for generator and sink alone at the same paced rate: at ${formatNumber(opts.cpuRatePps)} pps the median of ${opts.cpuPairs} back-to-back pairs; @max: at each case's highest rate under 1% loss`);
-    lines.push('(tasks) = the same difference from the exact run time of generator, sink, LB threads and ksoftirqd; kernel/x = kernel forwarding LB us/pkt / this case\'s; process = the LB process\'s threads alone');
+    lines.push('(tasks) = the same difference from the exact run time of generator, sink, LB threads and ksoftirqd; kernel/x = kernel forwarding LB us/pkt / this case\'s; C/x = the same for the C ring forwarder (reference); process = the LB process\'s threads alone');
     const rows = p.cases.map((c) => [
       c.name,
       c.flows,
@@ -478,11 +514,12 @@ function printReport(results) {
       c.lbTasksUsPerPacketAtCpuRate,
       c.lbUsPerPacketAtMaxRate,
       c.ratioToKernelAtCpuRate,
+      c.ratioToCrefAtCpuRate ?? null,
       c.atCpuRate.cpu.processUsPerPacket || null,
     ]);
     lines.push(
       formatTable(
-        ['case', 'flows', 'offered pps', 'delivered pps', 'max <1% loss', 'lossy at', `loss% @${formatNumber(opts.cpuRatePps)}`, `LB us/pkt @${formatNumber(opts.cpuRatePps)}`, '(tasks)', 'LB us/pkt @max', 'kernel/x', 'process us/pkt'],
+        ['case', 'flows', 'offered pps', 'delivered pps', 'max <1% loss', 'lossy at', `loss% @${formatNumber(opts.cpuRatePps)}`, `LB us/pkt @${formatNumber(opts.cpuRatePps)}`, '(tasks)', 'LB us/pkt @max', 'kernel/x', 'C/x', 'process us/pkt'],
         rows,
       ),
     );
@@ -500,8 +537,9 @@ function printReport(results) {
     lines.push('', `Download: ${d.objects} x 10 MiB over one keep-alive connection; LB CPU = busy CPU of both cores minus the direct download's, per 10^9 bytes`);
     const rows = [];
     for (const s of d.settings) {
-      const label = { haproxy: 'HAProxy TCP mode', dsrlb: 'dsrlb L2 DSR ring v3', dsrlbV2: 'dsrlb L2 DSR ring v2' };
-      for (const name of ['haproxy', 'dsrlb', 'dsrlbV2']) {
+      const label = { haproxy: 'HAProxy TCP mode', cref: 'C ring forwarder (ref)', dsrlb: 'dsrlb L2 DSR ring v3', dsrlbV2: 'dsrlb L2 DSR ring v2' };
+      const ratio = { cref: [s.ratioCref, s.processRatioCref], dsrlb: [s.ratio, s.processRatio], dsrlbV2: [s.ratioV2, s.processRatioV2] };
+      for (const name of ['haproxy', 'cref', 'dsrlb', 'dsrlbV2']) {
         const r = s[name];
         if (!r) continue;
         rows.push([
@@ -512,13 +550,13 @@ function printReport(results) {
           s.lbSecondsPerGB[name],
           s.lbTasksSecondsPerGB[name],
           r.processSecondsPerGB,
-          name === 'dsrlb' ? s.ratio : name === 'dsrlbV2' ? s.ratioV2 : null,
-          name === 'dsrlb' ? s.processRatio : name === 'dsrlbV2' ? s.processRatioV2 : null,
+          ratio[name]?.[0] ?? null,
+          ratio[name]?.[1] ?? null,
         ]);
       }
       rows.push(['direct (no LB)', s.offloads, s.direct[0].megabytesPerSecond, s.direct.reduce((a, r) => a + r.busySecondsPerGB, 0) / s.direct.length, null, null, null, null, null]);
     }
-    lines.push(formatTable(['path', 'offloads', 'MB/s', 'busy s/GB', 'LB s/GB', '(tasks)', 'process s/GB', 'dsrlb/HAProxy', '(process)'], rows));
+    lines.push(formatTable(['path', 'offloads', 'MB/s', 'busy s/GB', 'LB s/GB', '(tasks)', 'process s/GB', 'x/HAProxy', '(process)'], rows));
   }
   if (results.micro) {
     const mi = results.micro;
@@ -539,7 +577,7 @@ function chart(results) {
   const charts = [];
   if (results.pps) {
     const cases = results.pps.cases;
-    const label = (c) => `${c.name.replace('dsrlb io ', 'dsrlb ')}\n${formatNumber(c.flows)} flow${c.flows === 1 ? '' : 's'}`;
+    const label = (c) => `${c.name.replace('dsrlb io ', 'dsrlb ').replace('C ring forwarder (reference)', 'C ring fwd (ref)')}\n${formatNumber(c.flows)} flow${c.flows === 1 ? '' : 's'}`;
     charts.push({
       title: 'Packet rate (60-byte UDP frames)',
       unit: 'packets/s',
@@ -557,8 +595,8 @@ function chart(results) {
     charts.push({
       title: 'Download: LB CPU per GB delivered',
       unit: 'CPU seconds / GB',
-      series: ['HAProxy TCP mode', 'dsrlb L2 DSR ring v3', 'dsrlb L2 DSR ring v2'],
-      groups: results.download.settings.map((s) => ({ label: `offloads ${s.offloads}`, values: [s.lbSecondsPerGB.haproxy, s.lbSecondsPerGB.dsrlb, s.lbSecondsPerGB.dsrlbV2 ?? null] })),
+      series: ['HAProxy TCP mode', 'C ring forwarder (ref)', 'dsrlb L2 DSR ring v3', 'dsrlb L2 DSR ring v2'],
+      groups: results.download.settings.map((s) => ({ label: `offloads ${s.offloads}`, values: [s.lbSecondsPerGB.haproxy, s.lbSecondsPerGB.cref ?? null, s.lbSecondsPerGB.dsrlb, s.lbSecondsPerGB.dsrlbV2 ?? null] })),
     });
   }
   return renderSvg(`dsrlb benchmark (${results.mode}), ${results.startedAt}`, charts);
@@ -577,7 +615,7 @@ async function main() {
       const bl = await createBenchLab(PREFIX);
       const dir = scratchDir(PREFIX);
       if (opts.suites.has('pps')) results.pps = await ppsSuite(bl, bins, dir);
-      if (opts.suites.has('download')) results.download = await downloadSuite(bl, dir);
+      if (opts.suites.has('download')) results.download = await downloadSuite(bl, bins, dir);
     }
   } finally {
     await runCleanups();

@@ -1,6 +1,7 @@
 // The benchmark's namespaces and the processes run in them: dsrlb's lab (client, LB, one real on a
 // bridge) reused as is, plus kernel forwarding on the LB for the baseline, veth offload switches,
-// dsrlb and HAProxy start/stop, and a cleanup that runs on exit, SIGINT and SIGTERM.
+// dsrlb, the C reference forwarder and HAProxy start/stop, and a cleanup that runs on exit, SIGINT
+// and SIGTERM.
 //
 // One topology serves every case, so every forwarder crosses the same veth and bridge hops:
 // client eth0 -> bridge -> LB eth0 -> (forwarder) -> LB eth0 -> bridge -> sink eth0.
@@ -198,6 +199,51 @@ export async function startDsrlb(bl, dir, io, ring = null, nodeArgs = []) {
   }
   await stopProcess(p);
   throw new Error(`dsrlb (${io}) did not become ready:\n${p.lines.join('\n')}`);
+}
+
+/** The reference forwarder's nftables table (dsrlb's daemon uses `inet dsrlb`). */
+const REF_NFT_TABLE = 'dsrlb_bench_ref';
+
+/**
+ * Starts the C reference forwarder (bench/trafgen/ringfwd.c: TPACKET_V3 ring + sendmmsg, one core)
+ * in the LB namespace, with the host set up as dsrlb's daemon sets it up (src/control/host-setup.ts):
+ * the VIP on lo, so the LB's kernel answers ARP for it, and the kernel's own copy of every frame to
+ * the VIP dropped in nftables at raw prerouting. ip_forward stays as the lab set it (0). Resolves
+ * once it is ready; stop() ends it (SIGTERM: it finishes its block and prints its counts, returned
+ * as `result`) and removes the table and the VIP again. Undone at cleanup too if never stopped.
+ */
+export async function startRingForwarder(bl, bins) {
+  const { lab, must, sink } = bl;
+  let p = null;
+  let stopped = null;
+  const stop = () => {
+    stopped ??= (async () => {
+      const exit = p ? await stopProcess(p) : null;
+      await lab.exec(lab.lb, ['nft', 'delete', 'table', 'inet', REF_NFT_TABLE]);
+      await lab.exec(lab.lb, ['ip', 'addr', 'del', `${lab.vip}/32`, 'dev', 'lo']);
+      const last = p ? [...p.lines].reverse().find((l) => l.startsWith('{"forwarded"')) : undefined;
+      return { ...exit, result: last ? JSON.parse(last) : null };
+    })();
+    return stopped;
+  };
+  // Registered first: a failure half-way through set-up is undone as well.
+  onCleanup(stop);
+  const t = REF_NFT_TABLE;
+  await must(lab.lb, [
+    'nft',
+    `add table inet ${t}; add chain inet ${t} prerouting { type filter hook prerouting priority raw; policy accept; }; add rule inet ${t} prerouting ip daddr ${lab.vip} drop`,
+  ]);
+  await must(lab.lb, ['ip', 'addr', 'add', `${lab.vip}/32`, 'dev', 'lo']);
+  p = spawnIn(lab, lab.lb, [bins.ringfwd, '--ifname', 'eth0', '--dst-mac', sink.mac, '--vip', lab.vip, '--duration', '3600']);
+  const deadline = Date.now() + 5000;
+  while (!p.lines.some((l) => l.includes('"ready":true'))) {
+    if (p.child.exitCode !== null || Date.now() > deadline) {
+      await stop();
+      throw new Error(`ringfwd not ready (exit ${p.child.exitCode}):\n${p.lines.join('\n')}`);
+    }
+    await sleep(10);
+  }
+  return { pid: p.pid, child: p.child, lines: p.lines, exited: p.exited, stop };
 }
 
 /** The daemon's counters from its metrics endpoint (inside the LB namespace). */

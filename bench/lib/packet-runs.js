@@ -15,10 +15,12 @@ export async function buildTrafgen(outDir) {
   const gen = join(bin, 'udpgen');
   const sink = join(bin, 'udpsink');
   const ping = join(bin, 'udpping');
+  const ringfwd = join(bin, 'ringfwd');
   await runHere(['cc', '-O2', '-Wall', '-Wextra', '-o', gen, join(ROOT, 'bench', 'trafgen', 'udpgen.c')]);
   await runHere(['cc', '-O2', '-Wall', '-Wextra', '-o', sink, join(ROOT, 'bench', 'trafgen', 'udpsink.c')]);
   await runHere(['cc', '-O2', '-Wall', '-Wextra', '-o', ping, join(ROOT, 'bench', 'trafgen', 'udpping.c')]);
-  return { gen, sink, ping };
+  await runHere(['cc', '-O2', '-Wall', '-Wextra', '-o', ringfwd, join(ROOT, 'bench', 'trafgen', 'ringfwd.c')]);
+  return { gen, sink, ping, ringfwd };
 }
 
 /** Each run's frames carry their own magic, so a late frame of an earlier run is never counted. */
