@@ -64,7 +64,7 @@ const opts = {
   searchSteps: quick ? 2 : 5,
   // CPU at the common rate: this many (forwarder run, baseline run) pairs, back to back; the
   // median difference is reported, so one disturbed run does not decide the figure.
-  cpuPairs: quick ? 1 : 3,
+  cpuPairs: quick ? 1 : 5,
   downloadObjects: Math.max(1, Math.round(Number(argv['download-mib'] ?? (quick ? 100 : 1000)) / 10)),
   pcap: !argv['no-pcap'],
   // The C reference forwarder (bench/trafgen/ringfwd.c): AF_PACKET ring + sendmmsg, no JavaScript.
