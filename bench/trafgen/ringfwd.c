@@ -23,10 +23,11 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "trafgen.h"
 
 // TPACKET_V3 frames are variable-sized; the kernel still validates a nominal frame size (as dsrlb).
 #define NOMINAL_FRAME_BYTES 2048u
@@ -36,12 +37,6 @@
 #define VNET_HDR_LEN ((uint32_t)sizeof(struct virtio_net_hdr))
 #define ETH_HDR_LEN 14
 #define IPV4_MIN_HDR_LEN 20
-
-static volatile sig_atomic_t stop_requested = 0;
-static void on_signal(int sig) {
-  (void)sig;
-  stop_requested = 1;
-}
 
 static const char *ifname = NULL;
 
@@ -57,17 +52,6 @@ static void usage(void) {
 static void die(const char *call) {
   fprintf(stderr, "ringfwd: %s on %s: %s\n", call, ifname, strerror(errno));
   exit(2);
-}
-
-static int parse_mac(const char *s, uint8_t *out) {
-  unsigned v[6];
-  char extra;
-  if (sscanf(s, "%x:%x:%x:%x:%x:%x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &extra) != 6) return -1;
-  for (int i = 0; i < 6; i++) {
-    if (v[i] > 255) return -1;
-    out[i] = (uint8_t)v[i];
-  }
-  return 0;
 }
 
 static struct mmsghdr msgs[SEND_CHUNK];
@@ -95,12 +79,6 @@ static void send_frames(int tx_fd, unsigned n) {
     send_errors++; // a hard error on this frame: skip it, send the rest
     done++;
   }
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 int main(int argc, char **argv) {
@@ -280,10 +258,7 @@ int main(int argc, char **argv) {
     blocks++;
   }
 
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  double cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-                 ru.ru_stime.tv_usec / 1e6;
+  double cpu_s = cpu_seconds();
   printf("{\"forwarded\":%llu,\"ignored\":%llu,\"gsoDropped\":%llu,\"csumDropped\":%llu,\"sendErrors\":%llu,"
          "\"lastSendErrno\":%d,\"blocks\":%llu,\"polls\":%llu,\"cpuS\":%.4f}\n",
          (unsigned long long)forwarded, (unsigned long long)ignored, (unsigned long long)gso_dropped,

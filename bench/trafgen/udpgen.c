@@ -19,20 +19,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "trafgen.h"
+
 #define MAX_BATCH 256
 #define PORTS_PER_SOURCE 50000
 #define FIRST_SOURCE_PORT 10000
-
-static volatile sig_atomic_t stop_requested = 0;
-static void on_signal(int sig) {
-  (void)sig;
-  stop_requested = 1;
-}
 
 static void usage(void) {
   fprintf(stderr,
@@ -41,22 +36,6 @@ static void usage(void) {
           "              [--frame-bytes 60] [--batch 64] [--tick-us 500] [--magic N] [--cpu N]\n"
           "              [--vnet-hdr-len N (send with PACKET_VNET_HDR, hdr_len N; -1 = no header)]\n");
   exit(2);
-}
-
-static int parse_mac(const char *s, uint8_t *out) {
-  unsigned v[6];
-  if (sscanf(s, "%x:%x:%x:%x:%x:%x", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6) return -1;
-  for (int i = 0; i < 6; i++) {
-    if (v[i] > 255) return -1;
-    out[i] = (uint8_t)v[i];
-  }
-  return 0;
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 // One's-complement sum of 16-bit big-endian words (RFC 1071), not yet folded.
@@ -275,10 +254,7 @@ int main(int argc, char **argv) {
     if (n <= 0 && rate <= 0) sched_yield();
   }
   double elapsed = (double)(now_ns() - start) / 1e9;
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  double cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-                 ru.ru_stime.tv_usec / 1e6;
+  double cpu_s = cpu_seconds();
   printf("{\"sent\":%llu,\"sendErrors\":%llu,\"lastErrno\":%d,\"skipped\":%llu,\"sleeps\":%llu,"
          "\"durationS\":%.6f,\"targetPps\":%.0f,\"sentPps\":%.1f,\"flows\":%ld,\"frameBytes\":%ld,\"cpuS\":%.4f}\n",
          (unsigned long long)sent, (unsigned long long)errors, last_errno, (unsigned long long)skipped,

@@ -12,15 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "trafgen.h"
+
 static void usage(void) {
   fprintf(stderr, "usage: udpping --dst ADDR --port N [--count N] [--interval-us US]\n");
   exit(2);
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static int cmp_u64(const void *a, const void *b) {

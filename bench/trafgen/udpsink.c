@@ -15,31 +15,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "trafgen.h"
+
 #define BATCH 256
 #define SNAP_BYTES 64
-
-static volatile sig_atomic_t stop_requested = 0;
-static void on_signal(int sig) {
-  (void)sig;
-  stop_requested = 1;
-}
 
 static void usage(void) {
   fprintf(stderr,
           "usage: udpsink --bind ADDR --port N [--duration S] [--idle-stop-ms MS] [--poll-us US]\n"
           "               [--magic N] [--rcvbuf BYTES] [--cpu N] [--echo]\n");
   exit(2);
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 // Udp counters of this network namespace (/proc/net/snmp): [0] InErrors, [1] RcvbufErrors.
@@ -186,10 +175,7 @@ int main(int argc, char **argv) {
     }
   }
   udp_errors(err1);
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  double cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-                 ru.ru_stime.tv_usec / 1e6;
+  double cpu_s = cpu_seconds();
   double span = first != 0 && last > first ? (double)(last - first) / 1e9 : 0;
   printf("{\"received\":%llu,\"foreign\":%llu,\"polls\":%llu,\"firstS\":%.6f,\"spanS\":%.6f,"
          "\"udpInErrors\":%llu,\"udpRcvbufErrors\":%llu,\"cpuS\":%.4f}\n",
