@@ -212,7 +212,7 @@ const REF_NFT_TABLE = 'dsrlb_bench_ref';
  * once it is ready; stop() ends it (SIGTERM: it finishes its block and prints its counts, returned
  * as `result`) and removes the table and the VIP again. Undone at cleanup too if never stopped.
  */
-export async function startRingForwarder(bl, bins) {
+export async function startRingForwarder(bl, bins, extraArgs = []) {
   const { lab, must, sink } = bl;
   let p = null;
   let stopped = null;
@@ -234,7 +234,7 @@ export async function startRingForwarder(bl, bins) {
     `add table inet ${t}; add chain inet ${t} prerouting { type filter hook prerouting priority raw; policy accept; }; add rule inet ${t} prerouting ip daddr ${lab.vip} drop`,
   ]);
   await must(lab.lb, ['ip', 'addr', 'add', `${lab.vip}/32`, 'dev', 'lo']);
-  p = spawnIn(lab, lab.lb, [bins.ringfwd, '--ifname', 'eth0', '--dst-mac', sink.mac, '--vip', lab.vip, '--duration', '3600']);
+  p = spawnIn(lab, lab.lb, [bins.ringfwd, '--ifname', 'eth0', '--dst-mac', sink.mac, '--vip', lab.vip, '--duration', '3600', ...extraArgs]);
   const deadline = Date.now() + 5000;
   while (!p.lines.some((l) => l.includes('"ready":true'))) {
     if (p.child.exitCode !== null || Date.now() > deadline) {

@@ -44,7 +44,8 @@ static void usage(void) {
   fprintf(stderr,
           "usage: ringfwd --ifname IF --dst-mac MAC --vip A.B.C.D [--duration S]\n"
           "               [--block-size BYTES (131072)] [--block-count N (128)] [--retire-ms MS (1)]\n"
-          "               [--no-vnet-hdr (then frames with partial checksums are dropped)]\n");
+          "               [--no-vnet-hdr (then frames with partial checksums are dropped)]\n"
+          "               [--tx-ring (send through a PACKET_TX_RING instead of sendmmsg)]\n");
   exit(2);
 }
 
@@ -81,13 +82,63 @@ static void send_frames(int tx_fd, unsigned n) {
   }
 }
 
+// --tx-ring: a TPACKET_V2 TX ring on the TX socket. Frames are copied into free slots
+// (TP_STATUS_AVAILABLE), marked TP_STATUS_SEND_REQUEST, and one send() per block hands them all
+// over; the kernel sets a slot available again once its skb is freed. A full ring drops (counted
+// in sendErrors), as a refused sendmmsg does.
+#define TX_SLOT_BYTES 2048u
+#define TX_SLOTS 4096u
+static uint8_t *tx_ring = NULL;
+static uint32_t tx_next = 0, tx_pending = 0, tx_data_at = 0;
+
+static void tx_ring_setup(int tx_fd) {
+  int v2 = TPACKET_V2;
+  if (setsockopt(tx_fd, SOL_PACKET, PACKET_VERSION, &v2, sizeof v2) < 0) die("setsockopt(PACKET_VERSION) for tx");
+  struct tpacket_req req = {.tp_block_size = TX_SLOT_BYTES * 32, .tp_block_nr = TX_SLOTS / 32,
+                            .tp_frame_size = TX_SLOT_BYTES, .tp_frame_nr = TX_SLOTS};
+  if (setsockopt(tx_fd, SOL_PACKET, PACKET_TX_RING, &req, sizeof req) < 0) die("setsockopt(PACKET_TX_RING)");
+  tx_ring = mmap(NULL, (size_t)TX_SLOT_BYTES * TX_SLOTS, PROT_READ | PROT_WRITE, MAP_SHARED, tx_fd, 0);
+  if (tx_ring == MAP_FAILED) die("mmap(PACKET_TX_RING)");
+  // Without PACKET_TX_HAS_OFF the kernel reads a slot's data right after its tpacket2_hdr (and
+  // the vnet header first, when the socket has one).
+  tx_data_at = TPACKET_ALIGN(sizeof(struct tpacket2_hdr));
+}
+
+static void tx_ring_put(const uint8_t *data, uint32_t len) {
+  struct tpacket2_hdr *h = (struct tpacket2_hdr *)(tx_ring + (size_t)tx_next * TX_SLOT_BYTES);
+  if (__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) != TP_STATUS_AVAILABLE || tx_data_at + len > TX_SLOT_BYTES) {
+    send_errors++;
+    return;
+  }
+  memcpy((uint8_t *)h + tx_data_at, data, len);
+  h->tp_len = len;
+  __atomic_store_n(&h->tp_status, TP_STATUS_SEND_REQUEST, __ATOMIC_RELEASE);
+  tx_next = tx_next + 1 == TX_SLOTS ? 0 : tx_next + 1;
+  tx_pending++;
+}
+
+static void tx_ring_flush(int tx_fd) {
+  if (tx_pending == 0) return;
+  if (send(tx_fd, NULL, 0, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != ENOBUFS) {
+    last_send_errno = errno;
+    send_errors += tx_pending;
+  } else {
+    forwarded += tx_pending;
+  }
+  tx_pending = 0;
+}
+
 int main(int argc, char **argv) {
   const char *dmac_s = NULL, *vip_s = NULL;
   long block_size = 128 << 10, block_count = 128, retire_ms = 1;
   double duration = 10;
-  int vnet = 1;
+  int vnet = 1, use_tx_ring = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    if (!strcmp(a, "--tx-ring")) {
+      use_tx_ring = 1;
+      continue;
+    }
     if (!strcmp(a, "--no-vnet-hdr")) {
       vnet = 0;
       continue;
@@ -165,6 +216,7 @@ int main(int argc, char **argv) {
   if (vnet && setsockopt(tx_fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) < 0)
     die("setsockopt(PACKET_VNET_HDR) for tx");
   sll.sll_protocol = 0;
+  if (use_tx_ring) tx_ring_setup(tx_fd);
   if (bind(tx_fd, (struct sockaddr *)&sll, sizeof sll) < 0) die("bind(AF_PACKET) for tx");
 
   memset(msgs, 0, sizeof msgs);
@@ -240,6 +292,10 @@ int main(int argc, char **argv) {
       } else {
         memcpy(mac, dmac, 6);
         memcpy(mac + 6, smac, 6);
+        if (use_tx_ring) {
+          tx_ring_put(mac - vnet_len, snaplen + vnet_len);
+          goto next_frame;
+        }
         iov[n].iov_base = mac - vnet_len;
         iov[n].iov_len = snaplen + vnet_len;
         n++;
@@ -248,10 +304,12 @@ int main(int argc, char **argv) {
         send_frames(tx_fd, n);
         n = 0;
       }
+    next_frame:
       if (next == 0) break;
       frame += next;
     }
     if (n > 0) send_frames(tx_fd, n);
+    if (use_tx_ring) tx_ring_flush(tx_fd);
     // Release: every rewrite and sendmmsg of the block happens before the kernel may refill it.
     __atomic_store_n(&blk->hdr.bh1.block_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
     cur = cur + 1 == (uint32_t)block_count ? 0 : cur + 1;
