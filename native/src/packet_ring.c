@@ -59,11 +59,16 @@ _Static_assert(TPACKET2_HDRLEN == 52, "TPACKET2_HDRLEN");
 // V2 frames too large for a ring frame (GSO super-frames) come whole through the socket queue
 // (PACKET_COPY_THRESH); this much receive buffer holds a few of them.
 #define COPY_QUEUE_BYTES (4 << 20)
+// Send buffer of the TX socket. A sent skb is charged to it until the driver frees it: at once on
+// veth, but only at TX completion on a NIC, where one batch (up to a block's worth of frames, a
+// few KiB of truesize each) would overflow the 208 KiB default and be refused with EAGAIN.
+#define SEND_BUFFER_BYTES (8 << 20)
 
 
 typedef struct packet_socket {
   int fd;     // RX: the ring, polled
   int tx_fd;  // TX: sendmmsg, never polled
+  int send_buffer_bytes;  // SO_SNDBUF of tx_fd as the kernel reports it
   int version;  // TPACKET_V2 or TPACKET_V3
   uint32_t frame_size;  // V2
   uint32_t frame_count;  // V2
@@ -595,6 +600,14 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   }
   sll.sll_protocol = 0;
   if (bind(s->tx_fd, (struct sockaddr*)&sll, sizeof sll) < 0) { call = "bind(AF_PACKET)"; err = errno; goto fail; }
+  int sndbuf = SEND_BUFFER_BYTES;
+  socklen_t sndbuf_len = sizeof sndbuf;
+  // Without CAP_NET_ADMIN only SO_SNDBUF (capped by net.core.wmem_max) is allowed; that is no error.
+  if (setsockopt(s->tx_fd, SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof sndbuf) < 0) {
+    setsockopt(s->tx_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+  }
+  if (getsockopt(s->tx_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sndbuf_len) < 0) sndbuf = 0;
+  s->send_buffer_bytes = sndbuf;
   if (fanout_id > 0) {
     // A fanout group delivers through its own hook, which ignores the socket's
     // PACKET_IGNORE_OUTGOING: the group needs the flag too (Linux >= 6.2). Older kernels refuse
@@ -637,6 +650,7 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   set_int_property(env, handle, "ringVersion", s->version == TPACKET_V2 ? 2 : 3);
   set_int_property(env, handle, "frameSizeBytes", s->frame_size);
   set_int_property(env, handle, "frameCount", s->frame_count);
+  set_int_property(env, handle, "sendBufferBytes", s->send_buffer_bytes);
   napi_get_boolean(env, vnet, &v);
   napi_set_named_property(env, handle, "vnetHdr", v);
   napi_create_string_utf8(env, ifname, NAPI_AUTO_LENGTH, &v);

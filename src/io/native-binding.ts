@@ -50,6 +50,8 @@ export interface PacketSocketHandle extends InterfaceInfo {
   readonly frameSizeBytes: number;
   readonly frameCount: number;
   readonly vnetHdr: boolean;
+  /** SO_SNDBUF of the sending socket (the kernel doubles what was asked: 16 MiB with privileges). */
+  readonly sendBufferBytes: number;
 }
 
 /** PACKET_STATISTICS since the previous call: the kernel resets them on each read. */

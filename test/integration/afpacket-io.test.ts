@@ -300,6 +300,7 @@ function workerMain() {
   sink.close();
   result.perSocket = result.perSocket.map((c) => c.frames);
   result.kernelDrops = group.reduce((sum, handle) => sum + native.stats(handle).drops, 0);
+  result.sendBufferBytes = group[0].sendBufferBytes;
   group.forEach((handle) => native.close(handle));
   // Workers load their own instance; terminating one while it polls must not crash the process.
   for (let i = 0; i < 2; i++) {
@@ -498,6 +499,8 @@ describe('AfPacketIo in network namespaces (root)', () => {
       handlesCollected: [5, 0, 4 << 16],
       allCollected: [0, 0],
     });
+    // Room for a whole batch of sent frames until a NIC completes them (8 MiB asked, doubled).
+    expect(result.sendBufferBytes).toBeGreaterThanOrEqual(8 << 20);
   });
 
   it('without PACKET_VNET_HDR the same partial-checksum frames are dropped by the real (control)', async () => {
