@@ -2,11 +2,15 @@
 // JavaScript (TPACKET_V3 blocks, or TPACKET_V2 frames handed over one by one), batched sendmmsg from
 // ring memory (through a second, ringless socket), and libuv readiness. Syscalls and lifetimes
 // only; every packet decision is made in TypeScript (src/io/afpacket-io.ts).
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  // sched_setaffinity, CPU_SET
+#endif
 #include <errno.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
 #include <net/if_arp.h>
+#include <sched.h>
 #include <node_api.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -996,6 +1000,26 @@ static napi_value make_layout_v2(napi_env env) {
   return layout;
 }
 
+// pinThread(cpu): runs the calling thread (a packet loop's worker thread) on that CPU only.
+static napi_value pin_thread(napi_env env, napi_callback_info info) {
+  napi_value argv[1];
+  uint32_t cpu;
+  if (!get_args(env, info, 1, argv) || !get_uint32(env, argv[0], "cpu", &cpu)) return NULL;
+  if (cpu >= CPU_SETSIZE) {
+    throw_range(env, "cpu must be below CPU_SETSIZE (1024)");
+    return NULL;
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  // pid 0: this thread, not the whole process (the main thread and other loops keep theirs).
+  if (sched_setaffinity(0, sizeof set, &set) < 0) {
+    dsrlb_throw_errno(env, "sched_setaffinity", errno, NULL);
+    return NULL;
+  }
+  return NULL;
+}
+
 napi_status tun_device_init(napi_env env, napi_value exports);  // tun_device.c
 
 NAPI_MODULE_INIT() {
@@ -1010,6 +1034,7 @@ NAPI_MODULE_INIT() {
       {"recvCopy", NULL, recv_copy, NULL, NULL, NULL, napi_enumerable, NULL},
       {"close", NULL, close_socket, NULL, NULL, NULL, napi_enumerable, NULL},
       {"interfaceInfo", NULL, interface_info, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"pinThread", NULL, pin_thread, NULL, NULL, NULL, napi_enumerable, NULL},
       {"layout", NULL, NULL, NULL, NULL, make_layout(env), napi_enumerable, NULL},
       {"layoutV2", NULL, NULL, NULL, NULL, make_layout_v2(env), napi_enumerable, NULL},
   };

@@ -83,6 +83,8 @@ export interface Config {
   readonly ring: RingKind; // io: afpacket only; default v3
   /** Packet loops (worker threads, PACKET_FANOUT by flow hash); default 1; io: pcap allows only 1. */
   readonly workers: number;
+  /** CPUs the packet loops run on: loop i on cpus[i % length]; empty (default): unpinned. afpacket only. */
+  readonly cpus: readonly number[];
   readonly hashSeed: number; // uint32, default 0; must be equal on every LB of a scale-out group
   readonly flowTable: FlowTableConfig;
   readonly tunnel: { readonly sourceV4: string | null; readonly sourceV6: string | null };

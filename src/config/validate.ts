@@ -47,7 +47,7 @@ const IO_KINDS: readonly IoKind[] = ['afpacket', 'pcap'];
 const RING_KINDS: readonly RingKind[] = ['v2', 'v3'];
 const CHECK_TYPES: readonly HealthCheckType[] = ['tcp', 'http', 'https', 'udp', 'icmp', 'exec', 'none'];
 
-const TOP_KEYS = ['interface', 'io', 'ring', 'workers', 'hashSeed', 'flowTable', 'tunnel', 'metrics', 'admin', 'stateFile', 'announce', 'services'];
+const TOP_KEYS = ['interface', 'io', 'ring', 'workers', 'cpus', 'hashSeed', 'flowTable', 'tunnel', 'metrics', 'admin', 'stateFile', 'announce', 'services'];
 const ANNOUNCE_KEYS = ['enabled', 'routesFile', 'birdSocket', 'onFailOpen', 'withdrawDelay'];
 export const DEFAULT_ROUTES_FILE = '/run/dsrlb/bird-routes.conf';
 const DEFAULT_WITHDRAW_DELAY_MS = 300;
@@ -172,6 +172,8 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
   const hashSeed = integer(p, raw, 'hashSeed', '', 0, MAX_HASH_SEED, 'a hash seed', 0);
   const workers = integer(p, raw, 'workers', '', 1, 64, 'a number of packet loops', 1);
   if (io === 'pcap' && workers !== undefined && workers > 1) p.add('workers', `${workers}: io: pcap runs one packet loop; use io: afpacket for several`);
+  const cpus = cpuList(p, raw);
+  if (io === 'pcap' && cpus !== undefined && cpus.length > 0) p.add('cpus', 'applies to io: afpacket only (the pcap loop runs on the main thread, with the control plane)');
   const flowTable = flowTableSection(p, raw);
   const tunnel = tunnelSection(p, raw);
   const metrics = section(p, raw, 'metrics', '', METRICS_KEYS, 'metrics settings');
@@ -196,6 +198,7 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
     io: io as IoKind,
     ring: ring as RingKind,
     workers: workers as number,
+    cpus: cpus as number[],
     hashSeed: hashSeed as number,
     flowTable: flowTable as Config['flowTable'],
     tunnel,
@@ -560,6 +563,25 @@ function statusList(p: ProblemList, check: Raw, path: string): number[] | undefi
     }
   });
   return statuses.length === items.length ? statuses : undefined;
+}
+
+/** `cpus: [2, 3]`: the CPUs the packet loops are pinned to, one each in turn. */
+function cpuList(p: ProblemList, raw: Raw): number[] | undefined {
+  const value = raw['cpus'];
+  if (value === undefined || value === null) return [];
+  const items: unknown[] = Array.isArray(value) ? value : [value];
+  if (items.length === 0) {
+    p.add('cpus', 'an empty list; leave cpus out to let the kernel place the packet loops');
+    return undefined;
+  }
+  const cpus: number[] = [];
+  items.forEach((cpu, index) => {
+    const at = Array.isArray(value) ? `cpus[${index}]` : 'cpus';
+    if (typeof cpu !== 'number' || !Number.isInteger(cpu) || cpu < 0 || cpu > 1023) p.add(at, `${describe(cpu)} is not a CPU number (0..1023)`);
+    else if (cpus.includes(cpu)) p.add(at, `${cpu} is listed twice`);
+    else cpus.push(cpu);
+  });
+  return cpus.length === items.length ? cpus : undefined;
 }
 
 function realList(

@@ -150,6 +150,7 @@ export class Daemon {
       await this.loops.start(
         { io: c.io, ring: c.ring, interface: c.interface, flowCapacity: c.flowTable.capacity, timeouts: timeoutsOf(c), maxRealIds: MAX_REAL_IDS },
         c.workers,
+        c.cpus,
       );
     } catch (err) {
       const e = err as Error & { code?: string };
@@ -435,6 +436,7 @@ export class Daemon {
     if (next.io !== cur.io) return { path: 'io', message: `changing io ("${cur.io}" -> "${next.io}") needs a restart` };
     if (next.ring !== cur.ring) return { path: 'ring', message: `changing the ring ("${cur.ring}" -> "${next.ring}") needs a restart` };
     if (next.workers !== cur.workers) return { path: 'workers', message: `changing the number of packet loops (${cur.workers} -> ${next.workers}) needs a restart` };
+    if (next.cpus.join(',') !== cur.cpus.join(',')) return { path: 'cpus', message: `changing the packet loops' CPUs ([${cur.cpus.join(', ')}] -> [${next.cpus.join(', ')}]) needs a restart` };
     if (next.flowTable.capacity !== cur.flowTable.capacity) return { path: 'flowTable.capacity', message: 'changing the flow table capacity needs a restart' };
     if (next.hashSeed !== cur.hashSeed) return { path: 'hashSeed', message: 'changing hashSeed needs a restart (it would move every flow)' };
     return null;

@@ -27,7 +27,7 @@ interface Loop {
   inline: LoopRunner | null;
 }
 
-export type LoopBase = Omit<LoopSettings, 'counters' | 'fanoutGroupId'>;
+export type LoopBase = Omit<LoopSettings, 'counters' | 'fanoutGroupId' | 'cpu'>;
 
 export class LoopGroup {
   private loops: Loop[] = [];
@@ -39,12 +39,13 @@ export class LoopGroup {
 
   constructor(private readonly log: Logger) {}
 
-  /** Starts `count` loops (1 for pcap) and resolves when all are ready. */
-  async start(base: LoopBase, count: number): Promise<void> {
+  /** Starts `count` loops (1 for pcap), loop i pinned to cpus[i % length], and resolves when all are ready. */
+  async start(base: LoopBase, count: number, cpus: readonly number[] = []): Promise<void> {
     const n = base.io === 'pcap' ? 1 : count;
     // One fanout group per daemon process; 0 (no fanout) for a single loop.
     const fanoutGroupId = n > 1 ? (process.pid & 0xfffe) + 1 : 0;
-    await Promise.all(Array.from({ length: n }, () => this.startOne({ ...base, counters: createCounters(), fanoutGroupId })));
+    const cpuOf = (i: number): number | null => (cpus.length > 0 ? cpus[i % cpus.length]! : null);
+    await Promise.all(Array.from({ length: n }, (_, i) => this.startOne({ ...base, counters: createCounters(), fanoutGroupId, cpu: cpuOf(i) })));
   }
 
   private startOne(settings: LoopSettings): Promise<void> {
@@ -70,6 +71,9 @@ export class LoopGroup {
             resolve();
             break;
           case 'error':
+            // A loop that failed to start (I/O, CPU pinning) ends its worker, or it would keep
+            // the process alive after the daemon gave up.
+            if (!loop.running) void loop.worker?.terminate();
             reject(new LoopError(e.code, e.message));
             break;
           case 'explained':

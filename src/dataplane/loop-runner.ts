@@ -22,6 +22,8 @@ export interface LoopSettings {
   counters: Float64Array;
   /** PACKET_FANOUT group shared by the daemon's loops (0: a single loop, no fanout). */
   fanoutGroupId: number;
+  /** The CPU this loop's thread runs on (config `cpus`), or null: wherever the kernel puts it. */
+  cpu: number | null;
 }
 
 export type LoopRequest =
@@ -72,6 +74,7 @@ export class LoopRunner {
 
   async start(): Promise<boolean> {
     const s = this.settings;
+    if (s.cpu !== null && !(await this.pin(s.cpu))) return false;
     let io: PacketIo;
     try {
       io = await openIo(s);
@@ -94,6 +97,19 @@ export class LoopRunner {
     }, 100);
     this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal });
     return true;
+  }
+
+  /** Pins this thread (a worker: afpacket only, config validation sees to that) to `cpu`. */
+  private async pin(cpu: number): Promise<boolean> {
+    try {
+      const { loadNative } = await import('../io/native-binding.js');
+      loadNative().pinThread(cpu);
+      return true;
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      this.emit({ type: 'error', code: e.code ?? 'EINVAL', message: `pinning the packet loop to CPU ${cpu}: ${e.message}` });
+      return false;
+    }
   }
 
   handle(m: LoopRequest): void {

@@ -141,6 +141,8 @@ export interface DsrlbNative {
   /** Stops polling, detaches handle.ring, unmaps and closes. Idempotent. */
   close(handle: PacketSocketHandle): void;
   interfaceInfo(ifname: string): InterfaceInfo;
+  /** Runs the calling thread on `cpu` only (sched_setaffinity of this thread). */
+  pinThread(cpu: number): void;
   readonly layout: RingLayout;
   readonly layoutV2: RingLayoutV2;
   /**

@@ -142,6 +142,9 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
   const restart: string[] = [];
   if (current.interface !== candidate.interface) restart.push(`interface (${current.interface} -> ${candidate.interface})`);
   if (current.io !== candidate.io) restart.push(`io (${current.io} -> ${candidate.io})`);
+  if (current.ring !== candidate.ring) restart.push(`ring (${current.ring} -> ${candidate.ring})`);
+  if (current.workers !== candidate.workers) restart.push(`workers (${current.workers} -> ${candidate.workers})`);
+  if (current.cpus.join(',') !== candidate.cpus.join(',')) restart.push(`cpus ([${current.cpus.join(', ')}] -> [${candidate.cpus.join(', ')}])`);
   if (current.flowTable.capacity !== candidate.flowTable.capacity) restart.push(`flowTable.capacity (${current.flowTable.capacity} -> ${candidate.flowTable.capacity})`);
   if (restart.length > 0) warn('RESTART_NEEDED', null, `a reload refuses this change; it needs a restart, which empties the flow table: ${restart.join(', ')}`);
 

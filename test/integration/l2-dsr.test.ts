@@ -2,7 +2,7 @@
 // `dsrlb run`, replies bypass the LB, keep-alive connections survive a SIGKILL + restart and a
 // reload, malformed frames are counted and dropped, and the same holds with `io: pcap`.
 
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -15,11 +15,18 @@ const PREFIX = `dsrt-l2-${process.pid}-`;
 let lab: Lab;
 let dir: string;
 
-/** variant: io[:ring][xworkers], e.g. 'afpacket', 'pcap', 'afpacket:v2x2'. */
+/** variant: io[:ring][xworkers], e.g. 'afpacket', 'pcap', 'afpacket:v2x2'; the v2 loops are pinned to CPUs 0 and 1. */
 function configText(variant: string, reals: readonly string[]): string {
   const [ioRing, workers] = variant.split('x');
   const [io, ring] = ioRing!.split(':');
-  return labConfig(lab, { reals, top: [`io: ${io}`, ...(ring ? [`ring: ${ring}`] : []), `workers: ${workers ?? 1}`] });
+  const cpus = ring === 'v2' ? ['cpus: [0, 1]'] : [];
+  return labConfig(lab, { reals, top: [`io: ${io}`, ...(ring ? [`ring: ${ring}`] : []), `workers: ${workers ?? 1}`, ...cpus] });
+}
+
+/** Cpus_allowed_list of each thread of a process. */
+async function threadCpus(pid: number): Promise<string[]> {
+  const tasks = await readdir(`/proc/${pid}/task`);
+  return Promise.all(tasks.map(async (t) => /Cpus_allowed_list:\s*(\S+)/.exec(await readFile(`/proc/${pid}/task/${t}/status`, 'utf8'))![1]!));
 }
 
 const httpCount = (n: number) => countVia(lab, n);
@@ -94,6 +101,9 @@ describe.each(['afpacket', 'pcap', 'afpacketx2', 'afpacket:v2x2'])('L2 DSR with 
     if (io.endsWith('x2')) {
       const status = (await daemon.status()) as unknown as { loop: { loops: number } };
       expect(status.loop.loops).toBe(2);
+      // cpus: [0, 1] puts one loop thread on each CPU; every other thread keeps both.
+      const pinned = (await threadCpus(daemon.proc.pid!)).filter((c) => c !== '0-1').sort();
+      expect(pinned).toEqual(io === 'afpacket:v2x2' ? ['0', '1'] : []);
     }
   }, 120_000);
 

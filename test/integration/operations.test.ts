@@ -117,6 +117,34 @@ describe('admin API and CLI', () => {
   }, 90_000);
 });
 
+describe('start-up failures', () => {
+  it('a packet loop that cannot be pinned (cpus: [1023]) stops the daemon at once with exit 2, the CPU named and the host undone', async () => {
+    // Its own namespace: a second daemon next to the running one would share its host state.
+    const ns = `${PREFIX}pin`;
+    const inNs = (...argv: string[]) => run('ip', ['netns', 'exec', ns, ...argv]);
+    await run('ip', ['netns', 'add', ns]);
+    try {
+      await run('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
+      for (const dev of ['lo', 'eth0', 'eth1']) await run('ip', ['-n', ns, 'link', 'set', dev, 'up']);
+      await run('ip', ['-n', ns, 'addr', 'add', '192.0.2.1/24', 'dev', 'eth0']);
+      const cfg = join(dir, 'pinned.yaml');
+      await writeFile(cfg, ['interface: eth0', 'cpus: [1023]', 'services:', '  - { name: web, vip: 198.51.100.7, port: 80, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
+      const started = Date.now();
+      const r = await inNs(process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', cfg).then(
+        () => ({ code: 0, stdout: '' }),
+        (e: { code: number; stdout: string }) => e,
+      );
+      expect(r.code).toBe(2);
+      expect(r.stdout).toContain('pinning the packet loop to CPU 1023');
+      expect(Date.now() - started).toBeLessThan(15_000);
+      expect((await inNs('ip', '-o', 'addr', 'show', 'dev', 'lo')).stdout).not.toContain('198.51.100.7');
+      expect((await inNs('nft', 'list', 'tables')).stdout).not.toContain('dsrlb');
+    } finally {
+      await run('ip', ['netns', 'del', ns]);
+    }
+  }, 30_000);
+});
+
 describe('reload', () => {
   it('refuses a broken file, keeps forwarding unchanged and reports every reason', async () => {
     const before = await daemon.metrics();
@@ -138,6 +166,11 @@ describe('reload', () => {
     await sleep(1000);
     expect(metricValue(await daemon.metrics(), 'dsrlb_config_reloads_total', 'result="failure"')).toBe(metricValue(before, 'dsrlb_config_reloads_total', 'result="failure"') + 2);
     expect(daemon.logs.some((l) => l.includes('reload refused'))).toBe(true);
+    // Keys only a restart changes (here: the loops' CPUs) are refused with their path.
+    await writeFile(configPath, configText(addresses(), ['cpus: [0]']));
+    const pinned = await daemon.cli(['reload']);
+    expect(pinned.code).toBe(1);
+    expect(pinned.stderr).toMatch(/cpus: changing the packet loops' CPUs \(\[\] -> \[0\]\) needs a restart/);
     await writeFile(configPath, configText(addresses()));
   }, 60_000);
 

@@ -109,6 +109,7 @@ describe('contract sample', () => {
       admin: { listen: { host: '127.0.0.1', port: 9743 }, tokenFile: '/etc/dsrlb/admin.token' },
       stateFile: null,
       workers: 1,
+      cpus: [],
       announce: { enabled: false, routesFile: '/run/dsrlb/bird-routes.conf', birdSocket: null, onFailOpen: true, withdrawDelayMs: 300 },
       services: [
         {
@@ -282,6 +283,22 @@ describe('normalisation', () => {
     expect(configOf(doc).ring).toBe('v2');
     expect(problemsWith((d) => { d.ring = 'v4'; })).toEqual([expect.stringMatching(/^ring: .*v4.*v2.*v3/)]);
     expect(problemsWith((d) => { d.io = 'pcap'; d.ring = 'v3'; })).toEqual(['ring: v3: ring applies to io: afpacket only']);
+  });
+
+  it('takes cpus, the CPUs the packet loops are pinned to, for io afpacket only', () => {
+    const doc = minimal();
+    doc.workers = 2;
+    doc.cpus = [2, 3];
+    expect(configOf(doc).cpus).toEqual([2, 3]);
+    expect(configOf({ ...minimal(), cpus: 1 }).cpus).toEqual([1]);
+    expect(problemsWith((d) => { d.cpus = []; })).toEqual([expect.stringMatching(/^cpus: an empty list/)]);
+    expect(problemsWith((d) => { d.cpus = [0, -1, 1.5, '2', 0]; })).toEqual([
+      'cpus[1]: -1 is not a CPU number (0..1023)',
+      'cpus[2]: 1.5 is not a CPU number (0..1023)',
+      expect.stringMatching(/^cpus\[3\]: .*2.* is not a CPU number/),
+      'cpus[4]: 0 is listed twice',
+    ]);
+    expect(problemsWith((d) => { d.io = 'pcap'; d.cpus = [1]; })).toEqual([expect.stringMatching(/^cpus: applies to io: afpacket only/)]);
   });
 
   it('allows a non-loopback admin listener when a token file is given', () => {

@@ -254,6 +254,10 @@ describe('plan: warnings for risky edits', () => {
     expect(restart.warnings).toEqual([
       { code: 'RESTART_NEEDED', service: null, message: 'a reload refuses this change; it needs a restart, which empties the flow table: interface (eth0 -> eth1)' },
     ]);
+    const loops = planChange(config({ reals: four() }), { ...config({ reals: four() }), ring: 'v2', workers: 2, cpus: [0, 1] });
+    expect(loops.warnings).toEqual([
+      { code: 'RESTART_NEEDED', service: null, message: 'a reload refuses this change; it needs a restart, which empties the flow table: ring (v3 -> v2), workers (1 -> 2), cpus ([] -> [0, 1])' },
+    ]);
   });
 });
 
