@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { createLab, destroyLabsWithPrefix } from '../../dist/lab/netns-lab.js';
+import { NFT_TABLE, nftRuleset } from '../../dist/control/host-setup.js';
 
 export const ROOT = resolve(import.meta.dirname, '..', '..');
 export const UDP_PORT = 9000;
@@ -201,9 +202,6 @@ export async function startDsrlb(bl, dir, io, ring = null, nodeArgs = []) {
   throw new Error(`dsrlb (${io}) did not become ready:\n${p.lines.join('\n')}`);
 }
 
-/** The reference forwarder's nftables table (dsrlb's daemon uses `inet dsrlb`). */
-const REF_NFT_TABLE = 'dsrlb_bench_ref';
-
 /**
  * Starts the C reference forwarder (bench/trafgen/ringfwd.c: TPACKET_V3 ring + sendmmsg, one core)
  * in the LB namespace, with the host set up as dsrlb's daemon sets it up (src/control/host-setup.ts):
@@ -219,7 +217,7 @@ export async function startRingForwarder(bl, bins, extraArgs = []) {
   const stop = () => {
     stopped ??= (async () => {
       const exit = p ? await stopProcess(p) : null;
-      await lab.exec(lab.lb, ['nft', 'delete', 'table', 'inet', REF_NFT_TABLE]);
+      await lab.exec(lab.lb, ['nft', 'delete', 'table', 'inet', NFT_TABLE]);
       await lab.exec(lab.lb, ['ip', 'addr', 'del', `${lab.vip}/32`, 'dev', 'lo']);
       const last = p ? [...p.lines].reverse().find((l) => l.startsWith('{"forwarded"')) : undefined;
       return { ...exit, result: last ? JSON.parse(last) : null };
@@ -228,11 +226,8 @@ export async function startRingForwarder(bl, bins, extraArgs = []) {
   };
   // Registered first: a failure half-way through set-up is undone as well.
   onCleanup(stop);
-  const t = REF_NFT_TABLE;
-  await must(lab.lb, [
-    'nft',
-    `add table inet ${t}; add chain inet ${t} prerouting { type filter hook prerouting priority raw; policy accept; }; add rule inet ${t} prerouting ip daddr ${lab.vip} drop`,
-  ]);
+  // The daemon's own ruleset (nft takes it as one argument as well as on stdin).
+  await must(lab.lb, ['nft', nftRuleset([lab.vip])]);
   await must(lab.lb, ['ip', 'addr', 'add', `${lab.vip}/32`, 'dev', 'lo']);
   p = spawnIn(lab, lab.lb, [bins.ringfwd, '--ifname', 'eth0', '--dst-mac', sink.mac, '--vip', lab.vip, '--duration', '3600', ...extraArgs]);
   const deadline = Date.now() + 5000;
