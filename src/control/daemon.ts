@@ -4,6 +4,7 @@
 
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { readConfigFile } from '../config/load.js';
+import { restartOnlyChanges } from '../config/restart-keys.js';
 import type { Config, ConfigProblem, RealIntent, ServiceConfig } from '../config/types.js';
 import { Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter } from '../dataplane/counters.js';
 import { timeoutsOf } from './flow-timeouts.js';
@@ -431,15 +432,9 @@ export class Daemon {
 
   /** Keys a running daemon cannot change without a restart. */
   private unreloadable(next: Config): ConfigProblem | null {
-    const cur = this.config;
-    if (next.interface !== cur.interface) return { path: 'interface', message: `changing the interface ("${cur.interface}" -> "${next.interface}") needs a restart` };
-    if (next.io !== cur.io) return { path: 'io', message: `changing io ("${cur.io}" -> "${next.io}") needs a restart` };
-    if (next.ring !== cur.ring) return { path: 'ring', message: `changing the ring ("${cur.ring}" -> "${next.ring}") needs a restart` };
-    if (next.workers !== cur.workers) return { path: 'workers', message: `changing the number of packet loops (${cur.workers} -> ${next.workers}) needs a restart` };
-    if (next.cpus.join(',') !== cur.cpus.join(',')) return { path: 'cpus', message: `changing the packet loops' CPUs ([${cur.cpus.join(', ')}] -> [${next.cpus.join(', ')}]) needs a restart` };
-    if (next.flowTable.capacity !== cur.flowTable.capacity) return { path: 'flowTable.capacity', message: 'changing the flow table capacity needs a restart' };
-    if (next.hashSeed !== cur.hashSeed) return { path: 'hashSeed', message: 'changing hashSeed needs a restart (it would move every flow)' };
-    return null;
+    const c = restartOnlyChanges(this.config, next)[0];
+    if (c === undefined) return null;
+    return { path: c.path, message: `changing ${c.what} (${c.before} -> ${c.after}) needs a restart${c.why === null ? '' : ` (${c.why})`}` };
   }
 
   findService(ref: string): ServiceConfig | null {

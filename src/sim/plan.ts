@@ -6,6 +6,7 @@
 import { consistentPick } from '../dataplane/consistent-pick.js';
 import type { Config, ConfigProblem, ServiceConfig } from '../config/types.js';
 import { loadConfigFile } from '../config/load.js';
+import { restartOnlyChanges } from '../config/restart-keys.js';
 import { serviceAddressName } from '../config/validate.js';
 import { RealRegistry } from '../control/real-registry.js';
 import { SnapshotBuilder, type BuildResult } from '../control/snapshot-builder.js';
@@ -139,13 +140,10 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
   if (current.hashSeed !== candidate.hashSeed) {
     warn('HASH_SEED_CHANGED', null, `hashSeed ${current.hashSeed} -> ${candidate.hashSeed} moves almost every consistent-hash pick; every LB of a group must change it together, and the daemon takes it only on a restart`);
   }
-  const restart: string[] = [];
-  if (current.interface !== candidate.interface) restart.push(`interface (${current.interface} -> ${candidate.interface})`);
-  if (current.io !== candidate.io) restart.push(`io (${current.io} -> ${candidate.io})`);
-  if (current.ring !== candidate.ring) restart.push(`ring (${current.ring} -> ${candidate.ring})`);
-  if (current.workers !== candidate.workers) restart.push(`workers (${current.workers} -> ${candidate.workers})`);
-  if (current.cpus.join(',') !== candidate.cpus.join(',')) restart.push(`cpus ([${current.cpus.join(', ')}] -> [${candidate.cpus.join(', ')}])`);
-  if (current.flowTable.capacity !== candidate.flowTable.capacity) restart.push(`flowTable.capacity (${current.flowTable.capacity} -> ${candidate.flowTable.capacity})`);
+  // hashSeed has its own warning above.
+  const restart = restartOnlyChanges(current, candidate)
+    .filter((c) => c.path !== 'hashSeed')
+    .map((c) => `${c.path} (${c.before} -> ${c.after})`);
   if (restart.length > 0) warn('RESTART_NEEDED', null, `a reload refuses this change; it needs a restart, which empties the flow table: ${restart.join(', ')}`);
 
   // Candidate order first (what the operator is writing), then the services it removes.
