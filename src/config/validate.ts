@@ -454,11 +454,10 @@ function tableSizeField(p: ProblemList, item: Raw, path: string, scheduler: Sche
   return size;
 }
 
-function healthCheckSection(p: ProblemList, item: Raw, path: string, servicePort: number | undefined): HealthCheckConfig | undefined {
-  const at = join2(path, 'healthCheck');
-  const value = item['healthCheck'];
-  const base = {
-    port: servicePort ?? 0,
+/** A health check's settings where the config leaves them out; `port` is the service's. */
+export function healthCheckDefaults(port: number): Omit<HealthCheckConfig, 'type'> {
+  return {
+    port,
     path: '/',
     host: null,
     expectStatus: [200],
@@ -471,6 +470,12 @@ function healthCheckSection(p: ProblemList, item: Raw, path: string, servicePort
     rise: 2,
     fall: 3,
   };
+}
+
+function healthCheckSection(p: ProblemList, item: Raw, path: string, servicePort: number | undefined): HealthCheckConfig | undefined {
+  const at = join2(path, 'healthCheck');
+  const value = item['healthCheck'];
+  const base = healthCheckDefaults(servicePort ?? 0);
   if (value === undefined || value === null) return { type: 'none', ...base };
   if (!isMapping(value)) {
     p.add(at, `expected a mapping with a type (${CHECK_TYPES.join(', ')}), got ${describe(value)}`);
