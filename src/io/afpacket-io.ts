@@ -20,7 +20,7 @@ import {
   type DsrlbNative,
   type PacketSocketHandle,
   type RingLayout,
-  type RingLayoutV2,
+  type FrameLayout,
 } from './native-binding.js';
 
 export interface AfPacketIoOptions {
@@ -130,7 +130,7 @@ const LAYOUT: RingLayout = {
   framePacketType: 58,
   frameHeaderBytes: 68,
 };
-const LAYOUT_V2: RingLayoutV2 = {
+const LAYOUT_V2: FrameLayout = {
   frameStatus: 0,
   frameLen: 4,
   frameSnaplen: 8,

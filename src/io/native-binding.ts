@@ -63,33 +63,28 @@ export interface PacketSocketStats {
   freezeQueueCount: number;
 }
 
-/** Byte offsets inside a ring block and a frame, taken from the kernel headers at build time. */
-export interface RingLayout {
-  blockStatus: number;
-  blockNumPackets: number;
-  blockFirstPacket: number;
-  frameNextOffset: number;
-  frameSnaplen: number;
-  frameLen: number;
+/**
+ * Byte offsets inside a ring frame that both ring versions have (tpacket2_hdr or tpacket3_hdr, then
+ * sockaddr_ll), taken from the kernel headers at build time. The TPACKET_V2 layout is just this.
+ */
+export interface FrameLayout {
   frameStatus: number;
+  frameLen: number;
+  frameSnaplen: number;
   frameMac: number;
-  frameNet: number;
   frameVlanTci: number;
   frameVlanTpid: number;
   framePacketType: number;
   frameHeaderBytes: number;
 }
 
-/** Byte offsets inside a TPACKET_V2 frame (tpacket2_hdr, then sockaddr_ll). */
-export interface RingLayoutV2 {
-  frameStatus: number;
-  frameLen: number;
-  frameSnaplen: number;
-  frameMac: number;
-  frameVlanTci: number;
-  frameVlanTpid: number;
-  framePacketType: number;
-  frameHeaderBytes: number;
+/** The TPACKET_V3 layout: a block's header, and its frames' (which also chain and point at L3). */
+export interface RingLayout extends FrameLayout {
+  blockStatus: number;
+  blockNumPackets: number;
+  blockFirstPacket: number;
+  frameNextOffset: number;
+  frameNet: number;
 }
 
 /** Errors thrown by the addon for a failed syscall: code is the errno name ('EPERM', 'ENODEV'). */
@@ -144,7 +139,7 @@ export interface DsrlbNative {
   /** Runs the calling thread on `cpu` only (sched_setaffinity of this thread). */
   pinThread(cpu: number): void;
   readonly layout: RingLayout;
-  readonly layoutV2: RingLayoutV2;
+  readonly layoutV2: FrameLayout;
   /**
    * Opens /dev/net/tun as IFF_TUN | IFF_NO_PI device `name` ("%d" is numbered by the kernel): each
    * read or write is one bare IP packet. The device (unless persistent) goes when the fd is closed
