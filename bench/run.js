@@ -25,7 +25,7 @@ import {
   startRingForwarder,
   stopProcess,
 } from './lib/bench-lab.js';
-import { differentialUs, machineBusy, takeSample } from './lib/cpu-accounting.js';
+import { differentialUs, machineBusy, median, medianRoundRatio, takeSample } from './lib/cpu-accounting.js';
 import { downloadRun, OBJECT_BYTES } from './lib/download-runs.js';
 import { buildTrafgen, latencyRun, packetRun } from './lib/packet-runs.js';
 import { formatNumber, formatTable, renderSvg, writeJson } from './lib/report.js';
@@ -61,10 +61,13 @@ const opts = {
   durationS: Number(argv.duration ?? (quick ? 1 : 3)),
   // One paced rate for every forwarder's "CPU per packet", below what each should sustain.
   cpuRatePps: Number(argv['cpu-rate'] ?? 100_000),
-  searchSteps: quick ? 2 : 5,
-  // CPU at the common rate: this many (forwarder run, baseline run) pairs, back to back; the
-  // median difference is reported, so one disturbed run does not decide the figure.
-  cpuPairs: quick ? 1 : 5,
+  searchSteps: quick ? 2 : 4,
+  // CPU at the common rate: this many rounds, each a (forwarder run, baseline run) pair per
+  // forwarder and flow count; the median is reported, so one disturbed run does not decide it.
+  cpuRounds: quick ? 1 : 5,
+  // io pcap (10 us/packet, there for comparison) takes part in this many of those rounds only.
+  pcapRounds: quick ? 1 : 3,
+  downloadRounds: quick ? 1 : 3,
   downloadObjects: Math.max(1, Math.round(Number(argv['download-mib'] ?? (quick ? 100 : 1000)) / 10)),
   pcap: !argv['no-pcap'],
   // The C reference forwarder (bench/trafgen/ringfwd.c): AF_PACKET ring + sendmmsg, no JavaScript.
@@ -178,10 +181,6 @@ function brief(r) {
   return `${r.contended ? '(contended) ' : ''}target ${formatNumber(r.targetPps)} sent ${formatNumber(r.sentPps)} delivered ${formatNumber(r.deliveredPps)} pps, loss ${(r.loss * 100).toFixed(2)}%, ${r.cpu.cores.toFixed(2)} cores, ${r.cpu.usPerPacket.toFixed(2)} us/pkt`;
 }
 
-function median(values) {
-  const v = [...values].sort((a, b) => a - b);
-  return v.length === 0 ? NaN : v.length % 2 === 1 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
-}
 
 /** Link counters of the LB's eth0, to tell drops before the forwarder from drops after it. */
 async function lbLink(bl) {
@@ -223,89 +222,109 @@ async function ppsSuite(bl, bins, dir) {
     { name: 'dsrlb afpacket v2', kind: 'dsrlb', io: 'afpacket', ring: 'v2' },
     ...(opts.pcap ? [{ name: 'dsrlb io pcap', kind: 'dsrlb', io: 'pcap' }] : []),
   ];
-  for (const k of kinds) {
-    let teardown;
-    let pids = [];
-    let daemon = null;
-    if (k.kind === 'kernel') {
-      teardown = await enableKernelForwarding(bl);
-    } else if (k.kind === 'cref') {
+  /** Starts the forwarder of kind k: { pids, daemon, teardown }. */
+  const startKind = async (k) => {
+    if (k.kind === 'kernel') return { pids: [], daemon: null, teardown: await enableKernelForwarding(bl) };
+    if (k.kind === 'cref') {
       const fwd = await startRingForwarder(bl, bins);
-      pids = [fwd.pid];
-      teardown = async () => {
+      const teardown = async () => {
         const r = await fwd.stop();
         if (r.code !== 0) log(`  ringfwd exited ${r.code ?? r.signal}`);
         log(`  ringfwd: ${JSON.stringify(r.result)}`);
         for (const c of out.cases) if (c.kind === 'cref') c.forwarderCounts = r.result;
       };
-    } else {
-      daemon = await startDsrlb(bl, dir, k.io, k.ring ?? null);
-      pids = [daemon.pid];
-      teardown = async () => {
-        const r = await stopProcess(daemon);
-        if (r.code !== 0) log(`  dsrlb (${k.io}) exited ${r.code ?? r.signal}`);
-      };
+      return { pids: [fwd.pid], daemon: null, teardown };
     }
+    const daemon = await startDsrlb(bl, dir, k.io, k.ring ?? null);
+    const teardown = async () => {
+      const r = await stopProcess(daemon);
+      if (r.code !== 0) log(`  dsrlb (${k.io}) exited ${r.code ?? r.signal}`);
+    };
+    return { pids: [daemon.pid], daemon, teardown };
+  };
+  /** One packet run through the forwarder, with the LB's link counters and dsrlb's own counts. */
+  const lbRun = async (fwd, flows, ratePps) => {
+    const r = await leastContended(async () => {
+      const before = await lbLink(bl);
+      const m0 = fwd.daemon ? await dsrlbMetrics(bl) : null;
+      const x = await packetRun(bl, bins, { via: 'lb', flows, ratePps, pids: fwd.pids, durationS: opts.durationS });
+      const after = await lbLink(bl);
+      const m1 = fwd.daemon ? await dsrlbMetrics(bl) : null;
+      x.lbLink = { rx: after.rx - before.rx, tx: after.tx - before.tx };
+      if (m0 && m1) {
+        const dropped = Object.fromEntries(Object.entries(m1.dropped).map(([reason, v]) => [reason, v - (m0.dropped[reason] ?? 0)]));
+        x.dsrlb = { rx: m1.rx - m0.rx, tx: m1.tx - m0.tx, dropped };
+      }
+      return x;
+    }, ppsForeign);
+    log(`  ${ratePps === 0 ? 'unpaced' : 'paced'}: ${brief(r)}; LB eth0 rx ${r.lbLink.rx} tx ${r.lbLink.tx}${r.dsrlb ? `, dsrlb rx ${r.dsrlb.rx} tx ${r.dsrlb.tx}` : ''}`);
+    return r;
+  };
+  // Warm-up: JIT, flow-table entries, neighbour entries; not recorded.
+  const warm = (fwd, flows) => packetRun(bl, bins, { via: 'lb', flows, ratePps: Math.min(opts.cpuRatePps, 50_000), durationS: Math.min(1, opts.durationS), pids: fwd.pids });
+
+  // Rates: each forwarder once, its round trip, overload and the highest rate under 1% loss.
+  for (const k of kinds) {
+    const fwd = await startKind(k);
     try {
       log(`pps: ${k.name}, round trip`);
       await latency(k.name, 'lb');
       for (const flows of opts.flows) {
         log(`pps: ${k.name}, ${flows} flows`);
         const genAlone = out.generatorAlone.find((g) => g.flows === flows);
-        const lbRun = async (ratePps) => {
-          const r = await leastContended(async () => {
-            const before = await lbLink(bl);
-            const m0 = daemon ? await dsrlbMetrics(bl) : null;
-            const x = await packetRun(bl, bins, { via: 'lb', flows, ratePps, pids, durationS: opts.durationS });
-            const after = await lbLink(bl);
-            const m1 = daemon ? await dsrlbMetrics(bl) : null;
-            x.lbLink = { rx: after.rx - before.rx, tx: after.tx - before.tx };
-            if (m0 && m1) {
-              const dropped = Object.fromEntries(Object.entries(m1.dropped).map(([reason, v]) => [reason, v - (m0.dropped[reason] ?? 0)]));
-              x.dsrlb = { rx: m1.rx - m0.rx, tx: m1.tx - m0.tx, dropped };
-            }
-            return x;
-          }, ppsForeign);
-          log(`  ${ratePps === 0 ? 'unpaced' : 'paced'}: ${brief(r)}; LB eth0 rx ${r.lbLink.rx} tx ${r.lbLink.tx}${r.dsrlb ? `, dsrlb rx ${r.dsrlb.rx} tx ${r.dsrlb.tx}` : ''}`);
-          return r;
-        };
-        // Warm-up: JIT, flow-table entries, neighbour entries; not recorded.
-        await packetRun(bl, bins, { via: 'lb', flows, ratePps: Math.min(opts.cpuRatePps, 50_000), durationS: Math.min(1, opts.durationS), pids });
-        const overload = await lbRun(0);
-        const search = await searchMaxRate(lbRun, Math.min(overload.deliveredPps, genAlone.sentPps) * 0.95, opts.searchSteps);
-        const pairs = [];
-        for (let i = 0; i < opts.cpuPairs; i++) {
-          const r = await lbRun(opts.cpuRatePps);
+        await warm(fwd, flows);
+        const overload = await lbRun(fwd, flows, 0);
+        const search = await searchMaxRate((ratePps) => lbRun(fwd, flows, ratePps), Math.min(overload.deliveredPps, genAlone.sentPps) * 0.95, opts.searchSteps);
+        out.cases.push({ name: k.name, kind: k.kind, io: k.io ?? null, ring: k.ring ?? null, flows, overload, search, cpuRatePairs: [], daemonRssBytes: fwd.daemon ? rssOf(fwd.daemon.pid) : null });
+      }
+      if (k.ring === 'v3' && !quick) out.daemonWithMillionFlows = await millionFlows(bl, bins, fwd.daemon);
+    } finally {
+      await fwd.teardown();
+    }
+  }
+
+  // CPU per packet at the common rate, in rounds: every round starts each forwarder afresh, in a
+  // rotated order, and pairs each of its runs with a baseline run right after. The figures moved
+  // by up to 1.7 us/packet over a run on these VMs, and a forwarder's thread costs more in some
+  // starts than in others (where the scheduler puts it): forwarders measured in turn meet the same
+  // drift, and a median over fresh starts is not one placement's figure.
+  const caseOf = (k, flows) => out.cases.find((c) => c.name === k.name && c.flows === flows);
+  for (let round = 0; round < opts.cpuRounds; round++) {
+    const order = kinds.map((_, i) => kinds[(i + round) % kinds.length]).filter((k) => k.io !== 'pcap' || round < opts.pcapRounds);
+    log(`pps: CPU at ${formatNumber(opts.cpuRatePps)} pps, round ${round + 1} of ${opts.cpuRounds}: ${order.map((k) => k.name).join(', ')}`);
+    for (const k of order) {
+      const fwd = await startKind(k);
+      try {
+        // One warm-up per start (JIT, neighbour entries); the CPU window skips the first 15% of
+        // each run, where a new flow count creates its entries.
+        await warm(fwd, opts.flows[opts.flows.length - 1]);
+        for (const flows of opts.flows) {
+          const r = await lbRun(fwd, flows, opts.cpuRatePps);
           const b = await run({ via: 'direct', flows, ratePps: opts.cpuRatePps });
-          log(`  baseline: ${brief(b)}`);
-          pairs.push({
+          log(`  ${k.name}, ${flows} flows, baseline: ${brief(b)}`);
+          caseOf(k, flows).cpuRatePairs.push({
+            round,
             run: r,
             baseline: b,
             machineUs: differentialUs(r.cpu.usPerPacket, b.cpu.usPerPacket),
             tasksUs: differentialUs(r.cpu.tasksUsPerPacket, b.cpu.tasksUsPerPacket),
+            processUs: r.cpu.processUsPerPacket || null,
           });
         }
-        const mid = [...pairs].sort((x, y) => x.machineUs - y.machineUs)[Math.floor(pairs.length / 2)];
-        out.cases.push({
-          name: k.name,
-          kind: k.kind,
-          io: k.io ?? null,
-          ring: k.ring ?? null,
-          flows,
-          overload,
-          search,
-          atCpuRate: mid.run,
-          baselineRunAtCpuRate: mid.baseline,
-          cpuRatePairs: pairs.map((x) => ({ machineUs: x.machineUs, tasksUs: x.tasksUs, loss: x.run.loss, contended: Boolean(x.run.contended || x.baseline.contended) })),
-          lbUsPerPacketAtCpuRate: mid.machineUs,
-          lbTasksUsPerPacketAtCpuRate: median(pairs.map((x) => x.tasksUs)),
-          daemonRssBytes: daemon ? rssOf(daemon.pid) : null,
-        });
+      } finally {
+        await fwd.teardown();
       }
-      if (k.ring === 'v3' && !quick) out.daemonWithMillionFlows = await millionFlows(bl, bins, daemon);
-    } finally {
-      await teardown();
     }
+  }
+  for (const c of out.cases) {
+    const pairs = c.cpuRatePairs;
+    const mid = [...pairs].sort((x, y) => x.machineUs - y.machineUs)[Math.floor(pairs.length / 2)];
+    c.atCpuRate = mid.run;
+    c.baselineRunAtCpuRate = mid.baseline;
+    c.lbUsPerPacketAtCpuRate = mid.machineUs;
+    c.lbTasksUsPerPacketAtCpuRate = median(pairs.map((x) => x.tasksUs));
+    c.processUsPerPacketAtCpuRate = c.kind === 'kernel' ? null : median(pairs.map((x) => x.processUs));
+    c.cpuRatePairs = pairs.map((x) => ({ round: x.round, machineUs: x.machineUs, tasksUs: x.tasksUs, processUs: x.processUs, loss: x.run.loss, contended: Boolean(x.run.contended || x.baseline.contended) }));
   }
 
   // Generator and sink alone at each forwarder's highest rate under 1% loss, for the differential.
@@ -341,6 +360,10 @@ async function ppsSuite(bl, bins, dir) {
     c.ratioToCrefAtCpuRate = cref ? cref.lbUsPerPacketAtCpuRate / c.lbUsPerPacketAtCpuRate : null;
     c.ratioToCrefAtMaxRate = cref && cref.lbUsPerPacketAtMaxRate && c.lbUsPerPacketAtMaxRate ? cref.lbUsPerPacketAtMaxRate / c.lbUsPerPacketAtMaxRate : null;
     c.tasksRatioToCrefAtCpuRate = cref ? cref.lbTasksUsPerPacketAtCpuRate / c.lbTasksUsPerPacketAtCpuRate : null;
+    // Ratios within each round (forwarders measured minutes apart at most), then their median.
+    c.roundRatioToKernelAtCpuRate = kernel ? medianRoundRatio(kernel.cpuRatePairs, c.cpuRatePairs, 'machineUs') : null;
+    c.roundRatioToCrefAtCpuRate = cref ? medianRoundRatio(cref.cpuRatePairs, c.cpuRatePairs, 'machineUs') : null;
+    c.processRatioToCrefAtCpuRate = cref && c.kind !== 'kernel' ? medianRoundRatio(cref.cpuRatePairs, c.cpuRatePairs, 'processUs') : null;
   }
   out.baselines = [...baselines.values()];
   return out;
@@ -375,80 +398,72 @@ async function downloadSuite(bl, bins, dir) {
   const { lab, sink } = bl;
   await lab.startHttpServers();
   const objects = opts.downloadObjects;
-  const out = { objectBytes: OBJECT_BYTES, objects, settings: [] };
+  const out = { objectBytes: OBJECT_BYTES, objects, rounds: opts.downloadRounds, settings: [] };
   const serverPids = [...lab.httpServers.values()].map((c) => c.pid);
   const fetch = (host, pids) => leastContended(() => downloadRun(bl, { host, objects, pids, serverPids }), dlForeign);
+  // Every path of a download: how to start its LB (none for direct), which host the client asks.
+  // dsrlb with each ring: v3 (the default) hands ACKs over up to 1 ms late, v2 at once. The C
+  // reference forwarder on the same ring (v3 geometry): what the ring alone costs a download.
+  const paths = [
+    { name: 'direct', host: sink.ipv4, start: null },
+    { name: 'haproxy', host: lab.vip, start: async () => {
+      const hp = await startHaproxy(bl, dir);
+      return { pids: [hp.proc.pid], stop: async () => { await hp.stop(); return {}; } };
+    } },
+    ...(opts.cref ? [{ name: 'cref', host: lab.vip, start: async () => {
+      const f = await startRingForwarder(bl, bins);
+      return { pids: [f.pid], stop: async () => ({ forwarderCounts: (await f.stop()).result }) };
+    } }] : []),
+    ...['v3', 'v2'].map((ring) => ({ name: ring === 'v3' ? 'dsrlb' : 'dsrlbV2', host: lab.vip, start: async () => {
+      const d = await startDsrlb(bl, dir, 'afpacket', ring);
+      return { pids: [d.pid], stop: async () => { const metrics = await dsrlbMetrics(bl); await stopProcess(d); return { metrics }; } };
+    } })),
+  ];
+  const through = async (path) => {
+    const lb = path.start ? await path.start() : null;
+    let r;
+    try {
+      // Warm the path (ARP, JIT of the HTTP server and of dsrlb) outside the measurement.
+      await downloadRun(bl, { host: path.host, objects: 1 });
+      r = await fetch(path.host, lb ? lb.pids : []);
+    } finally {
+      if (lb) Object.assign(r ?? {}, await lb.stop());
+    }
+    const through = r.metrics ? `, ${r.metrics.rx} packets through the LB` : r.forwarderCounts ? `, ${r.forwarderCounts.forwarded} packets through the LB` : '';
+    log(`  ${path.name}: ${r.megabytesPerSecond.toFixed(0)} MB/s, ${r.busySecondsPerGB.toFixed(3)} busy s/GB${lb ? `, process ${r.processSecondsPerGB.toFixed(3)} s/GB` : ''}${through}`);
+    return r;
+  };
   for (const on of [false, true]) {
     const offloads = await setOffloads(bl, on);
-    log(`download: offloads ${on ? 'on' : 'off'} (${JSON.stringify(offloads)}), ${objects} x 10 MiB`);
-    // Warm the path (ARP, JIT of the HTTP server) outside the measurement.
-    await downloadRun(bl, { host: sink.ipv4, objects: 1 });
-    const directRuns = [await fetch(sink.ipv4, [])];
-    log(`  direct: ${directRuns[0].megabytesPerSecond.toFixed(0)} MB/s, ${directRuns[0].busySecondsPerGB.toFixed(3)} busy s/GB`);
-
-    const hp = await startHaproxy(bl, dir);
-    await downloadRun(bl, { host: lab.vip, objects: 1 });
-    const haproxy = await fetch(lab.vip, [hp.proc.pid]);
-    await hp.stop();
-    log(`  haproxy: ${haproxy.megabytesPerSecond.toFixed(0)} MB/s, ${haproxy.busySecondsPerGB.toFixed(3)} busy s/GB, process ${haproxy.processSecondsPerGB.toFixed(3)} s/GB`);
-
-    // dsrlb with each ring: v3 (the default) hands ACKs over up to 1 ms late, v2 at once.
-    const viaDsrlb = async (ring) => {
-      const d = await startDsrlb(bl, dir, 'afpacket', ring);
-      let r;
-      try {
-        await downloadRun(bl, { host: lab.vip, objects: 1 });
-        r = await fetch(lab.vip, [d.pid]);
-        r.metrics = await dsrlbMetrics(bl);
-      } finally {
-        await stopProcess(d);
+    log(`download: offloads ${on ? 'on' : 'off'} (${JSON.stringify(offloads)}), ${objects} x 10 MiB, ${opts.downloadRounds} rounds`);
+    // Rounds, for the reasons the packet runs have them: every path once per round, in a rotated
+    // order; each LB path is charged its busy time minus the same round's direct download.
+    const rounds = [];
+    for (let round = 0; round < opts.downloadRounds; round++) {
+      const runs = {};
+      for (let i = 0; i < paths.length; i++) {
+        const path = paths[(i + round) % paths.length];
+        runs[path.name] = await through(path);
       }
-      log(`  dsrlb ring ${ring}: ${r.megabytesPerSecond.toFixed(0)} MB/s, ${r.busySecondsPerGB.toFixed(3)} busy s/GB, process ${r.processSecondsPerGB.toFixed(3)} s/GB, ${r.metrics.rx} packets through the LB`);
-      return r;
-    };
-    const dsrlb = await viaDsrlb('v3');
-    const dsrlbV2 = await viaDsrlb('v2');
-
-    // The C reference forwarder on the same ring (v3 geometry): what the ring alone costs a download.
-    let cref = null;
-    if (opts.cref) {
-      const f = await startRingForwarder(bl, bins);
-      try {
-        await downloadRun(bl, { host: lab.vip, objects: 1 });
-        cref = await fetch(lab.vip, [f.pid]);
-      } finally {
-        const end = await f.stop();
-        if (cref) cref.forwarderCounts = end.result;
-      }
-      log(`  C ring forwarder: ${cref.megabytesPerSecond.toFixed(0)} MB/s, ${cref.busySecondsPerGB.toFixed(3)} busy s/GB, process ${cref.processSecondsPerGB.toFixed(3)} s/GB, ${cref.forwarderCounts?.forwarded} packets through the LB`);
+      rounds.push(runs);
     }
-
-    if (!quick) {
-      directRuns.push(await fetch(sink.ipv4, []));
-      log(`  direct again: ${directRuns[1].busySecondsPerGB.toFixed(3)} busy s/GB`);
-    }
-    const directPerGB = directRuns.reduce((s, r) => s + r.busySecondsPerGB, 0) / directRuns.length;
-    const directTasksPerGB = directRuns.reduce((s, r) => s + r.tasksSecondsPerGB, 0) / directRuns.length;
-    const lbPerGB = (r) => r.busySecondsPerGB - directPerGB;
-    const lbTasksPerGB = (r) => r.tasksSecondsPerGB - directTasksPerGB;
+    const lbNames = paths.filter((p) => p.start).map((p) => p.name);
+    const perRound = (fn) => Object.fromEntries(lbNames.map((n) => [n, median(rounds.map((r) => fn(r, n)))]));
+    const lbPerGB = (r, n) => r[n].busySecondsPerGB - r.direct.busySecondsPerGB;
+    const lbTasksPerGB = (r, n) => r[n].tasksSecondsPerGB - r.direct.tasksSecondsPerGB;
     out.settings.push({
       offloads: on ? 'on' : 'off',
       ethtool: offloads,
-      direct: directRuns,
-      haproxy,
-      dsrlb,
-      dsrlbV2,
-      cref,
-      lbSecondsPerGB: { haproxy: lbPerGB(haproxy), dsrlb: lbPerGB(dsrlb), dsrlbV2: lbPerGB(dsrlbV2), cref: cref ? lbPerGB(cref) : null },
-      lbTasksSecondsPerGB: { haproxy: lbTasksPerGB(haproxy), dsrlb: lbTasksPerGB(dsrlb), dsrlbV2: lbTasksPerGB(dsrlbV2), cref: cref ? lbTasksPerGB(cref) : null },
-      tasksRatio: lbTasksPerGB(dsrlb) / lbTasksPerGB(haproxy),
-      processSecondsPerGB: { haproxy: haproxy.processSecondsPerGB, dsrlb: dsrlb.processSecondsPerGB, dsrlbV2: dsrlbV2.processSecondsPerGB, cref: cref?.processSecondsPerGB ?? null },
-      ratio: lbPerGB(dsrlb) / lbPerGB(haproxy),
-      ratioV2: lbPerGB(dsrlbV2) / lbPerGB(haproxy),
-      processRatio: dsrlb.processSecondsPerGB / haproxy.processSecondsPerGB,
-      processRatioV2: dsrlbV2.processSecondsPerGB / haproxy.processSecondsPerGB,
-      ratioCref: cref ? lbPerGB(cref) / lbPerGB(haproxy) : null,
-      processRatioCref: cref ? cref.processSecondsPerGB / haproxy.processSecondsPerGB : null,
+      rounds,
+      megabytesPerSecond: { direct: median(rounds.map((r) => r.direct.megabytesPerSecond)), ...perRound((r, n) => r[n].megabytesPerSecond) },
+      directBusySecondsPerGB: median(rounds.map((r) => r.direct.busySecondsPerGB)),
+      lbSecondsPerGB: perRound(lbPerGB),
+      lbTasksSecondsPerGB: perRound(lbTasksPerGB),
+      processSecondsPerGB: perRound((r, n) => r[n].processSecondsPerGB),
+      // x HAProxy, each the median of the rounds' ratios.
+      ratioToHaproxy: perRound((r, n) => lbPerGB(r, n) / lbPerGB(r, 'haproxy')),
+      tasksRatioToHaproxy: perRound((r, n) => lbTasksPerGB(r, n) / lbTasksPerGB(r, 'haproxy')),
+      processRatioToHaproxy: perRound((r, n) => r[n].processSecondsPerGB / r.haproxy.processSecondsPerGB),
     });
   }
   // Back to the defaults.
@@ -500,8 +515,8 @@ function printReport(results) {
   if (results.pps) {
     const p = results.pps;
     lines.push('', `Packet rates: 60-byte UDP frames, client -> bridge -> LB -> bridge -> sink, veth offloads at defaults (${p.offloads})`);
-    lines.push(`LB CPU/pkt = busy CPU of both cores per delivered packet, minus the same for generator and sink alone at the same paced rate: at ${formatNumber(opts.cpuRatePps)} pps the median of ${opts.cpuPairs} back-to-back pairs; @max: at each case's highest rate under 1% loss`);
-    lines.push('(tasks) = the same difference from the exact run time of generator, sink, LB threads and ksoftirqd; kernel/x = kernel forwarding LB us/pkt / this case\'s; C/x = the same for the C ring forwarder (reference); process = the LB process\'s threads alone');
+    lines.push(`LB CPU/pkt = busy CPU of both cores per delivered packet, minus the same for generator and sink alone at the same paced rate: at ${formatNumber(opts.cpuRatePps)} pps the median of ${opts.cpuRounds} rounds (each round starts every forwarder in turn, each run followed by its baseline run); @max: at each case's highest rate under 1% loss`);
+    lines.push('(tasks) = the same difference from the exact run time of generator, sink, LB threads and ksoftirqd; kernel/x = kernel forwarding LB us/pkt / this case\'s, C/x = the same for the C ring forwarder (reference), each the median of the rounds\' ratios; process = the LB process\'s threads alone (median), (C/x) = the C forwarder\'s process / this one\'s (median of rounds)');
     const rows = p.cases.map((c) => [
       c.name,
       c.flows,
@@ -513,13 +528,14 @@ function printReport(results) {
       c.lbUsPerPacketAtCpuRate,
       c.lbTasksUsPerPacketAtCpuRate,
       c.lbUsPerPacketAtMaxRate,
-      c.ratioToKernelAtCpuRate,
-      c.ratioToCrefAtCpuRate ?? null,
-      c.atCpuRate.cpu.processUsPerPacket || null,
+      c.roundRatioToKernelAtCpuRate,
+      c.roundRatioToCrefAtCpuRate ?? null,
+      c.processUsPerPacketAtCpuRate,
+      c.processRatioToCrefAtCpuRate ?? null,
     ]);
     lines.push(
       formatTable(
-        ['case', 'flows', 'offered pps', 'delivered pps', 'max <1% loss', 'lossy at', `loss% @${formatNumber(opts.cpuRatePps)}`, `LB us/pkt @${formatNumber(opts.cpuRatePps)}`, '(tasks)', 'LB us/pkt @max', 'kernel/x', 'C/x', 'process us/pkt'],
+        ['case', 'flows', 'offered pps', 'delivered pps', 'max <1% loss', 'lossy at', `loss% @${formatNumber(opts.cpuRatePps)}`, `LB us/pkt @${formatNumber(opts.cpuRatePps)}`, '(tasks)', 'LB us/pkt @max', 'kernel/x', 'C/x', 'process us/pkt', '(C/x)'],
         rows,
       ),
     );
@@ -534,29 +550,18 @@ function printReport(results) {
   }
   if (results.download) {
     const d = results.download;
-    lines.push('', `Download: ${d.objects} x 10 MiB over one keep-alive connection; LB CPU = busy CPU of both cores minus the direct download's, per 10^9 bytes`);
+    lines.push('', `Download: ${d.objects} x 10 MiB over one keep-alive connection; LB CPU = busy CPU of both cores minus the same round's direct download's, per 10^9 bytes; medians of ${d.rounds} rounds (x/HAProxy: of the rounds' ratios)`);
     const rows = [];
+    const label = { haproxy: 'HAProxy TCP mode', cref: 'C ring forwarder (ref)', dsrlb: 'dsrlb L2 DSR ring v3', dsrlbV2: 'dsrlb L2 DSR ring v2' };
     for (const s of d.settings) {
-      const label = { haproxy: 'HAProxy TCP mode', cref: 'C ring forwarder (ref)', dsrlb: 'dsrlb L2 DSR ring v3', dsrlbV2: 'dsrlb L2 DSR ring v2' };
-      const ratio = { cref: [s.ratioCref, s.processRatioCref], dsrlb: [s.ratio, s.processRatio], dsrlbV2: [s.ratioV2, s.processRatioV2] };
-      for (const name of ['haproxy', 'cref', 'dsrlb', 'dsrlbV2']) {
-        const r = s[name];
-        if (!r) continue;
-        rows.push([
-          label[name],
-          s.offloads,
-          r.megabytesPerSecond,
-          r.busySecondsPerGB,
-          s.lbSecondsPerGB[name],
-          s.lbTasksSecondsPerGB[name],
-          r.processSecondsPerGB,
-          ratio[name]?.[0] ?? null,
-          ratio[name]?.[1] ?? null,
-        ]);
+      for (const name of Object.keys(label)) {
+        if (s.lbSecondsPerGB[name] === undefined) continue;
+        const x = name === 'haproxy' ? [null, null] : [s.ratioToHaproxy[name], s.processRatioToHaproxy[name]];
+        rows.push([label[name], s.offloads, s.megabytesPerSecond[name], s.lbSecondsPerGB[name], s.lbTasksSecondsPerGB[name], s.processSecondsPerGB[name], ...x]);
       }
-      rows.push(['direct (no LB)', s.offloads, s.direct[0].megabytesPerSecond, s.direct.reduce((a, r) => a + r.busySecondsPerGB, 0) / s.direct.length, null, null, null, null, null]);
+      rows.push(['direct (no LB)', s.offloads, s.megabytesPerSecond.direct, null, null, null, null, null]);
     }
-    lines.push(formatTable(['path', 'offloads', 'MB/s', 'busy s/GB', 'LB s/GB', '(tasks)', 'process s/GB', 'x/HAProxy', '(process)'], rows));
+    lines.push(formatTable(['path', 'offloads', 'MB/s', 'LB s/GB', '(tasks)', 'process s/GB', 'x/HAProxy', '(process)'], rows));
   }
   if (results.micro) {
     const mi = results.micro;
@@ -609,6 +614,11 @@ async function main() {
   log(`${results.mode} run; namespaces ${PREFIX}*`);
   results.machine = await machineState();
   if (results.machine.backgroundBusyCores > 0.1) log(`warning: ${results.machine.backgroundBusyCores.toFixed(2)} cores already busy: figures will be noisy`);
+  // The micro-benchmarks first: their figures are absolute nanoseconds, and after ten minutes of
+  // packet runs this VM ran the same code 1.7x slower (209 instead of 122 ns/packet in two full
+  // runs, while each suite alone gave the usual figures). The packet and download figures are
+  // differences within rounds and meet whatever the machine does in turn.
+  if (opts.suites.has('micro')) results.micro = await microSuite();
   try {
     if (opts.suites.has('pps') || opts.suites.has('download')) {
       const bins = await buildTrafgen(opts.outDir);
@@ -620,7 +630,6 @@ async function main() {
   } finally {
     await runCleanups();
   }
-  if (opts.suites.has('micro')) results.micro = await microSuite();
   const a = takeSample();
   await sleep(500);
   results.backgroundAfterCores = machineBusy(a, takeSample()).cores;

@@ -63,3 +63,5 @@ export declare function secondsPerGB(cpuS: number, bytes: number): number;
 export declare function lossFraction(sent: number, received: number): number;
 export declare function ksoftirqdPids(): number[];
 export declare function reapedChildrenSeconds(userHz?: number): number;
+export declare function median(values: number[]): number;
+export declare function medianRoundRatio<T extends { round: number }>(reference: T[], subject: T[], field: keyof T & string): number | null;

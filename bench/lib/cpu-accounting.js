@@ -275,3 +275,29 @@ export function lossFraction(sent, received) {
   if (sent <= 0) return 1;
   return Math.max(0, (sent - received) / sent);
 }
+
+/**
+ * Median of a list of numbers (NaN for none; the mean of the middle two for an even count).
+ * @param {number[]} values
+ */
+export function median(values) {
+  const v = [...values].sort((a, b) => a - b);
+  return v.length === 0 ? NaN : v.length % 2 === 1 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+}
+
+/**
+ * reference / subject for one field, within each round both were measured in, then the median of
+ * those ratios (null when they share no round with positive values). Measured in turn, two
+ * forwarders meet the same drift of the machine; a ratio of medians would mix rounds.
+ * @param {{ round: number }[]} reference
+ * @param {{ round: number }[]} subject
+ * @param {string} field
+ */
+export function medianRoundRatio(reference, subject, field) {
+  const ratios = [];
+  for (const p of subject) {
+    const q = reference.find((x) => x.round === p.round);
+    if (q && q[field] > 0 && p[field] > 0) ratios.push(q[field] / p[field]);
+  }
+  return ratios.length > 0 ? median(ratios) : null;
+}

@@ -5,6 +5,8 @@
 import { describe, expect, it } from 'vitest';
 import {
   differentialUs,
+  median,
+  medianRoundRatio,
   foreignTime,
   lossFraction,
   machineBusy,
@@ -109,6 +111,19 @@ describe('bench: CPU accounting', () => {
     expect(lossFraction(1000, 990)).toBeCloseTo(0.01, 9);
     expect(lossFraction(1000, 1005)).toBe(0); // a duplicate never makes loss negative
     expect(lossFraction(0, 0)).toBe(1);
+  });
+
+  it('takes medians, and ratios within rounds before their median', () => {
+    expect(median([3, 1, 2])).toBe(2);
+    expect(median([4, 1, 3, 2])).toBe(2.5);
+    expect(Number.isNaN(median([]))).toBe(true);
+    // C and dsrlb in the same three rounds; the machine drifted up in round 1.
+    const cref = [{ round: 0, us: 1.0 }, { round: 1, us: 2.0 }, { round: 2, us: 1.2 }];
+    const dsrlb = [{ round: 0, us: 1.25 }, { round: 1, us: 2.5 }, { round: 2, us: 1.5 }];
+    expect(medianRoundRatio(cref, dsrlb, 'us')).toBeCloseTo(0.8, 9);
+    // A round only one of them has, or a non-positive value, does not count.
+    expect(medianRoundRatio(cref, [{ round: 2, us: 1.5 }, { round: 7, us: 9 }, { round: 0, us: -1 }], 'us')).toBeCloseTo(0.8, 9);
+    expect(medianRoundRatio(cref, [{ round: 5, us: 1 }], 'us')).toBeNull();
   });
 });
 
