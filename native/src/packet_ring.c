@@ -167,40 +167,36 @@ static int get_args(napi_env env, napi_callback_info info, size_t want, napi_val
   return 1;
 }
 
-static int get_uint32(napi_env env, napi_value value, const char* name, uint32_t* out) {
+// A number that is an integer in [min, max]; `range` ends the error message ("<name> must be ...").
+static int get_integer(napi_env env, napi_value value, const char* name, double min, double max, const char* range,
+                       double* out) {
   napi_valuetype type;
-  double number;
   char message[128];
   if (napi_typeof(env, value, &type) != napi_ok || type != napi_number) {
     snprintf(message, sizeof message, "%s must be a number", name);
     throw_type(env, message);
     return 0;
   }
-  napi_get_value_double(env, value, &number);
-  if (!(number >= 0 && number <= 4294967295.0) || number != (double)(uint32_t)number) {
-    snprintf(message, sizeof message, "%s must be an integer in [0, 2^32)", name);
+  napi_get_value_double(env, value, out);
+  // The range test comes first: it also rejects NaN, and it keeps the int64_t conversion defined.
+  if (!(*out >= min && *out <= max) || *out != (double)(int64_t)*out) {
+    snprintf(message, sizeof message, "%s must be %s", name, range);
     throw_range(env, message);
     return 0;
   }
+  return 1;
+}
+
+static int get_uint32(napi_env env, napi_value value, const char* name, uint32_t* out) {
+  double number;
+  if (!get_integer(env, value, name, 0, 4294967295.0, "an integer in [0, 2^32)", &number)) return 0;
   *out = (uint32_t)number;
   return 1;
 }
 
 static int get_int32(napi_env env, napi_value value, const char* name, int32_t* out) {
-  napi_valuetype type;
   double number;
-  char message[128];
-  if (napi_typeof(env, value, &type) != napi_ok || type != napi_number) {
-    snprintf(message, sizeof message, "%s must be a number", name);
-    throw_type(env, message);
-    return 0;
-  }
-  napi_get_value_double(env, value, &number);
-  if (!(number >= -2147483648.0 && number <= 2147483647.0) || number != (double)(int32_t)number) {
-    snprintf(message, sizeof message, "%s must be a 32-bit integer", name);
-    throw_range(env, message);
-    return 0;
-  }
+  if (!get_integer(env, value, name, -2147483648.0, 2147483647.0, "a 32-bit integer", &number)) return 0;
   *out = (int32_t)number;
   return 1;
 }

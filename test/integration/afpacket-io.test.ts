@@ -311,6 +311,11 @@ function workerMain() {
   // close(): the ring is detached (views empty), repeated close is harmless, later calls throw EBADF.
   const handle = native.openPacketSocket(options);
   const view = new Uint8Array(handle.ring);
+  // Integer arguments: a non-number is a TypeError, a fraction, NaN or a value out of range a RangeError.
+  result.argErrors = [];
+  const tryCall = (f) => { try { f(); result.argErrors.push('no error'); } catch (e) { result.argErrors.push(e.constructor.name + ': ' + e.message); } };
+  for (const bad of [2 ** 31, -(2 ** 31) - 1, 1.5, NaN, 'x']) tryCall(() => native.nextBlock(handle, bad));
+  for (const bad of [-1, 2 ** 32, 0.5]) tryCall(() => native.pinThread(bad));
   native.close(handle); native.close(handle);
   result.viewAfterClose = view.length;
   try { native.nextBlock(handle, -1); } catch (e) { result.nextBlockAfterClose = e.code; }
@@ -499,6 +504,9 @@ describe('AfPacketIo in network namespaces (root)', () => {
       handlesCollected: [5, 0, 4 << 16],
       allCollected: [0, 0],
     });
+    const int32 = 'RangeError: releaseIndex must be a 32-bit integer';
+    const uint32 = 'RangeError: cpu must be an integer in [0, 2^32)';
+    expect(result.argErrors).toEqual([int32, int32, int32, int32, 'TypeError: releaseIndex must be a number', uint32, uint32, uint32]);
     // Room for a whole batch of sent frames until a NIC completes them (8 MiB asked, doubled).
     expect(result.sendBufferBytes).toBeGreaterThanOrEqual(8 << 20);
   });
