@@ -435,8 +435,9 @@ async function downloadSuite(bl, bins, dir) {
     } finally {
       if (lb) Object.assign(r ?? {}, await lb.stop());
     }
-    const through = r.metrics ? `, ${r.metrics.rx} packets through the LB` : r.forwarderCounts ? `, ${r.forwarderCounts.forwarded} packets through the LB` : '';
-    log(`  ${path.name}: ${r.megabytesPerSecond.toFixed(0)} MB/s, ${r.busySecondsPerGB.toFixed(3)} busy s/GB${lb ? `, process ${r.processSecondsPerGB.toFixed(3)} s/GB` : ''}${through}`);
+    const packets = r.metrics?.rx ?? r.forwarderCounts?.forwarded;
+    const carried = packets === undefined ? '' : `, ${packets} packets through the LB`;
+    log(`  ${path.name}: ${r.megabytesPerSecond.toFixed(0)} MB/s, ${r.busySecondsPerGB.toFixed(3)} busy s/GB${lb ? `, process ${r.processSecondsPerGB.toFixed(3)} s/GB` : ''}${carried}`);
     return r;
   };
   for (const on of [false, true]) {
