@@ -551,42 +551,55 @@ function healthCheckSection(p: ProblemList, item: Raw, path: string, servicePort
 function statusList(p: ProblemList, check: Raw, path: string): number[] | undefined {
   const value = check['expectStatus'];
   if (value === undefined || value === null) return [200];
-  const at = join2(path, 'expectStatus');
-  // A single status is accepted as a list of one.
-  const items: unknown[] = Array.isArray(value) ? value : [value];
-  if (items.length === 0) {
-    p.add(at, 'an empty list; expected at least one HTTP status, e.g. [200]');
-    return undefined;
-  }
-  const statuses: number[] = [];
-  items.forEach((status, index) => {
-    const itemPath = Array.isArray(value) ? `${at}[${index}]` : at;
-    if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599) {
-      p.add(itemPath, `${describe(status)} is not an HTTP status (100..599)`);
-    } else {
-      statuses.push(status);
-    }
+  return integerList(p, value, join2(path, 'expectStatus'), {
+    min: 100,
+    max: 599,
+    what: 'an HTTP status',
+    ifEmpty: 'expected at least one HTTP status, e.g. [200]',
+    unique: false,
   });
-  return statuses.length === items.length ? statuses : undefined;
 }
 
 /** `cpus: [2, 3]`: the CPUs the packet loops are pinned to, one each in turn. */
 function cpuList(p: ProblemList, raw: Raw): number[] | undefined {
   const value = raw['cpus'];
   if (value === undefined || value === null) return [];
+  return integerList(p, value, 'cpus', {
+    min: 0,
+    max: 1023,
+    what: 'a CPU number',
+    ifEmpty: 'leave cpus out to let the kernel place the packet loops',
+    unique: true,
+  });
+}
+
+/**
+ * A non-empty list of integers in [min, max] at `at`; a single one is accepted as a list of one.
+ * Every bad item is reported at its own path; then the result is undefined.
+ */
+function integerList(
+  p: ProblemList,
+  value: unknown,
+  at: string,
+  o: { min: number; max: number; what: string; ifEmpty: string; unique: boolean },
+): number[] | undefined {
   const items: unknown[] = Array.isArray(value) ? value : [value];
   if (items.length === 0) {
-    p.add('cpus', 'an empty list; leave cpus out to let the kernel place the packet loops');
+    p.add(at, `an empty list; ${o.ifEmpty}`);
     return undefined;
   }
-  const cpus: number[] = [];
-  items.forEach((cpu, index) => {
-    const at = Array.isArray(value) ? `cpus[${index}]` : 'cpus';
-    if (typeof cpu !== 'number' || !Number.isInteger(cpu) || cpu < 0 || cpu > 1023) p.add(at, `${describe(cpu)} is not a CPU number (0..1023)`);
-    else if (cpus.includes(cpu)) p.add(at, `${cpu} is listed twice`);
-    else cpus.push(cpu);
+  const out: number[] = [];
+  items.forEach((item, index) => {
+    const itemPath = Array.isArray(value) ? `${at}[${index}]` : at;
+    if (typeof item !== 'number' || !Number.isInteger(item) || item < o.min || item > o.max) {
+      p.add(itemPath, `${describe(item)} is not ${o.what} (${o.min}..${o.max})`);
+    } else if (o.unique && out.includes(item)) {
+      p.add(itemPath, `${item} is listed twice`);
+    } else {
+      out.push(item);
+    }
   });
-  return cpus.length === items.length ? cpus : undefined;
+  return out.length === items.length ? out : undefined;
 }
 
 function realList(
