@@ -52,16 +52,12 @@ function runCase(name, { flows, tcp, cold = false, random = false }) {
   const { batches, packetsPerRound } = createBatches({ flows, tcp, batchSize: cold || random ? 100 : 256 });
   if (random) shuffleFrames(batches);
   const origin = performance.timeOrigin;
-  const round = cold
-    ? () => {
-        for (let b = 0; b < batches.length; b++) {
-          evict();
-          engine.processBatch(batches[b], origin + performance.now());
-        }
-      }
-    : () => {
-        for (let b = 0; b < batches.length; b++) engine.processBatch(batches[b], origin + performance.now());
-      };
+  const round = () => {
+    for (let b = 0; b < batches.length; b++) {
+      if (cold) evict();
+      engine.processBatch(batches[b], origin + performance.now());
+    }
+  };
   const until = (ms) => {
     const end = performance.now() + ms;
     let rounds = 0;
