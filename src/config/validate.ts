@@ -512,7 +512,7 @@ function healthCheckSection(p: ProblemList, item: Raw, path: string, servicePort
     }
   }
   const host = optionalString(p, value, 'host', at, 'a Host header value', /^[^\s\x00-\x1f\x7f]+$/);
-  const expectStatus = statusList(p, value, at);
+  const expectStatus = statusList(p, value, at, base.expectStatus);
   const expectBody = optionalString(p, value, 'expectBody', at, 'a non-empty body substring', /^[\s\S]+$/);
   const payload = type === 'udp' ? (optionalString(p, value, 'payload', at, 'a UDP payload string', /^[\s\S]*$/) ?? 'ping') : null;
   const expectPayload = optionalString(p, value, 'expectPayload', at, 'a non-empty reply substring', /^[\s\S]+$/);
@@ -548,9 +548,9 @@ function healthCheckSection(p: ProblemList, item: Raw, path: string, servicePort
   };
 }
 
-function statusList(p: ProblemList, check: Raw, path: string): number[] | undefined {
+function statusList(p: ProblemList, check: Raw, path: string, fallback: readonly number[]): number[] | undefined {
   const value = check['expectStatus'];
-  if (value === undefined || value === null) return [200];
+  if (value === undefined || value === null) return [...fallback];
   return integerList(p, value, join2(path, 'expectStatus'), {
     min: 100,
     max: 599,
