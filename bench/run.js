@@ -33,21 +33,30 @@ import { formatNumber, formatTable, renderSvg, writeJson } from './lib/report.js
 const USAGE = `usage: npm run bench -- [--quick] [--only pps,download,micro] [--flows 1,10000]
        [--duration S] [--cpu-rate PPS] [--download-mib N] [--no-pcap] [--no-cref] [--retries N] [--out DIR]`;
 
-const { values: argv } = parseArgs({
-  options: {
-    quick: { type: 'boolean', default: false },
-    only: { type: 'string' },
-    flows: { type: 'string' },
-    duration: { type: 'string' },
-    'cpu-rate': { type: 'string' },
-    'download-mib': { type: 'string' },
-    'no-pcap': { type: 'boolean', default: false },
-    'no-cref': { type: 'boolean', default: false },
-    retries: { type: 'string' },
-    out: { type: 'string' },
-    help: { type: 'boolean', default: false },
-  },
+const { values: argv } = parseBenchArgs({
+  quick: { type: 'boolean', default: false },
+  only: { type: 'string' },
+  flows: { type: 'string' },
+  duration: { type: 'string' },
+  'cpu-rate': { type: 'string' },
+  'download-mib': { type: 'string' },
+  'no-pcap': { type: 'boolean', default: false },
+  'no-cref': { type: 'boolean', default: false },
+  retries: { type: 'string' },
+  out: { type: 'string' },
+  help: { type: 'boolean', default: false },
 });
+
+/** parseArgs, with a bad option reported as one line and the usage instead of a stack trace. */
+function parseBenchArgs(options) {
+  try {
+    return parseArgs({ options });
+  } catch (error) {
+    console.error(`bench: ${error.message}\n${USAGE}`);
+    process.exit(1);
+  }
+}
+
 if (argv.help) {
   console.log(USAGE);
   process.exit(0);
