@@ -5,7 +5,7 @@
 // which deletes the device and withdraws the route without anyone's help (a "dead man's switch").
 
 import { closeSync } from 'node:fs';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { stringHash } from '../dataplane/flow-hash.js';
 import { loadNative } from '../io/native-binding.js';
@@ -32,6 +32,22 @@ export function birdRoutes(vips: readonly string[]): string {
     ...block('dsrlb_v6', 'ipv6', vips.filter((v) => v.includes(':')), 128),
     '',
   ].join('\n');
+}
+
+/**
+ * Replaces `file` with `text` (through a temporary file and a rename) unless it holds it already;
+ * true when it was written. The file is 0644 whatever the umask: BIRD reads it as its own user
+ * (`bird` on Debian) and the packaged unit runs dsrlb with UMask=0027.
+ */
+export async function writeRoutesFile(file: string, text: string): Promise<boolean> {
+  const current = await readFile(file, 'utf8').catch(() => null);
+  if (current === text) return false;
+  await mkdir(dirname(file), { recursive: true });
+  const tmp = `${file}.tmp`;
+  await writeFile(tmp, text);
+  await chmod(tmp, 0o644);
+  await rename(tmp, file);
+  return true;
 }
 
 interface Gate {
@@ -121,13 +137,7 @@ export class VipAnnouncer {
   }
 
   private async writeRoutes(vips: readonly string[]): Promise<void> {
-    const text = birdRoutes(vips);
-    const current = await readFile(this.routesFile, 'utf8').catch(() => null);
-    if (current === text) return;
-    await mkdir(dirname(this.routesFile), { recursive: true });
-    const tmp = `${this.routesFile}.tmp`;
-    await writeFile(tmp, text);
-    await rename(tmp, this.routesFile);
+    if (!(await writeRoutesFile(this.routesFile, birdRoutes(vips)))) return;
     this.log.info('BIRD routes file written', { file: this.routesFile, vips });
     if (this.birdSocket) {
       await this.runner(['birdc', '-s', this.birdSocket, 'configure']).catch((e: Error) =>

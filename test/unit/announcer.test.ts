@@ -1,7 +1,10 @@
 // The BIRD side of scale-out announcements: device names every LB agrees on, and the routes file.
 
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { announceDeviceName, birdRoutes } from '../../src/control/announcer.js';
+import { announceDeviceName, birdRoutes, writeRoutesFile } from '../../src/control/announcer.js';
 
 describe('VIP announcement for BIRD', () => {
   it('names each VIP a stable TUN device that fits IFNAMSIZ', () => {
@@ -17,5 +20,24 @@ describe('VIP announcement for BIRD', () => {
     expect(text).toContain(`protocol static dsrlb_v6 {\n  ipv6;\n  check link on;\n  route fd77::100/128 via "${announceDeviceName('fd77::100')}";\n}`);
     // No VIP of a family still gives a valid (empty) protocol, so the BIRD config keeps parsing.
     expect(birdRoutes([])).toContain('protocol static dsrlb_v6 {\n  ipv6;\n  check link on;\n}');
+  });
+
+  it('writes the routes file world-readable under the unit\'s UMask=0027, and only when it changes', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-routes-'));
+    const old = process.umask(0o027);
+    try {
+      const file = join(dir, 'run', 'bird-routes.conf');
+      const text = birdRoutes(['10.77.0.100']);
+      expect(await writeRoutesFile(file, text)).toBe(true);
+      expect(readFileSync(file, 'utf8')).toBe(text);
+      // BIRD parses it as user bird: 0640 (what the umask alone gives) would be refused.
+      expect(statSync(file).mode & 0o777).toBe(0o644);
+      expect(await writeRoutesFile(file, text)).toBe(false);
+      expect(await writeRoutesFile(file, birdRoutes([]))).toBe(true);
+      expect(statSync(file).mode & 0o777).toBe(0o644);
+    } finally {
+      process.umask(old);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
