@@ -332,9 +332,13 @@ function eventList(add: Add, problems: readonly ConfigProblem[], events: readonl
     if (action === 'health' || action === 'intent') {
       const allowed = action === 'health' ? ['up', 'down'] : ['active', 'drain', 'disabled'];
       const s = body['state'];
-      if (s === undefined || s === null) add(`${at}.state`, `${s === null ? 'is empty' : 'missing'}; expected ${allowed.join(' or ')}`);
-      else if (typeof s !== 'string' || !allowed.includes(s)) add(`${at}.state`, `${describe(s)} is not ${allowed.join(' or ')}`);
-      else state = s;
+      if (s === undefined || s === null) add(`${at}.state`, `${s === null ? 'is empty' : 'missing'}; expected ${orList(allowed)}`);
+      else if (typeof s === 'string' && allowed.includes(s)) state = s;
+      else {
+        // Worded as the config's own one-of errors (src/config/validate.ts oneOf).
+        const folded = typeof s === 'string' ? allowed.find((option) => option.toLowerCase() === s.toLowerCase()) : undefined;
+        add(`${at}.state`, `${describe(s)} is not ${orList(allowed)}${folded === undefined ? '' : ` (did you mean "${folded}"?)`}`);
+      }
     }
     if (problems.length > before || service === null || canonical === null || atMs === null) return;
     const presence = reals.get(service.name)!;
@@ -519,4 +523,9 @@ function yamlProblem(message: string, pos: { line: number; col: number } | undef
 function fsError(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
   return error.message.replace(/, \w+ '.*'$/, '');
+}
+
+/** `a, b or c`, as the config's errors list the values a key takes. */
+function orList(words: readonly string[]): string {
+  return words.length <= 1 ? words.join('') : `${words.slice(0, -1).join(', ')} or ${words[words.length - 1]}`;
 }

@@ -305,8 +305,23 @@ events:
       'events[3].addReal.address: 10.0.0.12 is already a real of service web',
       'events[4].addReal.address: 2001:db8::5 is IPv6 but the VIP of service web is IPv4',
       'events[5].removeReal.address: 10.0.0.9 is not a real of service web',
-      'events[6].intent.state: "sleeping" is not active or drain or disabled',
+      'events[6].intent.state: "sleeping" is not active, drain or disabled',
       'events[8].weight.weight: 70000 is not a weight (0..65535)',
+    ]);
+  });
+
+  it('words a bad intent or health state as the config words its one-of errors, with a hint for a wrong case', () => {
+    expect(
+      problems(`${CONFIG}
+events:
+  - { at: 0s, intent: { service: web, address: 10.0.0.11, state: Drain } }
+  - { at: 1s, health: { service: web, address: 10.0.0.11, state: sick } }
+  - { at: 2s, intent: { service: web, address: 10.0.0.11 } }
+`),
+    ).toEqual([
+      'events[0].intent.state: "Drain" is not active, drain or disabled (did you mean "drain"?)',
+      'events[1].health.state: "sick" is not up or down',
+      'events[2].intent.state: missing; expected active, drain or disabled',
     ]);
   });
 
