@@ -1,9 +1,10 @@
 // Reads a config file from disk and validates it; the only config code that touches the filesystem.
 
 import { readFile } from 'node:fs/promises';
-import { parseConfigText, type ConfigResult } from './validate.js';
+import { parseConfigText, parseConfigYaml, validateAdminSettings, type ConfigResult } from './validate.js';
+import type { ConfigProblem } from './types.js';
 
-export { formatProblems, parseConfigText, type ConfigResult } from './validate.js';
+export { formatProblems, parseConfigText, validateAdminSettings, type AdminSettingsResult, type ConfigResult } from './validate.js';
 
 /**
  * Loads and validates the config at `path`. A file that cannot be read is one problem at `(file)`;
@@ -15,13 +16,31 @@ export async function loadConfigFile(path: string): Promise<ConfigResult> {
 
 /** As loadConfigFile, also returning the text that was validated (the daemon keeps the text in force). */
 export async function readConfigFile(path: string): Promise<{ text: string | null; result: ConfigResult }> {
-  let text: string;
+  const read = await readText(path);
+  if (!read.ok) return { text: null, result: { ok: false, problems: [read.problem] } };
+  return { text: read.text, result: parseConfigText(read.text, { sourcePath: path }) };
+}
+
+/**
+ * Only the admin section of the config at `path` (see validateAdminSettings): the CLI's admin
+ * commands use it, so a mistake elsewhere in the file does not cut the operator off from the
+ * daemon. A file that does not exist is `ok: false` with `missing: true`, so the caller can fall
+ * back to the default admin address; any other read or YAML error is a plain problem.
+ */
+export async function loadAdminSettings(path: string): Promise<ReturnType<typeof validateAdminSettings> & { missing?: boolean }> {
+  const read = await readText(path);
+  if (!read.ok) return read.missing ? { ok: false, problems: [read.problem], missing: true } : { ok: false, problems: [read.problem] };
+  const parsed = parseConfigYaml(read.text);
+  return parsed.ok ? validateAdminSettings(parsed.raw, { sourcePath: path }) : parsed;
+}
+
+async function readText(path: string): Promise<{ ok: true; text: string } | { ok: false; problem: ConfigProblem; missing: boolean }> {
   try {
-    text = await readFile(path, 'utf8');
+    return { ok: true, text: await readFile(path, 'utf8') };
   } catch (error) {
-    return { text: null, result: { ok: false, problems: [{ path: '(file)', message: `cannot read ${JSON.stringify(path)}: ${describeFsError(error)}` }] } };
+    const missing = (error as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
+    return { ok: false, problem: { path: '(file)', message: `cannot read ${JSON.stringify(path)}: ${describeFsError(error)}` }, missing };
   }
-  return { text, result: parseConfigText(text, { sourcePath: path }) };
 }
 
 /** "ENOENT: no such file or directory, open '/x'" -> "ENOENT: no such file or directory"; the path is already named. */

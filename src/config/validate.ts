@@ -132,6 +132,15 @@ export function formatProblems(problems: readonly ConfigProblem[]): string {
 
 /** Parses YAML or JSON config text and validates it; see validateConfig. */
 export function parseConfigText(text: string, opts: ParseOptions = {}): ConfigResult {
+  const parsed = parseConfigYaml(text);
+  return parsed.ok ? validateConfig(parsed.raw, opts) : parsed;
+}
+
+/**
+ * The one way config text becomes a plain document: YAML 1.2 (JSON is a subset), a leading BOM
+ * dropped, duplicate keys and several documents refused, aliases capped against alias bombs.
+ */
+export function parseConfigYaml(text: string): { ok: true; raw: unknown } | { ok: false; problems: ConfigProblem[] } {
   const doc = parseDocument(text.startsWith('\uFEFF') ? text.slice(1) : text, { uniqueKeys: true, prettyErrors: true });
   if (doc.errors.length > 0) {
     return {
@@ -142,25 +151,23 @@ export function parseConfigText(text: string, opts: ParseOptions = {}): ConfigRe
       ),
     };
   }
-  let raw: unknown;
   try {
-    raw = doc.toJS({ maxAliasCount: 100 });
+    return { ok: true, raw: doc.toJS({ maxAliasCount: 100 }) };
   } catch (error) {
     return { ok: false, problems: [yamlProblem(error instanceof Error ? error.message : String(error), undefined)] };
   }
-  return validateConfig(raw, opts);
 }
 
 /** Validates an already parsed document (plain objects, arrays, scalars) into a frozen Config. */
 export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigResult {
   const p = new ProblemList();
-  const configDir = opts.sourcePath === undefined ? null : dirname(resolve(opts.sourcePath));
+  const configDir = configDirOf(opts);
   if (raw === null || raw === undefined) {
     p.add('(file)', 'the file is empty; expected a mapping with at least interface and services');
     return { ok: false, problems: p.items };
   }
   if (!isMapping(raw)) {
-    p.add('(file)', `expected a mapping with at least interface and services, got ${describe(raw)}`);
+    p.add('(file)', notAMapping(raw));
     return { ok: false, problems: p.items };
   }
   checkKeys(p, raw, '', TOP_KEYS);
@@ -178,12 +185,7 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
   const tunnel = tunnelSection(p, raw);
   const metrics = section(p, raw, 'metrics', '', METRICS_KEYS, 'metrics settings');
   const metricsListen = listen(p, metrics, 'metrics', DEFAULT_METRICS_LISTEN);
-  const admin = section(p, raw, 'admin', '', ADMIN_KEYS, 'admin API settings');
-  const adminListen = listen(p, admin, 'admin', DEFAULT_ADMIN_LISTEN);
-  const tokenFile = filePath(p, admin, 'tokenFile', 'admin', configDir);
-  if (adminListen !== null && admin !== null && tokenFile === null && admin['tokenFile'] == null && !isLoopback(adminListen.host)) {
-    p.add('admin.tokenFile', `missing; a token file is required when admin.listen (${formatListen(adminListen)}) is not a loopback address`);
-  }
+  const { listen: adminListen, tokenFile } = adminSection(p, raw, configDir);
   if (metricsListen !== null && adminListen !== null && listensClash(metricsListen, adminListen)) {
     p.add('admin.listen', `${formatListen(adminListen)} clashes with metrics.listen (${formatListen(metricsListen)}); they need different ports`);
   }
@@ -209,6 +211,26 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
     services,
   };
   return { ok: true, config: deepFreeze(config) };
+}
+
+export type AdminSettingsResult = { ok: true; listen: ListenAddress; tokenFile: string | null } | { ok: false; problems: ConfigProblem[] };
+
+/**
+ * Validates only the `admin` section of a parsed document, with the rules, defaults and messages
+ * of validateConfig and ignoring every other key: the CLI's admin commands need just this much,
+ * and must keep working while another part of the file is being fixed. A document with no admin
+ * section (or an empty one) gets the defaults.
+ */
+export function validateAdminSettings(raw: unknown, opts: ParseOptions = {}): AdminSettingsResult {
+  const p = new ProblemList();
+  if (raw === null || raw === undefined) return { ok: true, listen: DEFAULT_ADMIN_LISTEN, tokenFile: null };
+  if (!isMapping(raw)) {
+    p.add('(file)', notAMapping(raw));
+    return { ok: false, problems: p.items };
+  }
+  const { listen: adminListen, tokenFile } = adminSection(p, raw, configDirOf(opts));
+  if (p.items.length > 0 || adminListen === null) return { ok: false, problems: p.items };
+  return { ok: true, listen: adminListen, tokenFile };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -238,6 +260,17 @@ function flowTableSection(p: ProblemList, raw: Raw): Config['flowTable'] | undef
     return undefined;
   }
   return { capacity, tcpTimeouts: { synMs, establishedMs, finMs }, udpTimeoutMs };
+}
+
+/** admin.listen (default 127.0.0.1:9743) and admin.tokenFile, which a listener off loopback requires. */
+function adminSection(p: ProblemList, raw: Raw, configDir: string | null): { listen: ListenAddress | null; tokenFile: string | null } {
+  const admin = section(p, raw, 'admin', '', ADMIN_KEYS, 'admin API settings');
+  const adminListen = listen(p, admin, 'admin', DEFAULT_ADMIN_LISTEN);
+  const tokenFile = filePath(p, admin, 'tokenFile', 'admin', configDir);
+  if (adminListen !== null && admin !== null && tokenFile === null && admin['tokenFile'] == null && !isLoopback(adminListen.host)) {
+    p.add('admin.tokenFile', `missing; a token file is required when admin.listen (${formatListen(adminListen)}) is not a loopback address`);
+  }
+  return { listen: adminListen, tokenFile };
 }
 
 function announceSection(p: ProblemList, raw: Raw, configDir: string | null): Config['announce'] | undefined {
@@ -820,6 +853,14 @@ function yamlProblem(message: string, pos: { line: number; col: number } | undef
   // yaml's pretty errors append " at line L, column C:" and a code frame; the position goes in the path.
   const text = (message.split('\n')[0] ?? message).replace(/ at line \d+, column \d+:?\s*$/, '');
   return { path: pos === undefined ? '(yaml)' : `(yaml) line ${pos.line}, column ${pos.col}`, message: text };
+}
+
+function configDirOf(opts: ParseOptions): string | null {
+  return opts.sourcePath === undefined ? null : dirname(resolve(opts.sourcePath));
+}
+
+function notAMapping(raw: unknown): string {
+  return `expected a mapping with at least interface and services, got ${describe(raw)}`;
 }
 
 export function isMapping(value: unknown): value is Raw {
