@@ -63,7 +63,8 @@ const REAL_KEYS = ['address', 'weight', 'state', 'forwarding'];
 /**
  * Which health-check keys mean something for which type. A key set for a type that ignores it
  * (a `path` on a tcp check) is refused, because it shows the operator expects a check that will not
- * happen. `type: none` is exempt: switching a check off while keeping its settings is normal.
+ * happen. `type: none` is exempt: switching a check off while keeping its settings is normal; the
+ * values are still checked, so a mistake does not wait for the day the check is switched back on.
  */
 const CHECK_KEY_TYPES: Readonly<Record<string, readonly HealthCheckType[]>> = {
   port: ['tcp', 'http', 'https', 'udp', 'exec'],
@@ -75,6 +76,10 @@ const CHECK_KEY_TYPES: Readonly<Record<string, readonly HealthCheckType[]>> = {
   expectPayload: ['udp'],
   command: ['exec'],
 };
+/** Check types that probe no port, so a port-0 service needs no healthCheck.port for them. */
+const PORTLESS_CHECK_TYPES: readonly HealthCheckType[] = ['icmp', 'exec', 'none'];
+/** "an http check", "a tcp check": the article as the type is read aloud (letter by letter or as a word). */
+const CHECK_ARTICLE: Readonly<Record<HealthCheckType, 'a' | 'an'>> = { tcp: 'a', http: 'an', https: 'an', udp: 'a', icmp: 'an', exec: 'an', none: 'a' };
 
 // IPVS-like flow timeouts (ipvsadm --set 900 120 300; SYN_RECV 60 s).
 const DEFAULT_SYN_MS = 60_000;
@@ -514,29 +519,33 @@ function healthCheckSection(p: ProblemList, item: Raw, path: string, servicePort
     p.add(at, `expected a mapping with a type (${CHECK_TYPES.join(', ')}), got ${describe(value)}`);
     return undefined;
   }
+  const before = p.items.length;
   checkKeys(p, value, at, CHECK_KEYS);
+  // A bad or missing type does not stop the checks below: every problem is reported in one pass.
+  let type: HealthCheckType | undefined;
   if (value['type'] === undefined || value['type'] === null) {
     p.add(join2(at, 'type'), `${value['type'] === null ? 'is empty' : 'missing'}; expected one of ${CHECK_TYPES.join(', ')}`);
-    return undefined;
+  } else {
+    type = oneOf(p, value, 'type', at, CHECK_TYPES, 'none');
   }
-  const type = oneOf(p, value, 'type', at, CHECK_TYPES, 'none');
-  if (type === undefined) return undefined;
-  if (type === 'none') return { type, ...base };
-
-  const before = p.items.length;
-  for (const [key, types] of Object.entries(CHECK_KEY_TYPES)) {
-    if (value[key] !== undefined && !types.includes(type)) {
-      p.add(join2(at, key), `applies only to ${listWords(types, 'and')} checks (type is ${type})`);
+  // `none` and an unknown type take every key; a key refused for its type is not checked further.
+  const check: Raw = { ...value };
+  if (type !== undefined && type !== 'none') {
+    for (const [key, types] of Object.entries(CHECK_KEY_TYPES)) {
+      if (value[key] !== undefined && !types.includes(type)) {
+        p.add(join2(at, key), `applies only to ${listWords(types, 'and')} checks (type is ${type})`);
+        delete check[key];
+      }
     }
   }
   let port: number | undefined = base.port;
-  if (value['port'] !== undefined && value['port'] !== null) {
-    port = integer(p, value, 'port', at, 1, 65535, 'a health-check port', undefined);
-  } else if (servicePort === 0 && type !== 'icmp' && type !== 'exec') {
-    p.add(join2(at, 'port'), `missing; a ${type} check needs a port because the service port is 0 (every port)`);
+  if (check['port'] !== undefined && check['port'] !== null) {
+    port = integer(p, check, 'port', at, 1, 65535, 'a health-check port', undefined);
+  } else if (servicePort === 0 && type !== undefined && !PORTLESS_CHECK_TYPES.includes(type)) {
+    p.add(join2(at, 'port'), `missing; ${CHECK_ARTICLE[type]} ${type} check needs a port because the service port is 0 (every port)`);
   }
   let checkPath = base.path;
-  const pathValue = value['path'];
+  const pathValue = check['path'];
   if (pathValue !== undefined && pathValue !== null) {
     if (typeof pathValue !== 'string' || !pathValue.startsWith('/') || /\s/.test(pathValue) || hasControl(pathValue)) {
       p.add(join2(at, 'path'), `${describe(pathValue)} is not a URL path (it must start with "/" and have no spaces)`);
@@ -544,26 +553,26 @@ function healthCheckSection(p: ProblemList, item: Raw, path: string, servicePort
       checkPath = pathValue;
     }
   }
-  const host = optionalString(p, value, 'host', at, 'a Host header value', /^[^\s\x00-\x1f\x7f]+$/);
-  const expectStatus = statusList(p, value, at, base.expectStatus);
-  const expectBody = optionalString(p, value, 'expectBody', at, 'a non-empty body substring', /^[\s\S]+$/);
-  const payload = type === 'udp' ? (optionalString(p, value, 'payload', at, 'a UDP payload string', /^[\s\S]*$/) ?? 'ping') : null;
-  const expectPayload = optionalString(p, value, 'expectPayload', at, 'a non-empty reply substring', /^[\s\S]+$/);
-  let command: string | null = null;
-  if (type === 'exec') {
-    command = optionalString(p, value, 'command', at, 'a shell command', /\S/);
-    if (command === null && (value['command'] === undefined || value['command'] === null)) {
-      p.add(join2(at, 'command'), 'missing; an exec check needs a command (run with /bin/sh -c)');
-    }
+  const host = optionalString(p, check, 'host', at, 'a Host header value', /^[^\s\x00-\x1f\x7f]+$/);
+  const expectStatus = statusList(p, check, at, base.expectStatus);
+  const expectBody = optionalString(p, check, 'expectBody', at, 'a non-empty body substring', /^[\s\S]+$/);
+  const payload = optionalString(p, check, 'payload', at, 'a UDP payload string', /^[\s\S]*$/);
+  const expectPayload = optionalString(p, check, 'expectPayload', at, 'a non-empty reply substring', /^[\s\S]+$/);
+  const command = optionalString(p, check, 'command', at, 'a shell command', /\S/);
+  if (type === 'exec' && command === null && (check['command'] === undefined || check['command'] === null)) {
+    p.add(join2(at, 'command'), 'missing; an exec check needs a command (run with /bin/sh -c)');
   }
-  const intervalMs = duration(p, value, 'interval', at, base.intervalMs);
-  const timeoutMs = duration(p, value, 'timeout', at, base.timeoutMs);
+  const intervalMs = duration(p, check, 'interval', at, base.intervalMs);
+  const timeoutMs = duration(p, check, 'timeout', at, base.timeoutMs);
   if (intervalMs !== undefined && timeoutMs !== undefined && timeoutMs > intervalMs) {
     p.add(join2(at, 'timeout'), `${formatDurationMs(timeoutMs)} is longer than the interval (${formatDurationMs(intervalMs)}); a probe must end before the next one starts`);
   }
-  const rise = integer(p, value, 'rise', at, 1, 100, 'a success count', base.rise);
-  const fall = integer(p, value, 'fall', at, 1, 100, 'a failure count', base.fall);
-  if (p.items.length > before) return undefined;
+  const rise = integer(p, check, 'rise', at, 1, 100, 'a success count', base.rise);
+  const fall = integer(p, check, 'fall', at, 1, 100, 'a failure count', base.fall);
+  if (type === undefined || p.items.length > before) return undefined;
+  // A check switched off keeps its (now valid) settings in the file only: the running config
+  // carries the defaults, so editing an idle check's values is not a change to plan or reload.
+  if (type === 'none') return { type, ...base };
   return {
     type,
     port: port as number,
@@ -571,9 +580,9 @@ function healthCheckSection(p: ProblemList, item: Raw, path: string, servicePort
     host,
     expectStatus: expectStatus as number[],
     expectBody,
-    payload,
+    payload: type === 'udp' ? (payload ?? 'ping') : null,
     expectPayload,
-    command,
+    command: type === 'exec' ? command : null,
     intervalMs: intervalMs as number,
     timeoutMs: timeoutMs as number,
     rise: rise as number,

@@ -477,12 +477,67 @@ describe('health-check rules', () => {
     expect(problemsWith((doc) => (doc.services[0].healthCheck = check))).toEqual([expected]);
   });
 
-  it.each(['tcp', 'http', 'https', 'udp'])('a %s check on a port-0 service needs a port', (type) => {
+  it.each([['tcp', 'a'], ['http', 'an'], ['https', 'an'], ['udp', 'a']])('a %s check on a port-0 service needs a port', (type, article) => {
     const lines = problemsWith((doc) => {
       doc.services[0].port = 0;
       doc.services[0].healthCheck = { type };
     });
-    expect(lines).toEqual([`${at}.port: missing; a ${type} check needs a port because the service port is 0 (every port)`]);
+    expect(lines).toEqual([`${at}.port: missing; ${article} ${type} check needs a port because the service port is 0 (every port)`]);
+  });
+
+  it('checks every value of a check switched off with type none, as if it were on', () => {
+    const lines = problemsWith((doc) => {
+      doc.services[0].healthCheck = { type: 'none', interval: 'xx', timeout: -1, rise: 0, fall: 'abc', path: 'nope', expectStatus: 999, port: 0, command: 7 };
+    });
+    expect(lines).toEqual([
+      `${at}.port: 0 is not a health-check port (1..65535)`,
+      `${at}.path: "nope" is not a URL path (it must start with "/" and have no spaces)`,
+      `${at}.expectStatus: 999 is not an HTTP status (100..599)`,
+      `${at}.command: 7 is not a shell command; put it in quotes`,
+      `${at}.interval: "xx" is not a duration (a number with a unit ms, s or m, e.g. 250ms, 2s, 15m)`,
+      `${at}.timeout: -1 is not a positive duration`,
+      `${at}.rise: 0 is not a success count (1..100)`,
+      `${at}.fall: "abc" is not a failure count (1..100)`,
+    ]);
+  });
+
+  it('lets a check switched off keep keys of any type, but not keys of no type, nor a timeout past its interval', () => {
+    expect(problemsWith((doc) => (doc.services[0].healthCheck = { type: 'none', path: '/h', payload: 'x', command: 'true', port: 8080 }))).toEqual([]);
+    expect(problemsWith((doc) => (doc.services[0].healthCheck = { type: 'none', bogus: 1 }))).toEqual([
+      `${at}.bogus: unknown key (expected one of type, port, path, host, expectStatus, expectBody, payload, expectPayload, command, interval, timeout, rise, fall)`,
+    ]);
+    expect(problemsWith((doc) => (doc.services[0].healthCheck = { type: 'none', interval: '500ms' }))).toEqual([
+      `${at}.timeout: 1s is longer than the interval (500ms); a probe must end before the next one starts`,
+    ]);
+  });
+
+  it('still checks the other values when the type is unknown or missing', () => {
+    expect(problemsWith((doc) => (doc.services[0].healthCheck = { type: 'grpc', interval: 'xx', rise: 0, bogus: 1 }))).toEqual([
+      expect.stringMatching(/^services\[0\]\.healthCheck\.bogus: unknown key/),
+      `${at}.type: "grpc" is not tcp, http, https, udp, icmp, exec or none`,
+      `${at}.interval: "xx" is not a duration (a number with a unit ms, s or m, e.g. 250ms, 2s, 15m)`,
+      `${at}.rise: 0 is not a success count (1..100)`,
+    ]);
+    expect(problemsWith((doc) => (doc.services[0].healthCheck = { interval: 'xx', rise: 0 }))).toEqual([
+      `${at}.type: missing; expected one of tcp, http, https, udp, icmp, exec, none`,
+      `${at}.interval: "xx" is not a duration (a number with a unit ms, s or m, e.g. 250ms, 2s, 15m)`,
+      `${at}.rise: 0 is not a success count (1..100)`,
+    ]);
+  });
+
+  it('makes no rule of an unknown type: no port demanded on a port-0 service, no key refused as inapplicable', () => {
+    const lines = problemsWith((doc) => {
+      doc.services[0].port = 0;
+      doc.services[0].healthCheck = { type: 'HTTP', path: '/h', command: 'true' };
+    });
+    expect(lines).toEqual([`${at}.type: "HTTP" is not tcp, http, https, udp, icmp, exec or none (did you mean "http"?)`]);
+  });
+
+  it('reports a key refused for its type once, without also judging its value', () => {
+    expect(problemsWith((doc) => (doc.services[0].healthCheck = { type: 'tcp', payload: 7, path: 'nope' }))).toEqual([
+      `${at}.path: applies only to http and https checks (type is tcp)`,
+      `${at}.payload: applies only to udp checks (type is tcp)`,
+    ]);
   });
 });
 
