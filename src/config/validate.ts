@@ -187,7 +187,8 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
   const cpus = cpuList(p, raw);
   if (io === 'pcap' && cpus !== undefined && cpus.length > 0) p.add('cpus', 'applies to io: afpacket only (the pcap loop runs on the main thread, with the control plane)');
   const flowTable = flowTableSection(p, raw);
-  const tunnel = tunnelSection(p, raw);
+  const vipOwners = vipOwnersOf(raw);
+  const tunnel = tunnelSection(p, raw, vipOwners);
   const metrics = section(p, raw, 'metrics', '', METRICS_KEYS, 'metrics settings');
   const metricsListen = listen(p, metrics, 'metrics', DEFAULT_METRICS_LISTEN);
   const { listen: adminListen, tokenFile } = adminSection(p, raw, configDir);
@@ -197,7 +198,7 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
   const explicitStateFile = filePath(p, raw, 'stateFile', '', configDir);
   const stateFile = explicitStateFile ?? (configDir === null ? null : join(configDir, STATE_FILE_NAME));
   const announce = announceSection(p, raw, configDir);
-  const services = serviceList(p, raw);
+  const services = serviceList(p, raw, vipOwners);
 
   if (p.items.length > 0) return { ok: false, problems: p.items };
   const config: Config = {
@@ -298,25 +299,51 @@ function flag(p: ProblemList, obj: Raw, key: string, path: string, fallback: boo
   return undefined;
 }
 
-function tunnelSection(p: ProblemList, raw: Raw): Config['tunnel'] {
+function tunnelSection(p: ProblemList, raw: Raw, vipOwners: VipOwners): Config['tunnel'] {
   const tunnel = section(p, raw, 'tunnel', '', TUNNEL_KEYS, 'tunnel settings (sourceV4, sourceV6)');
   if (tunnel === null) return { sourceV4: null, sourceV6: null };
-  const v4 = optionalAddress(p, tunnel, 'sourceV4', 'tunnel', 4);
-  const v6 = optionalAddress(p, tunnel, 'sourceV6', 'tunnel', 6);
+  const v4 = tunnelSource(p, tunnel, 'sourceV4', 4, vipOwners);
+  const v6 = tunnelSource(p, tunnel, 'sourceV6', 6, vipOwners);
   return { sourceV4: v4, sourceV6: v6 };
 }
 
-function optionalAddress(p: ProblemList, obj: Raw, key: string, path: string, family: AddressFamily): string | null {
-  const value = obj[key];
+function tunnelSource(p: ProblemList, tunnel: Raw, key: string, family: AddressFamily, vipOwners: VipOwners): string | null {
+  const value = tunnel[key];
   if (value === undefined || value === null) return null;
-  const at = join2(path, key);
+  const at = join2('tunnel', key);
   const parsed = unicastAddress(p, value, at, 'a tunnel source');
   if (parsed === null) return null;
   if (parsed.family !== family) {
     p.add(at, `${describe(value)} is not an IPv${family} address`);
     return null;
   }
+  const owner = vipOwners.get(parsed.address);
+  if (owner !== undefined) {
+    // Real servers hold every VIP on lo, and Linux drops a packet whose source is a local address (martian source).
+    p.add(at, `${describe(value)} is the VIP of ${owner}; the outer source must be an address of the load balancer that is not a VIP (real servers hold the VIPs on lo and drop packets from them)`);
+    return null;
+  }
   return parsed.address;
+}
+
+/** Each VIP in the file (canonical text) -> the first service that has it, as `services[0] ("web")`. */
+type VipOwners = ReadonlyMap<string, string>;
+
+/**
+ * Read ahead of the services themselves, so a real or tunnel source checked before a later
+ * service still sees its VIP; a VIP that does not parse is reported by its own service.
+ */
+function vipOwnersOf(raw: Raw): VipOwners {
+  const owners = new Map<string, string>();
+  const services = raw['services'];
+  if (!Array.isArray(services)) return owners;
+  services.forEach((item: unknown, index: number) => {
+    if (!isMapping(item) || typeof item['vip'] !== 'string') return;
+    const vip = parseIpAddress(item['vip']);
+    const name = typeof item['name'] === 'string' ? ` (${describe(item['name'])})` : '';
+    if (vip !== null && !owners.has(vip.address)) owners.set(vip.address, `services[${index}]${name}`);
+  });
+  return owners;
 }
 
 function listen(p: ProblemList, obj: Raw | null, path: string, fallback: ListenAddress): ListenAddress | null {
@@ -346,7 +373,7 @@ function listen(p: ProblemList, obj: Raw | null, path: string, fallback: ListenA
   return null;
 }
 
-function serviceList(p: ProblemList, raw: Raw): ServiceConfig[] {
+function serviceList(p: ProblemList, raw: Raw, vipOwners: VipOwners): ServiceConfig[] {
   const value = raw['services'];
   if (value === undefined) {
     p.add('services', 'missing; expected a list of services');
@@ -364,7 +391,7 @@ function serviceList(p: ProblemList, raw: Raw): ServiceConfig[] {
   const explicitNames: (string | null)[] = [];
   const slots: (ServiceConfig | null)[] = [];
   value.forEach((item: unknown, index: number) => {
-    const parsed = serviceEntry(p, item, `services[${index}]`);
+    const parsed = serviceEntry(p, item, `services[${index}]`, vipOwners);
     slots.push(parsed?.service ?? null);
     explicitNames.push(parsed?.explicitName ?? null);
     if (parsed !== null && parsed.service !== null) services.push(parsed.service);
@@ -408,7 +435,7 @@ interface ServiceEntry {
   readonly explicitName: string | null;
 }
 
-function serviceEntry(p: ProblemList, item: unknown, path: string): ServiceEntry | null {
+function serviceEntry(p: ProblemList, item: unknown, path: string, vipOwners: VipOwners): ServiceEntry | null {
   if (!isMapping(item)) {
     p.add(path, `expected a mapping with vip, port and reals, got ${describe(item)}`);
     return null;
@@ -431,7 +458,7 @@ function serviceEntry(p: ProblemList, item: unknown, path: string): ServiceEntry
   const tableSize = tableSizeField(p, item, path, scheduler);
   const healthCheck = healthCheckSection(p, item, path, port);
   const announce = flag(p, item, 'announce', path, true);
-  const reals = realList(p, item, path, vip, forwarding);
+  const reals = realList(p, item, path, vip, forwarding, vipOwners);
   if (tableSize !== undefined && reals !== null && reals.length > tableSize) {
     p.add(join2(path, 'tableSize'), `${tableSize} is smaller than the number of reals (${reals.length}); Maglev needs at least one slot per real`);
   }
@@ -650,6 +677,7 @@ function realList(
   path: string,
   vip: { address: string; family: AddressFamily } | null,
   serviceForwarding: ForwardingMode | undefined,
+  vipOwners: VipOwners,
 ): RealConfig[] | null {
   const at = join2(path, 'reals');
   const value = item['reals'];
@@ -689,8 +717,11 @@ function realList(
       } else {
         firstByAddress.set(address.address, index);
       }
+      const otherOwner = vipOwners.get(address.address);
       if (vip !== null && address.address === vip.address) {
         p.add(addressPath, `${describe(addressValue)} is the VIP itself; a real must be another host`);
+      } else if (otherOwner !== undefined) {
+        p.add(addressPath, `${describe(addressValue)} is the VIP of ${otherOwner}; traffic to a VIP goes to the load balancer, so this real could never be reached`);
       } else if (vip !== null && address.family !== vip.family) {
         if (vip.family === 6) {
           p.add(addressPath, `${describe(addressValue)} is IPv4 but the VIP ${vip.address} is IPv6; an IPv6 VIP needs IPv6 reals`);

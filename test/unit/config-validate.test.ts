@@ -616,6 +616,41 @@ describe('unknown keys', () => {
   });
 });
 
+describe('VIPs are neither reals nor tunnel sources', () => {
+  function twoServices(doc: Doc): void {
+    doc.services.push({ name: 'dns', vip: '203.0.113.20', port: 53, protocol: 'udp', reals: [{ address: '10.0.1.21' }] });
+  }
+
+  it('refuses a real that is another service\'s VIP, before or after it in the file', () => {
+    expect(problemsWith((doc) => {
+      twoServices(doc);
+      doc.services[0].reals[1].address = '203.0.113.20';
+      doc.services[1].reals.push({ address: '203.0.113.10' });
+    })).toEqual([
+      'services[0].reals[1].address: "203.0.113.20" is the VIP of services[1] ("dns"); traffic to a VIP goes to the load balancer, so this real could never be reached',
+      'services[1].reals[1].address: "203.0.113.10" is the VIP of services[0]; traffic to a VIP goes to the load balancer, so this real could never be reached',
+    ]);
+  });
+
+  it('names a real equal to its own VIP once, even when another service shares that VIP', () => {
+    expect(problemsWith((doc) => {
+      doc.services.push({ vip: '203.0.113.10', port: 53, protocol: 'udp', reals: [] });
+      doc.services[0].reals[0].address = '203.0.113.10';
+    })).toEqual(['services[0].reals[0].address: "203.0.113.10" is the VIP itself; a real must be another host']);
+  });
+
+  it('refuses a tunnel source that is a VIP, in either family', () => {
+    expect(problemsWith((doc) => {
+      twoServices(doc);
+      doc.services.push({ vip: '2001:DB8::10', port: 80, reals: [] });
+      doc.tunnel = { sourceV4: '203.0.113.20', sourceV6: '2001:db8::10' };
+    })).toEqual([
+      'tunnel.sourceV4: "203.0.113.20" is the VIP of services[1] ("dns"); the outer source must be an address of the load balancer that is not a VIP (real servers hold the VIPs on lo and drop packets from them)',
+      'tunnel.sourceV6: "2001:db8::10" is the VIP of services[2]; the outer source must be an address of the load balancer that is not a VIP (real servers hold the VIPs on lo and drop packets from them)',
+    ]);
+  });
+});
+
 describe('many problems at once', () => {
   it('reports every problem in file order, not just the first', () => {
     const text = `
