@@ -59,6 +59,24 @@ const ADMIN_KEYS = ['listen', 'tokenFile'];
 const SERVICE_KEYS = ['name', 'vip', 'port', 'protocol', 'scheduler', 'forwarding', 'whenAllDown', 'tableSize', 'healthCheck', 'announce', 'reals'];
 const CHECK_KEYS = ['type', 'port', 'path', 'host', 'expectStatus', 'expectBody', 'payload', 'expectPayload', 'command', 'interval', 'timeout', 'rise', 'fall'];
 const REAL_KEYS = ['address', 'weight', 'state', 'forwarding'];
+// Keys written one level off, and where they belong.
+const TOP_MISPLACED = belongsUnder([
+  [SERVICE_KEYS, 'each service in services'],
+  [CHECK_KEYS, "a service's healthCheck"],
+  [REAL_KEYS, "each real in a service's reals"],
+  [FLOW_TABLE_KEYS, 'flowTable'],
+  [TCP_TIMEOUT_KEYS, 'flowTable.tcpTimeouts'],
+  [TUNNEL_KEYS, 'tunnel'],
+  [['tokenFile'], 'admin'],
+  [['listen'], 'metrics or admin'],
+  [ANNOUNCE_KEYS, 'announce'],
+]);
+const FLOW_TABLE_MISPLACED = belongsUnder([[TCP_TIMEOUT_KEYS, 'flowTable.tcpTimeouts']]);
+const SERVICE_MISPLACED = belongsUnder([[CHECK_KEYS, 'healthCheck'], [REAL_KEYS, 'each real in reals']]);
+const REAL_MISPLACED: Readonly<Record<string, string>> = {
+  ...belongsUnder([[CHECK_KEYS.filter((key) => key !== 'port'), "the service's healthCheck"]]),
+  port: "a real serves the service's own port on the VIP (DSR cannot translate ports)",
+};
 
 /**
  * Which health-check keys mean something for which type. A key set for a type that ignores it
@@ -175,15 +193,15 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
     p.add('(file)', notAMapping(raw));
     return { ok: false, problems: p.items };
   }
-  checkKeys(p, raw, '', TOP_KEYS);
+  checkKeys(p, raw, '', TOP_KEYS, TOP_MISPLACED);
 
   const iface = interfaceName(p, raw);
   const io = oneOf(p, raw, 'io', '', IO_KINDS, 'afpacket');
   const ring = oneOf(p, raw, 'ring', '', RING_KINDS, 'v3');
-  if (io === 'pcap' && raw['ring'] !== undefined) p.add('ring', `${String(raw['ring'])}: ring applies to io: afpacket only`);
+  if (io === 'pcap' && raw['ring'] !== undefined && raw['ring'] !== null) p.add('ring', 'applies to io: afpacket only (io is pcap)');
   const hashSeed = integer(p, raw, 'hashSeed', '', 0, MAX_HASH_SEED, 'a hash seed', 0);
   const workers = integer(p, raw, 'workers', '', 1, 64, 'a number of packet loops', 1);
-  if (io === 'pcap' && workers !== undefined && workers > 1) p.add('workers', `${workers}: io: pcap runs one packet loop; use io: afpacket for several`);
+  if (io === 'pcap' && workers !== undefined && workers > 1) p.add('workers', `${workers} packet loops need io: afpacket; io: pcap runs one`);
   const cpus = cpuList(p, raw);
   if (io === 'pcap' && cpus !== undefined && cpus.length > 0) p.add('cpus', 'applies to io: afpacket only (the pcap loop runs on the main thread, with the control plane)');
   const flowTable = flowTableSection(p, raw);
@@ -247,14 +265,14 @@ function interfaceName(p: ProblemList, raw: Raw): string | undefined {
   if (name === undefined) return undefined;
   // Linux dev_valid_name(): shorter than IFNAMSIZ (16), not "." or "..", no "/", ":" or whitespace.
   if (name.length > 15 || name === '.' || name === '..' || /[/:\s]/.test(name) || hasControl(name)) {
-    p.add('interface', `${JSON.stringify(name)} is not a network interface name (1..15 characters, no "/", ":" or whitespace)`);
+    p.add('interface', `${describe(name)} is not a network interface name (1..15 characters, no "/", ":" or whitespace)`);
     return undefined;
   }
   return name;
 }
 
 function flowTableSection(p: ProblemList, raw: Raw): Config['flowTable'] | undefined {
-  const table = section(p, raw, 'flowTable', '', FLOW_TABLE_KEYS, 'flow table settings');
+  const table = section(p, raw, 'flowTable', '', FLOW_TABLE_KEYS, 'flow table settings', FLOW_TABLE_MISPLACED);
   if (table === null) return undefined;
   const capacity = integer(p, table, 'capacity', 'flowTable', 1, MAX_CAPACITY, 'a flow table capacity', DEFAULT_CAPACITY);
   const tcp = section(p, table, 'tcpTimeouts', 'flowTable', TCP_TIMEOUT_KEYS, 'TCP timeouts (syn, established, fin)');
@@ -360,15 +378,15 @@ function listen(p: ProblemList, obj: Raw | null, path: string, fallback: ListenA
   if (parsed !== null) return parsed;
   const match = /^(?:\[([^\]]*)\]|(.*)):([^:\]]*)$/.exec(value);
   if (match === null) {
-    p.add(at, `${JSON.stringify(value)} is not a listen address (host:port, ${example})`);
+    p.add(at, `${describe(value)} is not a listen address (host:port, ${example})`);
   } else if (match[1] === undefined && (match[2] ?? '').includes(':')) {
-    p.add(at, `${JSON.stringify(value)} is not a listen address; put an IPv6 host in brackets, e.g. [::1]:${fallback.port}`);
+    p.add(at, `${describe(value)} is not a listen address; put an IPv6 host in brackets, e.g. [::1]:${fallback.port}`);
   } else if (parseIpAddress(match[1] ?? match[2] ?? '') === null) {
-    p.add(at, `${JSON.stringify(value)} is not a listen address: ${JSON.stringify(match[1] ?? match[2])} is not an IP address (${example})`);
+    p.add(at, `${describe(value)} is not a listen address: ${describe(match[1] ?? match[2])} is not an IP address (${example})`);
   } else if (match[1] !== undefined && !(match[1] ?? '').includes(':')) {
-    p.add(at, `${JSON.stringify(value)} is not a listen address: only IPv6 hosts go in brackets`);
+    p.add(at, `${describe(value)} is not a listen address: only IPv6 hosts go in brackets`);
   } else {
-    p.add(at, `${JSON.stringify(value)} is not a listen address: ${JSON.stringify(match[3])} is not a port (1..65535)`);
+    p.add(at, `${describe(value)} is not a listen address: ${describe(match[3])} is not a port (1..65535)`);
   }
   return null;
 }
@@ -410,7 +428,7 @@ function checkServiceIdentity(p: ProblemList, slots: readonly (ServiceConfig | n
     if (first === undefined) {
       firstByKey.set(key, index);
     } else {
-      p.add(`services[${index}]`, `${key} is already defined by services[${first}] (${JSON.stringify(slots[first]?.name)})`);
+      p.add(`services[${index}]`, `${key} is already defined by services[${first}] (${describe(slots[first]?.name)})`);
     }
   });
   explicitNames.forEach((name, index) => {
@@ -419,11 +437,11 @@ function checkServiceIdentity(p: ProblemList, slots: readonly (ServiceConfig | n
       const service = slots[other];
       if (other === index || service === null || service === undefined) continue;
       if (serviceAddressName(service.protocol, service.vip, service.port) === name) {
-        p.add(`services[${index}].name`, `${JSON.stringify(name)} is the address of services[${other}]; choose another name`);
+        p.add(`services[${index}].name`, `${describe(name)} is the address of services[${other}]; choose another name`);
         return;
       }
       if (other < index && service.name === name) {
-        p.add(`services[${index}].name`, `${JSON.stringify(name)} is already the name of services[${other}]`);
+        p.add(`services[${index}].name`, `${describe(name)} is already the name of services[${other}]`);
         return;
       }
     }
@@ -441,7 +459,7 @@ function serviceEntry(p: ProblemList, item: unknown, path: string, vipOwners: Vi
     return null;
   }
   const before = p.items.length;
-  checkKeys(p, item, path, SERVICE_KEYS);
+  checkKeys(p, item, path, SERVICE_KEYS, SERVICE_MISPLACED);
   const explicitName = serviceName(p, item, path);
   const vipValue = item['vip'];
   let vip: { address: string; family: AddressFamily } | null = null;
@@ -496,7 +514,7 @@ function serviceName(p: ProblemList, item: Raw, path: string): string | null {
     return null;
   }
   if (value.length === 0 || value.trim() !== value || hasControl(value)) {
-    p.add(at, `${JSON.stringify(value)} is not a service name (non-empty, no leading or trailing spaces, no control characters)`);
+    p.add(at, `${describe(value)} is not a service name (non-empty, no leading or trailing spaces, no control characters)`);
     return null;
   }
   return value;
@@ -697,7 +715,7 @@ function realList(
       p.add(realPath, `expected a mapping with an address, got ${describe(entry)}`);
       return;
     }
-    checkKeys(p, entry, realPath, REAL_KEYS);
+    checkKeys(p, entry, realPath, REAL_KEYS, REAL_MISPLACED);
     const addressPath = join2(realPath, 'address');
     const addressValue = entry['address'];
     let address: { address: string; family: AddressFamily } | null = null;
@@ -740,7 +758,7 @@ function realList(
 // ---------------------------------------------------------------------------------------------
 // Field readers: each reports its own problem and returns undefined (or null) when the value is bad.
 
-function section(p: ProblemList, obj: Raw, key: string, path: string, keys: readonly string[], what: string): Raw | null {
+function section(p: ProblemList, obj: Raw, key: string, path: string, keys: readonly string[], what: string, misplaced: Readonly<Record<string, string>> = {}): Raw | null {
   const value = obj[key];
   const at = join2(path, key);
   if (value === undefined || value === null) return {};
@@ -748,7 +766,7 @@ function section(p: ProblemList, obj: Raw, key: string, path: string, keys: read
     p.add(at, `expected a mapping of ${what}, got ${describe(value)}`);
     return null;
   }
-  checkKeys(p, value, at, keys);
+  checkKeys(p, value, at, keys, misplaced);
   return value;
 }
 
@@ -848,12 +866,27 @@ function unicastAddress(p: ProblemList, value: unknown, at: string, role: string
   return parsed;
 }
 
-function checkKeys(p: ProblemList, obj: Raw, path: string, known: readonly string[]): void {
+/**
+ * Refuses keys not in `known`. A key that is right one level off (`interval` directly under a
+ * service) is told where it belongs; otherwise a near known key is suggested, or the list given.
+ */
+function checkKeys(p: ProblemList, obj: Raw, path: string, known: readonly string[], misplaced: Readonly<Record<string, string>> = {}): void {
   for (const key of Object.keys(obj)) {
     if (known.includes(key)) continue;
+    const where = Object.hasOwn(misplaced, key) ? misplaced[key] : undefined;
     const hint = closestKey(key, known);
-    p.add(join2(path, key), hint === null ? `unknown key (expected one of ${known.join(', ')})` : `unknown key (did you mean "${hint}"?)`);
+    if (where !== undefined) p.add(join2(path, key), `unknown key; ${where}`);
+    else p.add(join2(path, key), hint === null ? `unknown key (expected one of ${known.join(', ')})` : `unknown key (did you mean "${hint}"?)`);
   }
+}
+
+/** Hints for keys written in the wrong mapping: each key of a group -> "it belongs under <where>"; the first group naming a key wins. */
+function belongsUnder(groups: readonly (readonly [readonly string[], string])[]): Readonly<Record<string, string>> {
+  const hints: Record<string, string> = {};
+  for (const [keys, where] of groups) {
+    for (const key of keys) hints[key] ??= `it belongs under ${where}`;
+  }
+  return hints;
 }
 
 /** The known key a typo most likely meant: same letters in another case, or within edit distance 2. */
@@ -907,14 +940,33 @@ export function isMapping(value: unknown): value is Raw {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-/** A value as the operator wrote it: strings quoted, numbers bare, containers by kind. */
+/** Longest quoted text a message shows: a binary or pasted file must not come back whole. */
+const MAX_SHOWN_CHARS = 60;
+
+/**
+ * A value as the operator wrote it: strings quoted (escaped, cut to about MAX_SHOWN_CHARS with
+ * the full length named), numbers bare, containers by kind.
+ */
 export function describe(value: unknown): string {
   if (value === undefined) return 'nothing';
   if (value === null) return 'an empty value';
-  if (typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'string') return quoteShort(value);
   if (Array.isArray(value)) return 'a list';
   if (typeof value === 'object') return 'a mapping';
   return String(value);
+}
+
+function quoteShort(text: string): string {
+  const quoted = JSON.stringify(text);
+  if (quoted.length <= MAX_SHOWN_CHARS + 2) return quoted;
+  // Cut by characters as shown (an escaped control byte counts as its escape), never inside a surrogate pair.
+  let shown = '';
+  for (const char of text) {
+    const escaped = JSON.stringify(char).slice(1, -1);
+    if (shown.length + escaped.length > MAX_SHOWN_CHARS) break;
+    shown += escaped;
+  }
+  return `"${shown}"... (${Array.from(text).length} characters)`;
 }
 
 function listWords(words: readonly string[], conjunction: 'and' | 'or'): string {

@@ -282,7 +282,7 @@ describe('normalisation', () => {
     doc.ring = 'v2';
     expect(configOf(doc).ring).toBe('v2');
     expect(problemsWith((d) => { d.ring = 'v4'; })).toEqual([expect.stringMatching(/^ring: .*v4.*v2.*v3/)]);
-    expect(problemsWith((d) => { d.io = 'pcap'; d.ring = 'v3'; })).toEqual(['ring: v3: ring applies to io: afpacket only']);
+    expect(problemsWith((d) => { d.io = 'pcap'; d.ring = 'v3'; })).toEqual(['ring: applies to io: afpacket only (io is pcap)']);
   });
 
   it('takes cpus, the CPUs the packet loops are pinned to, for io afpacket only', () => {
@@ -616,6 +616,22 @@ describe('unknown keys', () => {
   });
 });
 
+describe('misplaced keys', () => {
+  it.each<[string, (doc: Doc) => void, string]>([
+    ['a health-check key directly under a service', (d) => (d.services[0].interval = '2s'), 'services[0].interval: unknown key; it belongs under healthCheck'],
+    ['host under a service, not taken for a typo of port', (d) => (d.services[0].host = 'www'), 'services[0].host: unknown key; it belongs under healthCheck'],
+    ['a real key directly under a service', (d) => (d.services[0].weight = 10), 'services[0].weight: unknown key; it belongs under each real in reals'],
+    ['a health-check key under a real', (d) => (d.services[0].reals[0].rise = 2), "services[0].reals[0].rise: unknown key; it belongs under the service's healthCheck"],
+    ['a port under a real', (d) => (d.services[0].reals[0].port = 8080), "services[0].reals[0].port: unknown key; a real serves the service's own port on the VIP (DSR cannot translate ports)"],
+    ['a service key at the top', (d) => (d.vip = '203.0.113.10'), 'vip: unknown key; it belongs under each service in services'],
+    ['a flow-table key at the top', (d) => (d.udpTimeout = '30s'), 'udpTimeout: unknown key; it belongs under flowTable'],
+    ['a TCP timeout directly under flowTable', (d) => (d.flowTable = { syn: '30s' }), 'flowTable.syn: unknown key; it belongs under flowTable.tcpTimeouts'],
+    ['listen at the top', (d) => (d.listen = '127.0.0.1:9743'), 'listen: unknown key; it belongs under metrics or admin'],
+  ])('%s', (_name, change, expected) => {
+    expect(problemsWith(change)).toEqual([expected]);
+  });
+});
+
 describe('VIPs are neither reals nor tunnel sources', () => {
   function twoServices(doc: Doc): void {
     doc.services.push({ name: 'dns', vip: '203.0.113.20', port: 53, protocol: 'udp', reals: [{ address: '10.0.1.21' }] });
@@ -648,6 +664,25 @@ describe('VIPs are neither reals nor tunnel sources', () => {
       'tunnel.sourceV4: "203.0.113.20" is the VIP of services[1] ("dns"); the outer source must be an address of the load balancer that is not a VIP (real servers hold the VIPs on lo and drop packets from them)',
       'tunnel.sourceV6: "2001:db8::10" is the VIP of services[2]; the outer source must be an address of the load balancer that is not a VIP (real servers hold the VIPs on lo and drop packets from them)',
     ]);
+  });
+});
+
+describe('message wording', () => {
+  it('names several packet loops under io pcap without repeating the value after the path', () => {
+    expect(problemsWith((d) => { d.io = 'pcap'; d.workers = 4; })).toEqual(['workers: 4 packet loops need io: afpacket; io: pcap runs one']);
+  });
+
+  it('shows at most about 60 characters of a long or binary value, with its length', () => {
+    const garbage = '\uFFFD\uFFFDPNG\u0001\u0002' + '\uFFFD'.repeat(730);
+    const [line] = problemsOfText(garbage);
+    expect(line).toBe(
+      `(file): expected a mapping with at least interface and services, got "\uFFFD\uFFFDPNG\\u0001\\u0002${'\uFFFD'.repeat(43)}"... (737 characters)`,
+    );
+    expect(problemsWith((d) => (d.interface = 'x'.repeat(100)))).toEqual([
+      `interface: "${'x'.repeat(60)}"... (100 characters) is not a network interface name (1..15 characters, no "/", ":" or whitespace)`,
+    ]);
+    expect(problemsWith((d) => (d.services[0].vip = 'y'.repeat(61)))).toEqual([`services[0].vip: "${'y'.repeat(60)}"... (61 characters) is not an IPv4 or IPv6 address`]);
+    expect(problemsWith((d) => (d.services[0].vip = 'y'.repeat(60)))).toEqual([`services[0].vip: "${'y'.repeat(60)}" is not an IPv4 or IPv6 address`]);
   });
 });
 
