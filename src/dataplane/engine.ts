@@ -11,6 +11,7 @@ import { flowHashInt32 } from './flow-hash.js';
 import { FlowState, FlowTable, type FlowTimeouts } from './flow-table.js';
 import {
   FWD_L2,
+  SCHED_RENDEZVOUS,
   SCHED_WLC,
   emptySnapshot,
   findService,
@@ -85,6 +86,10 @@ export class Engine {
   private nextFragmentId = 1;
   /** Set by place(): how the last placed packet got its real (a Placement value). */
   lastPlacement = 0;
+  /** Set by explain(): the Maglev table slot of its hash pick, or -1 (rendezvous, wlc, a hit). */
+  explainSlot = -1;
+  /** Set by explain(): the FlowState of the flow's entry, or 0 when there is none. */
+  explainFlowState = 0;
 
   constructor(opts: EngineOptions) {
     this.flows = new FlowTable(opts.flowCapacity, opts.timeouts, opts.maxRealIds);
@@ -479,23 +484,38 @@ export class Engine {
   }
 
   /**
-   * Explain (control plane, via the loop's thread): where a packet described by `pkt` would go,
-   * without creating or changing state. Returns the real id or -1 and sets lastPlacement.
+   * Explain (control plane, via the loop's thread): where a new connection described by `pkt`
+   * (a SYN, or any UDP datagram) would go, without creating or changing state, following place():
+   * a live entry whose real keeps it is a hit, a fin/closed entry is a reused port and scheduled
+   * afresh, an entry whose real may not keep flows is rescheduled by the consistent hash.
+   * Returns the real id, -1 (no real) or -2 (no service); sets lastPlacement, and explainSlot
+   * (the Maglev slot of a hash pick, else -1) and explainFlowState (the entry's, else 0).
    */
   explain(pkt: ParsedPacket, nowMs: number): number {
     const snap = this.snap;
+    this.explainSlot = -1;
+    this.explainFlowState = 0;
     const svc = findService(snap, pkt.family, pkt.ipProtocol, pkt.addr, pkt.dstPort);
     if (svc < 0) return -2;
     const hash = this.keyFromPacket(pkt);
     const entry = this.flows.lookup(hash, nowMs);
+    const slot = snap.svcScheduler[svc] === SCHED_RENDEZVOUS || snap.svcDropAll[svc] === 1 ? -1 : (hash >>> 0) % snap.svcTableSize[svc]!;
     if (entry >= 0) {
+      this.explainFlowState = this.flows.stateOf(entry);
       const current = this.flows.realOf(entry);
-      if (snap.realKeepExisting[current] === 1) {
+      const reused = pkt.ipProtocol === IPPROTO_TCP && this.flows.isReusable(entry);
+      if (!reused && current < snap.realIdLimit && snap.realKeepExisting[current] === 1 && snap.realService[current] === svc) {
         this.lastPlacement = Placement.flowTable;
         return current;
       }
+      if (!reused) {
+        this.lastPlacement = Placement.rescheduled;
+        this.explainSlot = slot;
+        return this.consistentPick(svc, hash);
+      }
     }
     this.lastPlacement = Placement.scheduled;
+    if (snap.svcScheduler[svc] !== SCHED_WLC) this.explainSlot = slot;
     return this.schedule(svc, hash);
   }
 }

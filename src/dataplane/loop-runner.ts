@@ -36,7 +36,7 @@ export type LoopRequest =
 export type LoopEvent =
   | { type: 'ready'; localMac: Uint8Array; mtu: number; activeByReal: Int32Array; inactiveByReal: Int32Array }
   | { type: 'error'; code: string; message: string }
-  | { type: 'explained'; id: number; real: number; placement: string; generation: number }
+  | { type: 'explained'; id: number; real: number; placement: string; generation: number; slot: number; flowState: number }
   | { type: 'flows'; id: number; keys: Uint32Array; reals: Int32Array; count: number }
   | { type: 'stopped' };
 
@@ -131,7 +131,7 @@ export class LoopRunner {
         p.srcPort = m.srcPort;
         p.dstPort = m.dstPort;
         const real = engine.explain(p, this.origin + performance.now());
-        this.emit({ type: 'explained', id: m.id, real, placement: placementNames[engine.lastPlacement] ?? 'none', generation: engine.snapshot().generation });
+        this.emit({ type: 'explained', id: m.id, real, placement: placementNames[engine.lastPlacement] ?? 'none', generation: engine.snapshot().generation, slot: engine.explainSlot, flowState: engine.explainFlowState });
         break;
       }
       case 'flows': {
