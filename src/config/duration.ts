@@ -10,7 +10,7 @@ const DURATION_RE = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/;
 export type DurationParse = { ok: true; ms: number } | { ok: false; message: string };
 
 /**
- * Parses a positive duration. Strings need a unit (ms, s, m; h is accepted too); a plain YAML number
+ * Parses a positive duration. Strings need a unit (ms, s, m or h); a plain YAML number
  * means seconds, as keepalived's delay_loop and connect_timeout do, so `interval: 2` is 2 s.
  * The result must be a whole, positive number of milliseconds no larger than MAX_DURATION_MS.
  */
@@ -22,7 +22,7 @@ export function parseDurationMs(value: unknown): DurationParse {
   } else if (typeof value === 'string') {
     const match = DURATION_RE.exec(value);
     if (match === null) {
-      return { ok: false, message: `${JSON.stringify(value)} is not a duration (a number with a unit ms, s or m, e.g. 250ms, 2s, 15m)` };
+      return { ok: false, message: `${JSON.stringify(value)} is not a duration (a number with a unit ms, s, m or h, e.g. 250ms, 2s, 15m, 1h)` };
     }
     ms = Number(match[1]) * (UNIT_MS[match[2] as string] as number);
   } else {

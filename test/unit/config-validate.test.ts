@@ -343,8 +343,8 @@ describe('top-level rules', () => {
     ['capacity too big', (d) => (d.flowTable = { capacity: 100000001 }), 'flowTable.capacity: 100000001 is not a flow table capacity (1..100000000)'],
     ['capacity fractional', (d) => (d.flowTable = { capacity: 1.5 }), 'flowTable.capacity: 1.5 is not a flow table capacity (1..100000000)'],
     ['capacity quoted', (d) => (d.flowTable = { capacity: '1000' }), 'flowTable.capacity: "1000" is not a flow table capacity (1..100000000); write the number without quotes'],
-    ['duration without unit', (d) => (d.flowTable = { udpTimeout: '300' }), 'flowTable.udpTimeout: "300" is not a duration (a number with a unit ms, s or m, e.g. 250ms, 2s, 15m)'],
-    ['duration unknown unit', (d) => (d.flowTable = { tcpTimeouts: { syn: '2d' } }), 'flowTable.tcpTimeouts.syn: "2d" is not a duration (a number with a unit ms, s or m, e.g. 250ms, 2s, 15m)'],
+    ['duration without unit', (d) => (d.flowTable = { udpTimeout: '300' }), 'flowTable.udpTimeout: "300" is not a duration (a number with a unit ms, s, m or h, e.g. 250ms, 2s, 15m, 1h)'],
+    ['duration unknown unit', (d) => (d.flowTable = { tcpTimeouts: { syn: '2d' } }), 'flowTable.tcpTimeouts.syn: "2d" is not a duration (a number with a unit ms, s, m or h, e.g. 250ms, 2s, 15m, 1h)'],
     ['duration zero', (d) => (d.flowTable = { tcpTimeouts: { fin: '0s' } }), 'flowTable.tcpTimeouts.fin: "0s" is not a positive duration'],
     ['duration negative number', (d) => (d.flowTable = { udpTimeout: -5 }), 'flowTable.udpTimeout: -5 is not a positive duration'],
     ['duration sub-millisecond', (d) => (d.flowTable = { udpTimeout: '0.5ms' }), 'flowTable.udpTimeout: "0.5ms" is not a whole number of milliseconds'],
@@ -466,7 +466,7 @@ describe('health-check rules', () => {
     ['exec blank command', { type: 'exec', command: '  ' }, `${at}.command: "  " is not a shell command`],
     ['timeout above interval', { type: 'tcp', interval: '1s', timeout: '1500ms' }, `${at}.timeout: 1500ms is longer than the interval (1s); a probe must end before the next one starts`],
     ['default timeout above a short interval', { type: 'tcp', interval: '500ms' }, `${at}.timeout: 1s is longer than the interval (500ms); a probe must end before the next one starts`],
-    ['interval bad', { type: 'tcp', interval: 'often' }, `${at}.interval: "often" is not a duration (a number with a unit ms, s or m, e.g. 250ms, 2s, 15m)`],
+    ['interval bad', { type: 'tcp', interval: 'often' }, `${at}.interval: "often" is not a duration (a number with a unit ms, s, m or h, e.g. 250ms, 2s, 15m, 1h)`],
     ['rise zero', { type: 'tcp', rise: 0 }, `${at}.rise: 0 is not a success count (1..100)`],
     ['fall too big', { type: 'tcp', fall: 101 }, `${at}.fall: 101 is not a failure count (1..100)`],
     ['path on a tcp check', { type: 'tcp', path: '/healthz' }, `${at}.path: applies only to http and https checks (type is tcp)`],
@@ -494,7 +494,7 @@ describe('health-check rules', () => {
       `${at}.path: "nope" is not a URL path (it must start with "/" and have no spaces)`,
       `${at}.expectStatus: 999 is not an HTTP status (100..599)`,
       `${at}.command: 7 is not a shell command; put it in quotes`,
-      `${at}.interval: "xx" is not a duration (a number with a unit ms, s or m, e.g. 250ms, 2s, 15m)`,
+      `${at}.interval: "xx" is not a duration (a number with a unit ms, s, m or h, e.g. 250ms, 2s, 15m, 1h)`,
       `${at}.timeout: -1 is not a positive duration`,
       `${at}.rise: 0 is not a success count (1..100)`,
       `${at}.fall: "abc" is not a failure count (1..100)`,
@@ -515,12 +515,12 @@ describe('health-check rules', () => {
     expect(problemsWith((doc) => (doc.services[0].healthCheck = { type: 'grpc', interval: 'xx', rise: 0, bogus: 1 }))).toEqual([
       expect.stringMatching(/^services\[0\]\.healthCheck\.bogus: unknown key/),
       `${at}.type: "grpc" is not tcp, http, https, udp, icmp, exec or none`,
-      `${at}.interval: "xx" is not a duration (a number with a unit ms, s or m, e.g. 250ms, 2s, 15m)`,
+      `${at}.interval: "xx" is not a duration (a number with a unit ms, s, m or h, e.g. 250ms, 2s, 15m, 1h)`,
       `${at}.rise: 0 is not a success count (1..100)`,
     ]);
     expect(problemsWith((doc) => (doc.services[0].healthCheck = { interval: 'xx', rise: 0 }))).toEqual([
       `${at}.type: missing; expected one of tcp, http, https, udp, icmp, exec, none`,
-      `${at}.interval: "xx" is not a duration (a number with a unit ms, s or m, e.g. 250ms, 2s, 15m)`,
+      `${at}.interval: "xx" is not a duration (a number with a unit ms, s, m or h, e.g. 250ms, 2s, 15m, 1h)`,
       `${at}.rise: 0 is not a success count (1..100)`,
     ]);
   });
