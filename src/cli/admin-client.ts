@@ -2,7 +2,10 @@
 // (or --admin / --token-file), sends one request, and turns failures into one-line errors.
 
 import { readFile } from 'node:fs/promises';
-import { loadConfigFile } from '../config/load.js';
+import { loadAdminSettings } from '../config/load.js';
+import { DEFAULT_ADMIN_LISTEN } from '../config/validate.js';
+
+export const DEFAULT_CONFIG_PATH = '/etc/dsrlb/dsrlb.yaml';
 
 export class CliError extends Error {
   constructor(
@@ -18,19 +21,30 @@ export interface AdminTarget {
   token: string | null;
 }
 
-export async function resolveAdminTarget(opts: { config?: string; admin?: string; tokenFile?: string }): Promise<AdminTarget> {
+/**
+ * The admin API's URL and token: --admin / --token-file, else the `admin` section of the config
+ * file (-c, default /etc/dsrlb/dsrlb.yaml). Only that section is read, so a typo elsewhere in the
+ * file does not lock the operator out of status, drain or reload (which says why it refused).
+ * With no file at the default path the default address (127.0.0.1:9743) is used.
+ */
+export async function resolveAdminTarget(
+  opts: { config?: string; admin?: string; tokenFile?: string },
+  defaultConfig = DEFAULT_CONFIG_PATH,
+): Promise<AdminTarget> {
   let baseUrl = opts.admin ?? null;
   let tokenFile = opts.tokenFile ?? null;
   if (!baseUrl || !tokenFile) {
-    const path = opts.config ?? '/etc/dsrlb/dsrlb.yaml';
-    const loaded = await loadConfigFile(path);
-    if (loaded.ok) {
-      const l = loaded.config.admin.listen;
-      const host = l.host.includes(':') ? `[${l.host}]` : l.host;
-      baseUrl ??= `http://${host}:${l.port}`;
-      tokenFile ??= loaded.config.admin.tokenFile;
+    const path = opts.config ?? defaultConfig;
+    const admin = await loadAdminSettings(path);
+    if (admin.ok) {
+      const l = admin.listen;
+      baseUrl ??= `http://${l.host.includes(':') ? `[${l.host}]` : l.host}:${l.port}`;
+      tokenFile ??= admin.tokenFile;
+    } else if (admin.missing === true && opts.config === undefined) {
+      baseUrl ??= `http://${DEFAULT_ADMIN_LISTEN.host}:${DEFAULT_ADMIN_LISTEN.port}`;
     } else if (!baseUrl) {
-      throw new CliError(`cannot find the admin API: ${path}: ${loaded.problems[0]?.message ?? 'invalid'} (use --admin URL)`, 1);
+      const problems = admin.problems.map((p) => `${path}: ${p.path}: ${p.message}`).join('\n');
+      throw new CliError(`cannot find the admin API (use --admin URL):\n${problems}`, 1);
     }
   }
   let token: string | null = null;
@@ -40,10 +54,17 @@ export async function resolveAdminTarget(opts: { config?: string; admin?: string
     } catch (err) {
       // A loopback admin API needs no token: only fail when the daemon asks for one.
       token = null;
-      if (!/^http:\/\/(127\.|\[::1\])/.test(baseUrl!)) throw new CliError(`cannot read token file ${tokenFile}: ${(err as Error).message}`, 1);
+      const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+      if (!/^http:\/\/(127\.|\[::1\])/.test(baseUrl!)) throw new CliError(`cannot read token file ${tokenFile}: ${code}`, 1);
     }
   }
   return { baseUrl: baseUrl!.replace(/\/$/, ''), token };
+}
+
+/** An answer that is not dsrlb's JSON (a proxy's error page, another service), in one line. */
+function oneLine(text: string): string {
+  const flat = text.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim();
+  return flat.length > 120 ? `${flat.slice(0, 117)}...` : flat;
 }
 
 export async function adminRequest(target: AdminTarget, method: string, path: string, body?: unknown): Promise<{ status: number; data: Record<string, unknown> }> {
@@ -54,18 +75,24 @@ export async function adminRequest(target: AdminTarget, method: string, path: st
   try {
     res = await fetch(target.baseUrl + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(15_000) });
   } catch (err) {
-    const cause = (err as Error & { cause?: { code?: string } }).cause?.code ?? (err as Error).message;
+    // undici hides the reason in `cause` (ECONNREFUSED, or a message such as "bad port").
+    const e = err as Error & { cause?: { code?: string; message?: string } };
+    const cause = e.cause?.code ?? e.cause?.message ?? e.message;
     throw new CliError(`cannot reach the daemon at ${target.baseUrl}: ${cause}`, 2);
   }
   const text = await res.text();
-  let data: Record<string, unknown>;
+  let data: Record<string, unknown> | null = null;
   try {
-    data = JSON.parse(text) as Record<string, unknown>;
+    const parsed = JSON.parse(text) as unknown;
+    if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) data = parsed as Record<string, unknown>;
   } catch {
-    data = { message: text.trim() };
+    // not JSON: below
   }
-  if (res.status === 401) throw new CliError(`the daemon refused: ${String(data.message ?? 'unauthorized')} (check --token-file)`, 2);
-  if (res.status === 404 || res.status === 400) throw new CliError(String(data.message ?? `HTTP ${res.status}`), 1);
-  if (res.status >= 500) throw new CliError(`the daemon failed: ${String(data.message ?? res.status)}`, 2);
+  const said = data !== null && typeof data.message === 'string' ? data.message : oneLine(text) || `HTTP ${res.status}`;
+  if (data === null) throw new CliError(`${target.baseUrl} is not a dsrlb admin API: HTTP ${res.status} ${said}`, 2);
+  if (res.status === 401 || res.status === 403) throw new CliError(`the daemon refused: ${said} (check --token-file)`, 2);
+  if (res.status === 404 || res.status === 400) throw new CliError(said, 1);
+  // 422: a refused reload, whose problems the caller prints.
+  if ((res.status < 200 || res.status > 299) && res.status !== 422) throw new CliError(`the daemon failed: HTTP ${res.status} ${said}`, 2);
   return { status: res.status, data };
 }

@@ -5,16 +5,45 @@ import yargs, { type Argv } from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { formatProblems } from '../config/validate.js';
 import { loadConfigFile, parseConfigText } from '../config/load.js';
-import { adminRequest, CliError, resolveAdminTarget } from './admin-client.js';
+import { adminRequest, CliError, DEFAULT_CONFIG_PATH, resolveAdminTarget } from './admin-client.js';
 import { formatStatus } from './status-table.js';
 
-const DEFAULT_CONFIG = '/etc/dsrlb/dsrlb.yaml';
+
+/** A string option given exactly once with a value: yargs makes an array of a repeated one. */
+function once(flag: string) {
+  return (value: unknown): string => {
+    if (Array.isArray(value)) throw new CliError(`${flag} is given ${value.length} times; give it once`, 1);
+    if (typeof value !== 'string' || value === '') throw new CliError(`${flag} needs a value`, 1);
+    return value;
+  };
+}
+
+/** --admin: an http(s) URL, checked here so that a typo is a user error, not an unreachable daemon. */
+function adminUrl(value: unknown): string {
+  const text = once('--admin')(value);
+  let url: URL | null = null;
+  try {
+    url = new URL(text);
+  } catch {
+    // reported below
+  }
+  if (url === null || (url.protocol !== 'http:' && url.protocol !== 'https:')) throw new CliError(`--admin ${JSON.stringify(text)} is not an http:// or https:// URL`, 1);
+  return text;
+}
+
+const SERVICE_HELP = 'service name, or tcp://VIP:PORT, udp://VIP:PORT, tcp://[V6]:PORT';
+const REAL_HELP = "the real's address";
 
 function adminOptions<T>(y: Argv<T>) {
   return y
-    .option('config', { alias: 'c', type: 'string', describe: 'config file naming the admin API', default: DEFAULT_CONFIG })
-    .option('admin', { type: 'string', describe: 'admin API URL (overrides the config), e.g. http://127.0.0.1:9743' })
-    .option('token-file', { type: 'string', describe: 'file holding the admin bearer token' });
+    .option('config', { alias: 'c', type: 'string', requiresArg: true, coerce: once('--config'), describe: `config file naming the admin API (default ${DEFAULT_CONFIG_PATH})` })
+    .option('admin', { type: 'string', requiresArg: true, coerce: adminUrl, describe: 'admin API URL (overrides the config), e.g. http://127.0.0.1:9743' })
+    .option('token-file', { type: 'string', requiresArg: true, coerce: once('--token-file'), describe: 'file holding the admin bearer token' });
+}
+
+/** -c FILE of the commands that need a file (run, validate, plan). */
+function configFileOption<T>(y: Argv<T>, describe: string) {
+  return y.option('config', { alias: 'c', type: 'string', demandOption: true, requiresArg: true, coerce: once('--config'), describe });
 }
 
 function print(text: string): void {
@@ -36,7 +65,13 @@ async function plan(a: { config: string; against?: string; json: boolean; admin?
   if (a.against) {
     out = await runPlanCommand({ config: a.config, against: a.against, json: a.json });
   } else {
-    // Against the running daemon: its config in force and its live flows.
+    // Against the running daemon: its config in force and its live flows. A broken candidate is
+    // reported in full first, whether or not the daemon can be reached.
+    const candidate = await loadConfigFile(a.config);
+    if (!candidate.ok) {
+      process.stderr.write(candidate.problems.map((p) => `${a.config}: ${p.path}: ${p.message}`).join('\n') + '\n');
+      return 1;
+    }
     const target = await resolveAdminTarget({ config: a.config, admin: a.admin, tokenFile: a.tokenFile });
     const { data } = await adminRequest(target, 'GET', '/plan-input').catch((err: CliError) => {
       throw new CliError(`${err.message} (or compare two files with --against FILE)`, err.exitCode);
@@ -53,28 +88,43 @@ async function plan(a: { config: string; against?: string; json: boolean; admin?
   return out.exitCode;
 }
 
+/** WEIGHT as typed: decimal digits only, 0..65535 (no "", 0x10 or 1e3). */
+function parseWeight(text: string): number {
+  if (!/^\d{1,5}$/.test(text) || Number(text) > 65535) throw new CliError(`weight ${JSON.stringify(text)} is not a whole number 0..65535`, 1);
+  return Number(text);
+}
+
 export async function main(args: string[]): Promise<number> {
+  // `dsrlb simulate X | head`: a reader that leaves early is no error. (Not for run: its log.)
+  if (args[0] !== 'run') {
+    process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+      if (err.code !== 'EPIPE') throw err;
+      process.exit(0);
+    });
+  }
   let exitCode = 0;
   const setExit = (p: Promise<number>): Promise<void> => p.then((c) => void (exitCode = c));
   const parser = yargs(args)
     .scriptName('dsrlb')
     .strict()
+    .strictCommands()
+    .recommendCommands()
     .demandCommand(1, 'name a command (dsrlb --help lists them)')
     .command(
       'run',
       'run the daemon in the foreground',
-      (y) => y.option('config', { alias: 'c', type: 'string', demandOption: true, describe: 'config file' }),
+      (y) => configFileOption(y, 'config file'),
       (a) => setExit(import('./run-command.js').then((m) => m.runDaemon(a.config))),
     )
     .command(
       'validate',
       'check a config file without touching the network',
-      (y) => y.option('config', { alias: 'c', type: 'string', demandOption: true, describe: 'config file' }),
+      (y) => configFileOption(y, 'config file'),
       (a) =>
         setExit(
           loadConfigFile(a.config).then((r) => {
             if (r.ok) {
-              print(`${a.config}: ok (${r.config.services.length} services)`);
+              print(`${a.config}: ok (${r.config.services.length} service${r.config.services.length === 1 ? '' : 's'})`);
               return 0;
             }
             process.stderr.write(formatProblems(r.problems) + '\n');
@@ -85,7 +135,7 @@ export async function main(args: string[]): Promise<number> {
     .command(
       'status',
       'services and reals, as ipvsadm -Ln shows them',
-      (y) => adminOptions(y).option('json', { type: 'boolean', default: false }),
+      (y) => adminOptions(y).option('json', { type: 'boolean', default: false, describe: 'print the status as JSON' }),
       (a) =>
         setExit(
           (async () => {
@@ -117,7 +167,7 @@ export async function main(args: string[]): Promise<number> {
     parser.command(
       `${verb} <service> <real>`,
       { drain: 'no new flows for a real, existing flows stay', undrain: 'let a drained real take new flows again', disable: 'no flows at all for a real', enable: 'let a disabled real take flows again' }[verb],
-      (y) => adminOptions(y).positional('service', { type: 'string', demandOption: true }).positional('real', { type: 'string', demandOption: true }),
+      (y) => adminOptions(y).positional('service', { type: 'string', demandOption: true, describe: SERVICE_HELP }).positional('real', { type: 'string', demandOption: true, describe: REAL_HELP }),
       (a) => setExit(intent(a as never, verb)),
     );
   }
@@ -125,7 +175,7 @@ export async function main(args: string[]): Promise<number> {
     parser.command(
       `${verb} <service>`,
       verb === 'announce' ? "announce the service's VIP through BIRD again (undo withdraw)" : "withdraw the service's VIP from BIRD (the router stops sending it here)",
-      (y) => adminOptions(y).positional('service', { type: 'string', demandOption: true }),
+      (y) => adminOptions(y).positional('service', { type: 'string', demandOption: true, describe: SERVICE_HELP }),
       (a) =>
         setExit(
           (async () => {
@@ -142,15 +192,16 @@ export async function main(args: string[]): Promise<number> {
       'change the weight of a real at run time',
       (y) =>
         adminOptions(y)
-          .positional('service', { type: 'string', demandOption: true })
-          .positional('real', { type: 'string', demandOption: true })
-          .positional('weight', { type: 'number', demandOption: true }),
+          .positional('service', { type: 'string', demandOption: true, describe: SERVICE_HELP })
+          .positional('real', { type: 'string', demandOption: true, describe: REAL_HELP })
+          // A string, checked here: as a number yargs turns "" (an unset shell variable) into 0.
+          .positional('weight', { type: 'string', demandOption: true, describe: '0..65535 (0: no new flows, as IPVS)' }),
       (a) =>
         setExit(
           (async () => {
-            if (!Number.isInteger(a.weight) || a.weight < 0 || a.weight > 65535) throw new CliError(`weight ${a.weight} is not an integer 0..65535`, 1);
+            const weight = parseWeight(a.weight);
             const path = `/services/${encodeURIComponent(a.service)}/reals/${encodeURIComponent(a.real)}/weight`;
-            const { data } = await adminRequest(await resolveAdminTarget(a), 'PUT', path, { weight: a.weight });
+            const { data } = await adminRequest(await resolveAdminTarget(a), 'PUT', path, { weight });
             const after = data.after as { state: string; weight: number };
             print(`${a.service} ${a.real}: ${after.state}, weight ${after.weight}`);
             return 0;
@@ -160,7 +211,7 @@ export async function main(args: string[]): Promise<number> {
     .command(
       'explain <service> <client>',
       'which real a flow from CLIENT_IP:PORT gets, and why',
-      (y) => adminOptions(y).positional('service', { type: 'string', demandOption: true }).positional('client', { type: 'string', demandOption: true }),
+      (y) => adminOptions(y).positional('service', { type: 'string', demandOption: true, describe: SERVICE_HELP }).positional('client', { type: 'string', demandOption: true, describe: 'CLIENT_IP:PORT, [V6]:PORT for IPv6' }),
       (a) =>
         setExit(
           (async () => {
@@ -175,12 +226,11 @@ export async function main(args: string[]): Promise<number> {
       'plan',
       'what a config change would do: hash space moved, live flows that change real, risky edits',
       (y) =>
-        y
-          .option('config', { alias: 'c', type: 'string', demandOption: true, describe: 'the candidate config' })
-          .option('against', { type: 'string', describe: 'compare with this config file instead of the running daemon' })
-          .option('json', { type: 'boolean', default: false })
-          .option('admin', { type: 'string', describe: 'admin API URL of the running daemon (default: from the candidate config)' })
-          .option('token-file', { type: 'string', describe: 'file holding the admin bearer token' }),
+        configFileOption(y, 'the candidate config')
+          .option('against', { type: 'string', requiresArg: true, coerce: once('--against'), describe: 'compare with this config file instead of the running daemon' })
+          .option('json', { type: 'boolean', default: false, describe: 'print the plan as JSON' })
+          .option('admin', { type: 'string', requiresArg: true, coerce: adminUrl, describe: 'admin API URL of the running daemon (default: from the candidate config)' })
+          .option('token-file', { type: 'string', requiresArg: true, coerce: once('--token-file'), describe: 'file holding the admin bearer token' }),
       (a) => setExit(plan(a)),
     )
     .command(
@@ -210,12 +260,13 @@ export async function main(args: string[]): Promise<number> {
     .command(
       'demo',
       'build a lab of network namespaces, run dsrlb in it, send traffic and show where it went',
-      (y) => y.option('down', { type: 'boolean', default: false, describe: 'remove the demo lab' }).option('requests', { type: 'number', default: 60 }),
+      (y) => y.option('down', { type: 'boolean', default: false, describe: 'remove the demo lab' }).option('requests', { type: 'number', default: 60, describe: 'HTTP requests the demo client sends' }),
       (a) => setExit(import('./demo.js').then((m) => (a.down ? m.demoDown() : m.demoUp({ requests: a.requests })))),
     )
     .fail((msg, err) => {
-      if (err) throw err;
-      throw new CliError(msg, 1);
+      // yargs wraps what a coerce function throws in its own YError: still a bad argument.
+      if (err) throw err instanceof CliError || err.name !== 'YError' ? err : new CliError(err.message, 1);
+      throw new CliError(msg.startsWith('Did you mean') ? `unknown command ${JSON.stringify(args[0])}. ${msg}` : msg, 1);
     })
     .help()
     .alias('h', 'help');

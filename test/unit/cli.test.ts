@@ -2,6 +2,8 @@
 // problem on stderr, help. Runs the built CLI (npm test builds dist/ first); needs no privileges.
 
 import { execFile } from 'node:child_process';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -28,7 +30,7 @@ describe('dsrlb CLI', () => {
     await writeFile(good, 'interface: eth0\nservices:\n  - vip: 10.0.0.100\n    port: 80\n    reals:\n      - address: 10.0.0.11\n');
     const ok = await dsrlb(['validate', '-c', good]);
     expect(ok.code).toBe(0);
-    expect(ok.stdout).toContain('ok (1 services)');
+    expect(ok.stdout).toContain('ok (1 service)');
     const bad = join(dir, 'bad.yaml');
     await writeFile(bad, 'interface: eth0\nservices:\n  - vip: 10.0.0.100\n    port: 80\n    schedular: maglev\n    reals:\n      - address: 10.0.1.300\n');
     const r = await dsrlb(['validate', '-c', bad]);
@@ -68,5 +70,79 @@ describe('dsrlb CLI', () => {
     const r = await dsrlb(['simulate', bad]);
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/events\[0\]\.flow\.duration: /);
+  });
+
+  it('takes WEIGHT as typed: "", 0x10, 1e3 or -1 are user errors, checked before any request', async () => {
+    // Port 9 is closed: a request would end in exit 2, so exit 1 proves the check came first.
+    for (const w of ['', '0x10', '1e3', '-1', '65536', 'abc']) {
+      const r = await dsrlb(['weight', 'web', '10.0.0.11', w, '--admin', 'http://127.0.0.1:9']);
+      expect(r.code, `weight ${JSON.stringify(w)}`).toBe(1);
+      expect(r.stderr.trim()).toBe(`dsrlb: weight ${JSON.stringify(w)} is not a whole number 0..65535`);
+    }
+  });
+
+  it('refuses repeated, empty and malformed options as user errors (exit 1, one line)', async () => {
+    const cases: [string[], RegExp][] = [
+      [['validate', '-c', 'a.yaml', '-c', 'b.yaml'], /--config is given 2 times; give it once/],
+      [['validate', '-c'], /Not enough arguments following: c|--config needs a value/],
+      [['status', '--admin', 'a', '--admin', 'b'], /--admin is given 2 times/],
+      [['status', '--admin', 'not-a-url'], /--admin "not-a-url" is not an http:\/\/ or https:\/\/ URL/],
+      [['plan', '-c', 'x.yaml', '--against'], /Not enough arguments following: against|--against needs a value/],
+    ];
+    for (const [args, message] of cases) {
+      const r = await dsrlb(args);
+      expect(r.code, args.join(' ')).toBe(1);
+      expect(r.stderr.trim().split('\n'), args.join(' ')).toHaveLength(1);
+      expect(r.stderr, args.join(' ')).toMatch(message);
+    }
+  });
+
+  it('names an unknown command as a command and suggests the near one', async () => {
+    const r = await dsrlb(['validat', '-c', 'x.yaml']);
+    expect(r.code).toBe(1);
+    expect(r.stderr.trim()).toBe('dsrlb: unknown command "validat". Did you mean validate?');
+    const far = await dsrlb(['frobnicate']);
+    expect(far.stderr.trim()).toBe('dsrlb: Unknown command: frobnicate');
+  });
+
+  it('says in one line when --admin points at something that is not dsrlb', async () => {
+    const servers: Server[] = [];
+    const serve = async (status: number, body: string): Promise<string> => {
+      const srv = createServer((_, res) => res.writeHead(status, { 'content-type': 'text/html' }).end(body));
+      servers.push(srv);
+      await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+      return `http://127.0.0.1:${(srv.address() as AddressInfo).port}`;
+    };
+    try {
+      const html = await serve(404, '<html>\n<head><title>404 Not Found</title></head>\n<body>\n<h1>Not Found</h1>\n</body>\n</html>\n');
+      const notFound = await dsrlb(['status', '--admin', html]);
+      expect(notFound.code).toBe(2);
+      expect(notFound.stderr.trim()).toBe(`dsrlb: ${html} is not a dsrlb admin API: HTTP 404 404 Not Found Not Found`);
+      const hello = await serve(200, 'hello');
+      const ok200 = await dsrlb(['status', '--json', '--admin', hello]);
+      expect(ok200.code).toBe(2);
+      expect(ok200.stdout).toBe('');
+      expect(ok200.stderr.trim()).toBe(`dsrlb: ${hello} is not a dsrlb admin API: HTTP 200 hello`);
+    } finally {
+      for (const srv of servers) srv.close();
+    }
+  });
+
+  it('ends quietly when the reader of its output leaves (simulate | head)', async () => {
+    const scenario = resolve(import.meta.dirname, '../../examples/simulate-wlc-vs-maglev.yaml');
+    const r = await run('bash', ['-c', `set -o pipefail; "${process.execPath}" "${CLI}" simulate "${scenario}" 2>/tmp/dsrlb-epipe-$$.err | head -c 100 >/dev/null; echo "rc=$? stderr=$(wc -c </tmp/dsrlb-epipe-$$.err)"; rm -f /tmp/dsrlb-epipe-$$.err`]);
+    expect(r.stdout.trim()).toBe('rc=0 stderr=0');
+  });
+
+  it('plan against the daemon reports every problem of a broken candidate before it asks the daemon', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'dsrlb-cli-'));
+    const bad = join(dir, 'candidate.yaml');
+    await writeFile(bad, 'interface: eth0\nservices:\n  - vip: 10.0.0.100\n    port: 80\n    schedular: maglev\n    reals:\n      - address: 10.0.1.300\n');
+    const r = await dsrlb(['plan', '-c', bad, '--admin', 'http://127.0.0.1:9']);
+    expect(r.code).toBe(1);
+    expect(r.stderr.trim().split('\n')).toEqual([
+      `${bad}: services[0].schedular: unknown key (did you mean "scheduler"?)`,
+      `${bad}: services[0].reals[0].address: "10.0.1.300" is not an IPv4 or IPv6 address`,
+    ]);
   });
 });
