@@ -1,10 +1,12 @@
 // `dsrlb plan`: what a config change would do before it is made. Builds the forwarding snapshots of
 // the current and the candidate config with the daemon's SnapshotBuilder (every real assumed up,
-// intent from the config) and reads off, per service, the hash space that moves and the live flows
-// that would change real, plus warnings for edits that are easy to regret.
+// intent from the config) and reads off, per service, the hash space that moves, the live flows
+// that would change real and every other setting the edit changes (service-diff.ts), plus warnings
+// for edits that are easy to regret.
 
 import { consistentPick } from '../dataplane/consistent-pick.js';
 import type { Config, ConfigProblem, ServiceConfig } from '../config/types.js';
+import { formatDurationMs } from '../config/duration.js';
 import { loadConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import { serviceAddressName } from '../config/validate.js';
@@ -13,6 +15,7 @@ import { SnapshotBuilder, type BuildResult } from '../control/snapshot-builder.j
 import { MAX_REAL_IDS } from '../dataplane/counters.js';
 import { FLOW_KEY_WORDS, flowHash, mix32 } from '../dataplane/flow-hash.js';
 import { flowKeyOf, prepareTuple } from './frames.js';
+import { diffService, isEmptyDiff, probeChanges, type AddedReal, type HealthOnApply, type RealChange, type SettingChange, type SettingValue } from './service-diff.js';
 import { initialServiceStates, serviceIdentity, viewsOf, type ServiceState } from './service-views.js';
 import type { CommandOutput } from './simulate.js';
 
@@ -29,11 +32,7 @@ export type LiveFlows = ReadonlyMap<string, LiveFlowSet>;
 
 export type ServiceChange = 'added' | 'removed' | 'changed' | 'unchanged';
 
-export interface RealChange {
-  readonly address: string;
-  readonly before: { readonly weight: number; readonly state: string };
-  readonly after: { readonly weight: number; readonly state: string };
-}
+export type { AddedReal, HealthOnApply, RealChange, SettingChange };
 
 export interface HashSpaceMove {
   /** Fraction (0..1) of the consistent-hash space whose real changes. */
@@ -69,9 +68,22 @@ export interface ServicePlan {
   readonly address: string;
   readonly change: ServiceChange;
   readonly scheduler: { readonly before: string | null; readonly after: string | null };
-  readonly realsAdded: readonly string[];
+  /** The service's forwarding mode; a real's own setting overrides it (RealSettings.forwarding is resolved). */
+  readonly forwarding: { readonly before: string | null; readonly after: string | null };
+  /**
+   * A VIP, port or protocol change makes another service (identity is the tuple): the removed and
+   * the added service with the same name both carry the old and the new address form here.
+   */
+  readonly addressChange: { readonly before: string; readonly after: string } | null;
+  /** Changed settings besides scheduler, forwarding and reals (name, whenAllDown, healthCheck.*, ...); empty for an added or removed service. */
+  readonly settingsChanged: readonly SettingChange[];
+  readonly realsAdded: readonly AddedReal[];
   readonly realsRemoved: readonly string[];
   readonly realsChanged: readonly RealChange[];
+  /** When the service's forwarding changes: the reals that stay as they were by their own forwarding setting. */
+  readonly realsKeepingForwarding: readonly string[];
+  /** What happens to the health of the reals it keeps (see HealthOnApply); null for an added or removed service. */
+  readonly healthOnApply: HealthOnApply | null;
   /** Reals taking new flows (every real assumed up). */
   readonly eligibleReals: { readonly before: number | null; readonly after: number | null };
   /** Null for an added or removed service. */
@@ -89,6 +101,9 @@ export type PlanWarningCode =
   | 'HASH_SEED_CHANGED'
   | 'TABLE_SIZE_CHANGED'
   | 'SCHEDULER_CHANGED'
+  | 'FORWARDING_CHANGED'
+  | 'HEALTH_CHECK_ENABLED'
+  | 'HEALTH_CHECK_RESTARTS'
   | 'RESTART_NEEDED';
 
 export interface PlanWarning {
@@ -130,6 +145,7 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
   const viewOpts = { macOf: () => resolvedMac, forceL2: false };
   const built0 = builder.build(viewsOf(before, registry, viewOpts), current.hashSeed, MAX_REAL_IDS);
   const built1 = builder.build(viewsOf(after, registry, viewOpts), candidate.hashSeed, MAX_REAL_IDS);
+  const seedChanged = current.hashSeed !== candidate.hashSeed;
 
   const services: ServicePlan[] = [];
   const warnings: PlanWarning[] = [];
@@ -137,48 +153,38 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
     warnings.push({ code, service, message });
   };
 
-  if (current.hashSeed !== candidate.hashSeed) {
-    warn('HASH_SEED_CHANGED', null, `hashSeed ${current.hashSeed} -> ${candidate.hashSeed} moves almost every consistent-hash pick; every LB of a group must change it together, and the daemon takes it only on a restart`);
-  }
-  // hashSeed has its own warning above.
-  const restart = restartOnlyChanges(current, candidate)
-    .filter((c) => c.path !== 'hashSeed')
-    .map((c) => `${c.path} (${c.before} -> ${c.after})`);
-  if (restart.length > 0) warn('RESTART_NEEDED', null, `a reload refuses this change; it needs a restart, which empties the flow table: ${restart.join(', ')}`);
-
   // Candidate order first (what the operator is writing), then the services it removes.
   const identities = [...after.map((s) => s.identity), ...before.map((s) => s.identity).filter((id) => !after.some((s) => s.identity === id))];
   for (const identity of identities) {
     const i0 = before.findIndex((s) => s.identity === identity);
     const i1 = after.findIndex((s) => s.identity === identity);
-    const s0 = i0 < 0 ? null : before[i0]!;
-    const s1 = i1 < 0 ? null : after[i1]!;
-    const cfg0 = s0?.config ?? null;
-    const cfg1 = s1?.config ?? null;
+    const cfg0 = i0 < 0 ? null : before[i0]!.config;
+    const cfg1 = i1 < 0 ? null : after[i1]!.config;
     const cfg = (cfg1 ?? cfg0) as ServiceConfig;
     const name = cfg.name;
+    const address = serviceAddressName(cfg.protocol, cfg.vip, cfg.port);
     const live = liveFlows?.get(identity);
-    const reals0 = new Map((cfg0?.reals ?? []).map((r) => [r.address, r]));
-    const reals1 = new Map((cfg1?.reals ?? []).map((r) => [r.address, r]));
-    const realsAdded = [...reals1.keys()].filter((a) => !reals0.has(a));
-    const realsRemoved = [...reals0.keys()].filter((a) => !reals1.has(a));
-    const realsChanged: RealChange[] = [];
-    for (const [address, r1] of reals1) {
-      const r0 = reals0.get(address);
-      if (r0 !== undefined && (r0.weight !== r1.weight || r0.state !== r1.state)) {
-        realsChanged.push({ address, before: { weight: r0.weight, state: r0.state }, after: { weight: r1.weight, state: r1.state } });
-      }
-    }
     const report0 = i0 < 0 ? null : built0.services[i0]!;
     const report1 = i1 < 0 ? null : built1.services[i1]!;
+    // An added or removed service: its reals are all added or all removed, its settings are new or gone.
+    const diff = diffService(cfg0 ?? { ...cfg, reals: [] }, cfg1 ?? { ...cfg, reals: [] });
     const change: ServiceChange =
-      cfg0 === null ? 'added' : cfg1 === null ? 'removed' : serviceDiffers(cfg0, cfg1) || current.hashSeed !== candidate.hashSeed ? 'changed' : 'unchanged';
+      cfg0 === null
+        ? 'added'
+        : cfg1 === null
+          ? 'removed'
+          : !isEmptyDiff(diff) || cfg0.scheduler !== cfg1.scheduler || cfg0.forwarding !== cfg1.forwarding || seedChanged
+            ? 'changed'
+            : 'unchanged';
+    // Names are unique within a config, so a name on the other side only is this service at another address.
+    const twin = cfg1 === null ? candidate.services.find((s) => s.name === name) : cfg0 === null ? current.services.find((s) => s.name === name) : undefined;
+    const twinAddress = twin === undefined ? null : serviceAddressName(twin.protocol, twin.vip, twin.port);
+    const addressChange = twinAddress === null ? null : cfg1 === null ? { before: address, after: twinAddress } : { before: twinAddress, after: address };
 
     let hashSpaceMoved: HashSpaceMove | null = null;
     if (cfg0 !== null && cfg1 !== null) {
       // Slots compare only between two Maglev tables (maglev and wlc both use one) of one size and seed.
-      const comparable =
-        cfg0.tableSize === cfg1.tableSize && current.hashSeed === candidate.hashSeed && cfg0.scheduler !== 'rendezvous' && cfg1.scheduler !== 'rendezvous';
+      const comparable = cfg0.tableSize === cfg1.tableSize && !seedChanged && cfg0.scheduler !== 'rendezvous' && cfg1.scheduler !== 'rendezvous';
       if (comparable) {
         const changed = report1!.movedSlots;
         hashSpaceMoved = { share: changed / cfg1.tableSize, method: 'slots', changedSlots: changed, tableSize: cfg1.tableSize, samples: null };
@@ -193,31 +199,40 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       liveFlowImpact = liveImpact(live, identity, registry, built0, i0, current.hashSeed, built1, i1, candidate.hashSeed);
     }
 
+    const both = cfg0 !== null && cfg1 !== null;
     services.push({
       name,
-      address: serviceAddressName(cfg.protocol, cfg.vip, cfg.port),
+      address,
       change,
       scheduler: { before: cfg0?.scheduler ?? null, after: cfg1?.scheduler ?? null },
-      realsAdded,
-      realsRemoved,
-      realsChanged,
+      forwarding: { before: cfg0?.forwarding ?? null, after: cfg1?.forwarding ?? null },
+      addressChange,
+      settingsChanged: both ? diff.settingsChanged : [],
+      realsAdded: diff.realsAdded,
+      realsRemoved: diff.realsRemoved,
+      realsChanged: diff.realsChanged,
+      realsKeepingForwarding: diff.realsKeepingForwarding,
+      healthOnApply: both ? diff.healthOnApply : null,
       eligibleReals: { before: report0?.candidates.length ?? null, after: report1?.candidates.length ?? null },
       hashSpaceMoved,
       liveFlows: liveFlowImpact,
     });
 
     // Warnings, in the order an operator would want to read them.
+    const label = serviceLabel(name, address);
     if (cfg1 === null) {
       const n = live === undefined ? null : live.realAddresses.length;
       if (n === null && liveFlows === undefined) {
-        warn('SERVICE_REMOVED', name, `service ${name} (${serviceAddressName(cfg.protocol, cfg.vip, cfg.port)}) is removed; its live flows (not known here) stop being balanced`);
+        warn('SERVICE_REMOVED', name, `service ${label} is removed; its live flows (not known here) stop being balanced`);
       } else if (n !== null && n > 0) {
-        warn('SERVICE_REMOVED', name, `service ${name} (${serviceAddressName(cfg.protocol, cfg.vip, cfg.port)}) is removed with ${n} live flow${n === 1 ? '' : 's'}; they stop being balanced and break`);
+        warn('SERVICE_REMOVED', name, `service ${label} is removed with ${n} live flow${n === 1 ? '' : 's'}; they stop being balanced and break`);
       }
       continue;
     }
+    const { realsAdded, realsRemoved } = diff;
     if (cfg0 !== null && cfg0.reals.length > 0 && realsRemoved.length === cfg0.reals.length) {
-      warn('ALL_REALS_REMOVED', name, `every real of ${name} is removed (${realsRemoved.join(', ')}); they drain their flows and ${cfg1.reals.length === 0 ? 'no real is left' : `new flows go only to ${realsAdded.join(', ')}`}`);
+      const left = cfg1.reals.length === 0 ? 'no real is left' : `new flows go only to ${realsAdded.map((r) => r.address).join(', ')}`;
+      warn('ALL_REALS_REMOVED', name, `every real of ${name} is removed (${realsRemoved.join(', ')}); they drain their flows and ${left}`);
     }
     const eligibleAfter = report1!.candidates.length;
     const eligibleBefore = report0?.candidates.length ?? null;
@@ -232,14 +247,67 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       const n = liveFlowImpact.changingRealNow;
       warn('LIVE_FLOWS_BREAK', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'is' : 'are'} on reals this change disables; they move to other reals and their connections break (drain instead to keep them)`);
     }
-    if (cfg0 !== null && cfg0.tableSize !== cfg1.tableSize && (cfg0.scheduler !== 'rendezvous' || cfg1.scheduler !== 'rendezvous')) {
-      warn('TABLE_SIZE_CHANGED', name, `tableSize of ${name} ${cfg0.tableSize} -> ${cfg1.tableSize} moves almost every consistent-hash pick; every LB of a group must change it together`);
+    if (cfg0 === null) continue;
+    if (cfg0.tableSize !== cfg1.tableSize && (cfg0.scheduler !== 'rendezvous' || cfg1.scheduler !== 'rendezvous')) {
+      warn('TABLE_SIZE_CHANGED', name, `tableSize of ${name} ${cfg0.tableSize} -> ${cfg1.tableSize} builds a new Maglev table: ${percent(hashSpaceMoved!.share)} of its consistent-hash picks move (about (N-1)/N with N equal reals); every LB of a group must change it together`);
     }
-    if (cfg0 !== null && cfg0.scheduler !== cfg1.scheduler) {
+    if (cfg0.scheduler !== cfg1.scheduler) {
       warn('SCHEDULER_CHANGED', name, `scheduler of ${name} ${cfg0.scheduler} -> ${cfg1.scheduler}: new flows are placed differently, and flows without an entry land by ${cfg1.scheduler === 'rendezvous' ? 'rendezvous' : 'the Maglev table'}`);
     }
+    for (const [from, to] of [['l2', 'ipip'], ['ipip', 'l2']] as const) {
+      const switching = diff.realsChanged.filter((r) => r.before.forwarding === from && r.after.forwarding === to).map((r) => r.address);
+      if (switching.length > 0) warn('FORWARDING_CHANGED', name, forwardingWarning(name, cfg1.vip, switching, to));
+    }
+    if (diff.healthOnApply === 'startDown' && cfg1.reals.some((r) => cfg0.reals.some((o) => o.address === r.address))) {
+      const hc0 = cfg0.healthCheck;
+      const hc1 = cfg1.healthCheck;
+      const wait = `until ${hc1.rise} probe${hc1.rise === 1 ? '' : 's'} ${hc1.rise === 1 ? 'passes' : `${formatDurationMs(hc1.intervalMs)} apart pass`}`;
+      const meanwhile =
+        cfg1.whenAllDown === 'failOpen'
+          ? 'the service fails open (panic) until one is up; then the flows of reals still down move to the reals that are up, and those connections break'
+          : 'new and existing flows are dropped (whenAllDown: drop) until one is up; then the flows of reals still down move to the reals that are up, and those connections break';
+      if (hc0.type === 'none') {
+        warn('HEALTH_CHECK_ENABLED', name, `healthCheck of ${name} none -> ${hc1.type}: every real starts down ${wait}; ${meanwhile}`);
+      } else {
+        // The probe carries the service name, so the daemon takes a renamed service's probe for a new one.
+        const causes = healthCheckParts(probeChanges(diff.settingsChanged));
+        if (cfg0.name !== cfg1.name) causes.push(`service name ${cfg0.name} -> ${cfg1.name}`);
+        warn('HEALTH_CHECK_RESTARTS', name, `the probe of ${name} changes (${causes.join(', ')}): every real starts over from down ${wait}; ${meanwhile}`);
+      }
+    }
   }
-  return { liveFlowsKnown: liveFlows !== undefined, services, warnings };
+
+  // Config-wide warnings first: they concern every service, and the seed's cost is measured per service above.
+  const global: PlanWarning[] = [];
+  if (seedChanged) {
+    const shares = services.flatMap((s) => (s.hashSpaceMoved === null ? [] : [s.hashSpaceMoved.share]));
+    const [least, most] = [percent(Math.min(...shares)), percent(Math.max(...shares))];
+    const measured = shares.length === 0 ? '' : ` (measured here: ${least === most ? least : `${least} to ${most}`} of picks move)`;
+    global.push({
+      code: 'HASH_SEED_CHANGED',
+      service: null,
+      message: `hashSeed ${current.hashSeed} -> ${candidate.hashSeed} re-hashes every flow: a consistent-hash pick stays on its real only by chance, so about (N-1)/N of them move with N equal reals${measured}; every LB of a group must change it together, and the daemon takes it only on a restart`,
+    });
+  }
+  // hashSeed has its own warning above.
+  const restart = restartOnlyChanges(current, candidate)
+    .filter((c) => c.path !== 'hashSeed')
+    .map((c) => `${c.path} (${c.before} -> ${c.after})`);
+  if (restart.length > 0) global.push({ code: 'RESTART_NEEDED', service: null, message: `a reload refuses this change; it needs a restart, which empties the flow table: ${restart.join(', ')}` });
+  return { liveFlowsKnown: liveFlows !== undefined, services, warnings: [...global, ...warnings] };
+}
+
+/** A service as sentences name it: `web (tcp://203.0.113.10:80)`, or only the address form when that is its name. */
+function serviceLabel(name: string, address: string): string {
+  return name === address ? address : `${name} (${address})`;
+}
+
+function forwardingWarning(name: string, vip: string, reals: readonly string[], to: 'l2' | 'ipip'): string {
+  const one = reals.length === 1;
+  const head = `forwarding in ${name} ${to === 'ipip' ? 'l2 -> ipip' : 'ipip -> l2'} for ${reals.join(', ')}: ${one ? 'its' : 'their'} new and existing flows arrive`;
+  const check = `dsrlb-realserver check --vip ${vip} --mode ${to} shows what is missing`;
+  if (to === 'ipip') return `${head} IPIP-encapsulated, so ${one ? 'it' : 'each'} must decapsulate them (kernel tunnel or dsrlb decap; ${check}), or those connections break`;
+  return `${head} by MAC rewrite, so ${one ? 'it' : 'each'} must be on the LB's segment with the VIP on lo (${check}), or those connections break`;
 }
 
 function addRemoved(state: ServiceState, addresses: readonly string[]): void {
@@ -252,16 +320,6 @@ function addRemoved(state: ServiceState, addresses: readonly string[]): void {
 function registryAddress(id: number, state: ServiceState, registry: RealRegistry): string {
   for (const r of state.reals) if (registry.idFor(RealRegistry.keyOf(state.identity, r.address)) === id) return r.address;
   return `#${id}`;
-}
-
-/** Anything in the service that changes how flows are placed or named. */
-function serviceDiffers(a: ServiceConfig, b: ServiceConfig): boolean {
-  if (a.name !== b.name || a.scheduler !== b.scheduler || a.tableSize !== b.tableSize || a.whenAllDown !== b.whenAllDown || a.forwarding !== b.forwarding) return true;
-  if (a.reals.length !== b.reals.length) return true;
-  return a.reals.some((r) => {
-    const o = b.reals.find((x) => x.address === r.address);
-    return o === undefined || o.weight !== r.weight || o.state !== r.state || o.forwarding !== r.forwarding;
-  });
 }
 
 export { consistentPick };
@@ -349,26 +407,36 @@ export { serviceIdentity };
 
 // ---------------------------------------------------------------------------------------------
 
-/** The plan for people: one block per service, then the warnings. */
+/** The plan for people: one block per service, one line per change, then the warnings. */
 export function formatPlanText(report: PlanReport): string {
   const lines: string[] = [];
   for (const s of report.services) {
-    const sched = s.scheduler.before !== null && s.scheduler.after !== null && s.scheduler.before !== s.scheduler.after ? `${s.scheduler.before} -> ${s.scheduler.after}` : (s.scheduler.after ?? s.scheduler.before);
-    lines.push(`${s.name} (${s.address}, ${sched}): ${s.change}`);
+    const sched = fromTo(s.scheduler.before, s.scheduler.after);
+    lines.push(`${s.name === s.address ? `${s.address} (${sched})` : `${s.name} (${s.address}, ${sched})`}: ${s.change}`);
+    if (s.addressChange !== null) {
+      const note = s.change === 'added' ? 'a new service to the daemon: flows to the old address are not carried over' : `${s.name} is added at the new address`;
+      lines.push(`  address: ${s.addressChange.before} -> ${s.addressChange.after} (${note})`);
+    }
     if ((s.change === 'unchanged' && s.liveFlows === null) || s.change === 'removed') {
       if (s.liveFlows !== null && s.change === 'removed') lines.push(`  live flows: ${s.liveFlows.total}, all of them stop being balanced`);
       continue;
     }
-    const realParts: string[] = [];
-    for (const a of s.realsAdded) realParts.push(`+${a}`);
-    for (const a of s.realsRemoved) realParts.push(`-${a} (drains)`);
+    lines.push(...settingLines(s));
+    for (const r of s.realsAdded) {
+      const own = r.forwarding === s.forwarding.after ? '' : `, forwarding ${r.forwarding}`;
+      const idle = r.state === 'disabled' ? ' (takes no flows)' : r.state === 'drain' || r.weight === 0 ? ' (takes no new flows)' : '';
+      lines.push(`  real +${r.address}: ${r.state}, weight ${r.weight}${own}${idle}`);
+    }
+    for (const a of s.realsRemoved) lines.push(`  real -${a} (drains its flows)`);
     for (const c of s.realsChanged) {
       const parts: string[] = [];
       if (c.before.state !== c.after.state) parts.push(`${c.before.state} -> ${c.after.state}`);
       if (c.before.weight !== c.after.weight) parts.push(`weight ${c.before.weight} -> ${c.after.weight}`);
-      realParts.push(`${c.address} ${parts.join(', ')}`);
+      // A real that only follows the service's new forwarding is told by the forwarding line.
+      const followsService = c.before.forwarding === s.forwarding.before && c.after.forwarding === s.forwarding.after;
+      if (c.before.forwarding !== c.after.forwarding && !followsService) parts.push(`forwarding ${c.before.forwarding} -> ${c.after.forwarding}`);
+      if (parts.length > 0) lines.push(`  real ${c.address}: ${parts.join(', ')}`);
     }
-    if (realParts.length > 0) lines.push(`  reals: ${realParts.join('; ')}`);
     if (s.eligibleReals.before !== null && s.eligibleReals.after !== null && s.eligibleReals.before !== s.eligibleReals.after) {
       lines.push(`  reals taking new flows: ${s.eligibleReals.before} -> ${s.eligibleReals.after}`);
     } else if (s.eligibleReals.after !== null && s.change === 'added') {
@@ -393,6 +461,52 @@ export function formatPlanText(report: PlanReport): string {
     lines.push('warnings: none');
   }
   return `${lines.join('\n')}\n`;
+}
+
+/** One line per changed service setting; the health-check settings share one. */
+function settingLines(s: ServicePlan): string[] {
+  const lines: string[] = [];
+  if (s.forwarding.before !== null && s.forwarding.after !== null && s.forwarding.before !== s.forwarding.after) {
+    const kept = s.realsKeepingForwarding;
+    const except = kept.length === 0 ? '' : ` (except ${kept.join(', ')}, which ${kept.length === 1 ? 'keeps' : 'keep'} ${s.forwarding.before} by ${kept.length === 1 ? 'its' : 'their'} own setting)`;
+    lines.push(`  forwarding: ${s.forwarding.before} -> ${s.forwarding.after}${except}`);
+  }
+  const health = s.settingsChanged.filter((c) => c.setting.startsWith('healthCheck.'));
+  for (const c of s.settingsChanged) {
+    if (c.setting === 'name') lines.push(`  name: ${c.before} -> ${c.after} (metric labels and the name CLI commands take change)`);
+    else if (c.setting === 'whenAllDown') lines.push(`  whenAllDown: ${c.before} -> ${c.after} (with no real up, ${c.after === 'drop' ? 'flows are dropped' : 'every active real with weight > 0 takes flows'})`);
+    else if (!c.setting.startsWith('healthCheck.')) lines.push(`  ${c.setting}: ${settingText(c.setting, c.before)} -> ${settingText(c.setting, c.after)}`);
+    else if (c === health[0]) lines.push(`  healthCheck: ${healthCheckParts(health).join(', ')} (${HEALTH_ON_APPLY_TEXT[s.healthOnApply ?? 'kept']})`);
+  }
+  return lines;
+}
+
+const HEALTH_ON_APPLY_TEXT: Readonly<Record<HealthOnApply, string>> = {
+  kept: 'reals keep their health',
+  startDown: 'every real starts down until the new probe passes',
+  upAtOnce: 'every real counts as up at once',
+};
+
+/** Health-check changes as `type none -> http`, `interval 2s -> 5s`, `path "/" -> "/healthz"`. */
+function healthCheckParts(changes: readonly SettingChange[]): string[] {
+  return changes.map((c) => {
+    const key = c.setting.slice('healthCheck.'.length);
+    const shown = key.endsWith('Ms') ? key.slice(0, -2) : key;
+    return `${shown} ${settingText(key, c.before)} -> ${settingText(key, c.after)}`;
+  });
+}
+
+function settingText(key: string, value: SettingValue): string {
+  if (value === null) return 'unset';
+  if (Array.isArray(value)) return `[${value.join(', ')}]`;
+  if (typeof value === 'number' && key.endsWith('Ms')) return formatDurationMs(value);
+  // Free text (a path, a command, a payload) in quotes, so spaces and empty strings show.
+  if (typeof value === 'string' && !['type', 'name', 'whenAllDown'].includes(key)) return JSON.stringify(value);
+  return String(value);
+}
+
+function fromTo(before: string | null, after: string | null): string {
+  return before !== null && after !== null && before !== after ? `${before} -> ${after}` : (after ?? before ?? '');
 }
 
 export function formatPlanJson(report: PlanReport): string {

@@ -16,7 +16,7 @@ import { FLOW_KEY_WORDS } from '../../src/dataplane/flow-hash.js';
 import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
 import { buildMaglevTable, countChangedSlots } from '../../src/dataplane/maglev-table.js';
 import { MemoryIo } from '../../src/io/memory-io.js';
-import { formatPlanText, planChange, runPlanCommand, type LiveFlows, type PlanReport } from '../../src/sim/plan.js';
+import { formatPlanJson, formatPlanText, planChange, runPlanCommand, type LiveFlows, type PlanReport } from '../../src/sim/plan.js';
 import { ETH_IPV4, ethernet, ipv4, tcp } from '../support/packet-builder.js';
 
 const VIP = '203.0.113.10';
@@ -124,7 +124,7 @@ describe('plan: hash space that moves', () => {
     expect(moved.tableSize).toBe(65537);
     expect(Math.abs(moved.share - exact)).toBeLessThan(0.01);
     expect(Math.abs(moved.share - 0.2)).toBeLessThan(0.01);
-    expect(web(report)).toMatchObject({ change: 'changed', realsAdded: ['10.0.0.15'], realsRemoved: [], eligibleReals: { before: 4, after: 5 }, liveFlows: null });
+    expect(web(report)).toMatchObject({ change: 'changed', realsAdded: [{ address: '10.0.0.15', weight: 100, state: 'active', forwarding: 'l2' }], realsRemoved: [], eligibleReals: { before: 4, after: 5 }, liveFlows: null });
     expect(report.warnings).toEqual([]);
     expect(formatPlanText(report)).toContain(`  hash space moving: ${(moved.share * 100).toFixed(1)}% (${moved.changedSlots} of 65537 Maglev slots)\n`);
   });
@@ -243,7 +243,11 @@ describe('plan: warnings for risky edits', () => {
     expect(codes(planChange(config({ reals: four() }), config({ reals: four(), hashSeed: 1 })))).toEqual(['HASH_SEED_CHANGED']);
     const resized = planChange(config({ reals: four() }), config({ reals: four(), tableSize: 251 }));
     expect(resized.warnings).toEqual([
-      { code: 'TABLE_SIZE_CHANGED', service: 'web', message: 'tableSize of web 65537 -> 251 moves almost every consistent-hash pick; every LB of a group must change it together' },
+      {
+        code: 'TABLE_SIZE_CHANGED',
+        service: 'web',
+        message: 'tableSize of web 65537 -> 251 builds a new Maglev table: 75.1% of its consistent-hash picks move (about (N-1)/N with N equal reals); every LB of a group must change it together',
+      },
     ]);
     expect(web(resized).hashSpaceMoved!.share).toBeGreaterThan(0.6);
     const toWlc = planChange(config({ reals: four() }), config({ reals: four(), scheduler: 'wlc' }));
@@ -258,6 +262,182 @@ describe('plan: warnings for risky edits', () => {
     expect(loops.warnings).toEqual([
       { code: 'RESTART_NEEDED', service: null, message: 'a reload refuses this change; it needs a restart, which empties the flow table: ring (v3 -> v2), workers (1 -> 2), cpus ([] -> [0, 1])' },
     ]);
+  });
+});
+
+describe('plan: what else an edit changes, one line each', () => {
+  const services = (yaml: string): Config => {
+    const parsed = parseConfigText(`interface: eth0\nservices:\n${yaml}`);
+    if (!parsed.ok) throw new Error(formatProblems(parsed.problems));
+    return parsed.config;
+  };
+
+  it('lists a forwarding switch with the reals that keep their own, a health check switched on and whenAllDown, and warns on the first two', () => {
+    const report = planChange(
+      services(`  - { name: web, vip: ${VIP}, port: 80, reals: [ { address: 10.0.1.1 }, { address: 10.0.1.2 }, { address: 10.0.1.3 } ] }\n`),
+      services(`  - name: web
+    vip: ${VIP}
+    port: 80
+    forwarding: ipip
+    whenAllDown: drop
+    healthCheck: { type: http, path: /healthz }
+    reals: [ { address: 10.0.1.1 }, { address: 10.0.1.2 }, { address: 10.0.1.3, forwarding: l2 } ]
+`),
+    );
+    expect(formatPlanText(report)).toBe(`web (tcp://203.0.113.10:80, maglev): changed
+  forwarding: l2 -> ipip (except 10.0.1.3, which keeps l2 by its own setting)
+  whenAllDown: failOpen -> drop (with no real up, flows are dropped)
+  healthCheck: type none -> http, path "/" -> "/healthz" (every real starts down until the new probe passes)
+  hash space moving: 0.0% (0 of 65537 Maglev slots)
+live flows: not known (no running daemon asked)
+warnings:
+  FORWARDING_CHANGED: forwarding in web l2 -> ipip for 10.0.1.1, 10.0.1.2: their new and existing flows arrive IPIP-encapsulated, so each must decapsulate them (kernel tunnel or dsrlb decap; dsrlb-realserver check --vip 203.0.113.10 --mode ipip shows what is missing), or those connections break
+  HEALTH_CHECK_ENABLED: healthCheck of web none -> http: every real starts down until 2 probes 2s apart pass; new and existing flows are dropped (whenAllDown: drop) until one is up; then the flows of reals still down move to the reals that are up, and those connections break
+`);
+    // The JSON carries the same, structured.
+    const active = { weight: 100, state: 'active' };
+    expect(JSON.parse(formatPlanJson(report)).services[0]).toMatchObject({
+      forwarding: { before: 'l2', after: 'ipip' },
+      settingsChanged: [
+        { setting: 'whenAllDown', before: 'failOpen', after: 'drop' },
+        { setting: 'healthCheck.type', before: 'none', after: 'http' },
+        { setting: 'healthCheck.path', before: '/', after: '/healthz' },
+      ],
+      realsChanged: [
+        { address: '10.0.1.1', before: { ...active, forwarding: 'l2' }, after: { ...active, forwarding: 'ipip' } },
+        { address: '10.0.1.2', before: { ...active, forwarding: 'l2' }, after: { ...active, forwarding: 'ipip' } },
+      ],
+      realsKeepingForwarding: ['10.0.1.3'],
+      healthOnApply: 'startDown',
+    });
+  });
+
+  it('names a rename, shows added reals with their state and weight, and warns that a changed probe starts the reals over from down', () => {
+    const report = planChange(
+      services(`  - { name: web, vip: ${VIP}, port: 80, healthCheck: { type: http, interval: 2s }, reals: [ { address: 10.0.1.1 }, { address: 10.0.1.2 } ] }\n`),
+      services(`  - name: www
+    vip: ${VIP}
+    port: 80
+    healthCheck: { type: http, interval: 5s, path: /healthz }
+    reals: [ { address: 10.0.1.1, weight: 50 }, { address: 10.0.1.2 }, { address: 10.0.1.3, state: drain }, { address: 10.0.1.4, weight: 0, forwarding: ipip }, { address: 10.0.1.5, state: disabled } ]
+`),
+    );
+    expect(formatPlanText(report)).toBe(`www (tcp://203.0.113.10:80, maglev): changed
+  name: web -> www (metric labels and the name CLI commands take change)
+  healthCheck: path "/" -> "/healthz", interval 2s -> 5s (every real starts down until the new probe passes)
+  real +10.0.1.3: drain, weight 100 (takes no new flows)
+  real +10.0.1.4: active, weight 0, forwarding ipip (takes no new flows)
+  real +10.0.1.5: disabled, weight 100 (takes no flows)
+  real 10.0.1.1: weight 100 -> 50
+  hash space moving: 16.7% (10924 of 65537 Maglev slots)
+live flows: not known (no running daemon asked)
+warnings:
+  HEALTH_CHECK_RESTARTS: the probe of www changes (path "/" -> "/healthz", service name web -> www): every real starts over from down until 2 probes 5s apart pass; the service fails open (panic) until one is up; then the flows of reals still down move to the reals that are up, and those connections break
+`);
+    expect(report.services[0]).toMatchObject({
+      settingsChanged: [
+        { setting: 'name', before: 'web', after: 'www' },
+        { setting: 'healthCheck.path', before: '/', after: '/healthz' },
+        { setting: 'healthCheck.intervalMs', before: 2000, after: 5000 },
+      ],
+      realsAdded: [
+        { address: '10.0.1.3', weight: 100, state: 'drain', forwarding: 'l2' },
+        { address: '10.0.1.4', weight: 0, state: 'active', forwarding: 'ipip' },
+        { address: '10.0.1.5', weight: 100, state: 'disabled', forwarding: 'l2' },
+      ],
+    });
+    // A rename alone restarts the probe too: the daemon's probe carries the service name.
+    const renamed = planChange(
+      services(`  - { name: web, vip: ${VIP}, port: 80, healthCheck: { type: tcp }, reals: [ { address: 10.0.1.1 } ] }\n`),
+      services(`  - { name: www, vip: ${VIP}, port: 80, healthCheck: { type: tcp }, reals: [ { address: 10.0.1.1 } ] }\n`),
+    );
+    expect(renamed.warnings.map((w) => w.message)).toEqual([
+      'the probe of www changes (service name web -> www): every real starts over from down until 2 probes 2s apart pass; the service fails open (panic) until one is up; then the flows of reals still down move to the reals that are up, and those connections break',
+    ]);
+  });
+
+  it('says reals keep their health on a timing change and are up at once when the check is switched off; lists announce and a switch back to l2', () => {
+    const report = planChange(
+      services(`  - { name: web, vip: ${VIP}, port: 80, forwarding: ipip, healthCheck: { type: tcp }, reals: [ { address: 10.0.1.1 }, { address: 10.0.1.2 }, { address: 10.0.1.3, forwarding: l2 } ] }
+  - { name: api, vip: 203.0.113.11, port: 443, healthCheck: { type: tcp }, reals: [ { address: 10.0.2.1 }, { address: 10.0.2.2 } ] }
+`),
+      services(`  - { name: web, vip: ${VIP}, port: 80, healthCheck: { type: tcp, interval: 3s, rise: 3 }, reals: [ { address: 10.0.1.1 }, { address: 10.0.1.2, forwarding: ipip }, { address: 10.0.1.3 } ] }
+  - { name: api, vip: 203.0.113.11, port: 443, announce: false, healthCheck: { type: none }, reals: [ { address: 10.0.2.1 }, { address: 10.0.2.2 } ] }
+`),
+    );
+    expect(formatPlanText(report)).toBe(`web (tcp://203.0.113.10:80, maglev): changed
+  forwarding: ipip -> l2 (except 10.0.1.2, which keeps ipip by its own setting)
+  healthCheck: interval 2s -> 3s, rise 2 -> 3 (reals keep their health)
+  hash space moving: 0.0% (0 of 65537 Maglev slots)
+api (tcp://203.0.113.11:443, maglev): changed
+  announce: true -> false
+  healthCheck: type tcp -> none (every real counts as up at once)
+  hash space moving: 0.0% (0 of 65537 Maglev slots)
+live flows: not known (no running daemon asked)
+warnings:
+  FORWARDING_CHANGED: forwarding in web ipip -> l2 for 10.0.1.1: its new and existing flows arrive by MAC rewrite, so it must be on the LB's segment with the VIP on lo (dsrlb-realserver check --vip 203.0.113.10 --mode l2 shows what is missing), or those connections break
+`);
+    expect(report.services.map((s) => s.healthOnApply)).toEqual(['kept', 'upAtOnce']);
+  });
+
+  it('pairs a service whose port changed with its old address: to the daemon it is another service', () => {
+    const report = planChange(
+      services('  - { name: api, vip: 203.0.113.11, port: 443, reals: [ { address: 10.0.2.1 }, { address: 10.0.2.2 } ] }\n'),
+      services('  - { name: api, vip: 203.0.113.11, port: 8443, reals: [ { address: 10.0.2.1 }, { address: 10.0.2.2 } ] }\n'),
+    );
+    expect(formatPlanText(report)).toBe(`api (tcp://203.0.113.11:8443, maglev): added
+  address: tcp://203.0.113.11:443 -> tcp://203.0.113.11:8443 (a new service to the daemon: flows to the old address are not carried over)
+  real +10.0.2.1: active, weight 100
+  real +10.0.2.2: active, weight 100
+  reals taking new flows: 2
+api (tcp://203.0.113.11:443, maglev): removed
+  address: tcp://203.0.113.11:443 -> tcp://203.0.113.11:8443 (api is added at the new address)
+live flows: not known (no running daemon asked)
+warnings:
+  SERVICE_REMOVED: service api (tcp://203.0.113.11:443) is removed; its live flows (not known here) stop being balanced
+`);
+    const change = { before: 'tcp://203.0.113.11:443', after: 'tcp://203.0.113.11:8443' };
+    expect(report.services.map((s) => [s.change, s.addressChange])).toEqual([
+      ['added', change],
+      ['removed', change],
+    ]);
+  });
+
+  it('shows a service without a name by its address form once', () => {
+    const report = planChange(
+      services(`  - { vip: "2001:db8::10", port: 53, protocol: udp, scheduler: rendezvous, reals: [ { address: "2001:db8::1" }, { address: "2001:db8::2" } ] }
+  - { vip: "2001:db8::11", port: 53, protocol: udp, reals: [ { address: "2001:db8::1" } ] }
+`),
+      services('  - { vip: "2001:db8::10", port: 53, protocol: udp, scheduler: rendezvous, reals: [ { address: "2001:db8::1" }, { address: "2001:db8::2" }, { address: "2001:db8::3" } ] }\n'),
+    );
+    expect(formatPlanText(report)).toBe(`udp://[2001:db8::10]:53 (rendezvous): changed
+  real +2001:db8::3: active, weight 100
+  reals taking new flows: 2 -> 3
+  hash space moving: 33.4% (estimated over 65536 synthetic flows)
+udp://[2001:db8::11]:53 (maglev): removed
+live flows: not known (no running daemon asked)
+warnings:
+  SERVICE_REMOVED: service udp://[2001:db8::11]:53 is removed; its live flows (not known here) stop being balanced
+`);
+  });
+
+  it('words the hashSeed warning with the share it measures: about half with two reals, not almost every pick', () => {
+    const two = services(`  - { name: web, vip: ${VIP}, port: 80, reals: [ { address: 10.0.1.1 }, { address: 10.0.1.2 } ] }\n`);
+    const report = planChange(two, { ...two, hashSeed: 9 });
+    expect(report.warnings).toEqual([
+      {
+        code: 'HASH_SEED_CHANGED',
+        service: null,
+        message:
+          'hashSeed 0 -> 9 re-hashes every flow: a consistent-hash pick stays on its real only by chance, so about (N-1)/N of them move with N equal reals (measured here: 49.6% of picks move); every LB of a group must change it together, and the daemon takes it only on a restart',
+      },
+    ]);
+    expect(formatPlanText(report)).toBe(`web (tcp://203.0.113.10:80, maglev): changed
+  hash space moving: 49.6% (estimated over 65536 synthetic flows)
+live flows: not known (no running daemon asked)
+warnings:
+  HASH_SEED_CHANGED: ${report.warnings[0]!.message}
+`);
   });
 });
 
@@ -278,7 +458,7 @@ describe('plan: the command', () => {
     expect(text.stderr).toBe('');
     expect(text.stdout.split('\n').slice(0, 4)).toEqual([
       'web (tcp://203.0.113.10:80, maglev): changed',
-      '  reals: +10.0.0.15',
+      '  real +10.0.0.15: active, weight 100',
       '  reals taking new flows: 4 -> 5',
       expect.stringMatching(/^ {2}hash space moving: 20\.\d% \(\d+ of 65537 Maglev slots\)$/),
     ]);

@@ -1,0 +1,109 @@
+// What an edit changes in one service's config besides the hash space: its settings (name,
+// forwarding, health check, whenAllDown, ...) and its reals, value by value, and whether the
+// daemon's health monitor would start the reals over from down. `dsrlb plan` lists and warns on these.
+
+import type { ForwardingMode, HealthCheckConfig, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
+
+export type SettingValue = string | number | boolean | null | readonly number[];
+
+export interface SettingChange {
+  /** Its path in the normalised service config, e.g. 'forwarding' or 'healthCheck.intervalMs'. */
+  readonly setting: string;
+  readonly before: SettingValue;
+  readonly after: SettingValue;
+}
+
+export interface RealSettings {
+  readonly weight: number;
+  readonly state: RealIntent;
+  /** Resolved: the real's own forwarding, or else the service's. */
+  readonly forwarding: ForwardingMode;
+}
+
+export interface AddedReal extends RealSettings {
+  readonly address: string;
+}
+
+export interface RealChange {
+  readonly address: string;
+  readonly before: RealSettings;
+  readonly after: RealSettings;
+}
+
+/**
+ * What the daemon's health monitor does to the reals a service keeps when the change is applied:
+ * `kept`: same probe (or only its timing changed), they keep their health; `startDown`: a probe it
+ * has not run before (a check switched on, a setting other than timing changed, or the service
+ * renamed: the probe carries the name), they are down until it passes `rise` times; `upAtOnce`: the
+ * check is switched off.
+ */
+export type HealthOnApply = 'kept' | 'startDown' | 'upAtOnce';
+
+export interface ServiceDiff {
+  /** Changed service settings other than scheduler and forwarding (plan carries those apart) and reals. */
+  readonly settingsChanged: readonly SettingChange[];
+  readonly realsAdded: readonly AddedReal[];
+  readonly realsRemoved: readonly string[];
+  readonly realsChanged: readonly RealChange[];
+  /** When the service's forwarding changes: the reals it keeps whose own forwarding setting keeps them as they were. */
+  readonly realsKeepingForwarding: readonly string[];
+  readonly healthOnApply: HealthOnApply;
+}
+
+/** Service settings compared one by one, in the order plan prints them. */
+const SERVICE_SETTINGS = ['name', 'whenAllDown', 'tableSize', 'announce'] as const;
+
+/** Health-check keys whose change only retimes the probe; the daemon keeps the reals' health (HealthMonitor.setTargets). */
+const HEALTH_TIMING_KEYS: ReadonlySet<string> = new Set<keyof HealthCheckConfig>(['intervalMs', 'timeoutMs', 'rise', 'fall']);
+
+export function diffService(a: ServiceConfig, b: ServiceConfig): ServiceDiff {
+  const settingsChanged: SettingChange[] = [];
+  for (const key of SERVICE_SETTINGS) {
+    if (a[key] !== b[key]) settingsChanged.push({ setting: key, before: a[key], after: b[key] });
+  }
+  let probeChanged = false;
+  for (const key of Object.keys(b.healthCheck) as (keyof HealthCheckConfig)[]) {
+    const before = a.healthCheck[key];
+    const after = b.healthCheck[key];
+    if (sameValue(before, after)) continue;
+    settingsChanged.push({ setting: `healthCheck.${key}`, before, after });
+    if (!HEALTH_TIMING_KEYS.has(key)) probeChanged = true;
+  }
+
+  const reals0 = new Map(a.reals.map((r) => [r.address, r]));
+  const reals1 = new Map(b.reals.map((r) => [r.address, r]));
+  const realsAdded = b.reals.filter((r) => !reals0.has(r.address)).map((r) => ({ address: r.address, ...settingsOf(r) }));
+  const realsRemoved = a.reals.filter((r) => !reals1.has(r.address)).map((r) => r.address);
+  const realsChanged: RealChange[] = [];
+  for (const r1 of b.reals) {
+    const r0 = reals0.get(r1.address);
+    if (r0 !== undefined && (r0.weight !== r1.weight || r0.state !== r1.state || r0.forwarding !== r1.forwarding)) {
+      realsChanged.push({ address: r1.address, before: settingsOf(r0), after: settingsOf(r1) });
+    }
+  }
+  const realsKeepingForwarding =
+    a.forwarding === b.forwarding ? [] : b.reals.filter((r) => r.forwarding !== b.forwarding && reals0.get(r.address)?.forwarding === r.forwarding).map((r) => r.address);
+  let healthOnApply: HealthOnApply = 'kept';
+  if (b.healthCheck.type === 'none') healthOnApply = a.healthCheck.type === 'none' ? 'kept' : 'upAtOnce';
+  else if (a.healthCheck.type === 'none' || probeChanged || a.name !== b.name) healthOnApply = 'startDown';
+  return { settingsChanged, realsAdded, realsRemoved, realsChanged, realsKeepingForwarding, healthOnApply };
+}
+
+/** The changed health-check settings that make a new probe: all but its timing. */
+export function probeChanges(changes: readonly SettingChange[]): SettingChange[] {
+  return changes.filter((c) => c.setting.startsWith('healthCheck.') && !HEALTH_TIMING_KEYS.has(c.setting.slice('healthCheck.'.length)));
+}
+
+/** True when the diff holds no change at all. */
+export function isEmptyDiff(d: ServiceDiff): boolean {
+  return d.settingsChanged.length === 0 && d.realsAdded.length === 0 && d.realsRemoved.length === 0 && d.realsChanged.length === 0;
+}
+
+function settingsOf(r: RealConfig): RealSettings {
+  return { weight: r.weight, state: r.state, forwarding: r.forwarding };
+}
+
+function sameValue(a: SettingValue, b: SettingValue): boolean {
+  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((v, i) => v === b[i]);
+  return a === b;
+}
