@@ -20,6 +20,7 @@ export async function runDaemon(configPath: string): Promise<number> {
     await daemon.stop().catch((e: Error) => log.error('stop failed', { error: e.message }));
     process.exit(0);
   };
+  let code = 0;
   try {
     await daemon.start();
     servers.push(await startMetricsServer(daemon));
@@ -28,14 +29,20 @@ export async function runDaemon(configPath: string): Promise<number> {
     if (err instanceof DaemonError && err.problems.length > 0) {
       process.stderr.write(formatProblems(err.problems) + '\n');
       log.error('refusing to start', { code: err.code, problems: err.problems.map((p) => `${p.path}: ${p.message}`) });
-      await daemon.stop().catch(() => undefined);
-      return 1;
+      code = 1;
+    } else {
+      const e = err as Error & { code?: string };
+      process.stderr.write(`dsrlb: ${e.message}\n`);
+      log.error('refusing to start', { code: e.code ?? 'ERROR', error: e.message });
+      code = 2;
     }
-    const e = err as Error & { code?: string };
-    process.stderr.write(`dsrlb: ${e.message}\n`);
-    log.error('refusing to start', { code: e.code ?? 'ERROR', error: e.message });
-    await daemon.stop().catch(() => undefined);
-    return 2;
+  }
+  if (code !== 0) {
+    // Undo only what this start did (a running daemon's host state is not ours), then exit:
+    // a loop worker or socket left behind must not keep a refused daemon hanging.
+    for (const s of servers) s.close();
+    await daemon.stop({ startFailed: true }).catch((e: Error) => log.error('stop failed', { error: e.message }));
+    process.exit(code);
   }
   process.on('SIGHUP', () => {
     log.info('SIGHUP: reloading');

@@ -5,6 +5,8 @@
 // that drops IP to the VIPs at prerouting (raw) so the LB's own kernel never answers or
 // resets VIP traffic while the packet socket still sees it (lab-facts: "Owning the VIP").
 // A run-state file remembers what we added, so a restart after a crash adopts and later undoes it.
+// Only one daemon per network namespace may hold these (instance-lock.ts sees to that, before
+// anything here runs); a start that fails undoes only what its own process added.
 
 import { execFile } from 'node:child_process';
 import { statSync } from 'node:fs';
@@ -47,6 +49,11 @@ interface HostState {
 export class HostSetup {
   private state: HostState;
   private readonly statePath: string;
+  /** What a crashed predecessor left (adopted), or null. */
+  private adopted: HostState | null = null;
+  /** Addresses this process added itself (a failed start removes only these). */
+  private readonly ownAdded = new Set<string>();
+  private ownGroDisabled = false;
 
   constructor(
     private readonly ifname: string,
@@ -64,7 +71,8 @@ export class HostSetup {
   async adopt(): Promise<void> {
     try {
       const prev = JSON.parse(await readFile(this.statePath, 'utf8')) as HostState;
-      this.state = { ...prev, interface: this.ifname };
+      this.state = { ...prev, addedAddresses: [...prev.addedAddresses], interface: this.ifname };
+      this.adopted = prev;
       this.log.info('adopted host state from a previous run', { ...prev });
     } catch {
       // no previous state
@@ -79,12 +87,14 @@ export class HostSetup {
       if (present.has(cidr)) continue;
       await this.runner(this.addressCommand('add', cidr));
       this.state.addedAddresses.push(cidr);
+      this.ownAdded.add(cidr);
       this.log.info('added VIP', { address: cidr, dev: this.devFor(cidr) });
     }
     for (const cidr of [...this.state.addedAddresses]) {
       if (wanted.has(cidr)) continue;
       await this.runner(this.addressCommand('del', cidr)).catch(() => undefined);
       this.state.addedAddresses = this.state.addedAddresses.filter((a) => a !== cidr);
+      this.ownAdded.delete(cidr);
       this.log.info('removed VIP', { address: cidr });
     }
     await this.runner(['nft', '-f', '-'], nftRuleset(vips));
@@ -94,6 +104,7 @@ export class HostSetup {
         this.log.warn('could not turn GRO/LRO off', { error: e.message }),
       );
       this.state.groDisabled = true;
+      this.ownGroDisabled = true;
     }
     await this.save();
   }
@@ -109,7 +120,32 @@ export class HostSetup {
     }
     this.log.info('host changes undone', { addresses: this.state.addedAddresses });
     this.state = { interface: this.ifname, addedAddresses: [], groDisabled: false };
+    this.ownAdded.clear();
     await rm(this.statePath, { force: true });
+  }
+
+  /**
+   * After a failed start: remove only what this process added. What a crashed predecessor left
+   * stays as it was recorded (its VIPs, its nftables table), for the next start to adopt.
+   */
+  async undoOwn(): Promise<void> {
+    for (const cidr of this.ownAdded) {
+      await this.runner(this.addressCommand('del', cidr)).catch(() => undefined);
+    }
+    const kept = this.state.addedAddresses.filter((a) => !this.ownAdded.has(a));
+    if (this.ownGroDisabled && !(this.adopted?.groDisabled ?? false)) {
+      await this.runner(['ethtool', '-K', this.ifname, 'gro', 'on']).catch(() => undefined);
+    }
+    if (this.adopted) {
+      await this.runner(['nft', '-f', '-'], nftRuleset(kept.map((c) => c.slice(0, c.lastIndexOf('/'))))).catch(() => undefined);
+      this.state = { interface: this.ifname, addedAddresses: kept, groDisabled: this.adopted.groDisabled };
+      await this.save().catch(() => undefined);
+    } else {
+      await this.runner(['nft', 'delete', 'table', 'inet', NFT_TABLE]).catch(() => undefined);
+      await rm(this.statePath, { force: true });
+    }
+    this.log.info('host changes of this start undone', { addresses: [...this.ownAdded], keptFromPreviousRun: kept });
+    this.ownAdded.clear();
   }
 
   private devFor(cidr: string): string {

@@ -1,0 +1,78 @@
+// HostSetup with a recording command runner: what a clean stop undoes (everything, adopted state
+// too) and what a failed start undoes (only what its own process added).
+
+import { mkdtemp, readFile, readdir, writeFile } from 'node:fs/promises';
+import { statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { HostSetup, type CommandRunner } from '../../src/control/host-setup.js';
+import { createLogger } from '../../src/control/logger.js';
+
+function fakeHost(onLo: string[]) {
+  const calls: string[] = [];
+  const lo = new Set(onLo);
+  const runner: CommandRunner = async (argv, stdin) => {
+    calls.push(argv.join(' ') + (stdin ? ` <<${stdin.match(/daddr \{ ([^}]*) \}/)?.[1] ?? ''}` : ''));
+    if (argv[1] === '-j') {
+      const info = argv[5] === 'lo' ? [...lo].map((c) => ({ local: c.split('/')[0], prefixlen: Number(c.split('/')[1]) })) : [];
+      return { stdout: JSON.stringify([{ addr_info: info }]) };
+    }
+    if (argv[1] === 'addr' && argv[2] === 'add') lo.add(argv[3]!);
+    if (argv[1] === 'addr' && argv[2] === 'del') lo.delete(argv[3]!);
+    return { stdout: '' };
+  };
+  return { calls, lo, runner };
+}
+
+const quiet = createLogger(() => undefined);
+
+async function runDir(prev: object | null): Promise<{ dir: string; file: string }> {
+  const dir = await mkdtemp(join(tmpdir(), 'dsrlb-host-'));
+  const file = join(dir, `host-${statSync('/proc/self/ns/net').ino}-eth0.json`);
+  if (prev) await writeFile(file, JSON.stringify(prev));
+  return { dir, file };
+}
+
+describe('HostSetup', () => {
+  it('after a failed start removes only the VIPs its own process added and keeps the adopted record', async () => {
+    const { dir, file } = await runDir({ interface: 'eth0', addedAddresses: ['198.51.100.1/32'], groDisabled: false });
+    const host = fakeHost(['198.51.100.1/32']);
+    const setup = new HostSetup('eth0', quiet, host.runner, dir);
+    await setup.adopt();
+    await setup.apply(['198.51.100.1', '198.51.100.2'], { disableGro: false });
+    expect([...host.lo].sort()).toEqual(['198.51.100.1/32', '198.51.100.2/32']);
+    host.calls.length = 0;
+    await setup.undoOwn();
+    expect([...host.lo]).toEqual(['198.51.100.1/32']);
+    expect(host.calls).toContain('ip addr del 198.51.100.2/32 dev lo');
+    expect(host.calls).not.toContain('ip addr del 198.51.100.1/32 dev lo');
+    // The predecessor's table stays, dropping its VIP only.
+    expect(host.calls).toContain('nft -f - <<198.51.100.1');
+    expect(host.calls.some((c) => c.startsWith('nft delete'))).toBe(false);
+    expect(JSON.parse(await readFile(file, 'utf8')).addedAddresses).toEqual(['198.51.100.1/32']);
+  });
+
+  it('after a failed start with nothing adopted leaves no VIP, no table and no record', async () => {
+    const { dir } = await runDir(null);
+    const host = fakeHost([]);
+    const setup = new HostSetup('eth0', quiet, host.runner, dir);
+    await setup.adopt();
+    await setup.apply(['198.51.100.2'], { disableGro: false });
+    await setup.undoOwn();
+    expect([...host.lo]).toEqual([]);
+    expect(host.calls).toContain('nft delete table inet dsrlb');
+    expect(await readdir(dir)).toEqual([]);
+  });
+
+  it('on a clean stop undoes everything it recorded, adopted VIPs too', async () => {
+    const { dir } = await runDir({ interface: 'eth0', addedAddresses: ['198.51.100.1/32'], groDisabled: false });
+    const host = fakeHost(['198.51.100.1/32']);
+    const setup = new HostSetup('eth0', quiet, host.runner, dir);
+    await setup.adopt();
+    await setup.apply(['198.51.100.1', '198.51.100.2'], { disableGro: false });
+    await setup.undo();
+    expect([...host.lo]).toEqual([]);
+    expect(await readdir(dir)).toEqual([]);
+  });
+});
