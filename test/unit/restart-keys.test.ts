@@ -28,4 +28,12 @@ describe('restartOnlyChanges', () => {
     ]);
     expect(restartOnlyChanges(config(''), { ...config(''), interface: 'eth1', io: 'pcap' }).map((c) => c.path)).toEqual(['interface', 'io']);
   });
+
+  it('makes the listeners restart-only (they are bound at start) but not the admin token file (re-read on reload)', () => {
+    const changes = restartOnlyChanges(config(''), config('admin: { listen: 127.0.0.1:9753, tokenFile: /etc/dsrlb/t }\nmetrics: { listen: "[::1]:9752" }'));
+    expect(changes.map((c) => [c.path, c.before, c.after])).toEqual([
+      ['admin.listen', '127.0.0.1:9743', '127.0.0.1:9753'],
+      ['metrics.listen', '127.0.0.1:9742', '[::1]:9752'],
+    ]);
+  });
 });
