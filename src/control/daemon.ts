@@ -1,11 +1,19 @@
 // The control plane of `dsrlb run`: loads the config, owns the host changes, the packet-loop
 // worker, the reals' ids, intent and MACs, and builds and hands over forwarding snapshots.
-// The packet loop runs in a worker thread; nothing here can stall it.
+// The packet loop runs in a worker thread; nothing here can stall it. Everything that changes
+// the config in force or the state file (reload, intent, announce) runs one at a time (exclusive()).
 
-import { readFile, rename, writeFile } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { access, readFile, rename, writeFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
-import type { Config, ConfigProblem, RealIntent, ServiceConfig } from '../config/types.js';
+import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
+import { parseIpAddress } from '../config/validate.js';
+import { FlowState } from '../dataplane/flow-table.js';
+import { readAdminToken } from './admin-token.js';
+import { DaemonError } from './daemon-error.js';
+import { InstanceLock, InstanceLockError } from './instance-lock.js';
 import { Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter } from '../dataplane/counters.js';
 import { timeoutsOf } from './flow-timeouts.js';
 import type { LoopRequest } from '../dataplane/loop-runner.js';
@@ -24,15 +32,15 @@ import { VipAnnouncer } from './announcer.js';
 
 export const CLOSE_TIMEOUT_MS = 10_000;
 
-export class DaemonError extends Error {
-  constructor(
-    readonly code: string,
-    message: string,
-    readonly problems: readonly ConfigProblem[] = [],
-  ) {
-    super(message);
-  }
-}
+export { DaemonError };
+
+const FLOW_STATE_NAMES: Record<number, string> = {
+  [FlowState.syn]: 'syn',
+  [FlowState.established]: 'established',
+  [FlowState.fin]: 'fin',
+  [FlowState.closed]: 'closed',
+  [FlowState.udp]: 'udp',
+};
 
 /** Intent set at run time through the admin API, with the config values it overrode. */
 interface IntentOverride {
@@ -76,6 +84,14 @@ export class Daemon {
   private announceBusy = false;
   /** Services the operator withdrew (`dsrlb withdraw`), by service identity. */
   private withdrawn = new Set<string>();
+  /** This network namespace's one-daemon lock, held from before the first host change to the end of stop(). */
+  private lock: InstanceLock | null = null;
+  /** start() completed: stop() undoes all host changes; before that, only this start's own. */
+  private started = false;
+  /** The tail of the queue of changes (reload, intent, announce): each runs after the previous. */
+  private serial: Promise<unknown> = Promise.resolve();
+  /** The bearer token the admin API requires (null: none, admin on loopback); re-read on reload. */
+  adminToken: Buffer | null = null;
   mtu = 1500;
 
   constructor(
@@ -121,7 +137,16 @@ export class Daemon {
     if (!loaded.ok) throw new DaemonError('CONFIG_INVALID', `config ${this.configPath} is invalid`, loaded.problems);
     this.config = loaded.config;
     this.configText = text!;
+    // Before any host change: a second daemon here would take over and later undo the first's VIPs.
+    try {
+      this.lock = await InstanceLock.acquire();
+    } catch (err) {
+      throw new DaemonError(err instanceof InstanceLockError ? err.code : 'LOCK_FAILED', (err as Error).message);
+    }
+    this.adminToken = await readAdminToken(this.config);
     await this.loadOverrides();
+    if (this.pruneOverrides()) await this.saveOverrides().catch((e: Error) => this.log.warn('could not save the state file', { error: e.message }));
+    await this.checkStateFileWritable();
     this.host = new HostSetup(this.config.interface, this.log);
     this.neighbors = new NeighborWatcher(this.config.interface, this.log);
     await this.host.adopt();
@@ -137,6 +162,7 @@ export class Daemon {
     this.metrics.reloads.inc({ result: 'success' }, 0);
     this.metrics.lastReloadSuccess.set(Date.now() / 1000);
     this.housekeeping = setInterval(() => this.tick(), 1000);
+    this.started = true;
     this.log.info('dsrlb running', {
       interface: this.config.interface,
       io: this.config.io,
@@ -161,6 +187,13 @@ export class Daemon {
 
   private send(m: LoopRequest): void {
     this.loops.broadcast(m);
+  }
+
+  /** Runs fn after every change queued before it has finished (a failed one does not stop the queue). */
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.serial.then(fn, fn);
+    this.serial = run.catch(() => undefined);
+    return run;
   }
 
 
@@ -205,13 +238,19 @@ export class Daemon {
   }
 
   /** Operator override (`dsrlb announce|withdraw SERVICE`), kept in the state file. */
-  async setAnnounce(serviceRef: string, announce: boolean): Promise<{ service: string; announce: boolean }> {
+  setAnnounce(serviceRef: string, announce: boolean): Promise<{ service: string; announce: boolean }> {
+    return this.exclusive(() => this.setAnnounceNow(serviceRef, announce));
+  }
+
+  private async setAnnounceNow(serviceRef: string, announce: boolean): Promise<{ service: string; announce: boolean }> {
     const s = this.findService(serviceRef);
     if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
     if (!this.config.announce.enabled) throw new DaemonError('ANNOUNCE_DISABLED', 'announce.enabled is false in the config: nothing is announced');
-    if (announce) this.withdrawn.delete(serviceIdentity(s));
-    else this.withdrawn.add(serviceIdentity(s));
-    await this.saveOverrides();
+    const withdrawn = new Set(this.withdrawn);
+    if (announce) withdrawn.delete(serviceIdentity(s));
+    else withdrawn.add(serviceIdentity(s));
+    await this.saveState(this.overrides, withdrawn);
+    this.withdrawn = withdrawn;
     this.log.info(announce ? 'operator: announce' : 'operator: withdraw', { service: s.name });
     await this.syncAnnouncements();
     return { service: s.name, announce };
@@ -349,7 +388,8 @@ export class Daemon {
 
   /** Build a snapshot from the current view and hand it to the packet loop. */
   rebuild(why: string): void {
-    const { snapshot, services } = this.builder.build(this.serviceViews(), this.config.hashSeed, MAX_REAL_IDS, this.tunnelSources);
+    const views = this.serviceViews();
+    const { snapshot, services } = this.builder.build(views, this.config.hashSeed, MAX_REAL_IDS, this.tunnelSources);
     for (const s of services) {
       if (s.movedSlots > 0) {
         this.metrics.tableMovedSlots.inc({ service: s.name }, s.movedSlots);
@@ -357,7 +397,12 @@ export class Daemon {
       }
       const prev = this.lastReports.find((p) => p.name === s.name);
       if (s.panic && !prev?.panic) this.log.warn('no real is up: failOpen, forwarding to all wanted reals', { service: s.name });
-      if (s.dropping && !prev?.dropping) this.log.warn('no real can take new flows: dropping', { service: s.name });
+      if (s.dropping && !prev?.dropping) {
+        const reason = droppingReason(views.find((v) => v.config.name === s.name));
+        // At start no MAC is known for a few hundred ms: that is not worth a warning.
+        if (why === 'start' && reason.startsWith('no MAC')) this.log.info('waiting for the MACs of the reals before forwarding', { service: s.name });
+        else this.log.warn('no real can take new flows: dropping', { service: s.name, reason });
+      }
     }
     this.lastReports = services;
     this.send({ type: 'snapshot', snapshot });
@@ -386,8 +431,12 @@ export class Daemon {
     }
   }
 
-  /** Reload the config file: all or nothing. */
-  async reload(): Promise<{ ok: boolean; problems: readonly ConfigProblem[] }> {
+  /** Reload the config file: all or nothing; reloads (SIGHUP, admin API) run one after the other. */
+  reload(): Promise<{ ok: boolean; problems: readonly ConfigProblem[] }> {
+    return this.exclusive(() => this.reloadNow());
+  }
+
+  private async reloadNow(): Promise<{ ok: boolean; problems: readonly ConfigProblem[] }> {
     const { text, result: loaded } = await readConfigFile(this.configPath);
     if (!loaded.ok) {
       this.metrics.reloads.inc({ result: 'failure' });
@@ -403,6 +452,15 @@ export class Daemon {
       this.log.error('reload refused', { problems: [`${refusal.path}: ${refusal.message}`] });
       return { ok: false, problems: [refusal] };
     }
+    let token: Buffer | null;
+    try {
+      token = await readAdminToken(next);
+    } catch (err) {
+      const problems = (err as DaemonError).problems ?? [{ path: 'admin.tokenFile', message: (err as Error).message }];
+      this.metrics.reloads.inc({ result: 'failure' });
+      this.log.error('reload refused', { problems: problems.map((p) => `${p.path}: ${p.message}`) });
+      return { ok: false, problems };
+    }
     try {
       await this.host.apply([...new Set(next.services.map((s) => s.vip))], { disableGro: next.io === 'pcap' });
     } catch (err) {
@@ -414,6 +472,8 @@ export class Daemon {
     }
     this.config = next;
     this.configText = text!;
+    this.adminToken = token;
+    if (this.pruneOverrides()) await this.saveOverrides().catch((e: Error) => this.log.warn('could not save the state file', { error: e.message }));
     this.send({ type: 'timeouts', timeouts: timeoutsOf(next) });
     this.syncReals();
     await this.resolveTunnelRoutes();
@@ -437,32 +497,67 @@ export class Daemon {
     return { path: c.path, message: `changing ${c.what} (${c.before} -> ${c.after}) needs a restart${c.why === null ? '' : ` (${c.why})`}` };
   }
 
+  /** A service by name, or by `tcp://VIP:PORT` / `udp://[V6]:PORT` in any spelling of the address. */
   findService(ref: string): ServiceConfig | null {
-    for (const s of this.config.services) {
-      if (s.name === ref) return s;
-      const host = s.family === 6 ? `[${s.vip}]` : s.vip;
-      if (ref === `${s.protocol}://${host}:${s.port}`) return s;
-    }
-    return null;
+    const byName = this.config.services.find((s) => s.name === ref);
+    if (byName) return byName;
+    const m = /^(tcp|udp):\/\/(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/i.exec(ref);
+    if (!m) return null;
+    const vip = parseIpAddress(m[2] ?? m[3]!);
+    if (!vip || (m[2] !== undefined) !== (vip.family === 6)) return null;
+    const protocol = m[1]!.toLowerCase();
+    const port = Number(m[4]);
+    return this.config.services.find((s) => s.protocol === protocol && s.vip === vip.address && s.port === port) ?? null;
   }
 
-  /** Operator intent for one real (admin API); persisted beside the config. */
-  async setIntent(serviceRef: string, realAddress: string, change: { state?: RealIntent; weight?: number }): Promise<{ before: { state: RealIntent; weight: number }; after: { state: RealIntent; weight: number } }> {
+  /** A real of s by its address in any spelling (upper case, non-canonical IPv6). */
+  private findReal(s: ServiceConfig, address: string): RealConfig | null {
+    const canonical = parseIpAddress(address)?.address;
+    if (canonical === undefined) return null;
+    return s.reals.find((r) => r.address === canonical) ?? null;
+  }
+
+  /** Operator intent for one real (admin API); persisted beside the config before it takes effect. */
+  setIntent(serviceRef: string, realAddress: string, change: { state?: RealIntent; weight?: number }): Promise<{ before: { state: RealIntent; weight: number }; after: { state: RealIntent; weight: number } }> {
+    return this.exclusive(() => this.setIntentNow(serviceRef, realAddress, change));
+  }
+
+  private async setIntentNow(serviceRef: string, realAddress: string, change: { state?: RealIntent; weight?: number }): Promise<{ before: { state: RealIntent; weight: number }; after: { state: RealIntent; weight: number } }> {
     const s = this.findService(serviceRef);
     if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
-    const r = s.reals.find((x) => x.address === realAddress);
+    const r = this.findReal(s, realAddress);
     if (!r) throw new DaemonError('UNKNOWN_REAL', `service "${s.name}" has no real "${realAddress}"`);
     const key = RealRegistry.keyOf(serviceIdentity(s), r.address);
     const before = this.intentOf(key, r.state, r.weight);
     const o = this.overrides.get(key);
     const base: IntentOverride = o && o.configState === r.state && o.configWeight === r.weight ? o : { configState: r.state, configWeight: r.weight };
-    const next: IntentOverride = { ...base, ...change };
-    this.overrides.set(key, next);
-    await this.saveOverrides();
+    const overrides = new Map(this.overrides).set(key, { ...base, ...change });
+    // Saved first: a change that cannot be kept is not made (status and the packet loop stay as they were).
+    await this.saveState(overrides, this.withdrawn);
+    this.overrides = overrides;
     const after = this.intentOf(key, r.state, r.weight);
     this.log.info('intent changed', { service: s.name, real: r.address, before, after });
     this.rebuild('intent');
     return { before, after };
+  }
+
+  /**
+   * Drops every override whose real the config itself changed (state or weight differ from the
+   * values it overrode) or no longer has: the contract keeps intent "until the config file itself
+   * changes that real", so a later revert of the config must not bring it back. True if any went.
+   */
+  private pruneOverrides(): boolean {
+    const configReals = new Map<string, RealConfig>();
+    for (const s of this.config.services) for (const r of s.reals) configReals.set(RealRegistry.keyOf(serviceIdentity(s), r.address), r);
+    let pruned = false;
+    for (const [key, o] of this.overrides) {
+      const r = configReals.get(key);
+      if (r && o.configState === r.state && o.configWeight === r.weight) continue;
+      this.overrides.delete(key);
+      pruned = true;
+      this.log.info('operator intent dropped: the config changed this real', { real: key, override: o });
+    }
+    return pruned;
   }
 
   private async loadOverrides(): Promise<void> {
@@ -476,26 +571,62 @@ export class Daemon {
     }
   }
 
-  private async saveOverrides(): Promise<void> {
-    if (!this.config.stateFile) return;
-    const tmp = `${this.config.stateFile}.tmp`;
-    await writeFile(tmp, JSON.stringify({ intent: Object.fromEntries(this.overrides), withdrawn: [...this.withdrawn] }, null, 2));
-    await rename(tmp, this.config.stateFile);
+  /** Says at start, not at the first drain, that intent changes cannot be kept. */
+  private async checkStateFileWritable(): Promise<void> {
+    const file = this.config.stateFile;
+    if (!file) return;
+    await access(dirname(file), constants.W_OK).catch((e: Error) =>
+      this.log.warn('the state file cannot be written: operator intent changes will be refused', { stateFile: file, error: e.message }),
+    );
   }
 
-  /** Where a flow from client would go (explain), asked of the packet loop itself. */
-  async explain(serviceRef: string, clientIp: string, clientPort: number): Promise<Record<string, unknown>> {
+  private saveOverrides(): Promise<void> {
+    return this.saveState(this.overrides, this.withdrawn);
+  }
+
+  /** Writes the state file aside and renames it; throws STATE_NOT_SAVED (nothing changed) on failure. */
+  private async saveState(overrides: ReadonlyMap<string, IntentOverride>, withdrawn: ReadonlySet<string>): Promise<void> {
+    const file = this.config.stateFile;
+    if (!file) return;
+    const tmp = `${file}.tmp`;
+    try {
+      await writeFile(tmp, JSON.stringify({ intent: Object.fromEntries(overrides), withdrawn: [...withdrawn] }, null, 2));
+      await rename(tmp, file);
+    } catch (err) {
+      throw new DaemonError('STATE_NOT_SAVED', `nothing changed: the state file ${file} cannot be written (${(err as Error).message})`);
+    }
+  }
+
+  /** Where a new connection from client (IP:PORT, [V6]:PORT) would go (explain), asked of the packet loop itself. */
+  async explain(serviceRef: string, client: string): Promise<Record<string, unknown>> {
     const s = this.findService(serviceRef);
     if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
+    const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(client);
+    if (!m) throw new DaemonError('BAD_CLIENT', `client "${client}" is not IP:PORT (or [IPv6]:PORT)`);
+    const ip = parseIpAddress(m[1] ?? m[2]!);
+    if (!ip) throw new DaemonError('BAD_CLIENT', `client "${client}": "${m[1] ?? m[2]}" is not an IP address`);
+    if (m[1] !== undefined && ip.family !== 6) throw new DaemonError('BAD_CLIENT', `client "${client}": brackets are for IPv6 addresses only`);
+    const port = Number(m[3]);
+    if (port < 1 || port > 65535) throw new DaemonError('BAD_CLIENT', `client "${client}": port ${port} is not 1..65535`);
+    if (ip.family !== s.family) throw new DaemonError('BAD_CLIENT', `client "${client}" is IPv${ip.family} but service "${s.name}" is IPv${s.family}`);
     const addr = new Uint32Array(8);
-    addr.set(addressWords(clientIp), 0);
+    addr.set(addressWords(ip.address), 0);
     addr.set(addressWords(s.vip), 4);
-    const answers = await this.loops.ask((id) => ({ type: 'explain', id, family: s.family, protocol: s.protocol === 'tcp' ? 6 : 17, addr, srcPort: clientPort, dstPort: s.port }));
+    const answers = await this.loops.ask((id) => ({ type: 'explain', id, family: s.family, protocol: s.protocol === 'tcp' ? 6 : 17, addr, srcPort: port, dstPort: s.port }));
     // With several loops the flow lives in one of them: a flow-table hit wins.
     const e = answers.find((a) => a.type === 'explained' && a.placement === 'flow-table') ?? answers[0];
     if (!e || e.type !== 'explained') throw new DaemonError('INTERNAL', 'no packet loop answered');
     const real = [...this.reals.values()].find((r) => r.id === e.real);
-    return { service: s.name, client: `${clientIp}:${clientPort}`, real: real?.address ?? null, reason: e.placement, generation: e.generation };
+    return {
+      service: s.name,
+      client: ip.family === 6 ? `[${ip.address}]:${port}` : `${ip.address}:${port}`,
+      real: real?.address ?? null,
+      reason: e.placement,
+      scheduler: s.scheduler,
+      slot: e.slot >= 0 ? e.slot : null,
+      flowState: FLOW_STATE_NAMES[e.flowState] ?? null,
+      generation: e.generation,
+    };
   }
 
   /** Live flows for plan: flow keys with the (service identity, address) of their real. */
@@ -542,6 +673,7 @@ export class Daemon {
           whenAllDown: v.config.whenAllDown,
           panic: report?.panic ?? false,
           dropping: report?.dropping ?? false,
+          droppingReason: report?.dropping ? droppingReason(v) : null,
           tableFingerprint: report?.tableFingerprint ?? null,
           announced: this.announcer?.isAnnounced(v.config.vip) ?? false,
           announceDevice: this.announcer?.deviceOf(v.config.vip) ?? null,
@@ -588,7 +720,15 @@ export class Daemon {
     return out;
   }
 
-  async stop(): Promise<void> {
+  /**
+   * Stops the daemon after any queued change and undoes the host changes: all of them after a
+   * clean run, only this process's own when start() (or what the caller starts after it) failed.
+   */
+  stop(opts: { startFailed?: boolean } = {}): Promise<void> {
+    return this.exclusive(() => this.stopNow(opts.startFailed === true || !this.started));
+  }
+
+  private async stopNow(ownOnly: boolean): Promise<void> {
     if (this.housekeeping) clearInterval(this.housekeeping);
     if (this.announceTimer) clearInterval(this.announceTimer);
     this.announceTimer = null;
@@ -602,7 +742,22 @@ export class Daemon {
     this.neighbors?.stop();
     await this.loops.stop(CLOSE_TIMEOUT_MS);
     this.announcer?.close();
-    await this.host?.undo();
+    if (ownOnly) await this.host?.undoOwn();
+    else await this.host?.undo();
+    this.started = false;
+    this.lock?.release();
+    this.lock = null;
     this.log.info('dsrlb stopped');
   }
+}
+
+/** Why a service drops new flows: its wanted reals have no MAC yet, or none may take flows. */
+function droppingReason(view: ServiceView | undefined): string {
+  const wanted = view?.reals.filter((r) => !r.removed && r.intent === 'active' && r.weight > 0) ?? [];
+  const unresolved = wanted.filter((r) => r.mac === null);
+  if (wanted.length > 0 && unresolved.length === wanted.length) {
+    return `no MAC known for ${unresolved.map((r) => r.address).join(', ')} (ARP/neighbour discovery unanswered)`;
+  }
+  if (wanted.length === 0) return 'no real is active with a weight above 0';
+  return 'no wanted real is up';
 }

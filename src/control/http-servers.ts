@@ -1,15 +1,12 @@
 // The daemon's two HTTP listeners: /metrics (Prometheus text) on metrics.listen, and the admin
 // API (JSON) on admin.listen, with a bearer token required unless the admin API is on loopback.
+// Both addresses are restart-only keys (restart-keys.ts); the token is re-read on reload.
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { readFile } from 'node:fs/promises';
 import { timingSafeEqual } from 'node:crypto';
 import type { ListenAddress } from '../config/types.js';
 import { DaemonError, type Daemon } from './daemon.js';
 
-export function isLoopback(host: string): boolean {
-  return host === '::1' || host.startsWith('127.');
-}
 
 async function listen(server: Server, at: ListenAddress): Promise<void> {
   await new Promise<void>((resolve, reject) => {
@@ -64,36 +61,58 @@ const INTENT_VERBS: Record<string, { state: 'active' | 'drain' | 'disabled' }> =
   enable: { state: 'active' },
 };
 
+/** The HTTP status for a DaemonError code. */
+function statusOf(code: string): number {
+  if (code.startsWith('UNKNOWN')) return 404;
+  if (code === 'STATE_NOT_SAVED') return 503;
+  if (code === 'INTERNAL') return 500;
+  return 400;
+}
+
+class MethodError extends DaemonError {
+  constructor(
+    method: string | undefined,
+    readonly allow: string,
+  ) {
+    super('METHOD', `method ${method ?? '?'} not allowed here: use ${allow}`);
+  }
+}
+
+/** The bearer token of an Authorization header (the scheme is case-insensitive, RFC 7235 section 2.1). */
+export function bearerToken(header: string | undefined): string | null {
+  const m = /^bearer[ \t]+(\S+)[ \t]*$/i.exec(header ?? '');
+  return m ? m[1]! : null;
+}
+
 export async function startAdminServer(daemon: Daemon): Promise<Server> {
   const at = daemon.config.admin.listen;
-  let token: Buffer | null = null;
-  if (!isLoopback(at.host)) {
-    if (!daemon.config.admin.tokenFile) {
-      throw new DaemonError('ADMIN_TOKEN_REQUIRED', `admin.listen ${at.host}:${at.port} is not loopback: admin.tokenFile is required`);
-    }
-    token = Buffer.from((await readFile(daemon.config.admin.tokenFile, 'utf8')).trim());
-    if (token.length === 0) throw new DaemonError('ADMIN_TOKEN_EMPTY', `admin.tokenFile ${daemon.config.admin.tokenFile} is empty`);
-  }
+  // The token is the daemon's (read at start, again on every reload).
   const authorized = (req: IncomingMessage): boolean => {
+    const token = daemon.adminToken;
     if (!token) return true;
-    const h = req.headers.authorization ?? '';
-    const given = Buffer.from(h.startsWith('Bearer ') ? h.slice(7).trim() : '');
+    const given = Buffer.from(bearerToken(req.headers.authorization) ?? '');
     return given.length === token.length && timingSafeEqual(given, token);
   };
   const server = createServer((req, res) => {
     void handle(req, res).catch((err: unknown) => {
-      if (err instanceof DaemonError) {
-        const status = err.code.startsWith('UNKNOWN') ? 404 : 400;
-        json(res, status, { error: err.code, message: err.message });
+      if (err instanceof MethodError) {
+        res.setHeader('allow', err.allow);
+        json(res, 405, { error: err.code, message: err.message });
+      } else if (err instanceof DaemonError) {
+        json(res, statusOf(err.code), { error: err.code, message: err.message });
       } else {
         json(res, 500, { error: 'INTERNAL', message: (err as Error).message });
       }
     });
   });
+  const only = (req: IncomingMessage, allow: string): void => {
+    if (req.method !== allow) throw new MethodError(req.method, allow);
+  };
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://admin');
     const path = url.pathname;
-    if (path === '/healthz' && req.method === 'GET') {
+    if (path === '/healthz') {
+      only(req, 'GET');
       const ok = daemon.loopHealthy();
       json(res, ok ? 200 : 503, { loop: ok ? 'running' : 'stalled' });
       return;
@@ -102,29 +121,30 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
       json(res, 401, { error: 'UNAUTHORIZED', message: 'a valid bearer token is required' });
       return;
     }
-    if (path === '/status' && req.method === 'GET') {
+    if (path === '/status') {
+      only(req, 'GET');
       json(res, 200, daemon.status());
       return;
     }
-    if (path === '/reload' && req.method === 'POST') {
+    if (path === '/reload') {
+      only(req, 'POST');
       const r = await daemon.reload();
       json(res, r.ok ? 200 : 422, { result: r.ok ? 'taken' : 'refused', problems: r.problems.map((p) => `${p.path}: ${p.message}`) });
       return;
     }
-    if (path === '/plan-input' && req.method === 'GET') {
+    if (path === '/plan-input') {
+      only(req, 'GET');
       json(res, 200, { configPath: daemon.configPath, configText: daemon.configText, flows: await daemon.liveFlows() });
       return;
     }
-    if (path === '/explain' && req.method === 'GET') {
-      const service = url.searchParams.get('service') ?? '';
-      const client = url.searchParams.get('client') ?? '';
-      const m = /^\[?([^\]]+?)\]?:(\d+)$/.exec(client);
-      if (!m) throw new DaemonError('BAD_CLIENT', `client "${client}" is not IP:PORT`);
-      json(res, 200, await daemon.explain(service, m[1]!, Number(m[2])));
+    if (path === '/explain') {
+      only(req, 'GET');
+      json(res, 200, await daemon.explain(url.searchParams.get('service') ?? '', url.searchParams.get('client') ?? ''));
       return;
     }
     const announce = /^\/services\/([^/]+)\/(announce|withdraw)$/.exec(path);
-    if (announce && req.method === 'POST') {
+    if (announce) {
+      only(req, 'POST');
       json(res, 200, await daemon.setAnnounce(decodeURIComponent(announce[1]!), announce[2] === 'announce'));
       return;
     }
@@ -134,16 +154,22 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
       const real = decodeURIComponent(intent[2]!);
       const verb = intent[3]!;
       if (verb === 'weight') {
-        if (req.method !== 'PUT') throw new DaemonError('METHOD', 'use PUT for weight');
-        const body = JSON.parse((await readBody(req)) || '{}') as { weight?: unknown };
-        const w = body.weight;
+        only(req, 'PUT');
+        const text = await readBody(req);
+        let body: unknown;
+        try {
+          body = JSON.parse(text || '{}');
+        } catch {
+          throw new DaemonError('BAD_BODY', 'the body is not JSON: send {"weight": N}');
+        }
+        const w = (body as { weight?: unknown } | null)?.weight;
         if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535) {
           throw new DaemonError('BAD_WEIGHT', `weight ${JSON.stringify(w)} is not an integer 0..65535`);
         }
         json(res, 200, await daemon.setIntent(service, real, { weight: w }));
         return;
       }
-      if (req.method !== 'POST') throw new DaemonError('METHOD', `use POST for ${verb}`);
+      only(req, 'POST');
       json(res, 200, await daemon.setIntent(service, real, INTENT_VERBS[verb]!));
       return;
     }

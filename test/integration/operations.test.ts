@@ -102,6 +102,17 @@ describe('admin API and CLI', () => {
     expect(bad.stdout).toBe('401');
     const good = await lab.exec(lab.client, ['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-H', 'Authorization: Bearer s3cret-token', `http://${lbAddress}:9743/status`]);
     expect(good.stdout).toBe('200');
+    // The token file is re-read on reload: a rotated token is taken at once, the old one no more.
+    const oldTokenFile = join(dir, 'admin.token.old');
+    await writeFile(oldTokenFile, 's3cret-token\n');
+    await writeFile(tokenFile, 'rotated-token\n');
+    const rotated = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'reload', '--admin', `http://${lbAddress}:9743`, '--token-file', oldTokenFile]);
+    expect(rotated.code, rotated.stderr).toBe(0);
+    const old = await lab.exec(lab.client, ['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-H', 'Authorization: Bearer s3cret-token', `http://${lbAddress}:9743/status`]);
+    expect(old.stdout).toBe('401');
+    // The scheme is case-insensitive (RFC 7235).
+    const lower = await lab.exec(lab.client, ['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-H', 'Authorization: bearer rotated-token', `http://${lbAddress}:9743/status`]);
+    expect(lower.stdout).toBe('200');
     const cli = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'drain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`, '--token-file', tokenFile]);
     expect(cli.code, cli.stderr).toBe(0);
     const noTok = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'undrain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`]);
@@ -115,6 +126,134 @@ describe('admin API and CLI', () => {
     await writeFile(configPath, configText(addresses()));
     daemon = await LabDaemon.start(lab, configPath);
   }, 90_000);
+});
+
+/** HTTP status (and body) of a curl to the admin API from inside the LB namespace. */
+async function adminCurl(args: readonly string[]): Promise<{ status: number; body: string; headers: string }> {
+  const r = await lab.exec(lab.lb, ['curl', '-s', '-D', '-', '-o', '-', ...args]);
+  const [head, ...rest] = r.stdout.split('\r\n\r\n');
+  return { status: Number(/^HTTP\/1\.1 (\d+)/.exec(head ?? '')?.[1] ?? 0), headers: head ?? '', body: rest.join('\r\n\r\n') };
+}
+
+const lbHas = async (vip: string) => ({
+  onLo: (await lab.exec(lab.lb, ['ip', '-o', 'addr', 'show', 'dev', 'lo'])).stdout.includes(`${vip}/32`),
+  inNft: (await lab.exec(lab.lb, ['nft', 'list', 'table', 'inet', 'dsrlb'])).stdout.includes(vip),
+});
+
+describe('one daemon per namespace, one change at a time', () => {
+  it('refuses a second `dsrlb run` (same config, or a broken one) with exit 2 before it touches the running one', async () => {
+    const bad = join(dir, 'second-badif.yaml');
+    await writeFile(bad, configText(addresses()).replace('interface: eth0', 'interface: nosuch0').replace('9742', '9772').replace('9743', '9773'));
+    for (const cfg of [configPath, bad]) {
+      const r = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', cfg], { timeoutMs: 20_000 });
+      expect(r.code, r.stdout + r.stderr).toBe(2);
+      expect(r.stderr.trim().split('\n')).toEqual([expect.stringMatching(/^dsrlb: another dsrlb daemon is running in this network namespace/)]);
+      expect(r.stdout).not.toMatch(/"msg":"(added VIP|removed VIP|adopted host state)/);
+    }
+    expect(await lbHas(lab.vip)).toEqual({ onLo: true, inNft: true });
+    await lab.exec(lab.client, ['ip', 'neigh', 'flush', 'all']);
+    const traffic = await httpCount(lab, 30);
+    expect(traffic.ok).toBe(30);
+  }, 60_000);
+
+  it('runs overlapping reloads (admin API and SIGHUP) one after the other: all taken, the new VIP stays', async () => {
+    const before = metricValue(await daemon.metrics(), 'dsrlb_config_reloads_total', 'result="failure"');
+    const web2 = ['  - name: web2', '    vip: 10.77.0.101', '    port: 8080', '    protocol: tcp', '    reals:', ...addresses().map((a) => `      - address: ${a}`)];
+    await writeFile(configPath, labConfig(lab, { reals: addresses(), top: [`stateFile: ${dir}/dsrlb.state.json`], after: web2 }));
+    const posts = Array.from({ length: 4 }, () => adminCurl(['-X', 'POST', 'http://127.0.0.1:9743/reload']));
+    daemon.proc.kill('SIGHUP');
+    daemon.proc.kill('SIGHUP');
+    const answers = await Promise.all(posts);
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200]);
+    await sleep(1500);
+    expect(metricValue(await daemon.metrics(), 'dsrlb_config_reloads_total', 'result="failure"')).toBe(before);
+    expect(await lbHas('10.77.0.101')).toEqual({ onLo: true, inNft: true });
+    expect((await daemon.status()).services.map((x) => x.name)).toEqual(['web', 'web2']);
+    await writeFile(configPath, configText(addresses()));
+    expect((await daemon.cli(['reload'])).code).toBe(0);
+    expect(await lbHas('10.77.0.101')).toEqual({ onLo: false, inNft: false });
+  }, 60_000);
+
+  it('runs overlapping intent changes one after the other, and a change whose state file cannot be written changes nothing', async () => {
+    const verbs = Array.from({ length: 12 }, (_, i) => adminCurl(['-X', 'POST', `http://127.0.0.1:9743/services/web/reals/${addresses()[i % 3]}/${i < 6 ? 'drain' : 'undrain'}`]));
+    expect((await Promise.all(verbs)).map((a) => a.status)).toEqual(Array(12).fill(200));
+    for (const a of addresses()) expect((await daemon.cli(['undrain', 'web', a])).code).toBe(0);
+    JSON.parse(await readFile(join(dir, 'dsrlb.state.json'), 'utf8'));
+
+    await writeFile(configPath, labConfig(lab, { reals: addresses(), top: [`stateFile: ${dir}/no-such-dir/dsrlb.state.json`] }));
+    expect((await daemon.cli(['reload'])).code).toBe(0);
+    const r1 = lab.reals[0]!;
+    const refused = await daemon.cli(['drain', 'web', r1.ipv4]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/nothing changed: the state file .*no-such-dir.* cannot be written/);
+    expect((await daemon.status()).services[0]!.reals.find((x) => x.address === r1.ipv4)!.intent).toBe('active');
+    const traffic = await httpCount(lab, 40);
+    expect(traffic.ok).toBe(40);
+    expect(traffic.byReal[r1.name] ?? 0).toBeGreaterThan(0);
+    await writeFile(configPath, configText(addresses()));
+    expect((await daemon.cli(['reload'])).code).toBe(0);
+  }, 60_000);
+
+  it('drops an override for good once the config changes that real: reverting the config does not bring the drain back', async () => {
+    const real = lab.reals[1]!.ipv4;
+    expect((await daemon.cli(['drain', 'web', real])).code).toBe(0);
+    const weighted = configText(addresses()).replace(`      - address: ${real}`, `      - address: ${real}\n        weight: 90`);
+    await writeFile(configPath, weighted);
+    expect((await daemon.cli(['reload'])).code).toBe(0);
+    const changed = (await daemon.status()).services[0]!.reals.find((x) => x.address === real)!;
+    expect([changed.intent, changed.weight]).toEqual(['active', 90]);
+    await writeFile(configPath, configText(addresses()));
+    expect((await daemon.cli(['reload'])).code).toBe(0);
+    const reverted = (await daemon.status()).services[0]!.reals.find((x) => x.address === real)!;
+    expect([reverted.intent, reverted.weight]).toEqual(['active', 100]);
+    expect(JSON.stringify(JSON.parse(await readFile(join(dir, 'dsrlb.state.json'), 'utf8')).intent)).not.toContain(real);
+  }, 60_000);
+
+  it('refuses a reload that moves the admin or metrics listener (restart-only) and keeps answering where it was', async () => {
+    await writeFile(configPath, configText(addresses()).replace('127.0.0.1:9743', '127.0.0.1:9753'));
+    const r = await daemon.cli(['reload']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/admin\.listen: changing the admin API's address \(127\.0\.0\.1:9743 -> 127\.0\.0\.1:9753\) needs a restart/);
+    await writeFile(configPath, configText(addresses()).replace('127.0.0.1:9742', '127.0.0.1:9752'));
+    expect((await daemon.cli(['reload'])).stderr).toMatch(/metrics\.listen: .* needs a restart/);
+    await writeFile(configPath, configText(addresses()));
+    expect((await daemon.status()).services).toHaveLength(1);
+  }, 30_000);
+});
+
+describe('admin API input', () => {
+  it('explains a scheduler pick with its slot, and a finished connection as scheduled afresh', async () => {
+    const pick = await adminCurl([`http://127.0.0.1:9743/explain?service=web&client=${lab.client.ipv4}:40123`]);
+    expect(pick.status).toBe(200);
+    const e = JSON.parse(pick.body) as { reason: string; scheduler: string; slot: number; flowState: string | null };
+    expect([e.reason, e.scheduler, e.flowState]).toEqual(['scheduler', 'maglev', null]);
+    expect(e.slot).toBeGreaterThanOrEqual(0);
+    expect(e.slot).toBeLessThan(65537);
+    const done = await lab.exec(lab.client, ['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '--local-port', '45555', `http://${lab.vip}/`]);
+    expect(done.stdout).toBe('200');
+    await sleep(300);
+    const closed = JSON.parse((await adminCurl([`http://127.0.0.1:9743/explain?service=web&client=${lab.client.ipv4}:45555`])).body) as typeof e;
+    expect(closed.flowState).toMatch(/^(fin|closed)$/);
+    expect(closed.reason).toBe('scheduler');
+  }, 30_000);
+
+  it('answers bad input with 400, a wrong method with 405 and Allow, and takes SERVICE in any spelling', async () => {
+    for (const client of ['1.2.3.4:99999', 'notanip:80', '[fd00::10]:5']) {
+      const r = await adminCurl([`http://127.0.0.1:9743/explain?service=web&client=${encodeURIComponent(client)}`]);
+      expect(r.status, client).toBe(400);
+      expect(JSON.parse(r.body).error).toBe('BAD_CLIENT');
+    }
+    const cli = await daemon.cli(['explain', 'web', '1.2.3.4:99999']);
+    expect(cli.code).toBe(1);
+    expect(cli.stderr).toMatch(/port 99999 is not 1\.\.65535/);
+    const weight = await adminCurl(['-X', 'PUT', '--data', 'nope', `http://127.0.0.1:9743/services/web/reals/${addresses()[0]}/weight`]);
+    expect(weight.status).toBe(400);
+    const method = await adminCurl([`http://127.0.0.1:9743/services/web/reals/${addresses()[0]}/drain`]);
+    expect(method.status).toBe(405);
+    expect(method.headers).toMatch(/^allow: POST$/im);
+    const spelled = await daemon.cli(['undrain', `tcp://${lab.vip}:080`, addresses()[0]!]);
+    expect(spelled.code, spelled.stderr).toBe(0);
+  }, 30_000);
 });
 
 describe('start-up failures', () => {
@@ -143,6 +282,39 @@ describe('start-up failures', () => {
       await run('ip', ['netns', 'del', ns]);
     }
   }, 30_000);
+});
+
+describe('start-up failure after the packet loop started', () => {
+  it('exits 2 promptly and undoes its own host changes when the metrics port is taken', async () => {
+    const ns = `${PREFIX}port`;
+    const inNs = (...argv: string[]) => run('ip', ['netns', 'exec', ns, ...argv]);
+    await run('ip', ['netns', 'add', ns]);
+    try {
+      await run('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
+      for (const dev of ['lo', 'eth0', 'eth1']) await run('ip', ['-n', ns, 'link', 'set', dev, 'up']);
+      await run('ip', ['-n', ns, 'addr', 'add', '192.0.2.1/24', 'dev', 'eth0']);
+      const holder = lab.spawn(ns, [process.execPath, '-e', "require('net').createServer().listen(9742, '127.0.0.1', () => console.log('ready'))"], { stdio: ['ignore', 'pipe', 'inherit'] });
+      try {
+        await new Promise<void>((res) => holder.stdout!.once('data', () => res()));
+        const cfg = join(dir, 'port-taken.yaml');
+        await writeFile(cfg, ['interface: eth0', 'services:', '  - { name: web, vip: 198.51.100.8, port: 80, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
+        const started = Date.now();
+        const r = await inNs('timeout', '30', process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', cfg).then(
+          () => ({ code: 0, stdout: '' }),
+          (e: { code: number; stdout: string }) => e,
+        );
+        expect(r.code, r.stdout).toBe(2);
+        expect(r.stdout).toContain('EADDRINUSE');
+        expect(Date.now() - started).toBeLessThan(15_000);
+        expect((await inNs('ip', '-o', 'addr', 'show', 'dev', 'lo')).stdout).not.toContain('198.51.100.8');
+        expect((await inNs('nft', 'list', 'tables')).stdout).not.toContain('dsrlb');
+      } finally {
+        holder.kill('SIGTERM');
+      }
+    } finally {
+      await run('ip', ['netns', 'del', ns]);
+    }
+  }, 40_000);
 });
 
 describe('reload', () => {

@@ -1,0 +1,34 @@
+// The admin API's bearer token: required unless admin.listen is loopback, read from
+// admin.tokenFile at start and again on every reload (a rotated token is taken by `dsrlb reload`).
+
+import { readFile } from 'node:fs/promises';
+import type { Config } from '../config/types.js';
+import { DaemonError } from './daemon-error.js';
+
+export function isLoopback(host: string): boolean {
+  return host === '::1' || host.startsWith('127.');
+}
+
+/** The token the admin API requires under `config`, or null (loopback: none). */
+export async function readAdminToken(config: Pick<Config, 'admin'>): Promise<Buffer | null> {
+  const { listen, tokenFile } = config.admin;
+  if (isLoopback(listen.host)) return null;
+  if (!tokenFile) {
+    throw new DaemonError('ADMIN_TOKEN_REQUIRED', `admin.listen ${listen.host}:${listen.port} is not loopback: admin.tokenFile is required`, [
+      { path: 'admin.tokenFile', message: `admin.listen ${listen.host}:${listen.port} is not loopback: a token file is required` },
+    ]);
+  }
+  let text: string;
+  try {
+    text = await readFile(tokenFile, 'utf8');
+  } catch (err) {
+    throw new DaemonError('ADMIN_TOKEN_UNREADABLE', `admin.tokenFile ${tokenFile}: ${(err as Error).message}`, [
+      { path: 'admin.tokenFile', message: `cannot read ${tokenFile}: ${(err as Error).message}` },
+    ]);
+  }
+  const token = Buffer.from(text.trim());
+  if (token.length === 0) {
+    throw new DaemonError('ADMIN_TOKEN_EMPTY', `admin.tokenFile ${tokenFile} is empty`, [{ path: 'admin.tokenFile', message: `${tokenFile} is empty` }]);
+  }
+  return token;
+}

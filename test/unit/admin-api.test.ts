@@ -1,0 +1,81 @@
+// The admin API's HTTP surface over a stand-in daemon: status codes (400 for a body that is not
+// JSON, 405 with Allow for a wrong method, 503 when the state file cannot be written), and the
+// bearer token (scheme case-insensitive, re-read by the daemon on reload).
+
+import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DaemonError } from '../../src/control/daemon-error.js';
+import type { Daemon } from '../../src/control/daemon.js';
+import { bearerToken, startAdminServer } from '../../src/control/http-servers.js';
+
+const calls: string[] = [];
+const fake = {
+  config: { admin: { listen: { host: '127.0.0.1', port: 0 }, tokenFile: null } },
+  adminToken: null as Buffer | null,
+  loopHealthy: () => true,
+  status: () => ({ services: [] }),
+  setIntent: async (service: string, real: string, change: object) => {
+    calls.push(`${service} ${real} ${JSON.stringify(change)}`);
+    if (real === '10.0.0.99') throw new DaemonError('STATE_NOT_SAVED', 'nothing changed: the state file /x cannot be written');
+    return { before: {}, after: change };
+  },
+};
+let server: Server;
+let base: string;
+
+beforeAll(async () => {
+  server = await startAdminServer(fake as unknown as Daemon);
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+afterAll(() => server.close());
+
+describe('admin API status codes', () => {
+  it('answers a weight body that is not JSON with 400 BAD_BODY', async () => {
+    const r = await fetch(`${base}/services/web/reals/10.0.0.11/weight`, { method: 'PUT', body: 'nope' });
+    expect(r.status).toBe(400);
+    expect(((await r.json()) as { error: string }).error).toBe('BAD_BODY');
+  });
+
+  it('answers a wrong method with 405 and an Allow header', async () => {
+    for (const [method, path, allow] of [
+      ['GET', '/services/web/reals/10.0.0.11/drain', 'POST'],
+      ['POST', '/services/web/reals/10.0.0.11/weight', 'PUT'],
+      ['GET', '/reload', 'POST'],
+      ['POST', '/status', 'GET'],
+    ] as const) {
+      const r = await fetch(`${base}${path}`, { method });
+      expect(r.status, `${method} ${path}`).toBe(405);
+      expect(r.headers.get('allow')).toBe(allow);
+    }
+  });
+
+  it('answers an intent that could not be saved with 503 STATE_NOT_SAVED and the reason', async () => {
+    const r = await fetch(`${base}/services/web/reals/10.0.0.99/drain`, { method: 'POST' });
+    expect(r.status).toBe(503);
+    const body = (await r.json()) as { error: string; message: string };
+    expect(body.error).toBe('STATE_NOT_SAVED');
+    expect(body.message).toMatch(/nothing changed/);
+  });
+});
+
+describe('bearer token', () => {
+  it('takes the scheme in any case (RFC 7235) and nothing but a bearer token', () => {
+    expect(bearerToken('Bearer abc')).toBe('abc');
+    expect(bearerToken('bearer abc')).toBe('abc');
+    expect(bearerToken('BEARER  abc ')).toBe('abc');
+    expect(bearerToken('Basic abc')).toBeNull();
+    expect(bearerToken('Bearer')).toBeNull();
+    expect(bearerToken(undefined)).toBeNull();
+  });
+
+  it('checks the token the daemon holds now (a reload may have replaced it)', async () => {
+    fake.adminToken = Buffer.from('old');
+    expect((await fetch(`${base}/status`, { headers: { authorization: 'bearer old' } })).status).toBe(200);
+    fake.adminToken = Buffer.from('new');
+    expect((await fetch(`${base}/status`, { headers: { authorization: 'Bearer old' } })).status).toBe(401);
+    expect((await fetch(`${base}/status`, { headers: { authorization: 'Bearer new' } })).status).toBe(200);
+    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+    fake.adminToken = null;
+  });
+});

@@ -1,0 +1,70 @@
+// The daemon's lookups of what operators type: SERVICE and REAL in any valid spelling of the
+// address, and explain's client checked before the packet loop is asked (no root, no loop needed).
+
+import { describe, expect, it } from 'vitest';
+import { parseConfigText } from '../../src/config/validate.js';
+import { Daemon, DaemonError } from '../../src/control/daemon.js';
+import { createLogger } from '../../src/control/logger.js';
+
+const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
+const parsed = parseConfigText(`interface: eth0
+services:
+  - { name: web, vip: 10.93.0.100, port: 80, protocol: tcp, reals: [{ address: 10.93.0.11 }] }
+  - { name: web6, vip: fd93::100, port: 443, protocol: tcp, reals: [{ address: fd93::11 }] }
+`);
+if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
+daemon.config = parsed.config;
+
+async function errorOf(p: Promise<unknown>): Promise<DaemonError> {
+  const e = await p.then(
+    () => null,
+    (err: unknown) => err,
+  );
+  if (!(e instanceof DaemonError)) throw new Error(`expected a DaemonError, got ${String(e)}`);
+  return e;
+}
+
+describe('findService', () => {
+  it('matches the name, and tcp://VIP:PORT in any valid spelling of the address and port', () => {
+    expect(daemon.findService('web')?.name).toBe('web');
+    expect(daemon.findService('tcp://10.93.0.100:80')?.name).toBe('web');
+    expect(daemon.findService('tcp://10.93.0.100:080')?.name).toBe('web');
+    expect(daemon.findService('TCP://10.93.0.100:80')?.name).toBe('web');
+    expect(daemon.findService('tcp://[FD93::100]:443')?.name).toBe('web6');
+    expect(daemon.findService('tcp://[fd93:0:0:0::100]:443')?.name).toBe('web6');
+  });
+
+  it('matches nothing for another protocol, port, a bare IPv6 host or a non-address', () => {
+    for (const ref of ['udp://10.93.0.100:80', 'tcp://10.93.0.100:81', 'tcp://fd93::100:443', 'tcp://web:80', 'nosuch']) {
+      expect(daemon.findService(ref), ref).toBeNull();
+    }
+  });
+});
+
+describe('setIntent', () => {
+  it('names an unknown real, and finds one written in another spelling before anything else', async () => {
+    expect((await errorOf(daemon.setIntent('web', '10.93.0.12', { state: 'drain' }))).code).toBe('UNKNOWN_REAL');
+    expect((await errorOf(daemon.setIntent('web', 'not-an-ip', { state: 'drain' }))).code).toBe('UNKNOWN_REAL');
+  });
+});
+
+describe('explain input', () => {
+  it('refuses a bad client with BAD_CLIENT and a clear message before asking the packet loop', async () => {
+    const cases: [string, string, RegExp][] = [
+      ['web', '1.2.3.4:99999', /port 99999 is not 1\.\.65535/],
+      ['web', '1.2.3.4:0', /port 0 is not 1\.\.65535/],
+      ['web', 'notanip:80', /"notanip" is not an IP address/],
+      ['web', '1.2.3.4', /is not IP:PORT/],
+      ['web', '[fd93::10]:5', /is IPv6 but service "web" is IPv4/],
+      ['web6', '10.93.0.10:5', /is IPv4 but service "web6" is IPv6/],
+      ['web', '[10.93.0.10]:5', /brackets are for IPv6 addresses only/],
+      ['web6', 'fd93::10:5', /is not IP:PORT \(or \[IPv6\]:PORT\)/],
+    ];
+    for (const [service, client, message] of cases) {
+      const e = await errorOf(daemon.explain(service, client));
+      expect(e.code, client).toBe('BAD_CLIENT');
+      expect(e.message, client).toMatch(message);
+    }
+    expect((await errorOf(daemon.explain('nosuch', '1.2.3.4:5'))).code).toBe('UNKNOWN_SERVICE');
+  });
+});
