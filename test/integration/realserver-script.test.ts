@@ -1,19 +1,25 @@
-// deploy/linux/dsrlb-realserver in a fresh network namespace: check on a bare host, setup, idempotence,
-// piece-by-piece reports of a broken host, remove restoring only what setup changed, and --persist
-// files under DSRLB_ROOT. Needs root and `ip netns`; fails (never skips) without them.
+// deploy/linux/dsrlb-realserver in fresh network namespaces: check on a bare host, setup, idempotence,
+// piece-by-piece reports of a broken host (ARP sysctls as the kernel reads them: max(all, dev)),
+// addresses it must refuse or leave alone, ipip with stand-in tunnel devices (this kernel has no
+// ipip/ip6_tunnel: TUN devices named tunl0/ip6tnl0/dsrlb-decap0 take their place), MSS and MTU,
+// remove restoring only what setup changed, state per network namespace, and --persist under
+// DSRLB_ROOT. Needs root, `ip netns`, nft, unshare and systemd-analyze; fails (never skips) without them.
 
 import { execFile } from 'node:child_process';
-import { mkdtemp, readFile, readdir, rm } from 'node:fs/promises';
+import { chmod, copyFile, mkdir, mkdtemp, readFile, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const SCRIPT = fileURLToPath(new URL('../../deploy/linux/dsrlb-realserver', import.meta.url));
+const DECAP_UNIT = fileURLToPath(new URL('../../deploy/linux/dsrlb-decap@.service', import.meta.url));
 const PREFIX = `dsrt-rs-${process.pid}-`;
 const NS = `${PREFIX}a`;
 const VIP = '10.0.0.100';
 const VIP6 = 'fd00:77::100';
+const SBIN = '/usr/local/sbin/dsrlb-realserver';
+const ARP_RULE = "the kernel takes the larger of all and the interface's value";
 
 interface Result {
   stdout: string;
@@ -30,37 +36,90 @@ function run(file: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise
   });
 }
 
-async function mustRun(file: string, args: string[]): Promise<string> {
-  const r = await run(file, args);
+async function mustRun(file: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<string> {
+  const r = await run(file, args, env);
   if (r.code !== 0) throw new Error(`${file} ${args.join(' ')} failed (${r.code}): ${r.stderr}`);
   return r.stdout;
 }
 
-/** Runs the script inside the test namespace through dash, the strictest POSIX shell here. */
-function script(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Result> {
-  return run('ip', ['netns', 'exec', NS, 'dash', SCRIPT, ...args], env);
+const lines = (text: string): string[] => text.split('\n').filter((l) => l !== '');
+
+/** A network namespace with a veth pair eth0/eth1 (a NIC besides lo) and its own DSRLB_ROOT. */
+interface Host {
+  ns: string;
+  root: string;
+  /** Runs the script in the namespace through dash (the strictest POSIX shell here), under `root`. */
+  script(args: string[], env?: NodeJS.ProcessEnv): Promise<Result>;
+  sh(command: string): Promise<string>;
+  sysctl(iface: string, name: string): Promise<string>;
+  state(): Promise<string>;
 }
 
-async function sysctl(iface: string, name: string): Promise<string> {
-  return (await mustRun('ip', ['netns', 'exec', NS, 'cat', `/proc/sys/net/ipv4/conf/${iface}/${name}`])).trim();
+const hosts: string[] = [];
+
+function hostFor(ns: string, root: string): Host {
+  return {
+    ns,
+    root,
+    script: (args, env = {}) => run('ip', ['netns', 'exec', ns, 'dash', SCRIPT, ...args], { DSRLB_ROOT: root, ...env }),
+    sh: (command) => mustRun('ip', ['netns', 'exec', ns, 'sh', '-c', command]),
+    sysctl: async (iface, name) => (await mustRun('ip', ['netns', 'exec', ns, 'cat', `/proc/sys/net/ipv4/conf/${iface}/${name}`])).trim(),
+    state: () => readFile(join(root, 'run/dsrlb-realserver', `netns-${ns}.state`), 'utf8'),
+  };
 }
 
-async function loAddrs(): Promise<string[]> {
-  const out = await mustRun('ip', ['-n', NS, '-o', 'addr', 'show', 'dev', 'lo']);
-  return out
-    .split('\n')
-    .filter((l) => l.trim() !== '')
-    .map((l) => (l.trim().split(/\s+/)[3] ?? ''))
-    .sort();
+/** Runs `body` on a fresh host; the namespace and its root go afterwards, whatever happens. */
+async function withHost(name: string, body: (h: Host) => Promise<void>): Promise<void> {
+  const ns = `${PREFIX}${name}`;
+  const root = await mkdtemp(join(tmpdir(), `${PREFIX}root-`));
+  hosts.push(ns);
+  try {
+    await mustRun('ip', ['netns', 'add', ns]);
+    await mustRun('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
+    await body(hostFor(ns, root));
+  } finally {
+    await run('ip', ['netns', 'del', ns]);
+    await rm(root, { recursive: true, force: true });
+  }
 }
+
+/** eth0 up with addresses and default routes (v4 and v6) through it: the interface tunnels arrive on. */
+async function routed(h: Host): Promise<void> {
+  await h.sh(
+    'ip link set eth0 up && ip link set eth1 up && ip addr add 192.0.2.2/24 dev eth0 && ip route add default via 192.0.2.1 && ' +
+      'ip -6 addr add fd00:1::2/64 dev eth0 nodad && ip -6 route add default via fd00:1::1 dev eth0',
+  );
+}
+
+/** A persistent TUN device named `name`, standing in for a kernel tunnel device or dsrlb decap's TUN. */
+async function standIn(h: Host, name: string, up = true): Promise<void> {
+  await h.sh(`ip tuntap add dev ${name} mode tun${up ? ` && ip link set ${name} up` : ''}`);
+}
+
+beforeAll(() => {
+  if (process.getuid?.() !== 0) throw new Error('this test needs root (network namespaces)');
+});
+
+afterAll(async () => {
+  const left = (await mustRun('ip', ['netns', 'list'])).split('\n').filter((l) => l.startsWith(PREFIX));
+  expect(left).toEqual([]);
+});
 
 const stateFile = `/run/dsrlb-realserver/netns-${NS}.state`;
 
 describe('dsrlb-realserver in a network namespace', () => {
+  /** The script in NS, with the default state directory (/run/dsrlb-realserver). */
+  const script = (args: string[], env: NodeJS.ProcessEnv = {}): Promise<Result> =>
+    run('ip', ['netns', 'exec', NS, 'dash', SCRIPT, ...args], env);
+  const host = hostFor(NS, '/');
+  const loAddrs = async (): Promise<string[]> =>
+    lines(await mustRun('ip', ['-n', NS, '-o', 'addr', 'show', 'dev', 'lo']))
+      .map((l) => l.trim().split(/\s+/)[3] ?? '')
+      .sort();
+
   beforeAll(async () => {
-    if (process.getuid?.() !== 0) throw new Error('this test needs root (network namespaces)');
+    hosts.push(NS);
     await mustRun('ip', ['netns', 'add', NS]);
-    // A NIC besides lo, so the per-interface ARP sysctls have something to cover.
     await mustRun('ip', ['-n', NS, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
     await rm(stateFile, { force: true });
   });
@@ -68,25 +127,18 @@ describe('dsrlb-realserver in a network namespace', () => {
   afterAll(async () => {
     await run('ip', ['netns', 'del', NS]);
     await rm(stateFile, { force: true });
-    const left = (await mustRun('ip', ['netns', 'list'])).split('\n').filter((l) => l.startsWith(PREFIX));
-    expect(left).toEqual([]);
   });
 
-  it('check on a bare namespace exits 1 and names the missing VIP, arp_ignore and arp_announce with fixes', async () => {
+  it('check on a bare namespace exits 1 with one stdout line per problem, each with its fix, and the count on stderr', async () => {
     const r = await script(['check', '--vip', VIP]);
     expect(r.code).toBe(1);
-    const lines = r.stdout.trim().split('\n');
-    expect(lines).toContain(`VIP ${VIP} missing on lo: run: ip addr add ${VIP}/32 dev lo`);
-    expect(lines).toContain('lo is down: run: ip link set lo up');
-    for (const iface of ['all', 'lo', 'eth0', 'eth1']) {
-      expect(lines).toContain(
-        `net.ipv4.conf.${iface}.arp_ignore is 0, want 1: run: sysctl -w net.ipv4.conf.${iface}.arp_ignore=1`,
-      );
-      expect(lines).toContain(
-        `net.ipv4.conf.${iface}.arp_announce is 0, want 2: run: sysctl -w net.ipv4.conf.${iface}.arp_announce=2`,
-      );
-    }
-    expect(lines.at(-1)).toBe('10 problem(s) found');
+    expect(lines(r.stdout)).toEqual([
+      'lo is down: run: ip link set lo up',
+      `VIP ${VIP} missing on lo: run: ip addr add ${VIP}/32 dev lo`,
+      `net.ipv4.conf.all.arp_ignore is 0, want 1 (no higher on lo eth0 eth1, and ${ARP_RULE}): run: sysctl -w net.ipv4.conf.all.arp_ignore=1`,
+      `net.ipv4.conf.all.arp_announce is 0, want 2 (no higher on lo eth0 eth1, and ${ARP_RULE}): run: sysctl -w net.ipv4.conf.all.arp_announce=2`,
+    ]);
+    expect(r.stderr).toBe('dsrlb-realserver: 4 problem(s) found\n');
   });
 
   it('setup exits 0 and puts both VIPs on lo and the ARP sysctls in place', async () => {
@@ -98,15 +150,15 @@ describe('dsrlb-realserver in a network namespace', () => {
     expect(r.stdout).toContain(`added ${VIP6}/128 on lo`);
     expect(await loAddrs()).toEqual(['10.0.0.100/32', '127.0.0.1/8', '::1/128', `${VIP6}/128`].sort());
     for (const iface of ['all', 'lo', 'eth0', 'eth1']) {
-      expect(await sysctl(iface, 'arp_ignore')).toBe('1');
-      expect(await sysctl(iface, 'arp_announce')).toBe('2');
+      expect(await host.sysctl(iface, 'arp_ignore')).toBe('1');
+      expect(await host.sysctl(iface, 'arp_announce')).toBe('2');
     }
   });
 
   it('check then exits 0 with an ok summary', async () => {
     const r = await script(['check', '--vip', `${VIP},${VIP6}`]);
     expect(r.code).toBe(0);
-    expect(r.stdout).toBe(`ok: VIPs ${VIP},${VIP6} on lo, ARP hidden on all lo eth0 eth1 (mode l2)\n`);
+    expect(r.stdout).toBe(`ok: VIPs ${VIP},${VIP6} on lo, ARP hidden on lo eth0 eth1 (mode l2)\n`);
   });
 
   it('setup a second time changes nothing and exits 0', async () => {
@@ -119,23 +171,39 @@ describe('dsrlb-realserver in a network namespace', () => {
     expect(await readFile(stateFile, 'utf8')).toBe(stateBefore);
   });
 
+  it('interfaces made after setup (a veth pair, a dotted name) are covered by all: check stays ok', async () => {
+    await mustRun('ip', ['-n', NS, 'link', 'add', 'vx0', 'type', 'veth', 'peer', 'name', 'vx0.7']);
+    try {
+      expect(await host.sysctl('vx0', 'arp_ignore')).toBe('0');
+      const r = await script(['check', '--vip', VIP]);
+      expect(r.stdout).toBe(`ok: VIPs ${VIP} on lo, ARP hidden on lo eth0 eth1 vx0 vx0.7 (mode l2)\n`);
+      expect(r.code).toBe(0);
+    } finally {
+      await mustRun('ip', ['-n', NS, 'link', 'del', 'vx0']);
+    }
+  });
+
   it('reports a deliberately broken host piece by piece, each with its fix', async () => {
     await mustRun('ip', ['-n', NS, 'addr', 'del', `${VIP}/32`, 'dev', 'lo']);
-    await mustRun('ip', ['netns', 'exec', NS, 'sh', '-c', 'echo 0 > /proc/sys/net/ipv4/conf/eth0/arp_ignore']);
+    // all and eth0 both 0: eth0 answers ARP; eth1 at 3 answers whatever all says.
+    await host.sh('cd /proc/sys/net/ipv4/conf && echo 0 > all/arp_ignore && echo 0 > eth0/arp_ignore && echo 3 > eth1/arp_ignore');
     await mustRun('ip', ['-n', NS, 'addr', 'add', `${VIP6}/64`, 'dev', 'eth1', 'nodad']);
     const r = await script(['check', '--vip', `${VIP},${VIP6}`]);
     expect(r.code).toBe(1);
-    expect(r.stdout.trim().split('\n')).toEqual([
+    expect(lines(r.stdout)).toEqual([
       `VIP ${VIP} missing on lo: run: ip addr add ${VIP}/32 dev lo`,
       `VIP ${VIP6} is also on eth1 (this host would answer ARP/ND for it): run: ip addr del ${VIP6}/64 dev eth1`,
-      'net.ipv4.conf.eth0.arp_ignore is 0, want 1: run: sysctl -w net.ipv4.conf.eth0.arp_ignore=1',
-      '3 problem(s) found',
+      `net.ipv4.conf.eth1.arp_ignore is 3, want 1 (${ARP_RULE}): run: sysctl -w net.ipv4.conf.eth1.arp_ignore=1`,
+      `net.ipv4.conf.all.arp_ignore is 0, want 1 (no higher on eth0, and ${ARP_RULE}): run: sysctl -w net.ipv4.conf.all.arp_ignore=1`,
     ]);
+    expect(r.stderr).toBe('dsrlb-realserver: 4 problem(s) found\n');
     await mustRun('ip', ['-n', NS, 'addr', 'del', `${VIP6}/64`, 'dev', 'eth1']);
     const fixed = await script(['setup', '--vip', `${VIP},${VIP6}`]);
     expect(fixed.code).toBe(0);
     expect(fixed.stdout).toContain(`added ${VIP}/32 on lo`);
+    expect(fixed.stdout).toContain('set net.ipv4.conf.all.arp_ignore=1 (was 0)');
     expect(fixed.stdout).toContain('set net.ipv4.conf.eth0.arp_ignore=1 (was 0)');
+    expect(fixed.stdout).toContain('set net.ipv4.conf.eth1.arp_ignore=1 (was 3)');
     expect((await script(['check', '--vip', `${VIP},${VIP6}`])).code).toBe(0);
   });
 
@@ -147,36 +215,78 @@ describe('dsrlb-realserver in a network namespace', () => {
       [['check'], '--vip is required'],
       [['frobnicate', '--vip', VIP], "unknown command 'frobnicate'"],
       [['check', '--vip', VIP, '--interface', 'nope0'], '--interface nope0: no such interface'],
+      [['remove', '--vip', '::1'], '--vip ::1: a loopback address cannot be a VIP'],
     ];
+    const notVips: Array<[string, string]> = [
+      ['127.0.0.1', 'a loopback address'],
+      ['127.0.0.5', 'a loopback address'],
+      ['0.0.0.0', 'an unspecified address'],
+      ['::', 'an unspecified address'],
+      ['224.0.0.1', 'a multicast address'],
+      ['239.1.2.3', 'a multicast address'],
+      ['ff02::1', 'a multicast address'],
+      ['169.254.1.1', 'a link-local address'],
+      ['FE80::1', 'a link-local address'],
+      ['febf::1', 'a link-local address'],
+      ['255.255.255.255', 'the broadcast address'],
+    ];
+    for (const [address, what] of notVips) cases.push([['setup', '--vip', address], `--vip ${address}: ${what} cannot be a VIP`]);
+    const addrsBefore = await loAddrs();
     for (const [args, message] of cases) {
       const r = await script(args);
       expect(r.code, args.join(' ')).toBe(1);
-      expect(r.stderr).toContain(message);
+      expect(lines(r.stderr), args.join(' ')).toHaveLength(1);
+      expect(r.stderr, args.join(' ')).toContain(`dsrlb-realserver: ${message}`);
+      expect(r.stdout).toBe('');
+    }
+    // 127.0.0.1/8 and ::1 are where they were.
+    expect(await loAddrs()).toEqual(addrsBefore);
+    // Neighbours of the refused ranges are VIPs like any other.
+    for (const ok of ['1.0.0.1', '126.255.255.255', '128.0.0.1', '169.253.0.1', '223.255.255.255', '240.0.0.1', 'fe7f::1', 'fec0::1', 'ff::1']) {
+      const r = await script(['check', '--vip', ok]);
+      expect(r.stderr, ok).not.toContain('cannot be a VIP');
     }
     const help = await script(['--help']);
     expect(help.code).toBe(0);
     expect(help.stdout).toContain('Usage: dsrlb-realserver COMMAND --vip VIP[,VIP..]');
   });
 
-  it('mode ipip on a kernel without ipip says to use dsrlb decap: check exits 1, setup exits 2', async () => {
-    const tunnelMissing = (await run('ip', ['-n', NS, 'link', 'show', 'dev', 'tunl0'])).code !== 0;
-    const check = await script(['check', '--vip', VIP, '--mode', 'ipip']);
-    expect(check.code).toBe(1);
-    if (tunnelMissing) {
-      // This machine's kernel has no ipip module (see shared/design/lab-facts.md).
-      expect(check.stdout).toContain(`kernel has no ipip support (tunl0 cannot be created): run: dsrlb decap --interface IF --vip ${VIP}`);
-      const setup = await script(['setup', '--vip', VIP, '--mode', 'ipip']);
-      expect(setup.code).toBe(2);
-      expect(setup.stderr).toContain('kernel has no ipip support');
-    } else {
-      expect(check.stdout).toMatch(/tunl0 is down|rp_filter/);
+  it('never takes off lo an address setup did not add: a VIP there with another prefix is refused, one there already is left', async () => {
+    const stateBefore = await readFile(stateFile, 'utf8');
+    await mustRun('ip', ['-n', NS, 'addr', 'add', '10.0.0.200/24', 'dev', 'lo']);
+    try {
+      const r = await script(['setup', '--vip', '10.0.0.200']);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toBe(
+        'dsrlb-realserver: VIP 10.0.0.200 is on lo as 10.0.0.200/24, not /32; nothing was changed: if it is yours to remove: ip addr del 10.0.0.200/24 dev lo\n',
+      );
+      expect(await loAddrs()).toContain('10.0.0.200/24');
+      expect(await loAddrs()).not.toContain('10.0.0.200/32');
+      expect(await readFile(stateFile, 'utf8')).toBe(stateBefore);
+    } finally {
+      await mustRun('ip', ['-n', NS, 'addr', 'del', '10.0.0.200/24', 'dev', 'lo']);
+    }
+
+    await mustRun('ip', ['-n', NS, 'addr', 'add', '10.0.0.201/32', 'dev', 'lo']);
+    try {
+      const setup = await script(['setup', '--vip', '10.0.0.201']);
+      expect(setup.code).toBe(0);
+      expect(setup.stdout).not.toContain('added');
+      expect(await readFile(stateFile, 'utf8')).toContain('vip 10.0.0.201 l2 - found\n');
+      const removed = await script(['remove', '--vip', '10.0.0.201']);
+      expect(removed.code).toBe(0);
+      expect(removed.stdout).toContain('left 10.0.0.201/32 on lo: it was there before setup');
+      expect(await loAddrs()).toContain('10.0.0.201/32');
+      expect(await readFile(stateFile, 'utf8')).toBe(stateBefore);
+    } finally {
+      await mustRun('ip', ['-n', NS, 'addr', 'del', '10.0.0.201/32', 'dev', 'lo']);
     }
   });
 
   it('--mss clamps the MSS announced from the VIP with an nftables rule that check verifies', async () => {
     const before = await script(['check', '--vip', VIP, '--mss', '1440']);
     expect(before.code).toBe(1);
-    expect(before.stdout).toContain(`TCP MSS from ${VIP} not clamped to 1440: run: dsrlb-realserver setup --vip ${VIP} --mss 1440`);
+    expect(before.stdout).toBe(`TCP MSS from ${VIP} not clamped to 1440: run: dsrlb-realserver setup --vip ${VIP} --mode l2 --mss 1440\n`);
     const setup = await script(['setup', '--vip', VIP, '--mss', '1440']);
     expect(setup.code).toBe(0);
     const rules = await mustRun('ip', ['netns', 'exec', NS, 'nft', 'list', 'table', 'inet', 'dsrlb_realserver']);
@@ -184,26 +294,34 @@ describe('dsrlb-realserver in a network namespace', () => {
     expect(rules).toContain('maxseg size set 1440');
     expect((await script(['check', '--vip', VIP, '--mss', '1440'])).code).toBe(0);
     expect((await script(['setup', '--vip', VIP, '--mss', '1440'])).stdout).toContain('nothing to change');
+    // The clamp setup recorded is checked without --mss.
+    await mustRun('ip', ['netns', 'exec', NS, 'nft', 'delete', 'table', 'inet', 'dsrlb_realserver']);
+    const lost = await script(['check', '--vip', VIP]);
+    expect(lost.code).toBe(1);
+    expect(lost.stdout).toBe(`TCP MSS from ${VIP} not clamped to 1440: run: dsrlb-realserver setup --vip ${VIP} --mode l2 --mss 1440\n`);
+    // A setup without --mss keeps the recorded clamp and puts it back.
+    expect((await script(['setup', '--vip', VIP])).stdout).toContain(`clamped the TCP MSS from ${VIP} to 1440`);
+    expect((await script(['check', '--vip', VIP])).code).toBe(0);
   });
 
   it('remove takes the VIPs off lo, restores the sysctls it set and drops its nftables table', async () => {
     // A sysctl changed by someone after setup is theirs: remove must leave it.
-    await mustRun('ip', ['netns', 'exec', NS, 'sh', '-c', 'echo 2 > /proc/sys/net/ipv4/conf/eth1/arp_ignore']);
+    await host.sh('echo 2 > /proc/sys/net/ipv4/conf/eth1/arp_ignore');
     const partial = await script(['remove', '--vip', VIP6]);
     expect(partial.code).toBe(0);
     expect(partial.stdout).toContain(`kept the sysctls: still set up for VIPs ${VIP}`);
-    expect(await sysctl('all', 'arp_ignore')).toBe('1');
+    expect(await host.sysctl('all', 'arp_ignore')).toBe('1');
 
     const r = await script(['remove', '--vip', VIP]);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('left net.ipv4.conf.eth1.arp_ignore=2 (changed since setup)');
     expect(await loAddrs()).toEqual(['127.0.0.1/8', '::1/128']);
     for (const iface of ['all', 'lo', 'eth0']) {
-      expect(await sysctl(iface, 'arp_ignore')).toBe('0');
-      expect(await sysctl(iface, 'arp_announce')).toBe('0');
+      expect(await host.sysctl(iface, 'arp_ignore')).toBe('0');
+      expect(await host.sysctl(iface, 'arp_announce')).toBe('0');
     }
-    expect(await sysctl('eth1', 'arp_ignore')).toBe('2');
-    expect(await sysctl('eth1', 'arp_announce')).toBe('0');
+    expect(await host.sysctl('eth1', 'arp_ignore')).toBe('2');
+    expect(await host.sysctl('eth1', 'arp_announce')).toBe('0');
     const nft = await run('ip', ['netns', 'exec', NS, 'nft', 'list', 'table', 'inet', 'dsrlb_realserver']);
     expect(nft.code).not.toBe(0);
     const stateLeft = (await readdir('/run/dsrlb-realserver')).filter((f) => f === `netns-${NS}.state`);
@@ -212,48 +330,429 @@ describe('dsrlb-realserver in a network namespace', () => {
     const again = await script(['remove', '--vip', VIP]);
     expect(again.code).toBe(0);
     expect(again.stdout).toContain(`VIP ${VIP} was not on lo`);
-    await mustRun('ip', ['netns', 'exec', NS, 'sh', '-c', 'echo 0 > /proc/sys/net/ipv4/conf/eth1/arp_ignore']);
+    await host.sh('echo 0 > /proc/sys/net/ipv4/conf/eth1/arp_ignore');
   });
 
-  it('--persist writes the sysctl.d file and the systemd unit under DSRLB_ROOT, and remove --persist deletes them', async () => {
-    const root = await mkdtemp(join(tmpdir(), 'dsrt-rs-root-'));
-    try {
-      const env = { DSRLB_ROOT: root };
-      const r = await script(['setup', '--vip', VIP, '--interface', 'eth0', '--persist'], env);
+  it('runs the same under busybox sh', async () => {
+    const bb = (args: string[]): Promise<Result> => run('ip', ['netns', 'exec', NS, 'busybox', 'sh', SCRIPT, ...args]);
+    expect((await bb(['setup', '--vip', `${VIP},${VIP6}`])).code).toBe(0);
+    expect((await bb(['check', '--vip', `${VIP},${VIP6}`])).stdout).toBe(`ok: VIPs ${VIP},${VIP6} on lo, ARP hidden on lo eth0 eth1 (mode l2)\n`);
+    const removed = await bb(['remove', '--vip', `${VIP},${VIP6}`]);
+    expect(removed.code).toBe(0);
+    expect(await loAddrs()).toEqual(['127.0.0.1/8', '::1/128']);
+    expect(await host.sysctl('all', 'arp_ignore')).toBe('0');
+  });
+});
+
+describe('mode ipip', () => {
+  it('on a kernel without ipip: check gives one hint naming dsrlb decap and its unit, setup exits 2', async () => {
+    await withHost('ip0', async (h) => {
+      expect((await run('ip', ['-n', h.ns, 'link', 'show', 'dev', 'tunl0'])).code, 'this test expects a kernel without ipip (lab-facts.md)').not.toBe(0);
+      const vips = `${VIP},${VIP6}`;
+      const hint =
+        `kernel has no ipip and ip6tnl support (tunl0, ip6tnl0 cannot be created): run: dsrlb decap --interface IF --vip ${vips} ` +
+        `(or its unit dsrlb-decap@IF.service, VIPS= in /etc/dsrlb/decap-IF.env), then dsrlb-realserver setup --vip ${vips} --mode ipip again`;
+      const check = await h.script(['check', '--vip', vips, '--mode', 'ipip']);
+      expect(check.code).toBe(1);
+      expect(lines(check.stdout).filter((l) => l.includes('kernel has no'))).toEqual([hint]);
+      const setup = await h.script(['setup', '--vip', vips, '--mode', 'ipip']);
+      expect(setup.code).toBe(2);
+      expect(lines(setup.stderr)).toEqual([hint, `dsrlb-realserver: setup incomplete (mode ipip, VIPs ${vips})`]);
+    });
+  });
+
+  it("dsrlb decap's TUN stands in for tunl0: check says when it is down and how to bring it up, and all covers its ARP sysctls", async () => {
+    await withHost('ip1', async (h) => {
+      await standIn(h, 'dsrlb-decap0');
+      const setup = await h.script(['setup', '--vip', VIP, '--mode', 'ipip']);
+      expect(setup.code, setup.stderr).toBe(0);
+      expect(setup.stdout).toContain('kernel has no ipip support: dsrlb-decap0 of dsrlb decap receives the tunnel instead');
+      expect((await h.script(['check', '--vip', VIP])).stdout).toBe(`ok: VIPs ${VIP} on lo, ARP hidden on lo dsrlb-decap0 eth0 eth1 (mode ipip)\n`);
+
+      // As `dsrlb decap` leaves it: started after setup, arp_ignore 0 on the device (all covers it).
+      await h.sh('ip link del dsrlb-decap0');
+      await standIn(h, 'dsrlb-decap0', false);
+      expect(await h.sysctl('dsrlb-decap0', 'arp_ignore')).toBe('0');
+      const down = await h.script(['check', '--vip', VIP]);
+      expect(down.code).toBe(1);
+      expect(down.stdout).toBe('dsrlb-decap0, the TUN device of dsrlb decap standing in for tunl0, is down: run: ip link set dsrlb-decap0 up\n');
+      await h.sh('ip link set dsrlb-decap0 up');
+      const up = await h.script(['check', '--vip', VIP]);
+      expect(up.stdout).toBe(`ok: VIPs ${VIP} on lo, ARP hidden on lo dsrlb-decap0 eth0 eth1 (mode ipip)\n`);
+      expect(up.code).toBe(0);
+
+      // rp_filter on the TUN matters (max(all, dev) must be 0 where decapsulated packets arrive).
+      await h.sh('echo 1 > /proc/sys/net/ipv4/conf/dsrlb-decap0/rp_filter');
+      const rp = await h.script(['check', '--vip', VIP]);
+      expect(rp.stdout).toBe('net.ipv4.conf.dsrlb-decap0.rp_filter is 1, want 0: run: sysctl -w net.ipv4.conf.dsrlb-decap0.rp_filter=0\n');
+    });
+  });
+
+  it('with tunl0 and ip6tnl0, setup puts ip6tnl0 in mode any (IPv4-in-IPv6) with rp_filter 0; check and remove follow (ip6tnl ioctls stubbed)', async () => {
+    // This kernel has no ip6_tunnel: TUN devices stand in for the devices, and an `ip` wrapper
+    // answers `ip -6 tunnel show|change ip6tnl0` from a file. What runs here is the script's
+    // logic; the kernel's side (mode any really taking IPv4-in-IPv6) is untested.
+    await withHost('ip2', async (h) => {
+      const dir = await mkdtemp(join(tmpdir(), `${PREFIX}bin-`));
+      try {
+        const realIp = (await mustRun('sh', ['-c', 'command -v ip'])).trim();
+        const modeFile = join(dir, 'mode');
+        const log = join(dir, 'log');
+        await writeFile(modeFile, 'ipv6\n');
+        await writeFile(
+          join(dir, 'ip'),
+          [
+            '#!/bin/sh',
+            `if [ "$1" = -6 ] && [ "$2" = tunnel ]; then`,
+            `  echo "$*" >> ${log}`,
+            '  case $3 in',
+            `  show) echo "ip6tnl0: $(cat ${modeFile})/ipv6 remote :: local :: encaplimit 0 hoplimit 0 tclass 0x00 flowlabel 0x00000 (flowinfo 0x00000000)" ;;`,
+            `  change) case $6 in any) echo any ;; ip6ip6) echo ipv6 ;; ipip6) echo ip ;; esac > ${modeFile} ;;`,
+            '  esac',
+            '  exit 0',
+            'fi',
+            `exec ${realIp} "$@"`,
+            '',
+          ].join('\n'),
+        );
+        await chmod(join(dir, 'ip'), 0o755);
+        const env = { PATH: `${dir}:${process.env['PATH'] ?? ''}` };
+        await standIn(h, 'tunl0', false);
+        await standIn(h, 'ip6tnl0', false);
+        await h.sh('cd /proc/sys/net/ipv4/conf && echo 1 > all/rp_filter && echo 1 > tunl0/rp_filter && echo 1 > ip6tnl0/rp_filter');
+
+        const setup = await h.script(['setup', '--vip', VIP, '--mode', 'ipip'], env);
+        expect(setup.code, setup.stderr).toBe(0);
+        expect(lines(setup.stdout)).toEqual(
+          expect.arrayContaining(['brought tunl0 up', 'brought ip6tnl0 up', 'set ip6tnl0 to mode any (was ip6ip6): it takes IPv4 and IPv6 inside IPv6']),
+        );
+        expect(await readFile(modeFile, 'utf8')).toBe('any\n');
+        for (const iface of ['all', 'tunl0', 'ip6tnl0']) expect(await h.sysctl(iface, 'rp_filter'), iface).toBe('0');
+        expect(await h.state()).toContain('tunmode ip6tnl0 ip6ip6\n');
+        expect((await h.script(['check', '--vip', VIP], env)).code).toBe(0);
+        expect((await h.script(['setup', '--vip', VIP], env)).stdout).toContain('nothing to change');
+
+        await writeFile(modeFile, 'ipv6\n');
+        const check = await h.script(['check', '--vip', VIP], env);
+        expect(check.code).toBe(1);
+        expect(check.stdout).toBe(
+          'ip6tnl0 is in mode ip6ip6, which drops IPv4-in-IPv6 (an IPv4 VIP whose LB reaches this real over IPv6): run: ip -6 tunnel change ip6tnl0 mode any\n',
+        );
+        await writeFile(modeFile, 'any\n');
+
+        const removed = await h.script(['remove', '--vip', VIP], env);
+        expect(removed.code, removed.stderr).toBe(0);
+        expect(lines(removed.stdout)).toEqual(expect.arrayContaining(['set ip6tnl0 back to mode ip6ip6', 'brought tunl0 down', 'brought ip6tnl0 down']));
+        expect(await readFile(modeFile, 'utf8')).toBe('ipv6\n');
+        for (const iface of ['all', 'tunl0', 'ip6tnl0']) expect(await h.sysctl(iface, 'rp_filter'), iface).toBe('1');
+        expect(lines(await readFile(log, 'utf8'))).toContain('-6 tunnel change ip6tnl0 mode any');
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+  });
+
+  it('check takes the mode and MSS from the record: a lost clamp, and a clamp too large for the MTU the tunnel arrives through', async () => {
+    await withHost('ip3', async (h) => {
+      await routed(h);
+      await standIn(h, 'tunl0');
+      await standIn(h, 'ip6tnl0');
+      const setup = await h.script(['setup', '--vip', `${VIP},${VIP6}`, '--mode', 'ipip', '--mss', '1400']);
+      expect(setup.code, setup.stderr).toBe(0);
+      expect((await h.script(['check', '--vip', `${VIP},${VIP6}`])).stdout).toBe(
+        `ok: VIPs ${VIP},${VIP6} on lo, ARP hidden on lo eth0 eth1 ip6tnl0 tunl0 (mode ipip)\n`,
+      );
+      // 1440 fits IPv4 in IPv4 (1440 + 40 + 20 = 1500), not IPv6 in IPv6 (1440 + 60 + 40 = 1540).
+      expect((await h.script(['setup', '--vip', `${VIP},${VIP6}`, '--mss', '1440'])).code).toBe(0);
+      const v6 = await h.script(['check', '--vip', `${VIP},${VIP6}`]);
+      expect(v6.stdout).toBe(
+        `TCP MSS 1440 from ${VIP6} is too large for ipip: a full segment arrives as a 1540-byte packet on eth0 (mtu 1500): run: dsrlb-realserver setup --vip ${VIP6} --mode ipip --mss 1400\n`,
+      );
+      expect(v6.code).toBe(1);
+      await h.sh('ip link set eth0 mtu 1400');
+      const small = await h.script(['check', '--vip', VIP]);
+      expect(small.stdout).toBe(
+        `TCP MSS 1440 from ${VIP} is too large for ipip: a full segment arrives as a 1500-byte packet on eth0 (mtu 1400): run: dsrlb-realserver setup --vip ${VIP} --mode ipip --mss 1340\n`,
+      );
+      // The interface setup was told to use is the one measured.
+      await h.sh('ip link set eth1 mtu 1600');
+      expect((await h.script(['check', '--vip', VIP, '--interface', 'eth1'])).code).toBe(0);
+      // Where an MSS this small cannot help, the fix is the MTU.
+      await h.sh('ip link set eth0 mtu 576');
+      expect((await h.script(['check', '--vip', VIP])).stdout).toContain('(mtu 576): run: ip link set eth0 mtu 1500\n');
+      await h.sh('ip link set eth0 mtu 1500');
+
+      await h.sh('nft delete table inet dsrlb_realserver');
+      const lost = await h.script(['check', '--vip', VIP]);
+      expect(lost.stdout).toBe(`TCP MSS from ${VIP} not clamped to 1440: run: dsrlb-realserver setup --vip ${VIP} --mode ipip --mss 1440\n`);
+      expect(lost.code).toBe(1);
+      // A tunnel device that is down, named with its fix.
+      await h.sh('ip link set tunl0 down');
+      expect((await h.script(['check', '--vip', VIP, '--mss', '1440'])).stdout).toContain('tunnel device tunl0 is down: run: ip link set tunl0 up\n');
+    });
+  });
+
+  it('the last ipip VIP gone, remove undoes rp_filter and the tunnel link but keeps the ARP sysctls for the l2 VIPs', async () => {
+    await withHost('ip4', async (h) => {
+      await standIn(h, 'tunl0', false);
+      await h.sh('echo 1 > /proc/sys/net/ipv4/conf/all/rp_filter && echo 1 > /proc/sys/net/ipv4/conf/tunl0/rp_filter');
+      expect((await h.script(['setup', '--vip', VIP, '--mode', 'ipip'])).code).toBe(0);
+      expect((await h.script(['setup', '--vip', '10.0.0.101'])).code).toBe(0);
+      const r = await h.script(['remove', '--vip', VIP]);
       expect(r.code).toBe(0);
-      const conf = await readFile(join(root, 'etc/sysctl.d/90-dsrlb-realserver.conf'), 'utf8');
-      const confLines = conf.split('\n').filter((l) => l !== '' && !l.startsWith('#'));
-      expect(confLines).toEqual([
-        'net.ipv4.conf.all.arp_ignore = 1',
-        'net.ipv4.conf.all.arp_announce = 2',
-        'net.ipv4.conf.lo.arp_ignore = 1',
-        'net.ipv4.conf.lo.arp_announce = 2',
-        'net.ipv4.conf.eth0.arp_ignore = 1',
-        'net.ipv4.conf.eth0.arp_announce = 2',
+      expect(lines(r.stdout)).toEqual([
+        `removed ${VIP}/32 from lo`,
+        'kept the sysctls: still set up for VIPs 10.0.0.101',
+        'no ipip VIP left: undoing the tunnel settings',
+        'brought tunl0 down',
+        'restored net.ipv4.conf.all.rp_filter=1',
+        'restored net.ipv4.conf.tunl0.rp_filter=1',
+        'remove ok',
       ]);
-      const unit = await readFile(join(root, 'etc/systemd/system/dsrlb-realserver.service'), 'utf8');
-      expect(unit).toContain('Type=oneshot');
-      expect(unit).toContain('RemainAfterExit=yes');
-      expect(unit).toContain(`ExecStart=${SCRIPT} setup --vip ${VIP} --mode l2 --interface eth0`);
-      expect(unit).toContain(`ExecStop=${SCRIPT} remove --vip ${VIP}`);
-      expect(unit).toContain('WantedBy=multi-user.target');
-      // The state went under the root too, not into the host's /run.
-      expect(await readdir(join(root, 'run/dsrlb-realserver'))).toEqual([`netns-${NS}.state`]);
+      expect(await h.sysctl('all', 'arp_ignore')).toBe('1');
+      expect(await h.state()).not.toMatch(/rp_filter|link tunl0/);
+    });
+  });
 
-      const check = await script(['check', '--vip', VIP, '--interface', 'eth0', '--persist'], env);
-      expect(check.code).toBe(0);
-      const again = await script(['setup', '--vip', VIP, '--interface', 'eth0', '--persist'], env);
-      expect(again.stdout).toContain('nothing to change');
+  it('remove leaves all.rp_filter at 0 while dsrlb decap still runs', async () => {
+    await withHost('ip5', async (h) => {
+      await standIn(h, 'dsrlb-decap0');
+      await h.sh('echo 1 > /proc/sys/net/ipv4/conf/all/rp_filter');
+      expect((await h.script(['setup', '--vip', VIP, '--mode', 'ipip'])).code).toBe(0);
+      expect(await h.state()).toContain('sysctl all rp_filter 1 0\n');
+      const r = await h.script(['remove', '--vip', VIP]);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toContain('left net.ipv4.conf.all.rp_filter=0: dsrlb decap (dsrlb-decap0) still needs it');
+      expect(await h.sysctl('all', 'rp_filter')).toBe('0');
+    });
+  });
+});
 
-      const removed = await script(['remove', '--vip', VIP, '--persist'], env);
-      expect(removed.code).toBe(0);
-      expect(await readdir(join(root, 'etc/sysctl.d'))).toEqual([]);
-      expect(await readdir(join(root, 'etc/systemd/system'))).toEqual([]);
-      const missing = await script(['check', '--vip', VIP, '--persist'], env);
-      expect(missing.code).toBe(1);
-      expect(missing.stdout).toContain(`${root}/etc/sysctl.d/90-dsrlb-realserver.conf missing (setup is not persisted)`);
+describe('--mss without nft', () => {
+  it('setup exits 2 before changing anything: no VIP, no sysctl, no state', async () => {
+    await withHost('nft', async (h) => {
+      // A PATH with every tool the script uses except nft.
+      const dir = await mkdtemp(join(tmpdir(), `${PREFIX}nonft-`));
+      try {
+        for (const tool of ['dash', 'ip', 'awk', 'tr', 'grep', 'cat', 'mkdir', 'mv', 'rm', 'cp', 'chmod', 'cmp', 'id', 'uname', 'dirname', 'ls']) {
+          await symlink((await mustRun('sh', ['-c', `command -v ${tool}`])).trim(), join(dir, tool));
+        }
+        const r = await run('ip', ['netns', 'exec', h.ns, 'env', `PATH=${dir}`, `DSRLB_ROOT=${h.root}`, 'dash', SCRIPT, 'setup', '--vip', VIP, '--mss', '1440']);
+        expect(r.stderr).toBe(
+          'dsrlb-realserver: --mss needs nft (nftables), which is not installed; nothing was changed (iproute2 alone can clamp only per route: ip route change ROUTE advmss N)\n',
+        );
+        expect(r.code).toBe(2);
+        expect(r.stdout).toBe('');
+        expect(await mustRun('ip', ['-n', h.ns, '-o', 'addr', 'show', 'dev', 'lo'])).toBe('');
+        expect(await h.sysctl('all', 'arp_ignore')).toBe('0');
+        await expect(readdir(join(h.root, 'run'))).rejects.toThrow(/ENOENT/);
+        // Without --mss the same PATH is enough.
+        const plain = await run('ip', ['netns', 'exec', h.ns, 'env', `PATH=${dir}`, `DSRLB_ROOT=${h.root}`, 'dash', SCRIPT, 'setup', '--vip', VIP]);
+        expect(plain.stderr).toBe('');
+        expect(plain.code).toBe(0);
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+  });
+});
+
+describe('state per network namespace', () => {
+  it('a namespace without a name (unshare, a container) gets its own state file, named by its inode like the daemon does', async () => {
+    const dir = await mkdtemp(join(tmpdir(), `${PREFIX}state-`));
+    try {
+      const inodes: string[] = [];
+      for (let i = 0; i < 2; i++) {
+        const out = await mustRun('unshare', ['-n', 'sh', '-c', `ls -iL /proc/self/ns/net | awk '{ print $1 }' && dash ${SCRIPT} setup --vip ${VIP} >/dev/null`], {
+          DSRLB_STATE_DIR: dir,
+        });
+        inodes.push(out.trim());
+      }
+      expect(inodes[0]).not.toBe(inodes[1]);
+      expect((await readdir(dir)).sort()).toEqual(inodes.map((n) => `host-${n}.state`).sort());
+      expect(await readFile(join(dir, `host-${inodes[0]}.state`), 'utf8')).toContain(`vip ${VIP} l2 - added\n`);
     } finally {
-      await rm(root, { recursive: true, force: true });
+      await rm(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('--persist', () => {
+  /** systemd-analyze verify of the persisted unit under the root (the host's units for the rest). */
+  async function verify(root: string): Promise<Result> {
+    await mkdir(join(root, 'usr/lib/systemd'), { recursive: true });
+    await symlink('/lib/systemd/system', join(root, 'usr/lib/systemd/system')).catch(() => undefined);
+    return run('systemd-analyze', ['verify', `--root=${root}`, '/etc/systemd/system/dsrlb-realserver.service']);
+  }
+
+  it('installs the script in /usr/local/sbin and the unit runs it from there; check --persist reports an ExecStart that is missing or not executable', async () => {
+    await withHost('p0', async (h) => {
+      // A copy somewhere else and without +x, as scp leaves it: the unit must not point at it.
+      const copyDir = await mkdtemp(join(tmpdir(), `${PREFIX}copy-`));
+      try {
+        const copy = join(copyDir, 'dsrlb-realserver');
+        await copyFile(SCRIPT, copy);
+        await chmod(copy, 0o644);
+        const r = await run('ip', ['netns', 'exec', h.ns, 'dash', copy, 'setup', '--vip', VIP, '--interface', 'eth0', '--persist'], { DSRLB_ROOT: h.root });
+        expect(r.code, r.stderr).toBe(0);
+        expect(r.stdout).toContain(`installed ${h.root}${SBIN} (the unit runs it from there)`);
+        const installed = join(h.root, SBIN);
+        expect(await readFile(installed, 'utf8')).toBe(await readFile(SCRIPT, 'utf8'));
+        expect((await stat(installed)).mode & 0o777).toBe(0o755);
+
+        const conf = await readFile(join(h.root, 'etc/sysctl.d/90-dsrlb-realserver.conf'), 'utf8');
+        expect(lines(conf).filter((l) => !l.startsWith('#'))).toEqual([
+          'net.ipv4.conf.all.arp_ignore = 1',
+          'net.ipv4.conf.all.arp_announce = 2',
+          'net.ipv4.conf.lo.arp_ignore = 1',
+          'net.ipv4.conf.lo.arp_announce = 2',
+          'net.ipv4.conf.eth0.arp_ignore = 1',
+          'net.ipv4.conf.eth0.arp_announce = 2',
+        ]);
+        const unit = await readFile(join(h.root, 'etc/systemd/system/dsrlb-realserver.service'), 'utf8');
+        expect(unit).toContain('Type=oneshot');
+        expect(unit).toContain('RemainAfterExit=yes');
+        expect(lines(unit).filter((l) => l.startsWith('Exec'))).toEqual([
+          `ExecStart=${SBIN} setup --vip ${VIP} --mode l2 --interface eth0`,
+          `ExecStop=${SBIN} remove --vip ${VIP}`,
+        ]);
+        expect(unit).toContain('WantedBy=multi-user.target');
+        expect(await readdir(join(h.root, 'run/dsrlb-realserver'))).toEqual([`netns-${h.ns}.state`]);
+        const verified = await verify(h.root);
+        expect(verified.stderr).toBe('');
+        expect(verified.code).toBe(0);
+
+        expect((await h.script(['check', '--vip', VIP, '--persist'])).code).toBe(0);
+        const again = await h.script(['setup', '--vip', VIP, '--persist']);
+        expect(again.stdout).toBe(`setup ok, nothing to change (mode l2, VIPs ${VIP})\n`);
+
+        const fix = `run: dsrlb-realserver setup --vip ${VIP} --persist`;
+        const unitPath = `${h.root}/etc/systemd/system/dsrlb-realserver.service`;
+        await chmod(installed, 0o644);
+        const noExec = await h.script(['check', '--vip', VIP, '--persist']);
+        expect(noExec.stdout).toBe(`${unitPath} runs ${SBIN}, which is missing or not executable: ${fix}\n`);
+        expect(noExec.code).toBe(1);
+        await rm(installed);
+        expect((await h.script(['check', '--vip', VIP, '--persist'])).stdout).toBe(`${unitPath} runs ${SBIN}, which is missing or not executable: ${fix}\n`);
+        expect((await h.script(['setup', '--vip', VIP, '--persist'])).stdout).toContain(`installed ${h.root}${SBIN}`);
+        expect((await h.script(['check', '--vip', VIP, '--persist'])).code).toBe(0);
+      } finally {
+        await rm(copyDir, { recursive: true, force: true });
+      }
+    });
+  });
+
+  it('persists every VIP set up, keeps those of a unit written before, matches VIPs exactly, and remove --persist rewrites, then deletes', async () => {
+    await withHost('p1', async (h) => {
+      const unitPath = join(h.root, 'etc/systemd/system/dsrlb-realserver.service');
+      const confPath = join(h.root, 'etc/sysctl.d/90-dsrlb-realserver.conf');
+      const execLines = async (): Promise<string[]> => lines(await readFile(unitPath, 'utf8')).filter((l) => l.startsWith('Exec'));
+      // A unit an older version wrote (one call's VIPs, run from a checkout): its VIP stays persisted.
+      await mkdir(join(h.root, 'etc/systemd/system'), { recursive: true });
+      await writeFile(
+        unitPath,
+        '# Written by dsrlb-realserver setup --persist.\n[Unit]\nDescription=old\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\n' +
+          'ExecStart=/home/op/dsrlb/deploy/linux/dsrlb-realserver setup --vip 192.0.2.77 --mode l2\n' +
+          'ExecStop=/home/op/dsrlb/deploy/linux/dsrlb-realserver remove --vip 192.0.2.77\n\n[Install]\nWantedBy=multi-user.target\n',
+      );
+      expect((await h.script(['setup', '--vip', '203.0.113.10,2001:db8::10', '--mss', '1440', '--persist'])).code).toBe(0);
+      expect((await h.script(['setup', '--vip', '198.51.100.5', '--persist'])).code).toBe(0);
+      // One ExecStart per set of options, its VIPs in the order they were first set up.
+      expect(await execLines()).toEqual([
+        `ExecStart=${SBIN} setup --vip 192.0.2.77,198.51.100.5 --mode l2`,
+        `ExecStart=${SBIN} setup --vip 203.0.113.10,2001:db8::10 --mode l2 --mss 1440`,
+        `ExecStop=${SBIN} remove --vip 192.0.2.77,203.0.113.10,2001:db8::10,198.51.100.5`,
+      ]);
+      expect((await verify(h.root)).code).toBe(0);
+      expect((await h.script(['check', '--vip', '203.0.113.10,2001:db8::10', '--persist'])).code).toBe(0);
+      expect((await h.script(['check', '--vip', '198.51.100.5', '--persist'])).code).toBe(0);
+
+      // Exact matches: 203.0.113.1 begins a persisted VIP and 98.51.100.5 ends one.
+      expect((await h.script(['setup', '--vip', '203.0.113.1,98.51.100.5'])).code).toBe(0);
+      const partial = await h.script(['check', '--vip', '203.0.113.1,98.51.100.5', '--persist']);
+      expect(partial.code).toBe(1);
+      expect(lines(partial.stdout)).toEqual([
+        `${unitPath} does not set up VIP 203.0.113.1: run: dsrlb-realserver setup --vip 203.0.113.1,98.51.100.5 --persist`,
+        `${unitPath} does not set up VIP 98.51.100.5: run: dsrlb-realserver setup --vip 203.0.113.1,98.51.100.5 --persist`,
+      ]);
+      expect((await h.script(['remove', '--vip', '203.0.113.1,98.51.100.5'])).code).toBe(0);
+
+      const removed = await h.script(['remove', '--vip', '198.51.100.5', '--persist']);
+      expect(removed.code).toBe(0);
+      expect(removed.stdout).toContain('kept the sysctls: still set up for VIPs 203.0.113.10,2001:db8::10');
+      expect(removed.stdout).toContain(`wrote ${unitPath}`);
+      expect(await execLines()).toEqual([
+        `ExecStart=${SBIN} setup --vip 192.0.2.77 --mode l2`,
+        `ExecStart=${SBIN} setup --vip 203.0.113.10,2001:db8::10 --mode l2 --mss 1440`,
+        `ExecStop=${SBIN} remove --vip 192.0.2.77,203.0.113.10,2001:db8::10`,
+      ]);
+      expect((await h.script(['check', '--vip', '198.51.100.5', '--persist'])).stdout).toContain(`${unitPath} does not set up VIP 198.51.100.5`);
+
+      expect((await h.script(['remove', '--vip', '203.0.113.10,2001:db8::10', '--persist'])).code).toBe(0);
+      expect(await execLines()).toEqual([`ExecStart=${SBIN} setup --vip 192.0.2.77 --mode l2`, `ExecStop=${SBIN} remove --vip 192.0.2.77`]);
+      const last = await h.script(['remove', '--vip', '192.0.2.77', '--persist']);
+      expect(last.code).toBe(0);
+      expect(last.stdout).toContain(`removed ${unitPath}`);
+      expect(last.stdout).toContain(`removed ${confPath}`);
+      expect(await readdir(join(h.root, 'etc/sysctl.d'))).toEqual([]);
+      expect(await readdir(join(h.root, 'etc/systemd/system'))).toEqual([]);
+      const missing = await h.script(['check', '--vip', '192.0.2.77', '--persist']);
+      expect(missing.code).toBe(1);
+      expect(missing.stdout).toContain(`${confPath} missing (setup is not persisted)`);
+    });
+  });
+
+  it('ipip on a kernel without ipip: writes decap-IF.env and makes the unit want and follow dsrlb-decap@IF.service', async () => {
+    await withHost('p2', async (h) => {
+      await routed(h);
+      const unitPath = join(h.root, 'etc/systemd/system/dsrlb-realserver.service');
+      const envPath = join(h.root, 'etc/dsrlb/decap-eth0.env');
+      // No decap running and its unit not installed: live setup and boot would both fail.
+      const first = await h.script(['setup', '--vip', `${VIP},${VIP6}`, '--mode', 'ipip', '--persist']);
+      expect(first.code).toBe(2);
+      expect(first.stderr).toContain(
+        'dsrlb-realserver: dsrlb-decap@.service is not installed (deploy/linux/install.sh installs it with dsrlb): until it is, dsrlb-realserver.service fails at boot\n',
+      );
+      expect(lines(await readFile(envPath, 'utf8')).filter((l) => !l.startsWith('#'))).toEqual([`VIPS=${VIP},${VIP6}`]);
+      const unit = await readFile(unitPath, 'utf8');
+      expect(unit).toContain('After=network-pre.target systemd-sysctl.service dsrlb-decap@eth0.service\n');
+      expect(unit).toContain('Wants=network-pre.target dsrlb-decap@eth0.service\n');
+      expect(unit).toContain(`ExecStart=${SBIN} setup --vip ${VIP},${VIP6} --mode ipip\n`);
+      expect(lines(await readFile(join(h.root, 'etc/sysctl.d/90-dsrlb-realserver.conf'), 'utf8')).filter((l) => l.startsWith('net.') && l.includes('rp_filter'))).toEqual([
+        'net.ipv4.conf.all.rp_filter = 0',
+        'net.ipv4.conf.tunl0.rp_filter = 0',
+        'net.ipv4.conf.ip6tnl0.rp_filter = 0',
+        'net.ipv4.conf.dsrlb-decap0.rp_filter = 0',
+      ]);
+      const check = await h.script(['check', '--vip', `${VIP},${VIP6}`, '--persist']);
+      expect(check.stdout).toContain(`${unitPath} wants dsrlb-decap@eth0.service, but dsrlb-decap@.service is not installed`);
+
+      // With the unit installed and decap running, both pass; the mode comes from the record.
+      await copyFile(DECAP_UNIT, join(h.root, 'etc/systemd/system/dsrlb-decap@.service'));
+      await standIn(h, 'dsrlb-decap0');
+      const second = await h.script(['setup', '--vip', VIP, '--persist']);
+      expect(second.stderr).toBe('');
+      expect(second.code).toBe(0);
+      expect((await h.script(['check', '--vip', `${VIP},${VIP6}`, '--persist'])).code).toBe(0);
+
+      // A decap-IF.env the operator wrote is left alone, and what it lacks is reported.
+      await writeFile(envPath, `VIPS=${VIP}\n`);
+      const own = await h.script(['check', '--vip', `${VIP},${VIP6}`, '--persist']);
+      expect(own.stdout).toBe(`${envPath} does not list ${VIP6} in VIPS= (dsrlb decap would drop its packets): run: dsrlb-realserver setup --vip ${VIP},${VIP6} --persist\n`);
+      const kept = await h.script(['setup', '--vip', VIP6, '--persist']);
+      expect(kept.code).toBe(2);
+      expect(kept.stderr).toContain(`${envPath} (not written by dsrlb-realserver) does not list ${VIP6} in VIPS=`);
+      expect(await readFile(envPath, 'utf8')).toBe(`VIPS=${VIP}\n`);
+      await rm(envPath);
+
+      // remove --persist takes the VIP out of the env file, and the env file out with the last one.
+      expect((await h.script(['setup', '--vip', VIP6, '--persist'])).code).toBe(0);
+      expect((await h.script(['remove', '--vip', VIP6, '--persist'])).code).toBe(0);
+      expect(lines(await readFile(envPath, 'utf8')).filter((l) => !l.startsWith('#'))).toEqual([`VIPS=${VIP}`]);
+      const last = await h.script(['remove', '--vip', VIP, '--persist']);
+      expect(last.code).toBe(0);
+      expect(last.stdout).toContain(`removed ${envPath}`);
+      expect((await readdir(join(h.root, 'etc/systemd/system'))).sort()).toEqual(['dsrlb-decap@.service']);
+    });
   });
 });
