@@ -1,7 +1,7 @@
 #!/bin/sh
 # install.sh: installs dsrlb from this built checkout (scripts/bootstrap builds it) as a systemd
 # service: code in /opt/dsrlb, /usr/local/bin/dsrlb, user dsrlb, /etc/dsrlb/dsrlb.yaml (never
-# overwritten), the unit and dsrlb-realserver. Idempotent. Exit 1 on a user error, 2 when the system refused.
+# overwritten), the units and dsrlb-realserver. Idempotent. Exit 1 on a user error, 2 when the system refused.
 
 set -eu
 umask 022
@@ -18,6 +18,10 @@ Installs dsrlb from this checkout (build it first: scripts/bootstrap):
   /etc/dsrlb/dsrlb.yaml                from deploy/linux/dsrlb.yaml.sample, only when absent,
                                        with stateFile: /var/lib/dsrlb/dsrlb.state.json
   /etc/systemd/system/dsrlb.service    the unit (local changes: systemctl edit dsrlb)
+  /etc/systemd/system/dsrlb-decap@.service
+                                       user-space IPIP decapsulation on a real server
+                                       whose kernel has no ipip (dsrlb-decap@eth0)
+  /usr/local/lib/sysusers.d/dsrlb.conf the system user dsrlb, for systemd-sysusers
   /usr/local/sbin/dsrlb-realserver     real-server setup script (copy it to the real servers)
 and creates the system user dsrlb, then runs systemctl daemon-reload when systemd runs.
 It neither enables nor starts the service. A second run changes nothing unless
@@ -25,8 +29,9 @@ the checkout changed.
 
 Options:
   --root DIR   install under DIR instead of / (image builds, tests). Then no user
-               is created, no ownership is set and systemctl is not run: do those
-               on the target system. Needs no root.
+               is created (systemd-sysusers does at the image's first boot), no
+               ownership is set and systemctl is not run: do those on the
+               target system. Needs no root.
   -h, --help   this text
 EOF
 }
@@ -69,6 +74,8 @@ BIN_LINK=/usr/local/bin/dsrlb
 CONF_DIR=/etc/dsrlb
 CONF=$CONF_DIR/dsrlb.yaml
 UNIT=/etc/systemd/system/dsrlb.service
+DECAP_UNIT=/etc/systemd/system/dsrlb-decap@.service
+SYSUSERS=/usr/local/lib/sysusers.d/dsrlb.conf
 REALSERVER=/usr/local/sbin/dsrlb-realserver
 STATE_FILE=/var/lib/dsrlb/dsrlb.state.json
 ADDON=native/build/Release/dsrlb_native.node
@@ -157,16 +164,22 @@ install_link() {
 	note "linked $link -> $target"
 }
 
+# From the sysusers.d entry when systemd-sysusers exists, so both ways give the same user.
 create_user() {
 	getent passwd dsrlb >/dev/null 2>&1 && return 0
+	if command -v systemd-sysusers >/dev/null 2>&1; then
+		systemd-sysusers "$SYSUSERS" >/dev/null || fail 2 "systemd-sysusers $SYSUSERS failed"
+		note "created system user dsrlb"
+		return 0
+	fi
 	useradd --system --user-group --home-dir /var/lib/dsrlb --no-create-home \
 		--shell /usr/sbin/nologin --comment "dsrlb load balancer" dsrlb ||
 		fail 2 "useradd dsrlb failed"
 	note "created system user dsrlb"
 }
 
-# The sample's state file would sit beside the config, but /etc is read-only to the service
-# (ProtectSystem=strict): the installed config keeps operator intent under /var/lib/dsrlb.
+# /etc is read-only to the service (ProtectSystem=strict), so operator intent must be kept under
+# /var/lib/dsrlb: the sample's stateFile points there, and a sample without one gets it appended.
 install_config() {
 	conf=$ROOT$CONF
 	mkdir -p "$ROOT$CONF_DIR"
@@ -179,7 +192,7 @@ install_config() {
 		return 0
 	fi
 	tmp=$conf.new.$$
-	sed "s|^# stateFile: .*|stateFile: $STATE_FILE|" "$SRC/deploy/linux/dsrlb.yaml.sample" >"$tmp"
+	cp "$SRC/deploy/linux/dsrlb.yaml.sample" "$tmp"
 	if ! grep -q '^stateFile:' "$tmp"; then
 		printf '\n# Set by install.sh: /etc/dsrlb is read-only to the service.\nstateFile: %s\n' "$STATE_FILE" >>"$tmp"
 	fi
@@ -189,11 +202,13 @@ install_config() {
 	note "installed $conf (edit it, then: dsrlb validate -c $CONF)"
 }
 
+install_file 0644 "$SRC/deploy/linux/dsrlb.sysusers.conf" "$ROOT$SYSUSERS"
 [ -n "$ROOT" ] || create_user
 install_app
 install_link
 install_config
 install_file 0644 "$SRC/deploy/linux/dsrlb.service" "$ROOT$UNIT"
+install_file 0644 "$SRC/deploy/linux/dsrlb-decap@.service" "$ROOT$DECAP_UNIT"
 install_file 0755 "$SRC/deploy/linux/dsrlb-realserver" "$ROOT$REALSERVER"
 
 if [ -z "$ROOT" ]; then

@@ -1,11 +1,13 @@
-// deploy/linux operations files: the unit passes systemd-analyze, and the installed tree runs under the
-// unit's user, capabilities and umask in a network namespace; alert rules and scrape config pass promtool
-// (with rule unit tests); the dashboard's PromQL parses and names only exported metrics; install.sh --root
-// lays out an idempotent install. Needs root, `ip netns`, setpriv, systemd-analyze and promtool.
+// deploy/linux operations files: the units pass systemd-analyze, and the installed tree runs under each
+// unit's user, capabilities, umask and read-only kernel tunables in a network namespace; alert rules and
+// scrape config pass promtool (with rule unit tests); the dashboard's PromQL parses and names only
+// exported metrics; install.sh --root lays out an idempotent install whose sysusers.d entry makes the
+// user; the sample config shows every key. Needs root, `ip netns`, setpriv, systemd-analyze,
+// systemd-sysusers and promtool.
 
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { appendFile, chmod, chown, lstat, mkdir, mkdtemp, readFile, readdir, readlink, rm, rmdir, writeFile } from 'node:fs/promises';
+import { appendFile, chmod, chown, cp, lstat, mkdir, mkdtemp, readFile, readdir, readlink, rm, rmdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,6 +20,8 @@ import { DaemonMetrics, type MetricsRealView } from '../../src/control/metrics.j
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const deployDir = join(repoRoot, 'deploy', 'linux');
 const UNIT = join(deployDir, 'dsrlb.service');
+const DECAP_UNIT = join(deployDir, 'dsrlb-decap@.service');
+const SAMPLE = join(deployDir, 'dsrlb.yaml.sample');
 const ALERTS = join(deployDir, 'dsrlb-alerts.yml');
 const DASHBOARD = join(deployDir, 'grafana-dashboard.json');
 const INSTALL = join(deployDir, 'install.sh');
@@ -61,11 +65,29 @@ function unitSettings(text: string): Map<string, string[]> {
 
 const unitText = readFileSync(UNIT, 'utf8');
 const unit = unitSettings(unitText);
-const one = (key: string): string => {
-  const v = unit.get(key);
-  if (v?.length !== 1) throw new Error(`dsrlb.service: expected one ${key}=, found ${v?.length ?? 0}`);
+const oneOf = (settings: Map<string, string[]>, name: string) => (key: string): string => {
+  const v = settings.get(key);
+  if (v?.length !== 1) throw new Error(`${name}: expected one ${key}=, found ${v?.length ?? 0}`);
   return v[0]!;
 };
+const one = oneOf(unit, 'dsrlb.service');
+const decapUnitText = readFileSync(DECAP_UNIT, 'utf8');
+const decapOne = oneOf(unitSettings(decapUnitText), 'dsrlb-decap@.service');
+
+/** setpriv options that give what AmbientCapabilities= gives: those capabilities and no others. */
+function setprivCaps(capabilities: string): string {
+  const list = capabilities.split(/\s+/).map((c) => `+${c.replace(/^CAP_/, '').toLowerCase()}`).join(',');
+  return `--inh-caps=-all,${list} --ambient-caps=-all,${list} --bounding-set=-all,${list}`;
+}
+
+/** Shell lines that make /proc/sys and /sys read-only in a private mount namespace, as ProtectKernelTunables=yes does. */
+const READ_ONLY_TUNABLES = [
+  'mount --bind /proc/sys /proc/sys',
+  'mount -o remount,bind,ro /proc/sys',
+  'mount --bind /sys /sys',
+  'mount -o remount,bind,ro /sys',
+  'if (echo 0 > /proc/sys/net/ipv4/ip_forward) 2>/dev/null; then echo "/proc/sys is writable" >&2; exit 9; fi',
+];
 
 // ---- What the daemon exports ----
 
@@ -154,26 +176,54 @@ describe('dsrlb.service', () => {
    * once install.sh has run on this machine. So verify reads a copy whose ExecStart names the
    * checkout's bin/dsrlb.js (the file /usr/local/bin/dsrlb links to); every other line is the unit's.
    */
-  async function verifiableCopy(): Promise<string> {
-    const path = join(dir, 'dsrlb.service');
-    const text = unitText.replace(/^ExecStart=\/usr\/local\/bin\/dsrlb /m, `ExecStart=${join(repoRoot, 'bin', 'dsrlb.js')} `);
-    expect(text).not.toBe(unitText);
-    await writeFile(path, text);
+  async function verifiableCopy(text: string, name: string): Promise<string> {
+    const path = join(dir, name);
+    const copy = text.replace(/^ExecStart=\/usr\/local\/bin\/dsrlb /m, `ExecStart=${join(repoRoot, 'bin', 'dsrlb.js')} `);
+    expect(copy).not.toBe(text);
+    await writeFile(path, copy);
     return path;
   }
 
   it('passes systemd-analyze verify without a warning', async () => {
-    const r = await run('systemd-analyze', ['verify', await verifiableCopy()]);
+    const r = await run('systemd-analyze', ['verify', await verifiableCopy(unitText, 'dsrlb.service')]);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
   });
 
   it('scores at most 3.0 ("OK") in systemd-analyze security', async () => {
-    const r = await run('systemd-analyze', ['security', '--offline=yes', '--no-pager', await verifiableCopy()]);
+    const r = await run('systemd-analyze', ['security', '--offline=yes', '--no-pager', await verifiableCopy(unitText, 'dsrlb.service')]);
     const m = /Overall exposure level for dsrlb\.service: ([\d.]+) (\w+)/.exec(r.stdout);
     expect(m, r.stdout + r.stderr).not.toBeNull();
     expect(Number(m![1])).toBeLessThanOrEqual(3.0);
     expect(m![2]).toBe('OK');
+  });
+
+  it('dsrlb-decap@.service passes verify as an instance and scores at most 3.0 ("OK")', async () => {
+    await verifiableCopy(decapUnitText, 'dsrlb-decap@.service');
+    const verified = await run('systemd-analyze', ['verify', join(dir, 'dsrlb-decap@eth0.service')]);
+    expect(verified.stderr).toBe('');
+    expect(verified.code).toBe(0);
+    const r = await run('systemd-analyze', ['security', '--offline=yes', '--no-pager', join(dir, 'dsrlb-decap@.service')]);
+    const m = /Overall exposure level for dsrlb-decap@\S*: ([\d.]+) (\w+)/.exec(r.stdout);
+    expect(m, r.stdout + r.stderr).not.toBeNull();
+    expect(Number(m![1])).toBeLessThanOrEqual(3.0);
+    expect(m![2]).toBe('OK');
+  });
+
+  it('dsrlb-decap@.service runs `dsrlb decap` on the instance interface with the VIPs of its EnvironmentFile, as dsrlb with two capabilities', () => {
+    const install = readFileSync(INSTALL, 'utf8');
+    const bin = /^BIN_LINK=(\S+)$/m.exec(install)![1]!;
+    expect(decapOne('EnvironmentFile')).toBe('/etc/dsrlb/decap-%i.env');
+    expect(decapOne('ExecStart')).toBe(`${bin} decap --interface %i --vip \${VIPS}`);
+    expect(decapOne('User')).toBe('dsrlb');
+    expect(decapOne('AmbientCapabilities')).toBe(one('AmbientCapabilities'));
+    expect(decapOne('CapabilityBoundingSet')).toBe(one('CapabilityBoundingSet'));
+    expect(decapOne('BindsTo')).toBe('sys-subsystem-net-devices-%i.device');
+    // dsrlb-realserver.service (setup --mode ipip) must find the TUN device when it starts.
+    expect(decapOne('Before')).toBe('dsrlb-realserver.service');
+    expect(decapOne('ExecStartPost')).toContain('ip link show dev dsrlb-decap0 up');
+    // decap writes rp_filter: read-only tunables would break it.
+    expect(decapUnitText).not.toMatch(/^ProtectKernelTunables=/m);
   });
 
   it('runs the installed binary and config as user dsrlb with only CAP_NET_RAW and CAP_NET_ADMIN', async () => {
@@ -190,8 +240,8 @@ describe('dsrlb.service', () => {
     expect(one('Restart')).toBe('on-failure');
     expect(one('ProtectSystem')).toBe('strict');
     expect(one('ReadWritePaths').split(/\s+/).sort()).toEqual(['/run/dsrlb', '/var/lib/dsrlb']);
-    // The daemon writes sysctls and needs a JIT: these would break it.
-    expect(unit.has('ProtectKernelTunables')).toBe(false);
+    // The daemon writes no sysctl (the test below runs it with /proc/sys read-only); it needs a JIT.
+    expect(one('ProtectKernelTunables')).toBe('yes');
     expect(unit.has('MemoryDenyWriteExecute')).toBe(false);
     expect(one('RestrictAddressFamilies').split(/\s+/)).toContain('AF_PACKET');
   });
@@ -258,11 +308,30 @@ describe('install.sh --root', () => {
     expect(existsSync(join(root, 'opt/dsrlb/node_modules/typescript'))).toBe(false);
     expect(await readFile(join(root, 'etc/systemd/system/dsrlb.service'), 'utf8')).toBe(unitText);
     expect((await lstat(join(root, 'etc/systemd/system/dsrlb.service'))).mode & 0o777).toBe(0o644);
+    expect(await readFile(join(root, 'etc/systemd/system/dsrlb-decap@.service'), 'utf8')).toBe(decapUnitText);
+    expect((await lstat(join(root, 'etc/systemd/system/dsrlb-decap@.service'))).mode & 0o777).toBe(0o644);
+    expect(await readFile(join(root, 'usr/local/lib/sysusers.d/dsrlb.conf'), 'utf8')).toBe(await readFile(join(deployDir, 'dsrlb.sysusers.conf'), 'utf8'));
     expect(await readFile(join(root, 'usr/local/sbin/dsrlb-realserver'), 'utf8')).toBe(await readFile(join(deployDir, 'dsrlb-realserver'), 'utf8'));
     expect((await lstat(join(root, 'usr/local/sbin/dsrlb-realserver'))).mode & 0o777).toBe(0o755);
     const conf = await readFile(join(root, 'etc/dsrlb/dsrlb.yaml'), 'utf8');
     expect((await lstat(join(root, 'etc/dsrlb/dsrlb.yaml'))).mode & 0o777).toBe(0o640);
     expect(conf).toMatch(/^stateFile: \/var\/lib\/dsrlb\/dsrlb\.state\.json$/m);
+  });
+
+  it('systemd-sysusers creates the units\' user dsrlb from the installed sysusers.d entry', async () => {
+    const sysroot = await mkdtemp(join(tmpdir(), PREFIX));
+    try {
+      // The installed entry at its path in an empty image, found by the search path alone (no file named).
+      await mkdir(join(sysroot, 'etc'));
+      await cp(join(root, 'usr/local/lib/sysusers.d'), join(sysroot, 'usr/local/lib/sysusers.d'), { recursive: true });
+      await mustRun('systemd-sysusers', [`--root=${sysroot}`]);
+      const passwd = await readFile(join(sysroot, 'etc/passwd'), 'utf8');
+      expect(passwd).toMatch(/^dsrlb:x:\d+:\d+:dsrlb load balancer:\/var\/lib\/dsrlb:\/usr\/sbin\/nologin$/m);
+      expect(await readFile(join(sysroot, 'etc/group'), 'utf8')).toMatch(/^dsrlb:x:\d+:$/m);
+      for (const u of [unit, unitSettings(decapUnitText)]) expect(u.get('User')).toEqual(['dsrlb']);
+    } finally {
+      await rm(sysroot, { recursive: true, force: true });
+    }
   });
 
   it('the installed tree validates the installed config', async () => {
@@ -297,11 +366,9 @@ describe('install.sh --root', () => {
     expect(r.stderr).toMatch(/no such directory/);
   });
 
-  it('the installed daemon runs with the unit settings that setpriv can apply: user, capabilities, no-new-privs, umask', async () => {
+  it('the installed daemon runs with the unit settings that setpriv and mounts can apply: user, capabilities, no-new-privs, umask, read-only tunables', async () => {
     if (process.getuid?.() !== 0) throw new Error('this test needs root (network namespaces, setpriv)');
-    // The unit's capabilities, as setpriv names them; user dsrlb does not exist here: nobody stands in.
-    const caps = one('AmbientCapabilities').split(/\s+/).map((c) => c.replace(/^CAP_/, '').toLowerCase());
-    const capList = caps.map((c) => `+${c}`).join(',');
+    // User dsrlb does not exist here: nobody stands in.
     const umask = one('UMask');
     // StateDirectory and RuntimeDirectory as systemd makes them: owned by the service user.
     const stateDir = join(root, 'var/lib/dsrlb');
@@ -334,8 +401,9 @@ describe('install.sh --root', () => {
       'mount --make-rprivate /',
       `mount --bind ${runDir} /run/dsrlb`,
       `mount --bind ${stateDir} /var/lib/dsrlb`,
+      ...(one('ProtectKernelTunables') === 'yes' ? READ_ONLY_TUNABLES : []),
       `umask ${umask}`,
-      `exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all,${capList} --ambient-caps=-all,${capList} --bounding-set=-all,${capList} --no-new-privs` +
+      `exec setpriv --reuid=65534 --regid=65534 --clear-groups ${setprivCaps(one('AmbientCapabilities'))} --no-new-privs` +
         ` ${process.execPath} ${join(root, 'opt/dsrlb/bin/dsrlb.js')} run -c ${join(root, 'etc/dsrlb/dsrlb.yaml')}`,
     ].join('\n');
     // ip netns exec, unshare and sh all exec: the pid is the daemon's.
@@ -378,6 +446,83 @@ describe('install.sh --root', () => {
     expect(await mustRun('ip', ['-n', NS, '-br', 'addr', 'show', 'dev', 'lo'])).not.toContain(service.vip);
     expect(log).toContain('"msg":"dsrlb stopped"');
   }, 60_000);
+
+  it('the installed dsrlb decap runs as dsrlb-decap@eth0.service would: its user and capabilities, TUN up for ExecStartPost, undone on SIGTERM', async () => {
+    if (process.getuid?.() !== 0) throw new Error('this test needs root (network namespaces, setpriv, mknod)');
+    const ns = `${PREFIX}rs`;
+    const vips = '203.0.113.10,2001:db8::10';
+    // systemd reads VIPS from the EnvironmentFile and puts it in for ${VIPS}; the instance is eth0.
+    const envFile = `# decap-eth0.env\nVIPS=${vips}\n`;
+    const fromEnv = /^VIPS=(.*)$/m.exec(envFile)![1]!;
+    const bin = /^BIN_LINK=(\S+)$/m.exec(await readFile(INSTALL, 'utf8'))![1]!;
+    const execStart = decapOne('ExecStart')
+      .replace(bin, `${process.execPath} ${join(root, 'opt/dsrlb/bin/dsrlb.js')}`)
+      .replaceAll('%i', 'eth0')
+      .replace('${VIPS}', fromEnv);
+    const post = /^\/bin\/sh -c '(.*)'$/.exec(decapOne('ExecStartPost'))![1]!.replaceAll('$$', '$');
+    // Where udev runs, /dev/net/tun is 0666 (50-udev-default.rules); here it is 0600: a node with
+    // the udev mode is bound over it in the private mount namespace.
+    const tun = join(root, 'tun-0666');
+    await mustRun('mknod', ['-m', '0666', tun, 'c', '10', '200']);
+    try {
+      await mustRun('ip', ['netns', 'add', ns]);
+      await mustRun('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
+      await mustRun('ip', ['netns', 'exec', ns, 'sh', '-c', 'ip link set lo up && ip link set eth0 up && ip addr add 203.0.113.10/32 dev lo && echo 1 > /proc/sys/net/ipv4/conf/all/rp_filter']);
+      const script = [
+        'set -e',
+        'mount --make-rprivate /',
+        `mount --bind ${tun} /dev/net/tun`,
+        `umask ${decapOne('UMask')}`,
+        `exec setpriv --reuid=65534 --regid=65534 --clear-groups ${setprivCaps(decapOne('AmbientCapabilities'))} --no-new-privs ${execStart}`,
+      ].join('\n');
+      const child = spawn('ip', ['netns', 'exec', ns, 'unshare', '-m', 'sh', '-c', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+      let log = '';
+      child.stdout!.on('data', (b: Buffer) => (log += b.toString()));
+      child.stderr!.on('data', (b: Buffer) => (log += b.toString()));
+      const exited = new Promise<number | null>((done) => child.on('exit', (code) => done(code)));
+      try {
+        // ExecStartPost as the unit runs it (as the service user): it returns once the TUN device is up.
+        const ready = await run('ip', ['netns', 'exec', ns, 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', 'sh', '-c', post]);
+        expect(ready.code, log).toBe(0);
+        expect(log).toContain('"msg":"decap running"');
+        expect(log).toContain('"interface":"eth0"');
+        expect(log).toContain('"vips":["203.0.113.10","2001:db8::10"]');
+        const rp = async (dev: string): Promise<string> => (await mustRun('ip', ['netns', 'exec', ns, 'cat', `/proc/sys/net/ipv4/conf/${dev}/rp_filter`])).trim();
+        expect(await rp('all')).toBe('0');
+        expect(await rp('dsrlb-decap0')).toBe('0');
+        child.kill('SIGTERM');
+        expect(await exited).toBe(0);
+        expect(await rp('all')).toBe('1');
+        expect((await run('ip', ['-n', ns, 'link', 'show', 'dev', 'dsrlb-decap0'])).code).not.toBe(0);
+      } finally {
+        if (child.exitCode === null) child.kill('SIGKILL');
+      }
+    } finally {
+      await run('ip', ['netns', 'del', ns]);
+      await rm(tun, { force: true });
+    }
+  }, 60_000);
+});
+
+// ---- Sample config ----
+
+describe('dsrlb.yaml.sample', () => {
+  it('is the same file as examples/dsrlb.yaml', () => {
+    expect(readFileSync(join(repoRoot, 'examples', 'dsrlb.yaml'), 'utf8')).toBe(readFileSync(SAMPLE, 'utf8'));
+  });
+
+  it('shows every key the config validator accepts (a commented-out line counts)', () => {
+    const validate = readFileSync(join(repoRoot, 'src', 'config', 'validate.ts'), 'utf8');
+    const lists = [...validate.matchAll(/^const ([A-Z_]+_KEYS) = \[([^\]]*)\]/gm)];
+    expect(lists.map((l) => l[1])).toContain('TOP_KEYS');
+    expect(lists.length).toBeGreaterThanOrEqual(10);
+    const sample = readFileSync(SAMPLE, 'utf8');
+    for (const [, list, body] of lists) {
+      const keys = [...body!.matchAll(/'(\w+)'/g)].map((m) => m[1]!);
+      expect(keys.length, list).toBeGreaterThan(0);
+      for (const key of keys) expect(sample, `${list}: ${key}`).toMatch(new RegExp(`(^|[\\s{,#-])${key}:`, 'm'));
+    }
+  });
 });
 
 // ---- Prometheus ----
