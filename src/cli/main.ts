@@ -88,6 +88,17 @@ async function plan(a: { config: string; against?: string; json: boolean; admin?
   return out.exitCode;
 }
 
+/**
+ * Why explain's real: "flow-table hit, established", or the scheduler and its slot, e.g.
+ * "scheduler: maglev slot 1234" (with the finished entry a new SYN replaces, if there is one).
+ */
+function explainWhy(d: Record<string, unknown>): string {
+  const state = typeof d.flowState === 'string' ? d.flowState : null;
+  if (d.reason === 'flow-table') return `flow-table hit${state ? `, ${state}` : ''}`;
+  const slot = typeof d.slot === 'number' ? ` slot ${d.slot}` : '';
+  return `${String(d.reason)}: ${String(d.scheduler)}${slot}${state ? `, replacing a ${state} entry` : ''}`;
+}
+
 /** WEIGHT as typed: decimal digits only, 0..65535 (no "", 0x10 or 1e3). */
 function parseWeight(text: string): number {
   if (!/^\d{1,5}$/.test(text) || Number(text) > 65535) throw new CliError(`weight ${JSON.stringify(text)} is not a whole number 0..65535`, 1);
@@ -217,7 +228,7 @@ export async function main(args: string[]): Promise<number> {
           (async () => {
             const q = `/explain?service=${encodeURIComponent(a.service)}&client=${encodeURIComponent(a.client)}`;
             const { data } = await adminRequest(await resolveAdminTarget(a), 'GET', q);
-            print(`${data.service} ${data.client} -> ${data.real ?? 'no real'} (${data.reason})`);
+            print(`${data.service} ${data.client} -> ${data.real ?? 'no real'} (${explainWhy(data)})`);
             return 0;
           })(),
         ),

@@ -21,6 +21,7 @@ interface ServiceStatus {
   forwarding: string;
   panic: boolean;
   dropping: boolean;
+  droppingReason?: string | null;
   reals: RealStatus[];
 }
 
@@ -34,10 +35,13 @@ function since(iso: string, now: number): string {
 export function formatStatus(status: { services: ServiceStatus[] }, now = Date.now()): string {
   const rows: string[][] = [['Prot', 'LocalAddress:Port', 'Scheduler', 'Forward', 'Weight', 'Intent', 'Health', 'ActiveConn', 'InActConn', 'Pkt/s', 'Bytes/s']];
   const lines: string[] = [];
+  const notes: string[] = [];
   for (const s of status.services) {
     const vip = s.vip.includes(':') ? `[${s.vip}]` : s.vip;
-    const flags = [s.panic ? 'PANIC(failOpen)' : '', s.dropping ? 'DROPPING' : ''].filter(Boolean).join(' ');
-    rows.push([s.protocol.toUpperCase(), `${vip}:${s.port}`, s.scheduler, s.forwarding, '', '', flags || s.name, '', '', '', '']);
+    // The Health column of a service row names it, and says when it runs fail-open or drops.
+    const flags = [s.name, s.panic ? 'PANIC(failOpen)' : '', s.dropping ? 'DROPPING' : ''].filter(Boolean).join(' ');
+    if (s.dropping && s.droppingReason) notes.push(`${s.name}: dropping: ${s.droppingReason}`);
+    rows.push([s.protocol.toUpperCase(), `${vip}:${s.port}`, s.scheduler, s.forwarding, '', '', flags, '', '', '', '']);
     for (const r of s.reals) {
       const addr = r.address.includes(':') ? `[${r.address}]` : r.address;
       const health = `${r.health.state} ${since(r.health.since, now)}${r.health.lastError ? ` (${r.health.lastError})` : ''}`;
@@ -46,5 +50,5 @@ export function formatStatus(status: { services: ServiceStatus[] }, now = Date.n
   }
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   for (const r of rows) lines.push(r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
-  return lines.join('\n');
+  return [...lines, ...notes].join('\n');
 }

@@ -71,7 +71,7 @@ describe('admin API and CLI', () => {
 
     const explain = await daemon.cli(['explain', 'web', `${lab.client.ipv4}:40000`]);
     expect(explain.code).toBe(0);
-    expect(explain.stdout).toMatch(/-> 10\.77\.0\.1[123] \(scheduler\)/);
+    expect(explain.stdout).toMatch(/-> 10\.77\.0\.1[123] \(scheduler: maglev slot \d+\)/);
 
     // One-line errors and the contract's exit codes.
     const unknown = await daemon.cli(['drain', 'nosuch', real]);
