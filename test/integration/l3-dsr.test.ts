@@ -163,14 +163,17 @@ describe('L3 DSR (IPIP)', () => {
     const script = (args: string[]) => lab.exec(ipipReal, ['sh', join(ROOT, 'deploy/linux/dsrlb-realserver'), ...args]);
     expect((await script(['check', '--vip', lab.vip, '--mode', 'ipip'])).code).toBe(0); // decap stands in for tunl0
     await lab.exec(ipipReal, ['ip', 'addr', 'del', `${lab.vip}/32`, 'dev', 'lo']);
+    // The kernel takes the larger of all and the interface's arp_ignore: both must be low to open ARP.
     await lab.exec(ipipReal, ['sysctl', '-qw', 'net.ipv4.conf.eth0.arp_ignore=0']);
+    await lab.exec(ipipReal, ['sysctl', '-qw', 'net.ipv4.conf.all.arp_ignore=0']);
     await lab.exec(ipipReal, ['sysctl', '-qw', 'net.ipv4.conf.all.rp_filter=1']);
     const broken = await script(['check', '--vip', lab.vip, '--mode', 'ipip']);
     expect(broken.code).toBe(1);
     expect(broken.stdout).toContain(`VIP ${lab.vip} missing on lo: run: ip addr add ${lab.vip}/32 dev lo`);
-    expect(broken.stdout).toContain('net.ipv4.conf.eth0.arp_ignore is 0, want 1');
+    expect(broken.stdout).toMatch(/^net\.ipv4\.conf\.all\.arp_ignore is 0, want 1 \(no higher on [^)]*eth0/m);
     expect(broken.stdout).toContain('net.ipv4.conf.all.rp_filter is 1, want 0');
-    expect(broken.stdout).toContain('3 problem(s) found');
+    expect(broken.stdout.trim().split('\n')).toHaveLength(3);
+    expect(broken.stderr).toContain('3 problem(s) found');
     const setup = await script(['setup', '--vip', lab.vip, '--mode', 'ipip']);
     expect(setup.code, setup.stdout + setup.stderr).toBe(0);
     const fixed = await script(['check', '--vip', lab.vip, '--mode', 'ipip']);
