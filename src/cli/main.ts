@@ -65,7 +65,7 @@ async function plan(a: { config: string; against?: string; json: boolean; admin?
   if (a.against) {
     out = await runPlanCommand({ config: a.config, against: a.against, json: a.json });
   } else {
-    // Against the running daemon: its config in force and its live flows. A broken candidate is
+    // Against the running daemon: its config, intent and health in force and its live flows. A broken candidate is
     // reported in full first, whether or not the daemon can be reached.
     const candidate = await loadConfigFile(a.config);
     if (!candidate.ok) {
@@ -81,7 +81,9 @@ async function plan(a: { config: string; against?: string; json: boolean; admin?
     const flows = data.flows as { keys: number[]; reals: { identity: string; address: string }[] };
     const ids = Int32Array.from(flows.reals.keys());
     const liveFlows = groupLiveFlows(Uint32Array.from(flows.keys), ids, flows.reals.length, (i) => flows.reals[i] ?? null);
-    out = await runPlanCommand({ config: a.config, current: current.config, liveFlows, json: a.json });
+    // The intent and health in force (admin overrides, probes); a daemon that does not send them leaves plan on config intent.
+    const liveReals = Array.isArray(data.reals) ? (data.reals as import('../sim/plan.js').LiveReal[]) : undefined;
+    out = await runPlanCommand({ config: a.config, current: current.config, liveFlows, liveReals, json: a.json });
   }
   if (out.stdout) process.stdout.write(out.stdout);
   if (out.stderr) process.stderr.write(out.stderr);

@@ -647,6 +647,16 @@ export class Daemon {
     return { keys, reals };
   }
 
+  /**
+   * Plan's view of every real (removed ones that still drain too): the intent in force (config or
+   * operator override) and the health fact, by service identity and address.
+   */
+  planReals(): { identity: string; service: string; address: string; state: RealIntent; weight: number; up: boolean; removed: boolean }[] {
+    return this.serviceViews().flatMap((v) =>
+      v.reals.map((r) => ({ identity: serviceIdentity(v.config), service: v.config.name, address: r.address, state: r.intent, weight: r.weight, up: r.health === 'up', removed: r.removed })),
+    );
+  }
+
   loopHealthy(): boolean {
     return this.loops.running && this.loops.heartbeatAgeMs() < 5000;
   }

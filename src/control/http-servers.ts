@@ -134,7 +134,8 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
     }
     if (path === '/plan-input') {
       only(req, 'GET');
-      json(res, 200, { configPath: daemon.configPath, configText: daemon.configText, flows: await daemon.liveFlows() });
+      // The intent and health in force beside the config text: plan carries them over to the candidate.
+      json(res, 200, { configPath: daemon.configPath, configText: daemon.configText, reals: daemon.planReals(), flows: await daemon.liveFlows() });
       return;
     }
     if (path === '/explain') {

@@ -1,17 +1,17 @@
 // `dsrlb plan`: what a config change would do before it is made. Builds the forwarding snapshots of
-// the current and the candidate config with the daemon's SnapshotBuilder (every real assumed up,
-// intent from the config) and reads off, per service, the hash space that moves, the live flows
+// the current and the candidate config with the daemon's SnapshotBuilder (against a running daemon
+// with the intent and health in force, else every real up with intent from the config) and reads off, per service, the hash space that moves, the live flows
 // that would change real and every other setting the edit changes (service-diff.ts), plus warnings
 // for edits that are easy to regret.
 
 import { consistentPick } from '../dataplane/consistent-pick.js';
-import type { Config, ConfigProblem, ServiceConfig } from '../config/types.js';
+import type { Config, ConfigProblem, RealIntent, ServiceConfig } from '../config/types.js';
 import { formatDurationMs } from '../config/duration.js';
 import { loadConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import { serviceAddressName } from '../config/validate.js';
 import { RealRegistry } from '../control/real-registry.js';
-import { SnapshotBuilder, type BuildResult } from '../control/snapshot-builder.js';
+import { SnapshotBuilder, type BuildResult, type ServiceBuildReport } from '../control/snapshot-builder.js';
 import { MAX_REAL_IDS } from '../dataplane/counters.js';
 import { FLOW_KEY_WORDS, flowHash, mix32 } from '../dataplane/flow-hash.js';
 import { flowKeyOf, prepareTuple } from './frames.js';
@@ -29,6 +29,29 @@ export interface LiveFlowSet {
 
 /** Live flows by service identity (`tcp|203.0.113.10|80`, see serviceIdentity). */
 export type LiveFlows = ReadonlyMap<string, LiveFlowSet>;
+
+/** One real as the running daemon has it now: the intent in force (config or admin override) and its health. */
+export interface LiveReal {
+  /** Service identity (`tcp|203.0.113.10|80`). */
+  readonly identity: string;
+  readonly service: string;
+  readonly address: string;
+  /** Effective intent: the config's, or the operator's override kept in the state file. */
+  readonly state: RealIntent;
+  readonly weight: number;
+  /** The damped health fact (no health check: up). */
+  readonly up: boolean;
+  /** Removed from the config by a reload and still draining its flows. */
+  readonly removed: boolean;
+}
+
+/** An operator override (admin API) in force that the candidate drops: it changes that real in the config. */
+export interface DroppedIntent {
+  readonly address: string;
+  /** The intent in force now, which gives way to the candidate's. */
+  readonly state: RealIntent;
+  readonly weight: number;
+}
 
 export type ServiceChange = 'added' | 'removed' | 'changed' | 'unchanged';
 
@@ -84,7 +107,13 @@ export interface ServicePlan {
   readonly realsKeepingForwarding: readonly string[];
   /** What happens to the health of the reals it keeps (see HealthOnApply); null for an added or removed service. */
   readonly healthOnApply: HealthOnApply | null;
-  /** Reals taking new flows (every real assumed up). */
+  /** Operator overrides the candidate drops (the daemon drops them on reload); empty without the daemon's view. */
+  readonly intentDropped: readonly DroppedIntent[];
+  /**
+   * Reals that are up and take new flows (a failOpen panic onto down reals counts 0). Against a
+   * running daemon: with its intent and health; a real whose probe is new or restarts counts as up.
+   * Without it: intent from the config, every real up.
+   */
   readonly eligibleReals: { readonly before: number | null; readonly after: number | null };
   /** Null for an added or removed service. */
   readonly hashSpaceMoved: HashSpaceMove | null;
@@ -115,6 +144,8 @@ export interface PlanWarning {
 
 export interface PlanReport {
   readonly liveFlowsKnown: boolean;
+  /** The daemon's intent and health were given (else: config intent, every real up). */
+  readonly liveRealsKnown: boolean;
   readonly services: readonly ServicePlan[];
   readonly warnings: readonly PlanWarning[];
 }
@@ -124,9 +155,11 @@ export const PLAN_SAMPLES = 65536;
 
 /**
  * The plan for going from `current` to `candidate`. `liveFlows` (from the running daemon) adds the
- * live-flow counts; without it they are null. Deterministic and free of I/O.
+ * live-flow counts; without it they are null. `liveReals` (from the running daemon) replaces
+ * config intent and "every real up" with what the daemon has in force, carried over to the
+ * candidate as a reload would (see applyLiveReals). Deterministic and free of I/O.
  */
-export function planChange(current: Config, candidate: Config, liveFlows?: LiveFlows): PlanReport {
+export function planChange(current: Config, candidate: Config, liveFlows?: LiveFlows, liveReals?: readonly LiveReal[]): PlanReport {
   const registry = new RealRegistry(MAX_REAL_IDS);
   const builder = new SnapshotBuilder();
   const before = initialServiceStates(current.services);
@@ -140,6 +173,7 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
     addRemoved(state, old === undefined ? [] : old.reals.map((r) => r.address));
     addRemoved(state, liveFlows?.get(state.identity)?.realAddresses ?? []);
   }
+  const dropped = liveReals === undefined ? new Map<string, DroppedIntent[]>() : applyLiveReals(before, after, liveReals);
   // Every real counts as resolved: a plan asks where flows would go, not whether ARP has run yet.
   const resolvedMac = Uint8Array.of(2, 0, 0, 0, 0, 1);
   const viewOpts = { macOf: () => resolvedMac, forceL2: false };
@@ -213,7 +247,8 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       realsChanged: diff.realsChanged,
       realsKeepingForwarding: diff.realsKeepingForwarding,
       healthOnApply: both ? diff.healthOnApply : null,
-      eligibleReals: { before: report0?.candidates.length ?? null, after: report1?.candidates.length ?? null },
+      intentDropped: dropped.get(identity) ?? [],
+      eligibleReals: { before: report0 === null ? null : takingNew(report0), after: report1 === null ? null : takingNew(report1) },
       hashSpaceMoved,
       liveFlows: liveFlowImpact,
     });
@@ -234,11 +269,16 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       const left = cfg1.reals.length === 0 ? 'no real is left' : `new flows go only to ${realsAdded.map((r) => r.address).join(', ')}`;
       warn('ALL_REALS_REMOVED', name, `every real of ${name} is removed (${realsRemoved.join(', ')}); they drain their flows and ${left}`);
     }
-    const eligibleAfter = report1!.candidates.length;
-    const eligibleBefore = report0?.candidates.length ?? null;
+    const eligibleAfter = takingNew(report1!);
+    const eligibleBefore = report0 === null ? null : takingNew(report0);
     if (eligibleAfter === 0) {
-      // With every real assumed up, no candidate means no wanted real either, so failOpen has nothing to fall back to.
-      warn('NO_ELIGIBLE_REAL', name, `${name} is left with no real that takes new flows (every real is removed, drained, disabled or at weight 0): new flows are dropped`);
+      const already = eligibleBefore === 0 ? '; it has none now either' : '';
+      // With every real assumed up (no daemon view) there is no panic: no candidate means no wanted real either.
+      const what = liveReals === undefined ? 'removed, drained, disabled or at weight 0' : 'removed, drained, disabled, at weight 0 or down, by the intent and health in force';
+      const then = report1!.panic
+        ? 'whenAllDown failOpen sends new flows to the active reals that are down (panic)'
+        : 'new flows are dropped';
+      warn('NO_ELIGIBLE_REAL', name, `${name} is left with no real that takes new flows (every real is ${what}${already}): ${then}`);
     } else if (eligibleAfter === 1 && eligibleBefore !== 1) {
       const only = registryAddress(report1!.candidates[0]!, after[i1]!, registry);
       warn('SINGLE_ELIGIBLE_REAL', name, `${name} is left with one real taking new flows (${only}); no peer takes over if it fails`);
@@ -294,7 +334,7 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
     .filter((c) => c.path !== 'hashSeed')
     .map((c) => `${c.path} (${c.before} -> ${c.after})`);
   if (restart.length > 0) global.push({ code: 'RESTART_NEEDED', service: null, message: `a reload refuses this change; it needs a restart, which empties the flow table: ${restart.join(', ')}` });
-  return { liveFlowsKnown: liveFlows !== undefined, services, warnings: [...global, ...warnings] };
+  return { liveFlowsKnown: liveFlows !== undefined, liveRealsKnown: liveReals !== undefined, services, warnings: [...global, ...warnings] };
 }
 
 /** A service as sentences name it: `web (tcp://203.0.113.10:80)`, or only the address form when that is its name. */
@@ -308,6 +348,60 @@ function forwardingWarning(name: string, vip: string, reals: readonly string[], 
   const check = `dsrlb-realserver check --vip ${vip} --mode ${to} shows what is missing`;
   if (to === 'ipip') return `${head} IPIP-encapsulated, so ${one ? 'it' : 'each'} must decapsulate them (kernel tunnel or dsrlb decap; ${check}), or those connections break`;
   return `${head} by MAC rewrite, so ${one ? 'it' : 'each'} must be on the LB's segment with the VIP on lo (${check}), or those connections break`;
+}
+
+/** Reals that are up and take new flows; a failOpen panic (new flows onto down reals) is none. */
+function takingNew(report: ServiceBuildReport): number {
+  return report.panic ? 0 : report.candidates.length;
+}
+
+/** The engine's test for an entry it finds (Engine.place): may the real keep flows, and is it still this service's? */
+function keepsFlows(b: BuildResult, serviceIndex: number, id: number): boolean {
+  const snap = b.snapshot;
+  return serviceIndex >= 0 && id < snap.realIdLimit && snap.realKeepExisting[id] === 1 && snap.realService[id] === serviceIndex;
+}
+
+/**
+ * Puts the daemon's view into both sides, as a reload of the candidate would carry it over: the
+ * current side takes the intent and health in force; on the candidate side a real of the same
+ * service keeps its override unless the candidate changes its state or weight (Daemon.pruneOverrides
+ * drops the override then), and keeps its health unless the service's probe restarts or goes
+ * (HealthOnApply). A real the daemon has no health for yet (new, or its probe restarts) counts as
+ * up: HEALTH_CHECK_* warnings tell the wait. Returns the overrides dropped, by service identity.
+ */
+function applyLiveReals(before: readonly ServiceState[], after: readonly ServiceState[], live: readonly LiveReal[]): Map<string, DroppedIntent[]> {
+  const byKey = new Map(live.map((r) => [RealRegistry.keyOf(r.identity, r.address), r]));
+  for (const s of before) {
+    for (const r of s.reals) {
+      const l = byKey.get(RealRegistry.keyOf(s.identity, r.address));
+      if (l === undefined) continue;
+      if (!r.removed) {
+        r.intent = l.state;
+        r.weight = l.weight;
+      }
+      r.health = l.up ? 'up' : 'down';
+    }
+  }
+  const dropped = new Map<string, DroppedIntent[]>();
+  for (const s of after) {
+    const old = before.find((o) => o.identity === s.identity);
+    if (old === undefined) continue;
+    const healthKept = diffService(old.config, s.config).healthOnApply === 'kept';
+    for (const r of s.reals) {
+      const l = byKey.get(RealRegistry.keyOf(s.identity, r.address));
+      if (l === undefined) continue;
+      if (healthKept) r.health = l.up ? 'up' : 'down';
+      const was = old.config.reals.find((o) => o.address === r.address);
+      if (r.removed || was === undefined || (l.state === was.state && l.weight === was.weight)) continue;
+      if (r.intent === was.state && r.weight === was.weight) {
+        r.intent = l.state;
+        r.weight = l.weight;
+      } else {
+        dropped.set(s.identity, [...(dropped.get(s.identity) ?? []), { address: r.address, state: l.state, weight: l.weight }]);
+      }
+    }
+  }
+  return dropped;
 }
 
 function addRemoved(state: ServiceState, addresses: readonly string[]): void {
@@ -370,9 +464,8 @@ function liveImpact(
   let landingElsewhere = 0;
   for (let f = 0; f < total; f++) {
     const id = registry.idFor(RealRegistry.keyOf(identity, live.realAddresses[f]!));
-    // The engine's test for an entry it finds (Engine.place): may the real keep flows, and is it still this service's?
-    const keeps = id < snap1.realIdLimit && snap1.realKeepExisting[id] === 1 && snap1.realService[id] === i1;
-    if (!keeps) changingRealNow++;
+    // Only what this change does: flows the daemon already moves (a real down or disabled now) do not count.
+    if (keepsFlows(b0, i0, id) && !keepsFlows(b1, i1, id)) changingRealNow++;
     const key = live.keys.subarray(f * FLOW_KEY_WORDS, (f + 1) * FLOW_KEY_WORDS);
     const before = i0 < 0 ? -1 : consistentPick(b0.snapshot, i0, flowHash(key, seed0));
     const after = consistentPick(snap1, i1, flowHash(key, seed1));
@@ -428,6 +521,7 @@ export function formatPlanText(report: PlanReport): string {
       lines.push(`  real +${r.address}: ${r.state}, weight ${r.weight}${own}${idle}`);
     }
     for (const a of s.realsRemoved) lines.push(`  real -${a} (drains its flows)`);
+    for (const d of s.intentDropped) lines.push(`  real ${d.address}: operator intent in force (${d.state}, weight ${d.weight}) is dropped: this change sets the real in the config`);
     for (const c of s.realsChanged) {
       const parts: string[] = [];
       if (c.before.state !== c.after.state) parts.push(`${c.before.state} -> ${c.after.state}`);
@@ -526,6 +620,8 @@ export interface PlanCommandArgs {
   readonly current?: Config;
   /** The running daemon's live flows, when the CLI fetched them. */
   readonly liveFlows?: LiveFlows;
+  /** The running daemon's intent and health per real, when the CLI fetched them. */
+  readonly liveReals?: readonly LiveReal[];
   readonly json?: boolean;
 }
 
@@ -550,6 +646,6 @@ export async function runPlanCommand(args: PlanCommandArgs): Promise<CommandOutp
     problems.push('--against: missing; give the current config with --against OLD, or run plan where the daemon runs');
   }
   if (problems.length > 0 || !next.ok || current === null) return { exitCode: 1, stdout: '', stderr: `${problems.join('\n')}\n` };
-  const report = planChange(current, next.config, args.liveFlows);
+  const report = planChange(current, next.config, args.liveFlows, args.liveReals);
   return { exitCode: 0, stdout: args.json === true ? formatPlanJson(report) : formatPlanText(report), stderr: '' };
 }

@@ -396,6 +396,30 @@ describe('plan against the running daemon', () => {
       await new Promise((res) => client.once('exit', res));
     }
   }, 60_000);
+
+  it('takes the intent in force: with one real drained through the CLI, a config keeping only that real leaves no eligible real', async () => {
+    const kept = lab.reals[0]!.ipv4;
+    const drain = await daemon.cli(['drain', 'web', kept]);
+    expect(drain.code, drain.stderr).toBe(0);
+    try {
+      const candidate = join(dir, 'only-drained.yaml');
+      await writeFile(candidate, configText([kept]));
+      const plan = (json: boolean) => lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'plan', '-c', candidate, '--admin', 'http://127.0.0.1:9743', ...(json ? ['--json'] : [])]);
+      const text = await plan(false);
+      expect(text.code, text.stderr).toBe(0);
+      expect(text.stdout).toContain('reals taking new flows: 2 -> 0');
+      expect(text.stdout).toMatch(/NO_ELIGIBLE_REAL: web is left with no real that takes new flows .*by the intent and health in force/);
+      const report = JSON.parse((await plan(true)).stdout);
+      expect(report.liveRealsKnown).toBe(true);
+      expect(report.warnings.map((w: { code: string }) => w.code)).toContain('NO_ELIGIBLE_REAL');
+      // Against the file alone (no daemon view) the drained real still counts: no such warning.
+      const against = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'plan', '-c', candidate, '--against', configPath]);
+      expect(against.code, against.stderr).toBe(0);
+      expect(against.stdout).not.toContain('NO_ELIGIBLE_REAL');
+    } finally {
+      expect((await daemon.cli(['undrain', 'web', kept])).code).toBe(0);
+    }
+  }, 60_000);
 });
 
 describe('metrics', () => {

@@ -16,7 +16,7 @@ import { FLOW_KEY_WORDS } from '../../src/dataplane/flow-hash.js';
 import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
 import { buildMaglevTable, countChangedSlots } from '../../src/dataplane/maglev-table.js';
 import { MemoryIo } from '../../src/io/memory-io.js';
-import { formatPlanJson, formatPlanText, planChange, runPlanCommand, type LiveFlows, type PlanReport } from '../../src/sim/plan.js';
+import { formatPlanJson, formatPlanText, planChange, runPlanCommand, type LiveFlows, type LiveReal, type PlanReport } from '../../src/sim/plan.js';
 import { ETH_IPV4, ethernet, ipv4, tcp } from '../support/packet-builder.js';
 
 const VIP = '203.0.113.10';
@@ -480,5 +480,104 @@ describe('plan: the command', () => {
     const live = await runPlanCommand({ config: next, current: config({ reals: four() }), liveFlows: new Map() });
     expect(live.exitCode).toBe(0);
     expect(live.stdout).toContain('  live flows: 0; changing real now: 0; landing elsewhere without their entry (LB restart, ECMP peer): 0\n');
+  });
+});
+
+describe('plan against the daemon view: the intent and health in force', () => {
+  // web with a tcp check; `reals` as config text, e.g. '{ address: 10.0.0.11, state: drain }'.
+  const checked = (reals: string[], check = '{ type: tcp }', whenAllDown = 'failOpen'): Config => {
+    const parsed = parseConfigText(`interface: eth0\nservices:\n  - { name: web, vip: ${VIP}, port: 80, whenAllDown: ${whenAllDown}, healthCheck: ${check}, reals: [ ${reals.join(', ')} ] }\n`);
+    if (!parsed.ok) throw new Error(formatProblems(parsed.problems));
+    return parsed.config;
+  };
+  const addr = (address: string, more = ''): string => `{ address: ${address}${more} }`;
+  const live = (address: string, state: RealIntent = 'active', weight = 100, up = true): LiveReal => ({ identity: WEB, service: 'web', address, state, weight, up, removed: false });
+  const fourUp = (): LiveReal[] => ADDRS.slice(0, 4).map((a) => live(a));
+
+  it('keeps operator overrides the candidate does not touch: the review case (11 drained, 12 disabled, then 13 set to drain) leaves no real', () => {
+    const current = checked(ADDRS.slice(0, 3).map((a) => addr(a)));
+    const candidate = checked([addr(ADDRS[0]!), addr(ADDRS[1]!), addr(ADDRS[2]!, ', state: drain')]);
+    const view = [live(ADDRS[0]!, 'drain'), live(ADDRS[1]!, 'disabled'), live(ADDRS[2]!)];
+    const report = planChange(current, candidate, undefined, view);
+    expect(web(report).eligibleReals).toEqual({ before: 1, after: 0 });
+    expect(web(report).intentDropped).toEqual([]);
+    expect(report.liveRealsKnown).toBe(true);
+    expect(report.warnings).toEqual([
+      {
+        code: 'NO_ELIGIBLE_REAL',
+        service: 'web',
+        message: 'web is left with no real that takes new flows (every real is removed, drained, disabled, at weight 0 or down, by the intent and health in force): new flows are dropped',
+      },
+    ]);
+    // From the config text alone the same edit looks harmless: 3 -> 2 reals, no warning.
+    const fromText = planChange(current, candidate);
+    expect(web(fromText).eligibleReals).toEqual({ before: 3, after: 2 });
+    expect(fromText.liveRealsKnown).toBe(false);
+    expect(codes(fromText)).toEqual([]);
+  });
+
+  it('warns when the candidate removes every real but the one the operator drained', () => {
+    const report = planChange(checked(ADDRS.slice(0, 4).map((a) => addr(a))), checked([addr(ADDRS[0]!)]), undefined, [live(ADDRS[0]!, 'drain'), ...fourUp().slice(1)]);
+    expect(web(report).eligibleReals).toEqual({ before: 3, after: 0 });
+    expect(codes(report)).toEqual(['NO_ELIGIBLE_REAL']);
+  });
+
+  it('drops an override when the candidate changes that real, as a reload does, and lists it', () => {
+    const current = checked(ADDRS.slice(0, 2).map((a) => addr(a)));
+    const candidate = checked([addr(ADDRS[0]!, ', weight: 50'), addr(ADDRS[1]!)]);
+    const report = planChange(current, candidate, undefined, [live(ADDRS[0]!, 'drain'), live(ADDRS[1]!, 'disabled', 0)]);
+    // 10.0.0.11 is set in the candidate: its drain goes and it takes flows; 10.0.0.12 stays disabled.
+    expect(web(report).intentDropped).toEqual([{ address: ADDRS[0], state: 'drain', weight: 100 }]);
+    expect(web(report).eligibleReals).toEqual({ before: 0, after: 1 });
+    expect(codes(report)).toEqual(['SINGLE_ELIGIBLE_REAL']);
+    expect(formatPlanText(report)).toContain('  real 10.0.0.11: operator intent in force (drain, weight 100) is dropped: this change sets the real in the config\n');
+  });
+
+  it('counts down reals as out: removing the only real that is up leaves none (failOpen panics onto down reals, drop drops)', () => {
+    const view = [live(ADDRS[0]!), live(ADDRS[1]!, 'active', 100, false), live(ADDRS[2]!, 'active', 100, false)];
+    const reals = ADDRS.slice(0, 3).map((a) => addr(a));
+    const failOpen = planChange(checked(reals), checked(reals.slice(1)), undefined, view);
+    expect(web(failOpen).eligibleReals).toEqual({ before: 1, after: 0 });
+    expect(failOpen.warnings.map((w) => w.message)).toEqual([
+      'web is left with no real that takes new flows (every real is removed, drained, disabled, at weight 0 or down, by the intent and health in force): whenAllDown failOpen sends new flows to the active reals that are down (panic)',
+    ]);
+    const drop = planChange(checked(reals, undefined, 'drop'), checked(reals.slice(1), undefined, 'drop'), undefined, view);
+    expect(drop.warnings.map((w) => w.message)).toEqual([
+      'web is left with no real that takes new flows (every real is removed, drained, disabled, at weight 0 or down, by the intent and health in force): new flows are dropped',
+    ]);
+    // Nothing changes, but nothing is up now either: said so.
+    const down = view.map((r) => ({ ...r, up: false }));
+    expect(planChange(checked(reals), checked(reals), undefined, down).warnings.map((w) => w.message)).toEqual([
+      'web is left with no real that takes new flows (every real is removed, drained, disabled, at weight 0 or down, by the intent and health in force; it has none now either): whenAllDown failOpen sends new flows to the active reals that are down (panic)',
+    ]);
+  });
+
+  it('forgets health the candidate restarts or switches off: those reals count as up (the probe warnings tell the wait)', () => {
+    const reals = ADDRS.slice(0, 2).map((a) => addr(a));
+    const view = [live(ADDRS[0]!, 'active', 100, false), live(ADDRS[1]!, 'active', 100, false)];
+    const retimed = planChange(checked(reals), checked(reals, '{ type: tcp, interval: 5s }'), undefined, view);
+    expect(web(retimed).healthOnApply).toBe('kept');
+    expect(web(retimed).eligibleReals).toEqual({ before: 0, after: 0 });
+    const restarted = planChange(checked(reals), checked(reals, '{ type: tcp, port: 8080 }'), undefined, view);
+    expect(web(restarted).eligibleReals).toEqual({ before: 0, after: 2 });
+    expect(codes(restarted)).toEqual(['HEALTH_CHECK_RESTARTS']);
+    const off = planChange(checked(reals), checked(reals, '{ type: none }'), undefined, view);
+    expect(web(off).eligibleReals).toEqual({ before: 0, after: 2 });
+    expect(codes(off)).toEqual([]);
+  });
+
+  it('counts as changing real now only the flows this change moves, not those on a real already down', () => {
+    const cfg = config({ reals: four() });
+    const a = lb(snapshotOf(cfg));
+    for (let f = 0; f < 200; f++) a.send(f, SYN);
+    const flows = a.liveFlows();
+    const onFirst = flows.get(WEB)!.realAddresses.filter((x) => x === ADDRS[0]).length;
+    const onSecond = flows.get(WEB)!.realAddresses.filter((x) => x === ADDRS[1]).length;
+    // 10.0.0.11 is down now; the candidate disables 10.0.0.12.
+    const view = [live(ADDRS[0]!, 'active', 100, false), ...fourUp().slice(1)];
+    const candidate = config({ reals: [four()[0]!, { address: ADDRS[1]!, state: 'disabled' }, ...four().slice(2)] });
+    expect(web(planChange(cfg, candidate, flows, view)).liveFlows!.changingRealNow).toBe(onSecond);
+    expect(web(planChange(cfg, candidate, flows)).liveFlows!.changingRealNow).toBe(onSecond);
+    expect(onFirst).toBeGreaterThan(0);
   });
 });
