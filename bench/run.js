@@ -78,6 +78,7 @@ const opts = {
   pcapRounds: quick ? 1 : 3,
   downloadRounds: quick ? 1 : 3,
   downloadObjects: Math.max(1, Math.round(Number(argv['download-mib'] ?? (quick ? 100 : 1000)) / 10)),
+  downloadWarmObjects: quick ? 1 : 20,
   pcap: !argv['no-pcap'],
   // The C reference forwarder (bench/trafgen/ringfwd.c): AF_PACKET ring + sendmmsg, no JavaScript.
   cref: !argv['no-cref'],
@@ -438,8 +439,11 @@ async function downloadSuite(bl, bins, dir) {
     const lb = path.start ? await path.start() : null;
     let r;
     try {
-      // Warm the path (ARP, JIT of the HTTP server and of dsrlb) outside the measurement.
-      await downloadRun(bl, { host: path.host, objects: 1 });
+      // Warm the path outside the measurement: ARP, the HTTP server's JIT, and for dsrlb the JIT
+      // of the packet loop and the collections after start-up. With offloads on one object is only
+      // about 100 ACKs; after it the first timed gigabyte cost dsrlb 0.29 process s/GB and the next
+      // ones 0.17-0.21 (its compiler and GC threads alone: 0.065 s, then 0.01).
+      await downloadRun(bl, { host: path.host, objects: opts.downloadWarmObjects });
       r = await fetch(path.host, lb ? lb.pids : []);
     } finally {
       if (lb) Object.assign(r ?? {}, await lb.stop());
