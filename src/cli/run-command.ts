@@ -1,38 +1,96 @@
 // `dsrlb run -c FILE`: the daemon in the foreground, JSON logs on stdout, SIGHUP reloads,
-// SIGTERM/SIGINT stop cleanly and undo the host changes.
+// SIGTERM/SIGINT stop cleanly and undo the host changes, also when they arrive during start.
 
-import type { Server } from 'node:http';
+import type { Config } from '../config/types.js';
 import { formatProblems } from '../config/validate.js';
 import { Daemon, DaemonError } from '../control/daemon.js';
 import { startAdminServer, startMetricsServer } from '../control/http-servers.js';
-import { createLogger } from '../control/logger.js';
+import { createLogger, type Logger } from '../control/logger.js';
+
+/** What the supervisor needs of the daemon (Daemon; a fake in tests). */
+export interface SupervisedDaemon {
+  readonly config: Config;
+  start(): Promise<void>;
+  stop(opts?: { startFailed?: boolean }): Promise<void>;
+  reload(): Promise<unknown>;
+}
+
+export interface SupervisorDeps {
+  readonly daemon: SupervisedDaemon;
+  readonly log: Logger;
+  /** Started in order after the daemon; each one started is closed on the way out. */
+  readonly servers: readonly (() => Promise<{ close(): unknown }>)[];
+  /** Where SIGTERM, SIGINT and SIGHUP arrive (process). */
+  readonly signals: { on(signal: 'SIGTERM' | 'SIGINT' | 'SIGHUP', listener: () => void): unknown };
+  readonly exit: (code: number) => void;
+  readonly stderr: (text: string) => void;
+}
 
 export async function runDaemon(configPath: string): Promise<number> {
   const log = createLogger();
   const daemon = new Daemon(configPath, log);
-  const servers: Server[] = [];
-  let stopping = false;
-  const stop = async (signal: string): Promise<void> => {
-    if (stopping) return;
-    stopping = true;
+  return superviseDaemon({
+    daemon,
+    log,
+    servers: [() => startMetricsServer(daemon), () => startAdminServer(daemon)],
+    signals: process,
+    exit: (code) => process.exit(code),
+    stderr: (text) => process.stderr.write(text),
+  });
+}
+
+/**
+ * Starts the daemon and its servers and stops them on a signal. The signal handlers are in place
+ * before start: a SIGTERM/SIGINT during start (the default action would kill the process with its
+ * VIPs and nftables table left behind) waits for start to end, then undoes and exits as after a
+ * clean run; a SIGHUP during start reloads once started. Resolves only on a refused start (in
+ * tests, where exit returns); in production exit ends the process first.
+ */
+export async function superviseDaemon(deps: SupervisorDeps): Promise<number> {
+  const { daemon, log } = deps;
+  const servers: { close(): unknown }[] = [];
+  let phase: 'starting' | 'running' | 'stopping' = 'starting';
+  let stopSignal: string | null = null;
+  let reloadPending = false;
+  const stop = async (signal: string): Promise<number> => {
+    phase = 'stopping';
     log.info('stopping', { signal });
     for (const s of servers) s.close();
     await daemon.stop().catch((e: Error) => log.error('stop failed', { error: e.message }));
-    process.exit(0);
+    deps.exit(0);
+    return 0;
   };
+  const onStop = (signal: string): void => {
+    if (phase === 'running') void stop(signal);
+    else if (phase === 'starting' && stopSignal === null) {
+      stopSignal = signal;
+      log.info('stop requested during start: stopping once start has ended', { signal });
+    }
+  };
+  deps.signals.on('SIGTERM', () => onStop('SIGTERM'));
+  deps.signals.on('SIGINT', () => onStop('SIGINT'));
+  deps.signals.on('SIGHUP', () => {
+    if (phase === 'running') {
+      log.info('SIGHUP: reloading');
+      void daemon.reload();
+    } else if (phase === 'starting') {
+      reloadPending = true;
+      log.info('SIGHUP during start: reloading once started');
+    }
+  });
+
   let code = 0;
   try {
     await daemon.start();
-    servers.push(await startMetricsServer(daemon));
-    servers.push(await startAdminServer(daemon));
+    for (const start of deps.servers) servers.push(await start());
   } catch (err) {
     if (err instanceof DaemonError && err.problems.length > 0) {
-      process.stderr.write(formatProblems(err.problems) + '\n');
+      deps.stderr(formatProblems(err.problems) + '\n');
       log.error('refusing to start', { code: err.code, problems: err.problems.map((p) => `${p.path}: ${p.message}`) });
       code = 1;
     } else {
       const e = err as Error & { code?: string };
-      process.stderr.write(`dsrlb: ${e.message}\n`);
+      deps.stderr(`dsrlb: ${e.message}\n`);
       log.error('refusing to start', { code: e.code ?? 'ERROR', error: e.message });
       code = 2;
     }
@@ -40,16 +98,18 @@ export async function runDaemon(configPath: string): Promise<number> {
   if (code !== 0) {
     // Undo only what this start did (a running daemon's host state is not ours), then exit:
     // a loop worker or socket left behind must not keep a refused daemon hanging.
+    phase = 'stopping';
     for (const s of servers) s.close();
     await daemon.stop({ startFailed: true }).catch((e: Error) => log.error('stop failed', { error: e.message }));
-    process.exit(code);
+    deps.exit(code);
+    return code;
   }
-  process.on('SIGHUP', () => {
+  phase = 'running';
+  if (stopSignal !== null) return stop(stopSignal);
+  if (reloadPending) {
     log.info('SIGHUP: reloading');
     void daemon.reload();
-  });
-  process.on('SIGTERM', () => void stop('SIGTERM'));
-  process.on('SIGINT', () => void stop('SIGINT'));
+  }
   log.info('ready', {
     metrics: `${daemon.config.metrics.listen.host}:${daemon.config.metrics.listen.port}`,
     admin: `${daemon.config.admin.listen.host}:${daemon.config.admin.listen.port}`,

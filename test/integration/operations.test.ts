@@ -4,7 +4,7 @@
 
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -310,6 +310,46 @@ describe('start-up failure after the packet loop started', () => {
         expect((await inNs('nft', 'list', 'tables')).stdout).not.toContain('dsrlb');
       } finally {
         holder.kill('SIGTERM');
+      }
+    } finally {
+      await run('ip', ['netns', 'del', ns]);
+    }
+  }, 40_000);
+
+  it('undoes its host changes and exits 0 on a SIGTERM that arrives during start', async () => {
+    const ns = `${PREFIX}sig`;
+    const inNs = (...argv: string[]) => run('ip', ['netns', 'exec', ns, ...argv]);
+    await run('ip', ['netns', 'add', ns]);
+    try {
+      await run('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
+      for (const dev of ['lo', 'eth0', 'eth1']) await run('ip', ['-n', ns, 'link', 'set', dev, 'up']);
+      await run('ip', ['-n', ns, 'addr', 'add', '192.0.2.1/24', 'dev', 'eth0']);
+      // Start looks up the route to an IPIP real after the VIP and the nftables table are in place;
+      // an `ip` that takes 3 s over that lookup holds start open while the signal arrives.
+      const bin = join(dir, 'slow-ip');
+      await mkdir(bin, { recursive: true });
+      await writeFile(join(bin, 'ip'), '#!/bin/sh\ncase "$*" in *"route get"*) sleep 3;; esac\nexec /usr/sbin/ip "$@"\n', { mode: 0o755 });
+      const cfg = join(dir, 'signal-in-start.yaml');
+      await writeFile(cfg, ['interface: eth0', 'services:', '  - { name: web, vip: 198.51.100.9, port: 80, forwarding: ipip, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
+      const child = lab.spawn(ns, ['env', `PATH=${bin}:${process.env.PATH}`, process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', cfg], { stdio: ['ignore', 'pipe', 'inherit'] });
+      let stdout = '';
+      child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+      const exited = new Promise<number | null>((res) => child.once('exit', (code) => res(code)));
+      try {
+        const deadline = Date.now() + 10_000;
+        while (!(await inNs('ip', '-o', 'addr', 'show', 'dev', 'lo')).stdout.includes('198.51.100.9')) {
+          if (Date.now() > deadline) throw new Error(`the VIP never appeared:\n${stdout}`);
+          await sleep(50);
+        }
+        expect(stdout).not.toContain('dsrlb running');
+        child.kill('SIGTERM');
+        expect(await exited, stdout).toBe(0);
+        expect(stdout).toContain('stop requested during start');
+        expect(stdout).toContain('dsrlb stopped');
+        expect((await inNs('ip', '-o', 'addr', 'show', 'dev', 'lo')).stdout).not.toContain('198.51.100.9');
+        expect((await inNs('nft', 'list', 'tables')).stdout).not.toContain('dsrlb');
+      } finally {
+        child.kill('SIGKILL');
       }
     } finally {
       await run('ip', ['netns', 'del', ns]);

@@ -1,0 +1,91 @@
+// `dsrlb run`'s start/stop sequencing with a fake daemon: a stop signal during start waits for
+// start to end, then undoes and exits as after a clean run; a refused start undoes only its own.
+
+import { EventEmitter } from 'node:events';
+import { describe, expect, it } from 'vitest';
+import { superviseDaemon, type SupervisedDaemon } from '../../src/cli/run-command.js';
+import type { Config } from '../../src/config/types.js';
+import { DaemonError } from '../../src/control/daemon-error.js';
+import type { Logger } from '../../src/control/logger.js';
+
+function deferred(): { promise: Promise<void>; resolve: () => void; reject: (e: Error) => void } {
+  let resolve!: () => void;
+  let reject!: (e: Error) => void;
+  const promise = new Promise<void>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+const tick = () => new Promise((r) => setImmediate(r));
+
+function harness() {
+  const events: string[] = [];
+  const starting = deferred();
+  const daemon: SupervisedDaemon = {
+    config: { metrics: { listen: { host: '127.0.0.1', port: 9742 } }, admin: { listen: { host: '127.0.0.1', port: 9743 } } } as Config,
+    start: async () => {
+      events.push('start');
+      await starting.promise;
+      events.push('started');
+    },
+    stop: async (opts) => void events.push(opts?.startFailed ? 'stop(startFailed)' : 'stop'),
+    reload: async () => void events.push('reload'),
+  };
+  const log: Logger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
+  const signals = new EventEmitter();
+  const exits: number[] = [];
+  const run = superviseDaemon({
+    daemon,
+    log,
+    servers: [async () => (events.push('metrics'), { close: () => events.push('close metrics') }), async () => (events.push('admin'), { close: () => events.push('close admin') })],
+    signals,
+    exit: (code) => {
+      events.push(`exit ${code}`);
+      exits.push(code);
+    },
+    stderr: () => undefined,
+  });
+  return { events, starting, signals, exits, run };
+}
+
+describe('dsrlb run: signals and start', () => {
+  it('a SIGTERM during start waits for start, then stops the servers and the daemon (full undo) and exits 0', async () => {
+    const h = harness();
+    await tick();
+    // Handlers are in place before start: emitting with none would leave the event unheard.
+    expect(h.signals.listenerCount('SIGTERM')).toBe(1);
+    expect(h.signals.listenerCount('SIGINT')).toBe(1);
+    h.signals.emit('SIGTERM');
+    h.signals.emit('SIGINT'); // a second signal does not stop twice
+    await tick();
+    expect(h.events).toEqual(['start']);
+    h.starting.resolve();
+    expect(await h.run).toBe(0);
+    expect(h.events).toEqual(['start', 'started', 'metrics', 'admin', 'close metrics', 'close admin', 'stop', 'exit 0']);
+  });
+
+  it('a SIGINT during start whose start then fails undoes only this start and exits with the start failure', async () => {
+    const h = harness();
+    await tick();
+    h.signals.emit('SIGINT');
+    h.starting.reject(new DaemonError('LOOP_FAILED', 'no such interface'));
+    expect(await h.run).toBe(2);
+    expect(h.events).toEqual(['start', 'stop(startFailed)', 'exit 2']);
+  });
+
+  it('a SIGHUP during start reloads once started; after start, SIGTERM stops at once', async () => {
+    const h = harness();
+    await tick();
+    h.signals.emit('SIGHUP');
+    h.starting.resolve();
+    await tick();
+    await tick();
+    expect(h.events).toEqual(['start', 'started', 'metrics', 'admin', 'reload']);
+    h.signals.emit('SIGTERM');
+    await tick();
+    expect(h.events.slice(5)).toEqual(['close metrics', 'close admin', 'stop', 'exit 0']);
+    expect(h.exits).toEqual([0]);
+  });
+});
