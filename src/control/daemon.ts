@@ -307,6 +307,8 @@ export class Daemon {
         const existing = this.reals.get(key);
         if (existing) {
           existing.removed = false;
+          // A renamed service is the same service (identity is the tuple): metrics and logs take the new name.
+          existing.serviceName = s.name;
           continue;
         }
         this.reals.set(key, { key, id: this.registry.idFor(key), service: sid, serviceName: s.name, address: r.address, removed: false });

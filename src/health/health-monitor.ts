@@ -60,7 +60,8 @@ export interface HealthMonitor {
 
 interface Watch {
   target: HealthTarget;
-  readonly probeTarget: ProbeTarget;
+  /** What the prober is given; its service name follows a rename (exec probes see it). */
+  probeTarget: ProbeTarget;
   readonly damper: HealthDamper;
   /** null for type none: never probed, always up. */
   readonly prober: Prober | null;
@@ -96,8 +97,10 @@ export class HealthMonitor extends EventEmitter {
 
   /**
    * Makes the watched set equal to `targets`. A key whose real and probe are unchanged keeps its
-   * state; one whose only changes are interval, timeout, rise or fall keeps its state and is
-   * rescheduled; any other change restarts it from 'down' (the new probe has proven nothing yet).
+   * state, also when only its service's name changed (a rename probes the same real the same way;
+   * later probes carry the new name); one whose only changes are interval, timeout, rise or fall
+   * keeps its state and is rescheduled; any other change restarts it from 'down' (the new probe
+   * has proven nothing yet).
    */
   setTargets(targets: readonly HealthTarget[]): void {
     const wanted = new Map<string, HealthTarget>();
@@ -116,6 +119,7 @@ export class HealthMonitor extends EventEmitter {
       if (old && sameProbe(old.target, target)) {
         if (!sameTiming(old.target.check, target.check)) this.retime(old, target);
         old.target = target;
+        if (old.probeTarget.service !== target.service) old.probeTarget = { ...old.probeTarget, service: target.service };
         continue;
       }
       if (old) this.stopWatch(old);
@@ -235,9 +239,9 @@ function record(watch: Watch): HealthFactRecord {
 
 const TIMING_KEYS: ReadonlySet<keyof HealthCheckConfig> = new Set(['intervalMs', 'timeoutMs', 'rise', 'fall']);
 
-/** Same real, same service and the same probe (everything but the timing). */
+/** Same real behind the same VIP and the same probe (everything but the timing); the service's name is no part of it. */
 function sameProbe(a: HealthTarget, b: HealthTarget): boolean {
-  if (a.address !== b.address || a.vip !== b.vip || a.service !== b.service) return false;
+  if (a.address !== b.address || a.vip !== b.vip) return false;
   for (const key of Object.keys(a.check) as (keyof HealthCheckConfig)[]) {
     if (!TIMING_KEYS.has(key) && !sameValue(a.check[key], b.check[key])) return false;
   }

@@ -309,9 +309,7 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       if (hc0.type === 'none') {
         warn('HEALTH_CHECK_ENABLED', name, `healthCheck of ${name} none -> ${hc1.type}: every real starts down ${wait}; ${meanwhile}`);
       } else {
-        // The probe carries the service name, so the daemon takes a renamed service's probe for a new one.
         const causes = healthCheckParts(probeChanges(diff.settingsChanged));
-        if (cfg0.name !== cfg1.name) causes.push(`service name ${cfg0.name} -> ${cfg1.name}`);
         warn('HEALTH_CHECK_RESTARTS', name, `the probe of ${name} changes (${causes.join(', ')}): every real starts over from down ${wait}; ${meanwhile}`);
       }
     }

@@ -32,10 +32,9 @@ export interface RealChange {
 
 /**
  * What the daemon's health monitor does to the reals a service keeps when the change is applied:
- * `kept`: same probe (or only its timing changed), they keep their health; `startDown`: a probe it
- * has not run before (a check switched on, a setting other than timing changed, or the service
- * renamed: the probe carries the name), they are down until it passes `rise` times; `upAtOnce`: the
- * check is switched off.
+ * `kept`: same probe (or only its timing, or the service's name, changed), they keep their health;
+ * `startDown`: a probe it has not run before (a check switched on, a setting other than timing
+ * changed), they are down until it passes `rise` times; `upAtOnce`: the check is switched off.
  */
 export type HealthOnApply = 'kept' | 'startDown' | 'upAtOnce';
 
@@ -85,7 +84,7 @@ export function diffService(a: ServiceConfig, b: ServiceConfig): ServiceDiff {
     a.forwarding === b.forwarding ? [] : b.reals.filter((r) => r.forwarding !== b.forwarding && reals0.get(r.address)?.forwarding === r.forwarding).map((r) => r.address);
   let healthOnApply: HealthOnApply = 'kept';
   if (b.healthCheck.type === 'none') healthOnApply = a.healthCheck.type === 'none' ? 'kept' : 'upAtOnce';
-  else if (a.healthCheck.type === 'none' || probeChanged || a.name !== b.name) healthOnApply = 'startDown';
+  else if (a.healthCheck.type === 'none' || probeChanged) healthOnApply = 'startDown';
   return { settingsChanged, realsAdded, realsRemoved, realsChanged, realsKeepingForwarding, healthOnApply };
 }
 

@@ -284,4 +284,20 @@ describe('HealthMonitor bookkeeping', () => {
     monitor.setTargets([{ key: 'k', service: 'web', address: '127.0.0.1', vip: '10.0.0.100', check: check({ intervalMs: 30, timeoutMs: 20, rise: 2 }) }]);
     await waitUntil('up', 1000, () => monitor.fact('k')!.state === 'up');
   });
+
+  it('a renamed service keeps its reals\' health, and later probes carry the new name', async () => {
+    const names: string[] = [];
+    const monitor = new HealthMonitor({ random: () => 0, probers: { tcp: { probe: async (t) => (names.push(t.service), OK) } } });
+    cleanups.push(() => monitor.stop());
+    const t = (service: string): HealthTarget => ({ key: 'k', service, address: '127.0.0.1', vip: '10.0.0.100', check: check({ intervalMs: 30, timeoutMs: 20, rise: 2 }) });
+    monitor.setTargets([t('web')]);
+    await waitUntil('up', 1000, () => monitor.fact('k')!.state === 'up');
+    const since = monitor.fact('k')!.since;
+    monitor.setTargets([t('www')]);
+    expect(monitor.fact('k')).toMatchObject({ state: 'up', since });
+    const seen = names.length;
+    await waitUntil('a probe as www', 1000, () => names.length > seen + 1);
+    expect(names.slice(seen + 1).every((n) => n === 'www')).toBe(true);
+    expect(monitor.fact('k')).toMatchObject({ state: 'up', since });
+  });
 });

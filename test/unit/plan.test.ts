@@ -332,7 +332,7 @@ warnings:
   hash space moving: 16.7% (10924 of 65537 Maglev slots)
 live flows: not known (no running daemon asked)
 warnings:
-  HEALTH_CHECK_RESTARTS: the probe of www changes (path "/" -> "/healthz", service name web -> www): every real starts over from down until 2 probes 5s apart pass; the service fails open (panic) until one is up; then the flows of reals still down move to the reals that are up, and those connections break
+  HEALTH_CHECK_RESTARTS: the probe of www changes (path "/" -> "/healthz"): every real starts over from down until 2 probes 5s apart pass; the service fails open (panic) until one is up; then the flows of reals still down move to the reals that are up, and those connections break
 `);
     expect(report.services[0]).toMatchObject({
       settingsChanged: [
@@ -346,14 +346,13 @@ warnings:
         { address: '10.0.1.5', weight: 100, state: 'disabled', forwarding: 'l2' },
       ],
     });
-    // A rename alone restarts the probe too: the daemon's probe carries the service name.
+    // A rename alone keeps the probe: the daemon's health monitor keeps the reals' health.
     const renamed = planChange(
       services(`  - { name: web, vip: ${VIP}, port: 80, healthCheck: { type: tcp }, reals: [ { address: 10.0.1.1 } ] }\n`),
       services(`  - { name: www, vip: ${VIP}, port: 80, healthCheck: { type: tcp }, reals: [ { address: 10.0.1.1 } ] }\n`),
     );
-    expect(renamed.warnings.map((w) => w.message)).toEqual([
-      'the probe of www changes (service name web -> www): every real starts over from down until 2 probes 2s apart pass; the service fails open (panic) until one is up; then the flows of reals still down move to the reals that are up, and those connections break',
-    ]);
+    expect(renamed.services[0]!.healthOnApply).toBe('kept');
+    expect(renamed.warnings).toEqual([]);
   });
 
   it('says reals keep their health on a timing change and are up at once when the check is switched off; lists announce and a switch back to l2', () => {
