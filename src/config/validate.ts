@@ -922,7 +922,8 @@ function levenshtein(a: string, b: string): number {
 // ---------------------------------------------------------------------------------------------
 // Small utilities
 
-function yamlProblem(message: string, pos: { line: number; col: number } | undefined): ConfigProblem {
+/** A YAML parse error as a problem: the first line of the message, the position in the path. */
+export function yamlProblem(message: string, pos: { line: number; col: number } | undefined): ConfigProblem {
   // yaml's pretty errors append " at line L, column C:" and a code frame; the position goes in the path.
   const text = (message.split('\n')[0] ?? message).replace(/ at line \d+, column \d+:?\s*$/, '');
   return { path: pos === undefined ? '(yaml)' : `(yaml) line ${pos.line}, column ${pos.col}`, message: text };
@@ -969,7 +970,8 @@ function quoteShort(text: string): string {
   return `"${shown}"... (${Array.from(text).length} characters)`;
 }
 
-function listWords(words: readonly string[], conjunction: 'and' | 'or'): string {
+/** `a, b or c` (or `and`), as error messages list the values a key takes. */
+export function listWords(words: readonly string[], conjunction: 'and' | 'or'): string {
   if (words.length <= 1) return words.join('');
   return `${words.slice(0, -1).join(', ')} ${conjunction} ${words[words.length - 1]}`;
 }
@@ -989,7 +991,8 @@ function isPrime(n: number): boolean {
   return true;
 }
 
-function isLoopback(host: string): boolean {
+/** A loopback IP address (127.0.0.0/8, ::1): an admin API there needs no token. */
+export function isLoopback(host: string): boolean {
   return ipaddr.parse(host).range() === 'loopback';
 }
 

@@ -3,11 +3,8 @@
 
 import { readFile } from 'node:fs/promises';
 import type { Config } from '../config/types.js';
+import { isLoopback } from '../config/validate.js';
 import { DaemonError } from './daemon-error.js';
-
-export function isLoopback(host: string): boolean {
-  return host === '::1' || host.startsWith('127.');
-}
 
 /** The token the admin API requires under `config`, or null (loopback: none). */
 export async function readAdminToken(config: Pick<Config, 'admin'>): Promise<Buffer | null> {

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import type { Config, ConfigProblem, Protocol, RealIntent, ServiceConfig } from '../config/types.js';
-import { closestKey, describe, isMapping, parseConfigText, parseIpAddress, parseListenAddress, serviceAddressName, validateConfig } from '../config/validate.js';
+import { closestKey, describe, isMapping, listWords, parseConfigText, parseIpAddress, parseListenAddress, serviceAddressName, validateConfig, yamlProblem } from '../config/validate.js';
 import type { SimTuple } from './frames.js';
 
 /** Events of a scenario are applied in file order; `at` never goes backwards. */
@@ -332,12 +332,12 @@ function eventList(add: Add, problems: readonly ConfigProblem[], events: readonl
     if (action === 'health' || action === 'intent') {
       const allowed = action === 'health' ? ['up', 'down'] : ['active', 'drain', 'disabled'];
       const s = body['state'];
-      if (s === undefined || s === null) add(`${at}.state`, `${s === null ? 'is empty' : 'missing'}; expected ${orList(allowed)}`);
+      if (s === undefined || s === null) add(`${at}.state`, `${s === null ? 'is empty' : 'missing'}; expected ${listWords(allowed, 'or')}`);
       else if (typeof s === 'string' && allowed.includes(s)) state = s;
       else {
         // Worded as the config's own one-of errors (src/config/validate.ts oneOf).
         const folded = typeof s === 'string' ? allowed.find((option) => option.toLowerCase() === s.toLowerCase()) : undefined;
-        add(`${at}.state`, `${describe(s)} is not ${orList(allowed)}${folded === undefined ? '' : ` (did you mean "${folded}"?)`}`);
+        add(`${at}.state`, `${describe(s)} is not ${listWords(allowed, 'or')}${folded === undefined ? '' : ` (did you mean "${folded}"?)`}`);
       }
     }
     if (problems.length > before || service === null || canonical === null || atMs === null) return;
@@ -515,17 +515,7 @@ function checkKeys(add: Add, obj: Raw, path: string, known: readonly string[]): 
 }
 
 
-function yamlProblem(message: string, pos: { line: number; col: number } | undefined): ConfigProblem {
-  const text = (message.split('\n')[0] ?? message).replace(/ at line \d+, column \d+:?\s*$/, '');
-  return { path: pos === undefined ? '(yaml)' : `(yaml) line ${pos.line}, column ${pos.col}`, message: text };
-}
-
 function fsError(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
   return error.message.replace(/, \w+ '.*'$/, '');
-}
-
-/** `a, b or c`, as the config's errors list the values a key takes. */
-function orList(words: readonly string[]): string {
-  return words.length <= 1 ? words.join('') : `${words.slice(0, -1).join(', ')} or ${words[words.length - 1]}`;
 }
