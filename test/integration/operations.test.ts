@@ -26,6 +26,23 @@ function configText(reals: readonly string[], extra: string[] = []): string {
 
 const addresses = () => lab.reals.map((r) => r.ipv4);
 
+/**
+ * A namespace of its own (a second daemon beside the running one would share its host state):
+ * eth0 (192.0.2.1/24) on a veth, deleted afterwards whatever happens.
+ */
+async function inBareNamespace(suffix: string, fn: (ns: string, inNs: (...argv: string[]) => Promise<{ stdout: string }>) => Promise<void>): Promise<void> {
+  const ns = `${PREFIX}${suffix}`;
+  await run('ip', ['netns', 'add', ns]);
+  try {
+    await run('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
+    for (const dev of ['lo', 'eth0', 'eth1']) await run('ip', ['-n', ns, 'link', 'set', dev, 'up']);
+    await run('ip', ['-n', ns, 'addr', 'add', '192.0.2.1/24', 'dev', 'eth0']);
+    await fn(ns, (...argv) => run('ip', ['netns', 'exec', ns, ...argv]));
+  } finally {
+    await run('ip', ['netns', 'del', ns]);
+  }
+}
+
 beforeAll(async () => {
   requireRoot();
   await destroyLabsWithPrefix(PREFIX);
@@ -258,14 +275,7 @@ describe('admin API input', () => {
 
 describe('start-up failures', () => {
   it('a packet loop that cannot be pinned (cpus: [1023]) stops the daemon at once with exit 2, the CPU named and the host undone', async () => {
-    // Its own namespace: a second daemon next to the running one would share its host state.
-    const ns = `${PREFIX}pin`;
-    const inNs = (...argv: string[]) => run('ip', ['netns', 'exec', ns, ...argv]);
-    await run('ip', ['netns', 'add', ns]);
-    try {
-      await run('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
-      for (const dev of ['lo', 'eth0', 'eth1']) await run('ip', ['-n', ns, 'link', 'set', dev, 'up']);
-      await run('ip', ['-n', ns, 'addr', 'add', '192.0.2.1/24', 'dev', 'eth0']);
+    await inBareNamespace('pin', async (_ns, inNs) => {
       const cfg = join(dir, 'pinned.yaml');
       await writeFile(cfg, ['interface: eth0', 'cpus: [1023]', 'services:', '  - { name: web, vip: 198.51.100.7, port: 80, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
       const started = Date.now();
@@ -278,21 +288,13 @@ describe('start-up failures', () => {
       expect(Date.now() - started).toBeLessThan(15_000);
       expect((await inNs('ip', '-o', 'addr', 'show', 'dev', 'lo')).stdout).not.toContain('198.51.100.7');
       expect((await inNs('nft', 'list', 'tables')).stdout).not.toContain('dsrlb');
-    } finally {
-      await run('ip', ['netns', 'del', ns]);
-    }
+    });
   }, 30_000);
 });
 
 describe('start-up failure after the packet loop started', () => {
   it('exits 2 promptly and undoes its own host changes when the metrics port is taken', async () => {
-    const ns = `${PREFIX}port`;
-    const inNs = (...argv: string[]) => run('ip', ['netns', 'exec', ns, ...argv]);
-    await run('ip', ['netns', 'add', ns]);
-    try {
-      await run('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
-      for (const dev of ['lo', 'eth0', 'eth1']) await run('ip', ['-n', ns, 'link', 'set', dev, 'up']);
-      await run('ip', ['-n', ns, 'addr', 'add', '192.0.2.1/24', 'dev', 'eth0']);
+    await inBareNamespace('port', async (ns, inNs) => {
       const holder = lab.spawn(ns, [process.execPath, '-e', "require('net').createServer().listen(9742, '127.0.0.1', () => console.log('ready'))"], { stdio: ['ignore', 'pipe', 'inherit'] });
       try {
         await new Promise<void>((res) => holder.stdout!.once('data', () => res()));
@@ -311,19 +313,11 @@ describe('start-up failure after the packet loop started', () => {
       } finally {
         holder.kill('SIGTERM');
       }
-    } finally {
-      await run('ip', ['netns', 'del', ns]);
-    }
+    });
   }, 40_000);
 
   it('undoes its host changes and exits 0 on a SIGTERM that arrives during start', async () => {
-    const ns = `${PREFIX}sig`;
-    const inNs = (...argv: string[]) => run('ip', ['netns', 'exec', ns, ...argv]);
-    await run('ip', ['netns', 'add', ns]);
-    try {
-      await run('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
-      for (const dev of ['lo', 'eth0', 'eth1']) await run('ip', ['-n', ns, 'link', 'set', dev, 'up']);
-      await run('ip', ['-n', ns, 'addr', 'add', '192.0.2.1/24', 'dev', 'eth0']);
+    await inBareNamespace('sig', async (ns, inNs) => {
       // Start looks up the route to an IPIP real after the VIP and the nftables table are in place;
       // an `ip` that takes 3 s over that lookup holds start open while the signal arrives.
       const bin = join(dir, 'slow-ip');
@@ -351,9 +345,7 @@ describe('start-up failure after the packet loop started', () => {
       } finally {
         child.kill('SIGKILL');
       }
-    } finally {
-      await run('ip', ['netns', 'del', ns]);
-    }
+    });
   }, 40_000);
 });
 
