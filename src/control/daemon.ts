@@ -503,13 +503,29 @@ export class Daemon {
   findService(ref: string): ServiceConfig | null {
     const byName = this.config.services.find((s) => s.name === ref);
     if (byName) return byName;
-    const m = /^(tcp|udp):\/\/(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/i.exec(ref);
-    if (!m) return null;
-    const vip = parseIpAddress(m[2] ?? m[3]!);
-    if (!vip || (m[2] !== undefined) !== (vip.family === 6)) return null;
-    const protocol = m[1]!.toLowerCase();
-    const port = Number(m[4]);
-    return this.config.services.find((s) => s.protocol === protocol && s.vip === vip.address && s.port === port) ?? null;
+    const a = parseServiceAddress(ref);
+    if (a === null) return null;
+    return this.config.services.find((s) => s.protocol === a.protocol && s.vip === a.vip && s.port === a.port) ?? null;
+  }
+
+  /**
+   * The service and destination port explain asks the packet loop about. `tcp://VIP:PORT` with no
+   * service on that exact port falls to the VIP's port-0 service, as packets do; a port-0 service
+   * named without a port cannot be explained (no TCP or UDP packet has destination port 0).
+   */
+  private explainTarget(ref: string): { s: ServiceConfig; dstPort: number } {
+    const s = this.findService(ref);
+    const a = parseServiceAddress(ref);
+    if (s !== null && s.port !== 0) return { s, dstPort: s.port };
+    if (a !== null && a.port !== 0) {
+      const any = this.config.services.find((c) => c.protocol === a.protocol && c.vip === a.vip && c.port === 0);
+      if (any !== undefined) return { s: any, dstPort: a.port };
+    }
+    if (s !== null) {
+      const vip = s.family === 6 ? `[${s.vip}]` : s.vip;
+      throw new DaemonError('BAD_SERVICE', `service "${s.name}" serves every port of ${vip}: name the port, e.g. ${s.protocol}://${vip}:443`);
+    }
+    throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${ref}"`);
   }
 
   /** A real of s by its address in any spelling (upper case, non-canonical IPv6). */
@@ -601,8 +617,7 @@ export class Daemon {
 
   /** Where a new connection from client (IP:PORT, [V6]:PORT) would go (explain), asked of the packet loop itself. */
   async explain(serviceRef: string, client: string): Promise<Record<string, unknown>> {
-    const s = this.findService(serviceRef);
-    if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
+    const { s, dstPort } = this.explainTarget(serviceRef);
     const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(client);
     if (!m) throw new DaemonError('BAD_CLIENT', `client "${client}" is not IP:PORT (or [IPv6]:PORT)`);
     const ip = parseIpAddress(m[1] ?? m[2]!);
@@ -614,7 +629,7 @@ export class Daemon {
     const addr = new Uint32Array(8);
     addr.set(addressWords(ip.address), 0);
     addr.set(addressWords(s.vip), 4);
-    const answers = await this.loops.ask((id) => ({ type: 'explain', id, family: s.family, protocol: s.protocol === 'tcp' ? 6 : 17, addr, srcPort: port, dstPort: s.port }));
+    const answers = await this.loops.ask((id) => ({ type: 'explain', id, family: s.family, protocol: s.protocol === 'tcp' ? 6 : 17, addr, srcPort: port, dstPort }));
     // With several loops the flow lives in one of them: a flow-table hit wins.
     const e = answers.find((a) => a.type === 'explained' && a.placement === 'flow-table') ?? answers[0];
     if (!e || e.type !== 'explained') throw new DaemonError('INTERNAL', 'no packet loop answered');
@@ -764,6 +779,15 @@ export class Daemon {
 }
 
 /** Why a service drops new flows: its wanted reals have no MAC yet, or none may take flows. */
+/** `tcp://VIP:PORT` / `udp://[V6]:PORT`, the address canonical and the protocol lower case; else null. */
+function parseServiceAddress(ref: string): { protocol: string; vip: string; port: number } | null {
+  const m = /^(tcp|udp):\/\/(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/i.exec(ref);
+  if (!m) return null;
+  const vip = parseIpAddress(m[2] ?? m[3]!);
+  if (!vip || (m[2] !== undefined) !== (vip.family === 6)) return null;
+  return { protocol: m[1]!.toLowerCase(), vip: vip.address, port: Number(m[4]) };
+}
+
 function droppingReason(view: ServiceView | undefined): string {
   const wanted = view?.reals.filter((r) => !r.removed && r.intent === 'active' && r.weight > 0) ?? [];
   const unresolved = wanted.filter((r) => r.mac === null);

@@ -11,6 +11,8 @@ const parsed = parseConfigText(`interface: eth0
 services:
   - { name: web, vip: 10.93.0.100, port: 80, protocol: tcp, reals: [{ address: 10.93.0.11 }] }
   - { name: web6, vip: fd93::100, port: 443, protocol: tcp, reals: [{ address: fd93::11 }] }
+  - { name: any, vip: 10.93.0.200, port: 0, protocol: udp, healthCheck: { type: none }, reals: [{ address: 10.93.0.11 }] }
+  - { name: dns, vip: 10.93.0.200, port: 53, protocol: udp, reals: [{ address: 10.93.0.12 }] }
 `);
 if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
 daemon.config = parsed.config;
@@ -66,5 +68,31 @@ describe('explain input', () => {
       expect(e.message, client).toMatch(message);
     }
     expect((await errorOf(daemon.explain('nosuch', '1.2.3.4:5'))).code).toBe('UNKNOWN_SERVICE');
+  });
+});
+
+describe('explain of a port-0 service', () => {
+  // Stands in for the packet loops: records what explain asks them.
+  const asked: { dstPort: number; srcPort: number }[] = [];
+  (daemon as unknown as { loops: unknown }).loops = {
+    ask: async (build: (id: number) => { dstPort: number; srcPort: number }) => {
+      asked.push(build(1));
+      return [{ type: 'explained', id: 1, real: -1, placement: 'scheduler', generation: 1, slot: 7, flowState: -1 }];
+    },
+  };
+
+  it('asks about the port given in udp://VIP:PORT, as packets to that port are placed', async () => {
+    const r = await daemon.explain('udp://10.93.0.200:5555', '192.0.2.7:40000');
+    expect(r.service).toBe('any');
+    expect(asked.at(-1)).toMatchObject({ dstPort: 5555, srcPort: 40000 });
+    // An exact-port service wins over port 0, as in the packet path.
+    expect((await daemon.explain('udp://10.93.0.200:53', '192.0.2.7:40000')).service).toBe('dns');
+    expect(asked.at(-1)).toMatchObject({ dstPort: 53 });
+  });
+
+  it('refuses the port-0 service by name: no packet goes to port 0', async () => {
+    const e = await errorOf(daemon.explain('any', '192.0.2.7:40000'));
+    expect(e.code).toBe('BAD_SERVICE');
+    expect(e.message).toBe('service "any" serves every port of 10.93.0.200: name the port, e.g. udp://10.93.0.200:443');
   });
 });
