@@ -840,17 +840,28 @@ function duration(p: ProblemList, obj: Raw, key: string, path: string, fallbackM
 
 /** An address for a VIP, real or tunnel source: unicast, and IPv4 written as IPv4. */
 function unicastAddress(p: ProblemList, value: unknown, at: string, role: string): { address: string; family: AddressFamily } | null {
+  const why = unicastProblem(value, role);
+  if (why !== null) {
+    p.add(at, why);
+    return null;
+  }
+  return parseIpAddress(value as string);
+}
+
+/**
+ * Why `value` cannot be a VIP, a real or a tunnel source (`role`, e.g. "a VIP"): not an address,
+ * IPv4-mapped, or not unicast (unspecified, multicast, broadcast, loopback). Null when it can.
+ */
+export function unicastProblem(value: unknown, role: string): string | null {
   const parsed = typeof value === 'string' ? parseIpAddress(value) : null;
   if (parsed === null) {
     const zoneHint = typeof value === 'string' && value.includes('%') ? ' (zone indexes such as %eth0 are not supported)' : '';
-    p.add(at, `${describe(value)} is not an IPv4 or IPv6 address${zoneHint}`);
-    return null;
+    return `${describe(value)} is not an IPv4 or IPv6 address${zoneHint}`;
   }
   const range = ipaddr.parse(parsed.address).range();
   if (range === 'ipv4Mapped') {
     const v4 = (ipaddr.IPv6.parse(parsed.address) as ipaddr.IPv6).toIPv4Address().toString();
-    p.add(at, `${describe(value)} is an IPv4-mapped IPv6 address; write the IPv4 address ${v4}`);
-    return null;
+    return `${describe(value)} is an IPv4-mapped IPv6 address; write the IPv4 address ${v4}`;
   }
   const refused: Readonly<Record<string, string>> = {
     unspecified: 'the unspecified address',
@@ -859,11 +870,7 @@ function unicastAddress(p: ProblemList, value: unknown, at: string, role: string
     loopback: 'a loopback address',
   };
   const what = refused[range];
-  if (what !== undefined) {
-    p.add(at, `${describe(value)} is ${what}; ${role} must be a unicast address reachable on the network`);
-    return null;
-  }
-  return parsed;
+  return what === undefined ? null : `${describe(value)} is ${what}; ${role} must be a unicast address reachable on the network`;
 }
 
 /**

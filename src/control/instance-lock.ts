@@ -9,6 +9,8 @@ import { createServer, type Server } from 'node:net';
 /** The abstract socket name (the leading NUL makes it abstract on Linux). */
 export const INSTANCE_LOCK_NAME = '\0dsrlb-instance';
 
+const DAEMON_BUSY = 'another dsrlb daemon is running in this network namespace (it owns the VIPs and the nftables table inet dsrlb): stop it first';
+
 export class InstanceLockError extends Error {
   readonly code = 'ALREADY_RUNNING';
 }
@@ -16,13 +18,16 @@ export class InstanceLockError extends Error {
 export class InstanceLock {
   private constructor(private server: Server | null) {}
 
-  /** Takes the lock of this network namespace, or throws InstanceLockError if a daemon holds it. */
-  static async acquire(name: string = INSTANCE_LOCK_NAME): Promise<InstanceLock> {
+  /**
+   * Takes the lock of this network namespace, or throws InstanceLockError (with `busy` as its
+   * message) if another process holds it.
+   */
+  static async acquire(name: string = INSTANCE_LOCK_NAME, busy: string = DAEMON_BUSY): Promise<InstanceLock> {
     const server = createServer((socket) => socket.destroy());
     await new Promise<void>((resolve, reject) => {
       server.once('error', (err: NodeJS.ErrnoException) => {
         if (err.code === 'EADDRINUSE') {
-          reject(new InstanceLockError('another dsrlb daemon is running in this network namespace (it owns the VIPs and the nftables table inet dsrlb): stop it first'));
+          reject(new InstanceLockError(busy));
         } else {
           reject(new Error(`taking the instance lock: ${err.message}`));
         }

@@ -4,6 +4,8 @@
 
 import { existsSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
+import { unicastProblem } from '../config/validate.js';
+import { InstanceLock, InstanceLockError } from '../control/instance-lock.js';
 import { createLogger, type Logger } from '../control/logger.js';
 import { loadNative } from '../io/native-binding.js';
 import { DecapHost } from './decap-host.js';
@@ -12,6 +14,13 @@ import { VipSet } from './inner-packet.js';
 import { openTunnelSocket, tunnelSocketSpecs, type TunnelSocket, type TunnelSocketSpec } from './tunnel-sockets.js';
 
 export const DEFAULT_TUN_NAME = 'dsrlb-decap0';
+
+/** One decapsulator per network namespace: two would both deliver every tunnelled packet. */
+export const DECAP_LOCK_NAME = '\0dsrlb-decap';
+const DECAP_BUSY = 'another dsrlb decap is running in this network namespace (two would deliver every tunnelled packet twice): stop it first';
+
+/** How often the counters are logged while they change (and on SIGHUP). */
+const COUNTERS_LOG_INTERVAL_MS = 60_000;
 
 export interface DecapOptions {
   /** Read tunnel packets arriving on this interface only (default: any). */
@@ -37,13 +46,10 @@ function parseOptions(opts: DecapOptions): { vips: VipSet; ifname: string | unde
   const texts = given.flatMap((v) => String(v).split(',')).map((v) => v.trim()).filter((v) => v !== '');
   let vips: VipSet | undefined;
   if (texts.length === 0) problems.push('--vip: at least one VIP is required (e.g. --vip 203.0.113.10)');
-  else {
-    try {
-      vips = new VipSet(texts);
-    } catch (err) {
-      problems.push(`--vip: ${(err as Error).message}`);
-    }
-  }
+  // The config's rule for a VIP: a unicast address, every bad one reported.
+  const bad = texts.map((t) => unicastProblem(t, 'a VIP')).filter((why): why is string => why !== null);
+  for (const why of bad) problems.push(`--vip: ${why}`);
+  if (texts.length > 0 && bad.length === 0) vips = new VipSet(texts);
   const ifname = opts.interface;
   if (ifname !== undefined && (ifname === '' || ifname.includes('/') || !existsSync(`/sys/class/net/${ifname}`))) {
     problems.push(`--interface: no such network interface ${JSON.stringify(ifname)}`);
@@ -63,7 +69,10 @@ function nonLocalVips(vips: VipSet): string[] {
   return vips.addresses.filter((vip) => !local.has(vip));
 }
 
-/** Runs until SIGTERM/SIGINT, then undoes its host changes and logs the counters. Returns the exit code. */
+/**
+ * Runs until SIGTERM/SIGINT, then undoes its host changes and logs the counters (also every minute
+ * while they change, and on SIGHUP). Returns the exit code.
+ */
 export async function runDecap(opts: DecapOptions, log: Logger = createLogger()): Promise<number> {
   const parsed = parseOptions(opts);
   if (Array.isArray(parsed)) {
@@ -88,12 +97,19 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
   };
   const onTerm = (): void => stop('SIGTERM');
   const onInt = (): void => stop('SIGINT');
+  let decap: Decapsulator | undefined;
+  // There is nothing to reload: SIGHUP (whose default would kill it without undoing its changes)
+  // logs the counters instead.
+  const onHup = (): void => log.info('SIGHUP: decap has nothing to reload; counters so far', { counters: decap?.counters() ?? null });
   process.once('SIGTERM', onTerm);
   process.once('SIGINT', onInt);
+  process.on('SIGHUP', onHup);
 
-  let decap: Decapsulator | undefined;
+  let lock: InstanceLock | undefined;
+  let countersTimer: NodeJS.Timeout | undefined;
   let code: number;
   try {
+    lock = await InstanceLock.acquire(DECAP_LOCK_NAME, DECAP_BUSY);
     const native = loadNative();
     const tun = await host.setUp(tunName, vips.hasV6);
     const fd = tun.fd;
@@ -117,16 +133,26 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
       vips: vips.addresses,
       sockets: sockets.map((s) => `ipv${s.spec.outerFamily}/protocol ${s.spec.protocol}`),
     });
+    let logged = '';
+    countersTimer = setInterval(() => {
+      const now = JSON.stringify(d.counters());
+      if (now !== logged) log.info('decap counters', { counters: d.counters() });
+      logged = now;
+    }, COUNTERS_LOG_INTERVAL_MS);
+    countersTimer.unref();
     code = await finished;
   } catch (err) {
     const e = err as Error & { code?: string };
-    problem(`${e.message}${e.code !== undefined && !e.message.includes(e.code) ? ` (${e.code})` : ''}`);
+    problem(err instanceof InstanceLockError ? e.message : `${e.message}${e.code !== undefined && !e.message.includes(e.code) ? ` (${e.code})` : ''}`);
     code = EXIT_SYSTEM;
   } finally {
+    clearInterval(countersTimer);
     process.removeListener('SIGTERM', onTerm);
     process.removeListener('SIGINT', onInt);
+    process.removeListener('SIGHUP', onHup);
     for (const socket of sockets) socket.close();
     host.tearDown();
+    lock?.release();
   }
   if (decap !== undefined) log.info('decap stopped', { counters: decap.counters() });
   return code;

@@ -306,15 +306,32 @@ describe('dsrlb decap (namespaces)', () => {
     expect(server.lines.filter((l) => l.includes('"nonVip"'))).toEqual([]);
   });
 
-  it('refuses bad VIPs (exit 1) and a TUN device already in use (exit 2), changing nothing', async () => {
-    const bad = await startInNs(NS.real, ['node', decapEntry, '--vip', `${VIP4},10.99.0.300`, '--tun', 'dcx0']);
+  it('refuses bad VIPs (exit 1, each named) and a second decap in the namespace (exit 2), changing nothing', async () => {
+    const bad = await startInNs(NS.real, ['node', decapEntry, '--vip', `${VIP4},10.99.0.300,224.0.0.1`, '--tun', 'dcx0']);
     expect(await bad.exit).toBe(1);
-    expect(bad.stderr.join('')).toContain('10.99.0.300');
-    const busy = await startInNs(NS.real, ['node', decapEntry, '--vip', VIP4, '--tun', REAL_TUN]);
-    expect(await busy.exit).toBe(2);
-    expect(busy.stderr.join('')).toMatch(/TUNSETIFF.*EBUSY/);
+    expect(bad.stderr.join('').trim().split('\n')).toEqual([
+      'dsrlb decap: --vip: "10.99.0.300" is not an IPv4 or IPv6 address',
+      'dsrlb decap: --vip: "224.0.0.1" is a multicast address; a VIP must be a unicast address reachable on the network',
+    ]);
+    // Two decapsulators would both deliver every packet: a second one is refused, whatever its TUN.
+    for (const tun of [REAL_TUN, 'dcx1']) {
+      const busy = await startInNs(NS.real, ['node', decapEntry, '--vip', VIP4, '--tun', tun]);
+      expect(await busy.exit).toBe(2);
+      expect(busy.stderr.join('').trim()).toBe('dsrlb decap: another dsrlb decap is running in this network namespace (two would deliver every tunnelled packet twice): stop it first');
+    }
+    expect(ip('-n', NS.real, '-o', 'link', 'show')).not.toContain('dcx1');
     // The running decapsulator's device and sysctls are untouched.
     expect(inNs(NS.real, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('0');
+    expect((await httpGet(VIP4)).vip).toBe(VIP4);
+  });
+
+  it('answers SIGHUP with its counters and keeps running (it has nothing to reload)', async () => {
+    decap.child.kill('SIGHUP');
+    const deadline = Date.now() + 5000;
+    while (!jsonLines(decap).some((l) => String(l.msg).startsWith('SIGHUP')) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    const hup = jsonLines(decap).find((l) => String(l.msg).startsWith('SIGHUP'));
+    expect(hup?.counters).toMatchObject({ dropped: { notVip: NON_VIP_DATAGRAMS * 2 } });
+    expect(decap.child.exitCode).toBeNull();
     expect((await httpGet(VIP4)).vip).toBe(VIP4);
   });
 
