@@ -66,6 +66,8 @@ export class DaemonMetrics {
     global('dsrlb_rx_kernel_drops_total', 'Frames the kernel dropped before the packet loop read them (receive ring full).', Slot.rxKernelDrops);
     global('dsrlb_rx_other_host_total', 'Frames for another host\'s MAC (promiscuous interface, flooding switch), ignored.', Slot.rxOtherHost);
     global('dsrlb_gso_segmented_total', 'GSO super-frames segmented in software for IPIP reals.', Slot.gsoSegmented);
+    global('dsrlb_loop_busy_seconds_total', 'Time the packet loops spent on wake-ups (ring, engine, send), summed over loops: its rate is the cores they keep busy (io: afpacket).', Slot.loopBusySeconds);
+    global('dsrlb_loop_engine_seconds_total', 'Of the packet loops\' busy time, the time in the engine (parse, lookup, pick, rewrite), summed over loops.', Slot.loopEngineSeconds);
 
     new client.Counter({
       name: 'dsrlb_dropped_packets_total',

@@ -26,6 +26,8 @@ export const Counter = {
   extraFrames: 15, // frames made by the engine (ICMP errors, outer fragments, segments)
   rxKernelDrops: 16, // frames the kernel dropped before the loop read them (ring full)
   rxOtherHost: 17, // frames for another host's MAC, ignored
+  loopBusySeconds: 18, // time spent handling wake-ups: reading the ring, the engine, sending
+  loopEngineSeconds: 19, // of that, time in Engine.processBatch
   dropBase: 24, // dropBase + DropReason
 } as const;
 

@@ -224,6 +224,7 @@ export class AfPacketIo implements PacketIo {
   private txRefused = 0;
   private lastTxError = '';
   private pollErrors = 0;
+  private busyMs = 0;
   private lastPollErrno = 0;
   private kernelPackets = 0;
   private kernelDrops = 0;
@@ -326,6 +327,7 @@ export class AfPacketIo implements PacketIo {
       lastPollErrno: this.lastPollErrno,
       kernelPackets: this.kernelPackets,
       rxCopied: this.rxCopied,
+      busyMs: this.busyMs,
     };
   }
 
@@ -364,8 +366,18 @@ export class AfPacketIo implements PacketIo {
     this.kernelDrops += kernel.drops;
   }
 
-  // Level-triggered: a callback that leaves frames behind (budget spent) is simply called again.
+  // Two clock reads per wake-up (not per frame): what the loop costs, for dsrlb_loop_busy_seconds_total.
   private readonly onReadable = (errno: number): void => {
+    const t0 = performance.now();
+    try {
+      this.readReady(errno);
+    } finally {
+      this.busyMs += performance.now() - t0;
+    }
+  };
+
+  // Level-triggered: a callback that leaves frames behind (budget spent) is simply called again.
+  private readReady(errno: number): void {
     if (errno !== 0) {
       this.pollErrors++;
       this.lastPollErrno = errno;
@@ -388,7 +400,7 @@ export class AfPacketIo implements PacketIo {
         }
       }
     }
-  };
+  }
 
   /** V3: every frame of one block the kernel handed over. */
   private processBlock(block: number): void {

@@ -88,6 +88,8 @@ export interface PacketIoStats {
   txErrors: number;
   /** Frames addressed to another host's MAC (promiscuous interface, flooding switch), ignored. */
   rxOtherHost?: number;
+  /** Milliseconds spent handling wake-ups (ring, engine, send), when the backend measures it. */
+  busyMs?: number;
 }
 
 export interface PacketIo {

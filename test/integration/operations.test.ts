@@ -485,6 +485,13 @@ describe('metrics', () => {
     ]) {
       expect(text, name).toContain(`# TYPE ${name.replace(/_total$/, '')}`);
     }
+    // The loop's own time, from two clock reads per wake-up: positive after traffic, the engine a part of it.
+    const value = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
+    const busy = value('dsrlb_loop_busy_seconds_total');
+    const engine = value('dsrlb_loop_engine_seconds_total');
+    expect(busy).toBeGreaterThan(0);
+    expect(engine).toBeGreaterThan(0);
+    expect(engine).toBeLessThan(busy);
   }, 60_000);
 
   it('are scraped by a real Prometheus server: forwarded packets by real are non-zero for every real that got traffic', async () => {
