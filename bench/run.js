@@ -265,11 +265,16 @@ async function ppsSuite(bl, bins, dir) {
       const m0 = fwd.daemon ? await dsrlbMetrics(bl) : null;
       const x = await packetRun(bl, bins, { via: 'lb', flows, ratePps, pids: fwd.pids, durationS: opts.durationS });
       const after = await lbLink(bl);
+      // The loop publishes its busy and engine time every 100 ms: let the last of the run land.
+      if (fwd.daemon) await sleep(150);
       const m1 = fwd.daemon ? await dsrlbMetrics(bl) : null;
       x.lbLink = { rx: after.rx - before.rx, tx: after.tx - before.tx };
       if (m0 && m1) {
         const dropped = Object.fromEntries(Object.entries(m1.dropped).map(([reason, v]) => [reason, v - (m0.dropped[reason] ?? 0)]));
-        x.dsrlb = { rx: m1.rx - m0.rx, tx: m1.tx - m0.tx, dropped };
+        const rx = m1.rx - m0.rx;
+        // The loop's own clock: its time per frame on wake-ups, and the engine's part (io: afpacket).
+        const perFrameUs = (s) => (rx > 0 && s > 0 ? (s * 1e6) / rx : null);
+        x.dsrlb = { rx, tx: m1.tx - m0.tx, dropped, loopUs: perFrameUs(m1.loopBusyS - m0.loopBusyS), engineUs: perFrameUs(m1.loopEngineS - m0.loopEngineS) };
       }
       return x;
     }, ppsForeign);
@@ -325,6 +330,8 @@ async function ppsSuite(bl, bins, dir) {
             machineUs: differentialUs(r.cpu.usPerPacket, b.cpu.usPerPacket),
             tasksUs: differentialUs(r.cpu.tasksUsPerPacket, b.cpu.tasksUsPerPacket),
             processUs: r.cpu.processUsPerPacket || null,
+            loopUs: r.dsrlb?.loopUs ?? null,
+            engineUs: r.dsrlb?.engineUs ?? null,
           });
         }
       } finally {
@@ -340,7 +347,10 @@ async function ppsSuite(bl, bins, dir) {
     c.lbUsPerPacketAtCpuRate = mid.machineUs;
     c.lbTasksUsPerPacketAtCpuRate = median(pairs.map((x) => x.tasksUs));
     c.processUsPerPacketAtCpuRate = c.kind === 'kernel' ? null : median(pairs.map((x) => x.processUs));
-    c.cpuRatePairs = pairs.map((x) => ({ round: x.round, machineUs: x.machineUs, tasksUs: x.tasksUs, processUs: x.processUs, loss: x.run.loss, contended: Boolean(x.run.contended || x.baseline.contended) }));
+    const loop = pairs.filter((x) => x.loopUs !== null);
+    c.loopUsPerPacketAtCpuRate = loop.length > 0 ? median(loop.map((x) => x.loopUs)) : null;
+    c.engineUsPerPacketAtCpuRate = loop.length > 0 ? median(loop.map((x) => x.engineUs)) : null;
+    c.cpuRatePairs = pairs.map((x) => ({ round: x.round, machineUs: x.machineUs, tasksUs: x.tasksUs, processUs: x.processUs, loopUs: x.loopUs, engineUs: x.engineUs, loss: x.run.loss, contended: Boolean(x.run.contended || x.baseline.contended) }));
   }
 
   // Generator and sink alone at each forwarder's highest rate under 1% loss, for the differential.
@@ -562,6 +572,11 @@ function printReport(results) {
     if (p.latency.length > 0) {
       lines.push('', 'Round trip of one UDP datagram at a time (2 ms apart), client -> forwarder -> sink -> client (replies direct)');
       lines.push(formatTable(['path', 'min us', 'p50 us', 'p90 us', 'p99 us', 'answered'], p.latency.map((l) => [l.name, l.minUs, l.p50Us, l.p90Us, l.p99Us, `${l.answered}/${l.sent}`])));
+    }
+    const own = p.cases.filter((c) => c.loopUsPerPacketAtCpuRate != null);
+    if (own.length > 0) {
+      lines.push('', `dsrlb's loop by its own clock at ${formatNumber(opts.cpuRatePps)} pps (dsrlb_loop_busy/engine_seconds_total per frame, median of rounds): the wake-up's time and the engine's part of it`);
+      lines.push(formatTable(['case', 'flows', 'loop us/frame', 'engine us/frame'], own.map((c) => [c.name, c.flows, c.loopUsPerPacketAtCpuRate, c.engineUsPerPacketAtCpuRate])));
     }
     const alone = p.generatorAlone.map((g) => `${g.flows} flows ${formatNumber(g.sentPps)} pps`).join(', ');
     lines.push(`generator + sink alone, unpaced: ${alone}`);

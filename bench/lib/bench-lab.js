@@ -244,9 +244,11 @@ export async function startRingForwarder(bl, bins, extraArgs = []) {
 /** The daemon's counters from its metrics endpoint (inside the LB namespace). */
 export async function dsrlbMetrics(bl) {
   const r = await bl.lab.exec(bl.lab.lb, ['curl', '-sf', 'http://127.0.0.1:9742/metrics']);
-  const out = { rx: 0, tx: 0, flowTableEntries: 0, dropped: {} };
+  const out = { rx: 0, tx: 0, flowTableEntries: 0, dropped: {}, loopBusyS: 0, loopEngineS: 0 };
   for (const line of r.stdout.split('\n')) {
     if (line.startsWith('dsrlb_rx_packets_total ')) out.rx = Number(line.split(' ').pop());
+    else if (line.startsWith('dsrlb_loop_busy_seconds_total ')) out.loopBusyS = Number(line.split(' ').pop());
+    else if (line.startsWith('dsrlb_loop_engine_seconds_total ')) out.loopEngineS = Number(line.split(' ').pop());
     else if (line.startsWith('dsrlb_tx_packets_total ')) out.tx = Number(line.split(' ').pop());
     else if (line.startsWith('dsrlb_flow_table_entries ')) out.flowTableEntries = Number(line.split(' ').pop());
     else {
