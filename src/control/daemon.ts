@@ -59,6 +59,9 @@ interface RealRuntime {
   removed: boolean;
 }
 
+/** The longest a service waits for its reals to settle before it may be announced anyway. */
+const SETTLE_CAP_MS = 30_000;
+
 export class Daemon {
   config!: Config;
   /** The text of the config in force (plan compares a candidate against it). */
@@ -73,6 +76,9 @@ export class Daemon {
   readonly health: HealthMonitor;
   private overrides = new Map<string, IntentOverride>();
   private lastReports: readonly ServiceBuildReport[] = [];
+  /** Services whose view has settled since start, and when each was first seen (announceWanted). */
+  private readonly settledServices = new Set<string>();
+  private readonly firstSeenMs = new Map<string, number>();
   private rebuildQueued = false;
   private housekeeping: NodeJS.Timeout | null = null;
   private rates = new Map<number, { pps: number; bps: number; packets: number; bytes: number }>();
@@ -211,18 +217,46 @@ export class Daemon {
     this.announceTimer ??= setInterval(() => void this.syncAnnouncements(), 200);
   }
 
-  /** Per VIP: announce while the loop runs and a service of the VIP can take new flows. */
+  /**
+   * Per VIP: announce while the loop runs and a service of the VIP can take new flows. A service
+   * counts only once its view has settled since this daemon took it: every real proven up with its
+   * MAC known, or confirmed down. An LB that (re)joins the ECMP group with a half-built view (reals
+   * unproven, so fail-open, or a table of the first real up) would pick other reals than its peers
+   * for the flows the router moves to it, and those connections would be reset. A real up whose
+   * MAC never resolves stops the wait after SETTLE_CAP_MS. Once settled, a service stays so (a
+   * probe restart on every LB at once must not withdraw the VIP everywhere).
+   */
   private announceWanted(): Map<string, boolean> {
     const loopOk = this.loops.running && this.loops.heartbeatAgeMs() < 1000;
     const wanted = new Map<string, boolean>();
     for (const s of this.config.services) {
       if (!s.announce) continue;
+      const sid = serviceIdentity(s);
+      if (!this.settledServices.has(sid)) {
+        const unsettled = s.reals.filter((r) => !this.realSettled(sid, r)).map((r) => r.address);
+        if (!this.firstSeenMs.has(sid)) this.firstSeenMs.set(sid, Date.now());
+        const waitedMs = Date.now() - this.firstSeenMs.get(sid)!;
+        if (unsettled.length > 0 && waitedMs < SETTLE_CAP_MS) {
+          wanted.set(s.vip, wanted.get(s.vip) ?? false);
+          continue;
+        }
+        this.settledServices.add(sid);
+        if (unsettled.length > 0) this.log.warn('announcing before every real settled', { service: s.name, unsettled, waitedMs });
+        else this.log.info('health settled: the service may be announced', { service: s.name });
+      }
       const report = this.lastReports.find((r) => r.name === s.name);
       const eligible = report !== undefined && !report.dropping && (!report.panic || this.config.announce.onFailOpen);
       const on = loopOk && eligible && !this.withdrawn.has(serviceIdentity(s));
       wanted.set(s.vip, (wanted.get(s.vip) ?? false) || on);
     }
     return wanted;
+  }
+
+  /** Proven up with its MAC (or its next hop's) known, or confirmed down: see announceWanted. */
+  private realSettled(sid: string, r: RealConfig): boolean {
+    const fact = this.health.fact(RealRegistry.keyOf(sid, r.address));
+    if (fact === undefined || !fact.settled) return false;
+    return fact.state === 'down' || this.neighbors.macOf(r.forwarding === 'ipip' ? (this.nextHops.get(r.address) ?? r.address) : r.address) !== null;
   }
 
   private async syncAnnouncements(): Promise<void> {

@@ -16,6 +16,7 @@ export class HealthDamper {
   private successCount = 0;
   private failureCount = 0;
   private lastErrorText: string | null = null;
+  private settledValue: boolean;
 
   /**
    * A probed real starts 'down' (its health is unknown, and unknown counts as down) until `rise`
@@ -28,6 +29,15 @@ export class HealthDamper {
   ) {
     this.stateValue = initial;
     this.sinceMs = nowMs;
+    this.settledValue = initial === 'up';
+  }
+
+  /**
+   * Whether the probes have decided since the start: up after `rise` successes, or down confirmed
+   * by `fall` failures. Until then 'down' only means "not proven up" (scale-out waits for it).
+   */
+  get settled(): boolean {
+    return this.settledValue;
   }
 
   get state(): DampedState {
@@ -66,12 +76,14 @@ export class HealthDamper {
       this.failureCount++;
       this.successCount = 0;
       this.lastErrorText = error ?? 'failed';
+      if (this.failureCount >= this.settings.fall) this.settledValue = true;
       if (this.stateValue === 'up' && this.failureCount >= this.settings.fall) return this.flip('down', nowMs);
     }
     return false;
   }
 
   private flip(to: DampedState, nowMs: number): true {
+    this.settledValue = true;
     this.stateValue = to;
     this.sinceMs = nowMs;
     return true;

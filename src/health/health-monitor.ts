@@ -35,6 +35,8 @@ export interface HealthFactRecord {
   readonly lastDurationMs: number | null;
   /** A probe is in flight now. */
   readonly probing: boolean;
+  /** The probes have decided since the (re)start: up proven, or down confirmed (see HealthDamper). */
+  readonly settled: boolean;
 }
 
 /** Called after every probe (metrics: duration histogram, failures by reason); must not throw. */
@@ -234,6 +236,7 @@ function record(watch: Watch): HealthFactRecord {
     failures: d.failures,
     lastDurationMs: watch.lastDurationMs,
     probing: watch.running !== null,
+    settled: d.settled,
   };
 }
 

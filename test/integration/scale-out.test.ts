@@ -47,6 +47,8 @@ interface LbConfigOptions {
   webWeightR1?: number;
   /** State of every real of service edge (default active). */
   edgeRealState?: 'active' | 'disabled';
+  /** An http health check on service web (its reals start down and come up one by one). */
+  webHealthCheck?: boolean;
 }
 
 function lbConfig(lb: LbHost, opts: LbConfigOptions = {}): string {
@@ -66,6 +68,7 @@ function lbConfig(lb: LbHost, opts: LbConfigOptions = {}): string {
     '    port: 80',
     '    protocol: tcp',
     '    scheduler: maglev',
+    ...(opts.webHealthCheck ? ['    healthCheck: { type: http, interval: 500ms, timeout: 400ms, rise: 2, fall: 2 }'] : []),
     '    reals:',
     ...reals(opts.webWeightR1 ?? 100, 'active'),
     '  - name: edge',
@@ -484,11 +487,28 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
       const afterFailover = await client.round();
       expect(changed(first, afterFailover)).toEqual([]);
 
-      // lb1 comes back (after a crash: dsrlb adopts what the killed run left); the router
-      // rehashes, so connections move between the LBs again, and keep their real.
+      // lb1 comes back (after a crash: dsrlb adopts what the killed run left), now with a health
+      // check, so its reals start down and come up one by one; the router rehashes, so connections
+      // move between the LBs again, and keep their real. Requests run on every connection all along
+      // the return: an LB that announced before its view settled (the table of the first real up)
+      // would send the moved ones elsewhere, and they would be reset.
       await lab.startLbBird(l1, true);
-      await startDaemon(l1);
-      const returnMs = await lab.waitForNexthops(VIP_WEB, allLbs(), ROUTE_TIMEOUT_MS);
+      let returning = true;
+      const duringReturn: KeepAliveRound[] = [];
+      const pump = (async () => {
+        while (returning) duringReturn.push(await client.round());
+      })();
+      let returnMs: number;
+      try {
+        await startDaemon(l1, { webHealthCheck: true });
+        returnMs = await lab.waitForNexthops(VIP_WEB, allLbs(), ROUTE_TIMEOUT_MS);
+        await new Promise((r) => setTimeout(r, 1000));
+      } finally {
+        returning = false;
+        await pump;
+      }
+      expect(duringReturn.length).toBeGreaterThan(1);
+      for (const r of duringReturn) expect(changed(first, r)).toEqual([]);
       const afterReturn = await client.round();
       expect(changed(first, afterReturn)).toEqual([]);
       figures.sigkill = {

@@ -183,10 +183,38 @@ describe('damping through the monitor, manual clock', () => {
     const prober = new ScriptedProber(clock);
     const monitor = new HealthMonitor({ clock, random: () => 0, probers: { tcp: prober } });
     monitor.setTargets([{ key: 'k', service: 'web', address: '10.0.0.11', vip: '10.0.0.100', check: check({ type: 'none' }) }]);
-    expect(monitor.fact('k')).toEqual({ state: 'up', since: 0, lastError: null, successes: 0, failures: 0, lastDurationMs: null, probing: false });
+    expect(monitor.fact('k')).toEqual({ state: 'up', since: 0, lastError: null, successes: 0, failures: 0, lastDurationMs: null, probing: false, settled: true });
     expect(clock.pendingTimers).toBe(0);
     await clock.advanceTo(10_000);
     expect(prober.askedAtMs).toEqual([]);
     expect(monitor.fact('k')!.state).toBe('up');
   });
 });
+
+describe('HealthDamper: settled', () => {
+  it('is unsettled until the probes decide: rise successes prove up, fall failures confirm down', () => {
+    const up = new HealthDamper({ rise: 2, fall: 3 }, 0);
+    expect(up.settled).toBe(false);
+    up.record(true, 1);
+    expect(up.settled).toBe(false); // down still only means "not proven up"
+    up.record(true, 2);
+    expect([up.state, up.settled]).toEqual(['up', true]);
+
+    const down = new HealthDamper({ rise: 2, fall: 3 }, 0);
+    down.record(false, 1);
+    down.record(true, 2); // a success resets the failures
+    down.record(false, 3);
+    down.record(false, 4);
+    expect(down.settled).toBe(false);
+    down.record(false, 5);
+    expect([down.state, down.settled]).toEqual(['down', true]);
+    // Settled stays settled: later results change the state, not this.
+    down.record(true, 6);
+    expect(down.settled).toBe(true);
+  });
+
+  it('is settled at once for an unprobed real (check type none starts up)', () => {
+    expect(new HealthDamper({ rise: 2, fall: 3 }, 0, 'up').settled).toBe(true);
+  });
+});
+

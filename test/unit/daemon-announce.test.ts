@@ -1,0 +1,77 @@
+// Scale-out: a (re)starting LB announces a VIP only once the health of the service's reals has
+// settled, so it never joins the ECMP group with a half-built view (fail-open, or a table of the
+// first real up) and resets the connections the router moves to it. No root, no BIRD: the
+// daemon's announce decision with its loop and health monitor stood in for.
+
+import { describe, expect, it } from 'vitest';
+import { parseConfigText } from '../../src/config/validate.js';
+import { Daemon } from '../../src/control/daemon.js';
+import { createLogger } from '../../src/control/logger.js';
+import { RealRegistry, serviceIdentity } from '../../src/control/real-registry.js';
+
+const parsed = parseConfigText(`interface: eth0
+announce: { enabled: true }
+services:
+  - name: web
+    vip: 10.93.0.100
+    port: 80
+    healthCheck: { type: http }
+    reals: [{ address: 10.93.0.11 }, { address: 10.93.0.12 }]
+`);
+if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
+const config = parsed.config;
+const sid = serviceIdentity(config.services[0]!);
+
+function daemonWith(facts: Map<string, { state: 'up' | 'down'; settled: boolean }>, report: { panic: boolean }, macs = new Set(['10.93.0.11', '10.93.0.12'])) {
+  const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
+  daemon.config = config;
+  const inside = daemon as unknown as Record<string, unknown>;
+  inside.loops = { running: true, heartbeatAgeMs: () => 0 };
+  inside.lastReports = [{ name: 'web', dropping: false, panic: report.panic }];
+  inside.health = { fact: (key: string) => facts.get(key) };
+  inside.neighbors = { macOf: (ip: string) => (macs.has(ip) ? new Uint8Array(6) : null) };
+  return () => (inside.announceWanted as () => Map<string, boolean>).call(daemon);
+}
+
+describe('announcing after a start', () => {
+  it('waits until every real is proven up or confirmed down, then announces and stays announced', () => {
+    const a = RealRegistry.keyOf(sid, '10.93.0.11');
+    const b = RealRegistry.keyOf(sid, '10.93.0.12');
+    const facts = new Map([
+      [a, { state: 'up' as const, settled: true }],
+      [b, { state: 'down' as const, settled: false }],
+    ]);
+    const report = { panic: false };
+    const wanted = daemonWith(facts, report);
+    // One real up, the other not yet probed enough: a table of one real would differ from the peers'.
+    expect(wanted().get('10.93.0.100')).toBe(false);
+    // Fail-open at start (nothing proven yet) is no reason to announce either.
+    report.panic = true;
+    facts.set(a, { state: 'down', settled: false });
+    expect(wanted().get('10.93.0.100')).toBe(false);
+    // Both decided (one up, one confirmed down): the view is complete.
+    report.panic = false;
+    facts.set(a, { state: 'up', settled: true });
+    facts.set(b, { state: 'down', settled: true });
+    expect(wanted().get('10.93.0.100')).toBe(true);
+    // A probe restarted later (a reload on every LB at once) does not withdraw the VIP everywhere.
+    facts.set(b, { state: 'down', settled: false });
+    expect(wanted().get('10.93.0.100')).toBe(true);
+  });
+
+  it('waits for the MAC of a real proven up (its peers send to it), not for a real confirmed down', () => {
+    const a = RealRegistry.keyOf(sid, '10.93.0.11');
+    const b = RealRegistry.keyOf(sid, '10.93.0.12');
+    const facts = new Map([
+      [a, { state: 'up' as const, settled: true }],
+      [b, { state: 'down' as const, settled: true }],
+    ]);
+    const macs = new Set<string>();
+    const wanted = daemonWith(facts, { panic: false }, macs);
+    expect(wanted().get('10.93.0.100')).toBe(false);
+    // The dead real's MAC may never resolve: only the live one's is needed.
+    macs.add('10.93.0.11');
+    expect(wanted().get('10.93.0.100')).toBe(true);
+  });
+});
+
