@@ -538,7 +538,7 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
 
   it('promtool check rules passes', async () => {
     const out = await mustRun('promtool', ['check', 'rules', ALERTS]);
-    expect(out).toContain('SUCCESS: 8 rules found');
+    expect(out).toContain('SUCCESS: 10 rules found');
   });
 
   it('promtool check config passes, with the rule file found relative to it', async () => {
@@ -564,6 +564,7 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
     expect(all.map((r) => r.alert).sort()).toEqual([
       'DsrlbConfigReloadFailed', 'DsrlbDown', 'DsrlbDropsRising', 'DsrlbFlowTableEvicting',
       'DsrlbFlowTableNearFull', 'DsrlbRealDown', 'DsrlbServiceAllRealsDown', 'DsrlbServicePanic',
+      'DsrlbTableFingerprintMismatch', 'DsrlbVipNoLongerAnnounced',
     ]);
     for (const r of all) {
       expect(['warning', 'critical'], r.alert).toContain(r.labels?.['severity']);
@@ -611,6 +612,15 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             { series: `dsrlb_flow_table_evictions_total{${at}}`, values: '0 0 0 10x8' },
             { series: `dsrlb_config_reloads_total{${at}, result="failure"}`, values: '0 0 1x20' },
             { series: `dsrlb_config_reloads_total{${at}, result="success"}`, values: '0x22' },
+            // Two LBs: the same web table throughout; for api lb2's table differs from 3m on.
+            { series: `dsrlb_table_fingerprint{${at}, service="web", fingerprint="aaaa"}`, values: '1x10' },
+            { series: `dsrlb_table_fingerprint{job="dsrlb", instance="lb2:9742", service="web", fingerprint="aaaa"}`, values: '1x10' },
+            { series: `dsrlb_table_fingerprint{${at}, service="api", fingerprint="bbbb"}`, values: '1x10' },
+            { series: `dsrlb_table_fingerprint{job="dsrlb", instance="lb2:9742", service="api", fingerprint="bbbb"}`, values: '1 1 1 _x8' },
+            { series: `dsrlb_table_fingerprint{job="dsrlb", instance="lb2:9742", service="api", fingerprint="cccc"}`, values: '_ _ _ 1x7' },
+            // web announced, withdrawn from 2m on; dns never announced (announce off): no alert.
+            { series: `dsrlb_vip_announced{${at}, service="web"}`, values: '1 1 0x10' },
+            { series: `dsrlb_vip_announced{${at}, service="dns"}`, values: '0x12' },
           ],
           alert_rule_test: [
             { eval_time: '1m', alertname: 'DsrlbDown', exp_alerts: [] },
@@ -629,6 +639,10 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             { eval_time: '1m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [] },
             { eval_time: '3m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [alert({ severity: 'warning', result: 'failure' })] },
             { eval_time: '20m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [] },
+            { eval_time: '3m', alertname: 'DsrlbTableFingerprintMismatch', exp_alerts: [] },
+            { eval_time: '6m', alertname: 'DsrlbTableFingerprintMismatch', exp_alerts: [{ exp_labels: { job: 'dsrlb', service: 'api', severity: 'critical' } }] },
+            { eval_time: '5m', alertname: 'DsrlbVipNoLongerAnnounced', exp_alerts: [] },
+            { eval_time: '8m', alertname: 'DsrlbVipNoLongerAnnounced', exp_alerts: [alert({ severity: 'warning', service: 'web' })] },
           ],
         },
       ],
