@@ -30,10 +30,13 @@ export class UdpProber implements Prober {
         if (expected === null || reply.toString('utf8').includes(expected)) return done(OK);
         done(fail('body', `reply ${oneLine(JSON.stringify(reply.toString('utf8')), 60)} lacks ${JSON.stringify(oneLine(expected, 60))}`));
       });
-      socket.connect(target.port, target.address, () => {
+      // A failed connect (no route, EACCES) comes to this callback as its argument, not as an
+      // 'error' event; sending on the unconnected socket would then throw out of the daemon.
+      socket.connect(target.port, target.address, (err?: Error) => {
         if (settled) return;
-        socket.send(payload, (err) => {
-          if (err) done(failFromError(err));
+        if (err) return done(failFromError(err));
+        socket.send(payload, (sendErr) => {
+          if (sendErr) done(failFromError(sendErr));
         });
       });
     });

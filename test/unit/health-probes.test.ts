@@ -200,6 +200,12 @@ describe('udp probe', () => {
     expect(r).toMatchObject({ ok: false, reason: 'body' });
   });
 
+  it('a connect that fails (here EACCES: broadcast without SO_BROADCAST; in a lab, no route) is a failed probe, not a thrown error', async () => {
+    const r = await probe(udp, target(9, { type: 'udp', payload: 'hello' }, '255.255.255.255'));
+    expect(r).toMatchObject({ ok: false });
+    expect(r).toMatchObject({ reason: 'error', detail: expect.stringMatching(/EACCES/) });
+  });
+
   it('no listener: refused at once through ICMP port unreachable', async () => {
     const s = createSocket('udp4');
     await new Promise<void>((resolve) => s.bind(0, '127.0.0.1', resolve));
