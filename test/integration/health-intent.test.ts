@@ -149,16 +149,18 @@ describe('health checks and intent', () => {
     expect(statusOf(await daemon.status(), real).intent).toBe('active');
   }, 120_000);
 
-  it('ignores a 2 s outage with fall=3 and interval 1 s (no amplification)', async () => {
+  it('ignores an outage that spans at most two probes, with fall=3 and interval 1 s (no amplification)', async () => {
     await reload(configText({ fall: 3 }));
     await daemon.waitFor('all up', allUp, 10_000);
-    // The outage is an nftables reject on the real, on for exactly 2 s: stopping and restarting the
-    // server process would add its start-up time (hundreds of ms under load) to the outage.
+    // The outage is an nftables reject on the real, on for 1.5 s: stopping and restarting the server
+    // process would add its start-up time (hundreds of ms under load) to the outage. It was 2 s, but
+    // with probes 1 s apart a 2 s outage plus the time to lift the rule can span three probes (one
+    // at its start, one at its end) and rightly take the real down: CI saw that once.
     const r2 = realOf('r2');
     const blip = 'table inet dsrlb_blip { chain input { type filter hook input priority 0; tcp dport 80 reject with tcp reset; }; }';
     const on = await lab.exec(r2, ['nft', blip]);
     expect(on.code, on.stderr).toBe(0);
-    const deadline = Date.now() + 2000;
+    const deadline = Date.now() + 1500;
     let sawDown = false;
     let refused = 0;
     const watch = (async () => {
