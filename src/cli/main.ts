@@ -61,17 +61,9 @@ async function intent(argv: { config?: string; admin?: string; tokenFile?: strin
 
 async function plan(a: { config: string; against?: string; json: boolean; admin?: string; tokenFile?: string }): Promise<number> {
   const { runPlanCommand, groupLiveFlows } = await import('../sim/plan.js');
-  let out;
-  if (a.against) {
-    out = await runPlanCommand({ config: a.config, against: a.against, json: a.json });
-  } else {
-    // Against the running daemon: its config, intent and health in force and its live flows. A broken candidate is
-    // reported in full first, whether or not the daemon can be reached.
-    const candidate = await loadConfigFile(a.config);
-    if (!candidate.ok) {
-      process.stderr.write(candidate.problems.map((p) => `${a.config}: ${p.path}: ${p.message}`).join('\n') + '\n');
-      return 1;
-    }
+  // Without --against: the running daemon's config, intent and health in force and its live flows,
+  // fetched only once the candidate is valid (a broken one is reported in full, daemon or not).
+  const live = async () => {
     const target = await resolveAdminTarget({ config: a.config, admin: a.admin, tokenFile: a.tokenFile });
     const { data } = await adminRequest(target, 'GET', '/plan-input').catch((err: CliError) => {
       throw new CliError(`${err.message} (or compare two files with --against FILE)`, err.exitCode);
@@ -83,8 +75,9 @@ async function plan(a: { config: string; against?: string; json: boolean; admin?
     const liveFlows = groupLiveFlows(Uint32Array.from(flows.keys), ids, flows.reals.length, (i) => flows.reals[i] ?? null);
     // The intent and health in force (admin overrides, probes); a daemon that does not send them leaves plan on config intent.
     const liveReals = Array.isArray(data.reals) ? (data.reals as import('../sim/plan.js').LiveReal[]) : undefined;
-    out = await runPlanCommand({ config: a.config, current: current.config, liveFlows, liveReals, json: a.json });
-  }
+    return { current: current.config, liveFlows, liveReals };
+  };
+  const out = await runPlanCommand(a.against ? { config: a.config, against: a.against, json: a.json } : { config: a.config, live, json: a.json });
   if (out.stdout) process.stdout.write(out.stdout);
   if (out.stderr) process.stderr.write(out.stderr);
   return out.exitCode;

@@ -612,15 +612,21 @@ function percent(share: number): string {
 export interface PlanCommandArgs {
   /** The candidate config (`-c NEW`). */
   readonly config: string;
-  /** The config to compare against (`--against OLD`); else `current` must be given. */
+  /** The config to compare against (`--against OLD`); else `live` must be given. */
   readonly against?: string;
-  /** The running daemon's config, when the CLI fetched it (and no --against was given). */
-  readonly current?: Config;
-  /** The running daemon's live flows, when the CLI fetched them. */
-  readonly liveFlows?: LiveFlows;
-  /** The running daemon's intent and health per real, when the CLI fetched them. */
-  readonly liveReals?: readonly LiveReal[];
+  /**
+   * Fetches the running daemon's view (no --against): its config, live flows and per-real intent
+   * and health. Called only once the candidate is valid, so its problems come first.
+   */
+  readonly live?: () => Promise<LiveView>;
   readonly json?: boolean;
+}
+
+/** What the CLI fetches from the running daemon for plan. */
+export interface LiveView {
+  readonly current: Config;
+  readonly liveFlows?: LiveFlows;
+  readonly liveReals?: readonly LiveReal[];
 }
 
 /**
@@ -635,15 +641,16 @@ export async function runPlanCommand(args: PlanCommandArgs): Promise<CommandOutp
   };
   const next = await loadConfigFile(args.config);
   if (!next.ok) prefixed(args.config, next.problems);
-  let current: Config | null = args.current ?? null;
+  let view: LiveView | null = null;
   if (args.against !== undefined) {
     const old = await loadConfigFile(args.against);
     if (!old.ok) prefixed(args.against, old.problems);
-    else current = old.config;
-  } else if (current === null) {
+    else view = { current: old.config };
+  } else if (args.live === undefined) {
     problems.push('--against: missing; give the current config with --against OLD, or run plan where the daemon runs');
   }
-  if (problems.length > 0 || !next.ok || current === null) return { exitCode: 1, stdout: '', stderr: `${problems.join('\n')}\n` };
-  const report = planChange(current, next.config, args.liveFlows, args.liveReals);
+  if (problems.length > 0 || !next.ok) return { exitCode: 1, stdout: '', stderr: `${problems.join('\n')}\n` };
+  view ??= await args.live!();
+  const report = planChange(view.current, next.config, view.liveFlows, view.liveReals);
   return { exitCode: 0, stdout: args.json === true ? formatPlanJson(report) : formatPlanText(report), stderr: '' };
 }

@@ -476,7 +476,7 @@ describe('plan: the command', () => {
     expect(alone.exitCode).toBe(1);
     expect(alone.stderr).toBe('--against: missing; give the current config with --against OLD, or run plan where the daemon runs\n');
     // With the running daemon's config (and flows) handed in by the CLI, no --against is needed.
-    const live = await runPlanCommand({ config: next, current: config({ reals: four() }), liveFlows: new Map() });
+    const live = await runPlanCommand({ config: next, live: async () => ({ current: config({ reals: four() }), liveFlows: new Map() }) });
     expect(live.exitCode).toBe(0);
     expect(live.stdout).toContain('  live flows: 0; changing real now: 0; landing elsewhere without their entry (LB restart, ECMP peer): 0\n');
   });
