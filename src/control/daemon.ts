@@ -151,7 +151,7 @@ export class Daemon {
     }
     this.adminToken = await readAdminToken(this.config);
     await this.loadOverrides();
-    if (this.pruneOverrides()) await this.saveOverrides().catch((e: Error) => this.log.warn('could not save the state file', { error: e.message }));
+    await this.pruneOverrides();
     await this.checkStateFileWritable();
     this.host = new HostSetup(this.config.interface, this.log);
     this.neighbors = new NeighborWatcher(this.config.interface, this.log);
@@ -246,7 +246,7 @@ export class Daemon {
       }
       const report = this.lastReports.find((r) => r.name === s.name);
       const eligible = report !== undefined && !report.dropping && (!report.panic || this.config.announce.onFailOpen);
-      const on = loopOk && eligible && !this.withdrawn.has(serviceIdentity(s));
+      const on = loopOk && eligible && !this.withdrawn.has(sid);
       wanted.set(s.vip, (wanted.get(s.vip) ?? false) || on);
     }
     return wanted;
@@ -256,7 +256,12 @@ export class Daemon {
   private realSettled(sid: string, r: RealConfig): boolean {
     const fact = this.health.fact(RealRegistry.keyOf(sid, r.address));
     if (fact === undefined || !fact.settled) return false;
-    return fact.state === 'down' || this.neighbors.macOf(r.forwarding === 'ipip' ? (this.nextHops.get(r.address) ?? r.address) : r.address) !== null;
+    return fact.state === 'down' || this.macOfReal(r) !== null;
+  }
+
+  /** The MAC a frame for real r goes to: its own (l2), or its next hop's (ipip). */
+  private macOfReal(r: Pick<RealConfig, 'address' | 'forwarding'>): Uint8Array | null {
+    return this.neighbors.macOf(r.forwarding === 'ipip' ? (this.nextHops.get(r.address) ?? r.address) : r.address);
   }
 
   private async syncAnnouncements(): Promise<void> {
@@ -392,7 +397,7 @@ export class Daemon {
           forwarding: r.forwarding,
           health: this.healthOf(key),
           removed: false,
-          mac: this.neighbors.macOf(r.forwarding === 'ipip' ? (this.nextHops.get(r.address) ?? r.address) : r.address),
+          mac: this.macOfReal(r),
         });
       }
       for (const rt of this.reals.values()) {
@@ -509,7 +514,7 @@ export class Daemon {
     this.config = next;
     this.configText = text!;
     this.adminToken = token;
-    if (this.pruneOverrides()) await this.saveOverrides().catch((e: Error) => this.log.warn('could not save the state file', { error: e.message }));
+    await this.pruneOverrides();
     this.send({ type: 'timeouts', timeouts: timeoutsOf(next) });
     this.syncReals();
     await this.resolveTunnelRoutes();
@@ -596,9 +601,10 @@ export class Daemon {
   /**
    * Drops every override whose real the config itself changed (state or weight differ from the
    * values it overrode) or no longer has: the contract keeps intent "until the config file itself
-   * changes that real", so a later revert of the config must not bring it back. True if any went.
+   * changes that real", so a later revert of the config must not bring it back; saves the state
+   * file when any went.
    */
-  private pruneOverrides(): boolean {
+  private async pruneOverrides(): Promise<void> {
     const configReals = new Map<string, RealConfig>();
     for (const s of this.config.services) for (const r of s.reals) configReals.set(RealRegistry.keyOf(serviceIdentity(s), r.address), r);
     let pruned = false;
@@ -609,7 +615,7 @@ export class Daemon {
       pruned = true;
       this.log.info('operator intent dropped: the config changed this real', { real: key, override: o });
     }
-    return pruned;
+    if (pruned) await this.saveState(this.overrides, this.withdrawn).catch((e: Error) => this.log.warn('could not save the state file', { error: e.message }));
   }
 
   private async loadOverrides(): Promise<void> {
@@ -630,10 +636,6 @@ export class Daemon {
     await access(dirname(file), constants.W_OK).catch((e: Error) =>
       this.log.warn('the state file cannot be written: operator intent changes will be refused', { stateFile: file, error: e.message }),
     );
-  }
-
-  private saveOverrides(): Promise<void> {
-    return this.saveState(this.overrides, this.withdrawn);
   }
 
   /** Writes the state file aside and renames it; throws STATE_NOT_SAVED (nothing changed) on failure. */
@@ -812,7 +814,6 @@ export class Daemon {
   }
 }
 
-/** Why a service drops new flows: its wanted reals have no MAC yet, or none may take flows. */
 /** `tcp://VIP:PORT` / `udp://[V6]:PORT`, the address canonical and the protocol lower case; else null. */
 function parseServiceAddress(ref: string): { protocol: string; vip: string; port: number } | null {
   const m = /^(tcp|udp):\/\/(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/i.exec(ref);
@@ -822,6 +823,7 @@ function parseServiceAddress(ref: string): { protocol: string; vip: string; port
   return { protocol: m[1]!.toLowerCase(), vip: vip.address, port: Number(m[4]) };
 }
 
+/** Why a service drops new flows: its wanted reals have no MAC yet, or none may take flows. */
 function droppingReason(view: ServiceView | undefined): string {
   const wanted = view?.reals.filter((r) => !r.removed && r.intent === 'active' && r.weight > 0) ?? [];
   const unresolved = wanted.filter((r) => r.mac === null);
