@@ -4,6 +4,7 @@
 import { readFile } from 'node:fs/promises';
 import { loadAdminSettings } from '../config/load.js';
 import { DEFAULT_ADMIN_LISTEN } from '../config/validate.js';
+import { oneLine } from '../health/probe.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/dsrlb/dsrlb.yaml';
 
@@ -62,9 +63,8 @@ export async function resolveAdminTarget(
 }
 
 /** An answer that is not dsrlb's JSON (a proxy's error page, another service), in one line. */
-function oneLine(text: string): string {
-  const flat = text.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim();
-  return flat.length > 120 ? `${flat.slice(0, 117)}...` : flat;
+function pageText(text: string): string {
+  return oneLine(text.replace(/<[^>]*>/g, ' '), 120);
 }
 
 export async function adminRequest(target: AdminTarget, method: string, path: string, body?: unknown): Promise<{ status: number; data: Record<string, unknown> }> {
@@ -88,7 +88,7 @@ export async function adminRequest(target: AdminTarget, method: string, path: st
   } catch {
     // not JSON: below
   }
-  const said = data !== null && typeof data.message === 'string' ? data.message : oneLine(text) || `HTTP ${res.status}`;
+  const said = data !== null && typeof data.message === 'string' ? data.message : pageText(text) || `HTTP ${res.status}`;
   if (data === null) throw new CliError(`${target.baseUrl} is not a dsrlb admin API: HTTP ${res.status} ${said}`, 2);
   if (res.status === 401 || res.status === 403) throw new CliError(`the daemon refused: ${said} (check --token-file)`, 2);
   if (res.status === 404 || res.status === 400) throw new CliError(said, 1);
