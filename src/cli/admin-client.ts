@@ -3,7 +3,7 @@
 
 import { readFile } from 'node:fs/promises';
 import { loadAdminSettings } from '../config/load.js';
-import { DEFAULT_ADMIN_LISTEN } from '../config/validate.js';
+import { DEFAULT_ADMIN_LISTEN, formatListen } from '../config/validate.js';
 import { oneLine } from '../health/probe.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/dsrlb/dsrlb.yaml';
@@ -38,11 +38,10 @@ export async function resolveAdminTarget(
     const path = opts.config ?? defaultConfig;
     const admin = await loadAdminSettings(path);
     if (admin.ok) {
-      const l = admin.listen;
-      baseUrl ??= `http://${l.host.includes(':') ? `[${l.host}]` : l.host}:${l.port}`;
+      baseUrl ??= `http://${formatListen(admin.listen)}`;
       tokenFile ??= admin.tokenFile;
     } else if (admin.missing === true && opts.config === undefined) {
-      baseUrl ??= `http://${DEFAULT_ADMIN_LISTEN.host}:${DEFAULT_ADMIN_LISTEN.port}`;
+      baseUrl ??= `http://${formatListen(DEFAULT_ADMIN_LISTEN)}`;
     } else if (!baseUrl) {
       const problems = admin.problems.map((p) => `${path}: ${p.path}: ${p.message}`).join('\n');
       throw new CliError(`cannot find the admin API (use --admin URL):\n${problems}`, 1);

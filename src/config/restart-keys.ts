@@ -1,10 +1,7 @@
 // Top-level keys a running daemon takes only on a restart: a reload that changes one is refused,
 // and `dsrlb plan` warns about it. One list, so the two never disagree.
-import type { Config, ListenAddress } from './types.js';
-
-function listenText(at: ListenAddress): string {
-  return at.host.includes(':') ? `[${at.host}]:${at.port}` : `${at.host}:${at.port}`;
-}
+import type { Config } from './types.js';
+import { formatListen } from './validate.js';
 
 /** A restart-only key whose value differs between two configs. */
 export interface RestartChange {
@@ -27,8 +24,8 @@ const RESTART_KEYS: readonly { path: string; what: string; value: (c: Config) =>
   { path: 'flowTable.capacity', what: 'the flow table capacity', value: (c) => String(c.flowTable.capacity) },
   { path: 'hashSeed', what: 'hashSeed', value: (c) => String(c.hashSeed), why: 'it would move every flow' },
   // The listeners are bound once, at start; admin.tokenFile (and the token in it) is re-read on reload.
-  { path: 'admin.listen', what: "the admin API's address", value: (c) => listenText(c.admin.listen) },
-  { path: 'metrics.listen', what: "the metrics' address", value: (c) => listenText(c.metrics.listen) },
+  { path: 'admin.listen', what: "the admin API's address", value: (c) => formatListen(c.admin.listen) },
+  { path: 'metrics.listen', what: "the metrics' address", value: (c) => formatListen(c.metrics.listen) },
 ];
 
 /** The restart-only keys that `next` changes, in the order above. */

@@ -1003,7 +1003,8 @@ export function isLoopback(host: string): boolean {
   return ipaddr.parse(host).range() === 'loopback';
 }
 
-function formatListen(address: ListenAddress): string {
+/** `host:port`, `[v6]:port`: how messages, restart-keys and the CLI write a listen address. */
+export function formatListen(address: ListenAddress): string {
   return address.host.includes(':') ? `[${address.host}]:${address.port}` : `${address.host}:${address.port}`;
 }
 
