@@ -3,7 +3,7 @@
 
 import { readFile } from 'node:fs/promises';
 import { loadAdminSettings } from '../config/load.js';
-import { DEFAULT_ADMIN_LISTEN, formatListen } from '../config/validate.js';
+import { DEFAULT_ADMIN_LISTEN, formatListen, problemLines } from '../config/validate.js';
 import { oneLine } from '../health/probe.js';
 
 export const DEFAULT_CONFIG_PATH = '/etc/dsrlb/dsrlb.yaml';
@@ -43,7 +43,7 @@ export async function resolveAdminTarget(
     } else if (admin.missing === true && opts.config === undefined) {
       baseUrl ??= `http://${formatListen(DEFAULT_ADMIN_LISTEN)}`;
     } else if (!baseUrl) {
-      const problems = admin.problems.map((p) => `${path}: ${p.path}: ${p.message}`).join('\n');
+      const problems = problemLines(admin.problems, path).join('\n');
       throw new CliError(`cannot find the admin API (use --admin URL):\n${problems}`, 1);
     }
   }

@@ -2,7 +2,7 @@
 // SIGTERM/SIGINT stop cleanly and undo the host changes, also when they arrive during start.
 
 import type { Config } from '../config/types.js';
-import { formatProblems } from '../config/validate.js';
+import { formatProblems, problemLines } from '../config/validate.js';
 import { Daemon, DaemonError } from '../control/daemon.js';
 import { startAdminServer, startMetricsServer } from '../control/http-servers.js';
 import { createLogger, type Logger } from '../control/logger.js';
@@ -86,7 +86,7 @@ export async function superviseDaemon(deps: SupervisorDeps): Promise<number> {
   } catch (err) {
     if (err instanceof DaemonError && err.problems.length > 0) {
       deps.stderr(formatProblems(err.problems) + '\n');
-      log.error('refusing to start', { code: err.code, problems: err.problems.map((p) => `${p.path}: ${p.message}`) });
+      log.error('refusing to start', { code: err.code, problems: problemLines(err.problems) });
       code = 1;
     } else {
       const e = err as Error & { code?: string };

@@ -146,9 +146,15 @@ export function parseListenAddress(text: string): ListenAddress | null {
   return { host: parsed.address, port };
 }
 
+/** A `path: message` line per problem (`file: path: message` when a file is named), in the order found. */
+export function problemLines(problems: readonly ConfigProblem[], file?: string): string[] {
+  const prefix = file === undefined ? '' : `${file}: `;
+  return problems.map((problem) => `${prefix}${problem.path}: ${problem.message}`);
+}
+
 /** One `path: message` line per problem, in the order found. */
 export function formatProblems(problems: readonly ConfigProblem[]): string {
-  return problems.map((problem) => `${problem.path}: ${problem.message}`).join('\n');
+  return problemLines(problems).join('\n');
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import { dirname } from 'node:path';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
-import { parseIpAddress } from '../config/validate.js';
+import { parseIpAddress, problemLines } from '../config/validate.js';
 import { FlowState } from '../dataplane/flow-table.js';
 import { readAdminToken } from './admin-token.js';
 import { DaemonError } from './daemon-error.js';
@@ -482,7 +482,7 @@ export class Daemon {
     if (!loaded.ok) {
       this.metrics.reloads.inc({ result: 'failure' });
       this.log.error('reload refused: config invalid, the running config stays', {
-        problems: loaded.problems.map((p) => `${p.path}: ${p.message}`),
+        problems: problemLines(loaded.problems),
       });
       return { ok: false, problems: loaded.problems };
     }
@@ -499,7 +499,7 @@ export class Daemon {
     } catch (err) {
       const problems = (err as DaemonError).problems ?? [{ path: 'admin.tokenFile', message: (err as Error).message }];
       this.metrics.reloads.inc({ result: 'failure' });
-      this.log.error('reload refused', { problems: problems.map((p) => `${p.path}: ${p.message}`) });
+      this.log.error('reload refused', { problems: problemLines(problems) });
       return { ok: false, problems };
     }
     try {
@@ -507,7 +507,7 @@ export class Daemon {
     } catch (err) {
       this.metrics.reloads.inc({ result: 'failure' });
       const p = { path: '(host)', message: (err as Error).message };
-      this.log.error('reload refused: host change failed', { problems: [`${p.path}: ${p.message}`] });
+      this.log.error('reload refused: host change failed', { problems: problemLines([p]) });
       await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
       return { ok: false, problems: [p] };
     }

@@ -5,6 +5,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import type { ListenAddress } from '../config/types.js';
+import { problemLines } from '../config/validate.js';
 import { DaemonError, type Daemon } from './daemon.js';
 
 
@@ -129,7 +130,7 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
     if (path === '/reload') {
       only(req, 'POST');
       const r = await daemon.reload();
-      json(res, r.ok ? 200 : 422, { result: r.ok ? 'taken' : 'refused', problems: r.problems.map((p) => `${p.path}: ${p.message}`) });
+      json(res, r.ok ? 200 : 422, { result: r.ok ? 'taken' : 'refused', problems: problemLines(r.problems) });
       return;
     }
     if (path === '/plan-input') {

@@ -9,7 +9,7 @@ import type { Config, ConfigProblem, RealIntent, ServiceConfig } from '../config
 import { formatDurationMs } from '../config/duration.js';
 import { loadConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
-import { serviceAddressName } from '../config/validate.js';
+import { problemLines, serviceAddressName } from '../config/validate.js';
 import { RealRegistry } from '../control/real-registry.js';
 import { SnapshotBuilder, type BuildResult, type ServiceBuildReport } from '../control/snapshot-builder.js';
 import { MAX_REAL_IDS } from '../dataplane/counters.js';
@@ -637,7 +637,7 @@ export interface LiveView {
 export async function runPlanCommand(args: PlanCommandArgs): Promise<CommandOutput> {
   const problems: string[] = [];
   const prefixed = (file: string, list: readonly ConfigProblem[]): void => {
-    for (const p of list) problems.push(`${file}: ${p.path}: ${p.message}`);
+    problems.push(...problemLines(list, file));
   };
   const next = await loadConfigFile(args.config);
   if (!next.ok) prefixed(args.config, next.problems);
