@@ -4,6 +4,7 @@
 
 import { EventEmitter } from 'node:events';
 import type { HealthCheckConfig, HealthCheckType } from '../config/types.js';
+import { HEALTH_TIMING_KEYS, sameCheckValue } from './check-timing.js';
 import { HealthDamper } from './damper.js';
 import { ExecProber } from './exec-probe.js';
 import { HttpProber } from './http-probe.js';
@@ -240,22 +241,16 @@ function record(watch: Watch): HealthFactRecord {
   };
 }
 
-const TIMING_KEYS: ReadonlySet<keyof HealthCheckConfig> = new Set(['intervalMs', 'timeoutMs', 'rise', 'fall']);
-
 /** Same real behind the same VIP and the same probe (everything but the timing); the service's name is no part of it. */
 function sameProbe(a: HealthTarget, b: HealthTarget): boolean {
   if (a.address !== b.address || a.vip !== b.vip) return false;
   for (const key of Object.keys(a.check) as (keyof HealthCheckConfig)[]) {
-    if (!TIMING_KEYS.has(key) && !sameValue(a.check[key], b.check[key])) return false;
+    if (!HEALTH_TIMING_KEYS.has(key) && !sameCheckValue(a.check[key], b.check[key])) return false;
   }
   return Object.keys(a.check).length === Object.keys(b.check).length;
 }
 
 function sameTiming(a: HealthCheckConfig, b: HealthCheckConfig): boolean {
-  return a.intervalMs === b.intervalMs && a.timeoutMs === b.timeoutMs && a.rise === b.rise && a.fall === b.fall;
-}
-
-function sameValue(a: unknown, b: unknown): boolean {
-  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((v, i) => v === b[i]);
-  return a === b;
+  for (const key of HEALTH_TIMING_KEYS) if (a[key] !== b[key]) return false;
+  return true;
 }

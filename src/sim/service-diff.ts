@@ -3,6 +3,7 @@
 // daemon's health monitor would start the reals over from down. `dsrlb plan` lists and warns on these.
 
 import type { ForwardingMode, HealthCheckConfig, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
+import { HEALTH_TIMING_KEYS, sameCheckValue } from '../health/check-timing.js';
 
 export type SettingValue = string | number | boolean | null | readonly number[];
 
@@ -52,9 +53,6 @@ export interface ServiceDiff {
 /** Service settings compared one by one, in the order plan prints them. */
 const SERVICE_SETTINGS = ['name', 'whenAllDown', 'tableSize', 'announce'] as const;
 
-/** Health-check keys whose change only retimes the probe; the daemon keeps the reals' health (HealthMonitor.setTargets). */
-const HEALTH_TIMING_KEYS: ReadonlySet<string> = new Set<keyof HealthCheckConfig>(['intervalMs', 'timeoutMs', 'rise', 'fall']);
-
 export function diffService(a: ServiceConfig, b: ServiceConfig): ServiceDiff {
   const settingsChanged: SettingChange[] = [];
   for (const key of SERVICE_SETTINGS) {
@@ -64,7 +62,7 @@ export function diffService(a: ServiceConfig, b: ServiceConfig): ServiceDiff {
   for (const key of Object.keys(b.healthCheck) as (keyof HealthCheckConfig)[]) {
     const before = a.healthCheck[key];
     const after = b.healthCheck[key];
-    if (sameValue(before, after)) continue;
+    if (sameCheckValue(before, after)) continue;
     settingsChanged.push({ setting: `healthCheck.${key}`, before, after });
     if (!HEALTH_TIMING_KEYS.has(key)) probeChanged = true;
   }
@@ -90,7 +88,7 @@ export function diffService(a: ServiceConfig, b: ServiceConfig): ServiceDiff {
 
 /** The changed health-check settings that make a new probe: all but its timing. */
 export function probeChanges(changes: readonly SettingChange[]): SettingChange[] {
-  return changes.filter((c) => c.setting.startsWith('healthCheck.') && !HEALTH_TIMING_KEYS.has(c.setting.slice('healthCheck.'.length)));
+  return changes.filter((c) => c.setting.startsWith('healthCheck.') && !HEALTH_TIMING_KEYS.has(c.setting.slice('healthCheck.'.length) as keyof HealthCheckConfig));
 }
 
 /** True when the diff holds no change at all. */
@@ -100,9 +98,4 @@ export function isEmptyDiff(d: ServiceDiff): boolean {
 
 function settingsOf(r: RealConfig): RealSettings {
   return { weight: r.weight, state: r.state, forwarding: r.forwarding };
-}
-
-function sameValue(a: SettingValue, b: SettingValue): boolean {
-  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((v, i) => v === b[i]);
-  return a === b;
 }
