@@ -18,7 +18,7 @@ import { Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter } from '../d
 import { timeoutsOf } from './flow-timeouts.js';
 import type { LoopRequest } from '../dataplane/loop-runner.js';
 import { LoopGroup } from './loop-group.js';
-import type { HealthFact } from '../health/eligibility.js';
+import { isWanted, type HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
 import { addressWords, formatMac } from './addresses.js';
 import { HostSetup } from './host-setup.js';
@@ -825,7 +825,7 @@ function parseServiceAddress(ref: string): { protocol: string; vip: string; port
 
 /** Why a service drops new flows: its wanted reals have no MAC yet, or none may take flows. */
 function droppingReason(view: ServiceView | undefined): string {
-  const wanted = view?.reals.filter((r) => !r.removed && r.intent === 'active' && r.weight > 0) ?? [];
+  const wanted = view?.reals.filter(isWanted) ?? [];
   const unresolved = wanted.filter((r) => r.mac === null);
   if (wanted.length > 0 && unresolved.length === wanted.length) {
     return `no MAC known for ${unresolved.map((r) => r.address).join(', ')} (ARP/neighbour discovery unanswered)`;
