@@ -4,7 +4,9 @@
 import { describe, expect, it } from 'vitest';
 import { parseConfigText } from '../../src/config/validate.js';
 import type { Config } from '../../src/config/types.js';
-import { Engine } from '../../src/dataplane/engine.js';
+import { Engine, Placement } from '../../src/dataplane/engine.js';
+import { FlowState } from '../../src/dataplane/flow-table.js';
+import { ParsedPacket } from '../../src/dataplane/parsed-packet.js';
 import { Counter, createCounters, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter } from '../../src/dataplane/counters.js';
 import { DropReason } from '../../src/dataplane/drop-reasons.js';
 import { flowHash } from '../../src/dataplane/flow-hash.js';
@@ -309,3 +311,61 @@ describe('drop reason labels', () => {
     expect(dropReasonLabels[DropReason.neighborUnknown]).toBe('neighbor_unknown');
   });
 });
+
+// explain() follows what the engine does with a new connection: a live entry is a flow-table hit,
+// a fin/closed entry (a reused port) is scheduled afresh, and a hash pick names its Maglev slot.
+describe('engine explain', () => {
+  const FIN = 0x01;
+  const CLIENT = '192.0.2.7';
+  function explainer(scheduler: string) {
+    const { engine, io } = setup(baseConfig(scheduler));
+    const now = 1_000_000;
+    const send = (sport: number, flags: number) => io.inject([tcpFrame(sport, flags)]);
+    const explain = (sport: number) => {
+      const p = new ParsedPacket();
+      p.reset();
+      p.family = 4;
+      p.ipProtocol = 6;
+      p.addr.set(addressWords(CLIENT), 0);
+      p.addr.set(addressWords(VIP), 4);
+      p.srcPort = sport;
+      p.dstPort = 80;
+      const real = engine.explain(p, now);
+      return { real, placement: engine.lastPlacement, slot: engine.explainSlot, flowState: engine.explainFlowState };
+    };
+    return { engine, send, explain };
+  }
+
+  it('names the Maglev slot of a scheduler pick, and the real in that slot is the one a SYN gets', () => {
+    const { engine, send, explain } = explainer('maglev');
+    const e = explain(40000);
+    expect(e.placement).toBe(Placement.scheduled);
+    expect(e.flowState).toBe(0);
+    expect(e.slot).toBeGreaterThanOrEqual(0);
+    expect(e.slot).toBeLessThan(engine.snapshot().svcTableSize[0]!);
+    expect(engine.snapshot().svcTables[0]![e.slot]).toBe(e.real);
+    const [out] = send(40000, SYN);
+    expect(realOf(out!)).toBe(e.real);
+  });
+
+  it('calls a live entry a flow-table hit, but a fin entry (a SYN would reuse the port) a fresh scheduler pick', () => {
+    const { send, explain } = explainer('maglev');
+    send(40001, SYN);
+    send(40001, ACK);
+    const hit = explain(40001);
+    expect(hit.placement).toBe(Placement.flowTable);
+    expect(hit.flowState).toBe(FlowState.established);
+    expect(hit.slot).toBe(-1);
+    send(40001, FIN | ACK);
+    const fresh = explain(40001);
+    expect(fresh.flowState).toBe(FlowState.fin);
+    expect(fresh.placement).toBe(Placement.scheduled);
+    expect(fresh.slot).toBeGreaterThanOrEqual(0);
+  });
+
+  it('gives no slot for wlc and rendezvous picks (they have no table)', () => {
+    expect(explainer('wlc').explain(40002).slot).toBe(-1);
+    expect(explainer('rendezvous').explain(40002).slot).toBe(-1);
+  });
+});
+
