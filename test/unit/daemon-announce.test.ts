@@ -21,6 +21,9 @@ services:
 if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
 const config = parsed.config;
 const sid = serviceIdentity(config.services[0]!);
+/** The health keys of the service's two reals. */
+const a = RealRegistry.keyOf(sid, '10.93.0.11');
+const b = RealRegistry.keyOf(sid, '10.93.0.12');
 
 function daemonWith(facts: Map<string, { state: 'up' | 'down'; settled: boolean }>, report: { panic: boolean }, macs = new Set(['10.93.0.11', '10.93.0.12'])) {
   const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
@@ -35,8 +38,6 @@ function daemonWith(facts: Map<string, { state: 'up' | 'down'; settled: boolean 
 
 describe('announcing after a start', () => {
   it('waits until every real is proven up or confirmed down, then announces and stays announced', () => {
-    const a = RealRegistry.keyOf(sid, '10.93.0.11');
-    const b = RealRegistry.keyOf(sid, '10.93.0.12');
     const facts = new Map([
       [a, { state: 'up' as const, settled: true }],
       [b, { state: 'down' as const, settled: false }],
@@ -60,8 +61,6 @@ describe('announcing after a start', () => {
   });
 
   it('waits for the MAC of a real proven up (its peers send to it), not for a real confirmed down', () => {
-    const a = RealRegistry.keyOf(sid, '10.93.0.11');
-    const b = RealRegistry.keyOf(sid, '10.93.0.12');
     const facts = new Map([
       [a, { state: 'up' as const, settled: true }],
       [b, { state: 'down' as const, settled: true }],
