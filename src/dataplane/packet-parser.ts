@@ -128,8 +128,8 @@ function parseIpv4(buf: Uint8Array, l3: number, end: number, out: ParsedPacket):
     out.fragmentOffset = fragmentOffsetBytes;
     out.fragmentId = (buf[l3 + 4] << 8) | buf[l3 + 5];
   }
-  out.addr[0] = readU32(buf, l3 + 12);
-  out.addr[4] = readU32(buf, l3 + 16);
+  out.addr[0] = readWord32(buf, l3 + 12);
+  out.addr[4] = readWord32(buf, l3 + 16);
   if (fragmentOffsetBytes !== 0) return PARSE_OK;
   return parseL4(buf, l3 + headerBytes, out.l3End, protocol, IPPROTO_ICMP, out);
 }
@@ -150,7 +150,7 @@ function parseIpv6(buf: Uint8Array, l3: number, end: number, out: ParsedPacket):
   out.ttl = buf[l3 + 7];
   out.dontFragment = 1;
   const addr = out.addr;
-  for (let i = 0; i < 8; i++) addr[i] = readU32(buf, l3 + 8 + (i << 2));
+  for (let i = 0; i < 8; i++) addr[i] = readWord32(buf, l3 + 8 + (i << 2));
 
   let nextHeader = buf[l3 + 6];
   let pos = l3 + IPV6_HEADER_BYTES;
@@ -173,7 +173,7 @@ function parseIpv6(buf: Uint8Array, l3: number, end: number, out: ParsedPacket):
       // The offset counts 8-byte units in the top 13 bits: masking keeps it in bytes.
       out.fragmentOffset = offsetFlags & 0xfff8;
       out.moreFragments = offsetFlags & 1;
-      out.fragmentId = readU32(buf, pos + 4);
+      out.fragmentId = readWord32(buf, pos + 4) >>> 0;
     } else if (nextHeader === IPV6_AH) {
       headerBytes = (buf[pos + 1] + 2) << 2; // RFC 4302: length in 4-byte units, minus 2
     } else {
@@ -234,8 +234,13 @@ function parseL4(
   return PARSE_OK;
 }
 
-function readU32(buf: Uint8Array, pos: number): number {
-  return ((buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]) >>> 0;
+/**
+ * 32 bits big-endian as an int32, for the Uint32Array slots that read them back unsigned. Not made
+ * unsigned here: a value of 2^31 or more (any address from 128.0.0.0, every IPv6 word fd00::)
+ * would be a heap number, and optimized code that had not seen one deoptimized on the first.
+ */
+function readWord32(buf: Uint8Array, pos: number): number {
+  return (buf[pos]! << 24) | (buf[pos + 1]! << 16) | (buf[pos + 2]! << 8) | buf[pos + 3]!;
 }
 
 /** A fresh slot for the frame at offset/length: every field the parser may set, reset. */
