@@ -16,6 +16,7 @@ import {
   dsrlbMetrics,
   enableKernelForwarding,
   onCleanup,
+  pinProcess,
   runCleanups,
   scratchDir,
   setOffloads,
@@ -25,7 +26,7 @@ import {
   startRingForwarder,
   stopProcess,
 } from './lib/bench-lab.js';
-import { differentialUs, machineBusy, median, medianRoundRatio, takeSample } from './lib/cpu-accounting.js';
+import { differentialUs, machineBusy, median, medianRoundRatio, secondsPerGB, takeSample } from './lib/cpu-accounting.js';
 import { downloadRun, OBJECT_BYTES } from './lib/download-runs.js';
 import { buildTrafgen, latencyRun, packetRun } from './lib/packet-runs.js';
 import { formatNumber, formatTable, renderSvg, writeJson } from './lib/report.js';
@@ -78,7 +79,11 @@ const opts = {
   pcapRounds: quick ? 1 : 3,
   downloadRounds: quick ? 1 : 3,
   downloadObjects: Math.max(1, Math.round(Number(argv['download-mib'] ?? (quick ? 100 : 1000)) / 10)),
-  downloadWarmObjects: quick ? 1 : 20,
+  // Per offload setting, over two connections. With offloads on an object is about 90 ACKs: after
+  // 20 objects (1,800 ACKs, about 250 wake-ups) the packet loop's functions were still being
+  // compiled (TurboFan, on V8's threads) in the timed gigabyte, and after 100 the first packets of
+  // a new connection still had three functions compiled (--trace-opt); after 2 x 100 nothing is.
+  downloadWarmObjects: { off: quick ? 1 : 20, on: quick ? 10 : 200 },
   pcap: !argv['no-pcap'],
   // The C reference forwarder (bench/trafgen/ringfwd.c): AF_PACKET ring + sendmmsg, no JavaScript.
   cref: !argv['no-cref'],
@@ -424,9 +429,18 @@ async function downloadSuite(bl, bins, dir) {
   const { lab, sink } = bl;
   await lab.startHttpServers();
   const objects = opts.downloadObjects;
-  const out = { objectBytes: OBJECT_BYTES, objects, rounds: opts.downloadRounds, settings: [] };
+  // The LB on a core of its own, client and server on another: the LB core's busy time is the
+  // issue's "LB-core CPU per GB" (it includes the kernel work the LB's sends do on that core).
+  const n = cpus().length;
+  const cpu = n >= 2 ? { lb: n - 1, rest: 0 } : null;
+  const out = { objectBytes: OBJECT_BYTES, objects, rounds: opts.downloadRounds, pinning: cpu, settings: [] };
   const serverPids = [...lab.httpServers.values()].map((c) => c.pid);
-  const fetch = (host, pids) => leastContended(() => downloadRun(bl, { host, objects, pids, serverPids }), dlForeign);
+  if (cpu) {
+    // This process too: what runs on the LB core during a download is the LB and its kernel work.
+    for (const pid of [process.pid, ...serverPids]) await pinProcess(pid, cpu.rest);
+  }
+  const where = cpu ? { clientCpu: cpu.rest, lbCpu: cpu.lb } : {};
+  const fetch = (host, pids) => leastContended(() => downloadRun(bl, { host, objects, pids, serverPids, ...where }), dlForeign);
   // Every path of a download: how to start its LB (none for direct), which host the client asks.
   // dsrlb with each ring: v3 (the default) hands ACKs over up to 1 ms late, v2 at once. The C
   // reference forwarder on the same ring (v3 geometry): what the ring alone costs a download.
@@ -449,22 +463,26 @@ async function downloadSuite(bl, bins, dir) {
     const lb = path.start ? await path.start() : null;
     let r;
     try {
+      if (lb && cpu) for (const pid of lb.pids) await pinProcess(pid, cpu.lb);
       // Warm the path outside the measurement: ARP, the HTTP server's JIT, and for dsrlb the JIT
-      // of the packet loop and the collections after start-up. With offloads on one object is only
-      // about 100 ACKs; after it the first timed gigabyte cost dsrlb 0.29 process s/GB and the next
-      // ones 0.17-0.21 (its compiler and GC threads alone: 0.065 s, then 0.01).
-      await downloadRun(bl, { host: path.host, objects: opts.downloadWarmObjects });
+      // of the packet loop and the collections after start-up (see downloadWarmObjects).
+      const warm = path.start ? warmObjects : 1;
+      await downloadRun(bl, { host: path.host, objects: Math.ceil(warm / 2), ...where });
+      if (warm > 1) await downloadRun(bl, { host: path.host, objects: Math.floor(warm / 2), ...where });
       r = await fetch(path.host, lb ? lb.pids : []);
     } finally {
       if (lb) Object.assign(r ?? {}, await lb.stop());
     }
     const packets = r.metrics?.rx ?? r.forwarderCounts?.forwarded;
     const carried = packets === undefined ? '' : `, ${packets} packets through the LB`;
-    log(`  ${path.name}: ${r.megabytesPerSecond.toFixed(0)} MB/s, ${r.busySecondsPerGB.toFixed(3)} busy s/GB${lb ? `, process ${r.processSecondsPerGB.toFixed(3)} s/GB` : ''}${carried}`);
+    const core = r.lbCoreBusyS === null ? '' : `, LB core ${secondsPerGB(r.lbCoreBusyS, r.bytes).toFixed(3)} s/GB (raw)`;
+    log(`  ${path.name}: ${r.megabytesPerSecond.toFixed(0)} MB/s, ${r.busySecondsPerGB.toFixed(3)} busy s/GB${core}${lb ? `, process ${r.processSecondsPerGB.toFixed(3)} s/GB` : ''}${carried}`);
     return r;
   };
+  let warmObjects = 0;
   for (const on of [false, true]) {
     const offloads = await setOffloads(bl, on);
+    warmObjects = opts.downloadWarmObjects[on ? 'on' : 'off'];
     log(`download: offloads ${on ? 'on' : 'off'} (${JSON.stringify(offloads)}), ${objects} x 10 MiB, ${opts.downloadRounds} rounds`);
     // Rounds, for the reasons the packet runs have them: every path once per round, in a rotated
     // order; each LB path is charged its busy time minus the same round's direct download.
@@ -481,6 +499,9 @@ async function downloadSuite(bl, bins, dir) {
     const perRound = (fn) => Object.fromEntries(lbNames.map((n) => [n, median(rounds.map((r) => fn(r, n)))]));
     const lbPerGB = (r, n) => r[n].busySecondsPerGB - r.direct.busySecondsPerGB;
     const lbTasksPerGB = (r, n) => r[n].tasksSecondsPerGB - r.direct.tasksSecondsPerGB;
+    // The LB core's busy time less what that core did anyway: in the direct download nothing of
+    // ours runs there, so its busy rate then is the background (timers, other processes).
+    const lbCorePerGB = (r, n) => secondsPerGB(r[n].lbCoreBusyS - (r.direct.lbCoreBusyS / r.direct.seconds) * r[n].seconds, r[n].bytes);
     out.settings.push({
       offloads: on ? 'on' : 'off',
       ethtool: offloads,
@@ -489,6 +510,7 @@ async function downloadSuite(bl, bins, dir) {
       directBusySecondsPerGB: median(rounds.map((r) => r.direct.busySecondsPerGB)),
       lbSecondsPerGB: perRound(lbPerGB),
       lbTasksSecondsPerGB: perRound(lbTasksPerGB),
+      ...(cpu ? { lbCoreSecondsPerGB: perRound(lbCorePerGB), coreRatioToHaproxy: perRound((r, n) => lbCorePerGB(r, n) / lbCorePerGB(r, 'haproxy')) } : {}),
       processSecondsPerGB: perRound((r, n) => r[n].processSecondsPerGB),
       // x HAProxy, each the median of the rounds' ratios.
       ratioToHaproxy: perRound((r, n) => lbPerGB(r, n) / lbPerGB(r, 'haproxy')),
@@ -498,6 +520,7 @@ async function downloadSuite(bl, bins, dir) {
   }
   // Back to the defaults.
   await setOffloads(bl, true);
+  if (cpu) await pinProcess(process.pid, `0-${n - 1}`);
   return out;
 }
 
@@ -585,18 +608,21 @@ function printReport(results) {
   }
   if (results.download) {
     const d = results.download;
-    lines.push('', `Download: ${d.objects} x 10 MiB over one keep-alive connection; LB CPU = busy CPU of both cores minus the same round's direct download's, per 10^9 bytes; medians of ${d.rounds} rounds (x/HAProxy: of the rounds' ratios)`);
+    const pinned = d.pinning ? `the LB pinned to CPU ${d.pinning.lb}, client and server to CPU ${d.pinning.rest}` : 'one CPU: nothing pinned, no LB core column';
+    lines.push('', `Download: ${d.objects} x 10 MiB over one keep-alive connection, ${pinned}; per 10^9 bytes, medians of ${d.rounds} rounds (x/HAProxy: of the rounds' ratios)`);
+    lines.push("LB core = the LB core's busy time less that core's background in the same round's direct download; machine = busy CPU of both cores minus the same round's direct download's; (tasks) = the same from the exact run time of our tasks; process = the LB process's threads");
     const rows = [];
     const label = { haproxy: 'HAProxy TCP mode', cref: 'C ring forwarder (ref)', dsrlb: 'dsrlb L2 DSR ring v3', dsrlbV2: 'dsrlb L2 DSR ring v2' };
+    const core = (s, field, name) => (s[field] ? s[field][name] : null);
     for (const s of d.settings) {
       for (const name of Object.keys(label)) {
         if (s.lbSecondsPerGB[name] === undefined) continue;
-        const x = name === 'haproxy' ? [null, null] : [s.ratioToHaproxy[name], s.processRatioToHaproxy[name]];
-        rows.push([label[name], s.offloads, s.megabytesPerSecond[name], s.lbSecondsPerGB[name], s.lbTasksSecondsPerGB[name], s.processSecondsPerGB[name], ...x]);
+        const x = name === 'haproxy' ? [null, null, null] : [core(s, 'coreRatioToHaproxy', name), s.ratioToHaproxy[name], s.processRatioToHaproxy[name]];
+        rows.push([label[name], s.offloads, s.megabytesPerSecond[name], core(s, 'lbCoreSecondsPerGB', name), s.lbSecondsPerGB[name], s.lbTasksSecondsPerGB[name], s.processSecondsPerGB[name], ...x]);
       }
-      rows.push(['direct (no LB)', s.offloads, s.megabytesPerSecond.direct, null, null, null, null, null]);
+      rows.push(['direct (no LB)', s.offloads, s.megabytesPerSecond.direct, null, null, null, null, null, null, null]);
     }
-    lines.push(formatTable(['path', 'offloads', 'MB/s', 'LB s/GB', '(tasks)', 'process s/GB', 'x/HAProxy', '(process)'], rows));
+    lines.push(formatTable(['path', 'offloads', 'MB/s', 'LB core s/GB', 'machine s/GB', '(tasks)', 'process s/GB', 'x/HAProxy core', '(machine)', '(process)'], rows));
   }
   if (results.micro) {
     const mi = results.micro;
@@ -633,10 +659,13 @@ function chart(results) {
   }
   if (results.download) {
     charts.push({
-      title: 'Download: LB CPU per GB delivered',
+      title: `Download: ${results.download.pinning ? 'LB core' : 'LB (machine)'} CPU per GB delivered`,
       unit: 'CPU seconds / GB',
       series: ['HAProxy TCP mode', 'C ring forwarder (ref)', 'dsrlb L2 DSR ring v3', 'dsrlb L2 DSR ring v2'],
-      groups: results.download.settings.map((s) => ({ label: `offloads ${s.offloads}`, values: [s.lbSecondsPerGB.haproxy, s.lbSecondsPerGB.cref ?? null, s.lbSecondsPerGB.dsrlb, s.lbSecondsPerGB.dsrlbV2 ?? null] })),
+      groups: results.download.settings.map((s) => {
+        const v = s.lbCoreSecondsPerGB ?? s.lbSecondsPerGB;
+        return { label: `offloads ${s.offloads}`, values: [v.haproxy, v.cref ?? null, v.dsrlb, v.dsrlbV2 ?? null] };
+      }),
     });
   }
   return renderSvg(`dsrlb benchmark (${results.mode}), ${results.startedAt}`, charts);

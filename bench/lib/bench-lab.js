@@ -318,3 +318,8 @@ export function runHere(argv) {
     child.once('exit', (code) => (code === 0 ? resolvePromise(out) : reject(new Error(`${argv.join(' ')}: exit ${code}\n${out}`))));
   });
 }
+
+/** Binds every thread of a process to one CPU (threads it starts later inherit the binding). */
+export function pinProcess(pid, cpu) {
+  return runHere(['taskset', '-a', '-p', '-c', String(cpu), String(pid)]);
+}

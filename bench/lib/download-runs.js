@@ -1,6 +1,6 @@
 // Download runs: the client fetches 10 MiB objects over one keep-alive connection (curl) from
-// the real directly, through HAProxy, or through dsrlb; machine busy time and the LB process's
-// thread time are taken over the whole transfer.
+// the real directly, through HAProxy, or through dsrlb; machine busy time, the LB core's busy time
+// and the LB process's thread time are taken over the whole transfer.
 
 import { foreignTime, ksoftirqdPids, machineBusy, reapedChildrenSeconds, secondsPerGB, takeSample, threadTime } from './cpu-accounting.js';
 import { HTTP_PORT } from './bench-lab.js';
@@ -9,13 +9,15 @@ export const OBJECT_BYTES = 10 * 1024 * 1024;
 
 /**
  * @param {{ lab: any }} bl
- * @param {{ host: string, objects: number, pids?: number[], serverPids?: number[], timeoutS?: number }} o
- * pids: the LB process (its threads are timed); serverPids: other processes of ours (the HTTP server).
+ * @param {{ host: string, objects: number, pids?: number[], serverPids?: number[], timeoutS?: number, clientCpu?: number, lbCpu?: number }} o
+ * pids: the LB process (its threads are timed); serverPids: other processes of ours (the HTTP server);
+ * clientCpu: the CPU curl runs on (taskset); lbCpu: the CPU whose busy time is the LB core's.
  */
 export async function downloadRun(bl, o) {
   const { lab } = bl;
   const url = `http://${o.host}:${HTTP_PORT}/bytes/${OBJECT_BYTES}?n=[1-${o.objects}]`;
-  const argv = ['curl', '-s', '-o', '/dev/null', '--max-time', String(o.timeoutS ?? 300), '-w', '%{http_code} %{size_download}\\n', url];
+  const pin = o.clientCpu === undefined ? [] : ['taskset', '-c', String(o.clientCpu)];
+  const argv = [...pin, 'curl', '-s', '-o', '/dev/null', '--max-time', String(o.timeoutS ?? 300), '-w', '%{http_code} %{size_download}\\n', url];
   const own = [...(o.pids ?? []), ...(o.serverPids ?? [])];
   // Method B's tasks: the LB's threads, the HTTP server, ksoftirqd, and curl (a child we reap).
   const tasks = [...own, ...ksoftirqdPids()];
@@ -47,6 +49,7 @@ export async function downloadRun(bl, o) {
   // curl is a child of `ip netns exec`, which this process reaps: it is ours, not foreign.
   const foreign = foreignTime(a, b, own);
   const busyS = Math.max(0, busy.busyS - foreign.seconds);
+  const lbCoreBusyS = o.lbCpu === undefined ? null : (busy.perCpu.find((c) => c.id === o.lbCpu)?.busyS ?? null);
   return {
     host: o.host,
     objects: o.objects,
@@ -59,6 +62,7 @@ export async function downloadRun(bl, o) {
     foreignS: foreign.seconds,
     foreignTop: foreign.top,
     busySecondsPerGB: secondsPerGB(busyS, bytes),
+    lbCoreBusyS,
     tasksS,
     tasksSecondsPerGB: secondsPerGB(tasksS, bytes),
     processS: threads.totalS,
