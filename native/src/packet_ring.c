@@ -86,7 +86,6 @@ typedef struct packet_socket {
   size_t ring_bytes;
   uint32_t block_size;
   uint32_t block_count;
-  uint32_t next_block;
   napi_env env;
   napi_ref ring_ref;  // strong until close(): close() detaches the ArrayBuffer before munmap
   napi_ref callback_ref;
@@ -191,13 +190,6 @@ static int get_uint32(napi_env env, napi_value value, const char* name, uint32_t
   double number;
   if (!get_integer(env, value, name, 0, 4294967295.0, "an integer in [0, 2^32)", &number)) return 0;
   *out = (uint32_t)number;
-  return 1;
-}
-
-static int get_int32(napi_env env, napi_value value, const char* name, int32_t* out) {
-  double number;
-  if (!get_integer(env, value, name, -2147483648.0, 2147483647.0, "a 32-bit integer", &number)) return 0;
-  *out = (int32_t)number;
   return 1;
 }
 
@@ -675,37 +667,6 @@ fail_js:
 }
 
 // ---------------------------------------------------------------------------------------------
-// nextBlock(handle, releaseIndex): hand block releaseIndex (if >= 0) back to the kernel, then
-// report whether the next block in ring order is ready for user space. Returns its index or -1.
-// The ready block is not claimed: if JS never processes it, the next call returns it again.
-
-static napi_value next_block(napi_env env, napi_callback_info info) {
-  napi_value argv[2], result;
-  int32_t release;
-  if (!get_args(env, info, 2, argv)) return NULL;
-  packet_socket* s = get_socket(env, argv[0], 1);
-  if (s == NULL || !get_int32(env, argv[1], "releaseIndex", &release)) return NULL;
-  if (s->version != TPACKET_V3) {
-    throw_type(env, "nextBlock() is for TPACKET_V3 rings; a V2 ring is read frame by frame");
-    return NULL;
-  }
-  if (release >= (int32_t)s->block_count) {
-    throw_range(env, "releaseIndex is past the last block");
-    return NULL;
-  }
-  if (release >= 0) {
-    struct tpacket_block_desc* done = (struct tpacket_block_desc*)(s->ring + (size_t)release * s->block_size);
-    // Release: every read and write of the block (the engine's rewrites, sendmmsg) happens before.
-    __atomic_store_n(&done->hdr.bh1.block_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
-    if ((uint32_t)release == s->next_block) s->next_block = (s->next_block + 1) % s->block_count;
-  }
-  struct tpacket_block_desc* next = (struct tpacket_block_desc*)(s->ring + (size_t)s->next_block * s->block_size);
-  uint32_t status = __atomic_load_n(&next->hdr.bh1.block_status, __ATOMIC_ACQUIRE);
-  napi_create_int32(env, (status & TP_STATUS_USER) ? (int32_t)s->next_block : -1, &result);
-  return result;
-}
-
-// ---------------------------------------------------------------------------------------------
 // send(handle, offsets, lengths, count, first = 0) and sendCopy(handle, buf, offsets, lengths,
 // count, first = 0): sendmmsg frames [first, count) out of the bound interface, in order.
 // Returns how many were sent from `first`. Fewer than count - first means either a transient
@@ -1021,7 +982,6 @@ napi_status tun_device_init(napi_env env, napi_value exports);  // tun_device.c
 NAPI_MODULE_INIT() {
   napi_property_descriptor properties[] = {
       {"openPacketSocket", NULL, open_packet_socket, NULL, NULL, NULL, napi_enumerable, NULL},
-      {"nextBlock", NULL, next_block, NULL, NULL, NULL, napi_enumerable, NULL},
       {"send", NULL, send_ring, NULL, NULL, NULL, napi_enumerable, NULL},
       {"sendCopy", NULL, send_copy, NULL, NULL, NULL, napi_enumerable, NULL},
       {"startPolling", NULL, start_polling, NULL, NULL, NULL, napi_enumerable, NULL},

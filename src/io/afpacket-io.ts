@@ -93,6 +93,7 @@ export interface AfPacketIoStats extends PacketIoStats {
 }
 
 // tp_status bits of a received frame (linux/if_packet.h).
+const TP_STATUS_KERNEL = 0;
 const TP_STATUS_USER = 1;
 const TP_STATUS_COPY = 1 << 1;
 const TP_STATUS_CSUMNOTREADY = 1 << 3;
@@ -388,18 +389,25 @@ export class AfPacketIo implements PacketIo {
     if (this.ringVersion === 2) {
       this.processFrames();
     } else {
-      const native = this.native;
-      const handle = this.handle;
-      let block = native.nextBlock(handle, -1);
-      let budget = this.blockCount;
-      while (block >= 0 && budget > 0) {
-        budget--;
+      // As for V2, the cursor and the block status words are handled here, without a native call:
+      // a block is ours while its status has TP_STATUS_USER and goes back to the kernel when it is
+      // set to 0, after every read and write of its frames (the engine's rewrites, sendmmsg).
+      const u32 = this.ringWords;
+      const blockCount = this.blockCount;
+      for (let budget = blockCount; budget > 0; budget--) {
+        const block = this.cursor;
+        const status = (block * this.blockSizeBytes + LAYOUT.blockStatus) >>> 2;
+        if ((u32[status]! & TP_STATUS_USER) === 0) break;
         try {
           this.processBlock(block);
         } finally {
           // A block never released stalls the whole ring, even when the engine throws.
-          block = this.closed ? -1 : native.nextBlock(handle, block);
+          if (!this.closed) {
+            u32[status] = TP_STATUS_KERNEL;
+            this.cursor = block + 1 === blockCount ? 0 : block + 1;
+          }
         }
+        if (this.closed) return;
       }
     }
   }

@@ -98,12 +98,6 @@ export interface NativeSystemError extends Error {
 export interface DsrlbNative {
   openPacketSocket(options: OpenPacketSocketOptions): PacketSocketHandle;
   /**
-   * Gives block `releaseIndex` (when >= 0) back to the kernel, then returns the index of the next
-   * block in ring order if the kernel has handed it to user space, else -1. The returned block is
-   * not claimed: calling again without releasing it returns it again.
-   */
-  nextBlock(handle: PacketSocketHandle, releaseIndex: number): number;
-  /**
    * sendmmsg of frames [first, count) whose bytes lie in the ring at offsets[i], lengths[i]
    * (including the virtio_net_hdr when the socket has vnetHdr). Returns how many were sent from
    * `first`; fewer means a transient refusal (EAGAIN/ENOBUFS) at the next frame, or a hard error

@@ -262,10 +262,25 @@ const options = { ifname: 'lo', blockSizeBytes: 1 << 16, blockCount: 4, retireTi
 const ringSockets = () => fs.readFileSync('/proc/self/maps', 'utf8').split('\\n').filter((l) => l.includes('socket:')).length;
 const fds = () => fs.readdirSync('/proc/self/fd').length;
 const settle = async () => { for (let i = 0; i < 3; i++) { global.gc(); await new Promise((r) => setTimeout(r, 30)); } };
+// A poll callback that hands every ready block (status TP_STATUS_USER) to each(), then back to the
+// kernel (status 0), in ring order, as AfPacketIo does.
+function drainer(handle, each) {
+  const words = new Uint32Array(handle.ring);
+  let cursor = 0;
+  return () => {
+    for (;;) {
+      const status = (cursor * handle.blockSizeBytes + 8) >> 2;
+      if ((words[status] & 1) === 0) return;
+      if (each) each(cursor);
+      words[status] = 0;
+      cursor = (cursor + 1) % handle.blockCount;
+    }
+  };
+}
 function workerMain() {
   const native = require(${JSON.stringify(addonPath)});
   const handle = native.openPacketSocket({ ifname: 'lo', blockSizeBytes: 1 << 16, blockCount: 4, retireTimeoutMs: 1, reserveBytes: 128, vnetHdr: true });
-  native.startPolling(handle, () => { let b = native.nextBlock(handle, -1); while (b >= 0) b = native.nextBlock(handle, b); });
+  native.startPolling(handle, DRAINER(handle));
   require('node:worker_threads').parentPort.postMessage(handle.ring.byteLength);
 }
 (async () => {
@@ -275,18 +290,14 @@ function workerMain() {
   result.perSocket = group.map((handle) => {
     const bytes = new Uint8Array(handle.ring); const words = new Uint32Array(handle.ring); const halves = new Uint16Array(handle.ring);
     const counter = { frames: 0 };
-    native.startPolling(handle, () => {
-      let b = native.nextBlock(handle, -1);
-      while (b >= 0) {
-        const start = b * handle.blockSizeBytes; let frame = start + words[(start + 16) >> 2];
-        for (let i = words[(start + 12) >> 2]; i > 0; i--) {
-          const mac = frame + halves[(frame + 24) >> 1];
-          if (bytes[mac + 12] === 8 && bytes[mac + 13] === 0 && bytes[mac + 23] === 17 && ((bytes[mac + 36] << 8) | bytes[mac + 37]) === 9999) counter.frames++;
-          frame += words[frame >> 2];
-        }
-        b = native.nextBlock(handle, b);
+    native.startPolling(handle, drainer(handle, (b) => {
+      const start = b * handle.blockSizeBytes; let frame = start + words[(start + 16) >> 2];
+      for (let i = words[(start + 12) >> 2]; i > 0; i--) {
+        const mac = frame + halves[(frame + 24) >> 1];
+        if (bytes[mac + 12] === 8 && bytes[mac + 13] === 0 && bytes[mac + 23] === 17 && ((bytes[mac + 36] << 8) | bytes[mac + 37]) === 9999) counter.frames++;
+        frame += words[frame >> 2];
       }
-    });
+    }));
     return counter;
   });
   const sink = dgram.createSocket('udp4'); await new Promise((r) => sink.bind(9999, '127.0.0.1', r));
@@ -304,7 +315,7 @@ function workerMain() {
   group.forEach((handle) => native.close(handle));
   // Workers load their own instance; terminating one while it polls must not crash the process.
   for (let i = 0; i < 2; i++) {
-    const worker = new Worker('(' + workerMain.toString() + ')()', { eval: true });
+    const worker = new Worker('(' + workerMain.toString().replace('DRAINER', '(' + drainer.toString() + ')') + ')()', { eval: true });
     result.workerRingBytes = await new Promise((r) => worker.once('message', r));
     await worker.terminate();
   }
@@ -314,11 +325,11 @@ function workerMain() {
   // Integer arguments: a non-number is a TypeError, a fraction, NaN or a value out of range a RangeError.
   result.argErrors = [];
   const tryCall = (f) => { try { f(); result.argErrors.push('no error'); } catch (e) { result.argErrors.push(e.constructor.name + ': ' + e.message); } };
-  for (const bad of [2 ** 31, -(2 ** 31) - 1, 1.5, NaN, 'x']) tryCall(() => native.nextBlock(handle, bad));
+  for (const bad of [2 ** 32, -1, 1.5, NaN, 'x']) tryCall(() => native.send(handle, new Int32Array(1), new Int32Array(1), bad));
   for (const bad of [-1, 2 ** 32, 0.5]) tryCall(() => native.pinThread(bad));
   native.close(handle); native.close(handle);
   result.viewAfterClose = view.length;
-  try { native.nextBlock(handle, -1); } catch (e) { result.nextBlockAfterClose = e.code; }
+  try { native.send(handle, new Int32Array(1), new Int32Array(1), 0); } catch (e) { result.sendAfterClose = e.code; }
   try { native.openPacketSocket({ ...options, ifname: 'nope0' }); } catch (e) { result.missingInterface = e.code; }
   // Handles dropped without close(): collected, their sockets closed; the mapping lives while a view does.
   await settle();
@@ -331,7 +342,7 @@ function workerMain() {
   result.allCollected = [ringSockets() - before[0], fds() - before[1]];
   // Exit with a socket still polling.
   const open = native.openPacketSocket(options);
-  native.startPolling(open, () => { let b = native.nextBlock(open, -1); while (b >= 0) b = native.nextBlock(open, b); });
+  native.startPolling(open, drainer(open));
   console.log(JSON.stringify(result));
   setTimeout(() => process.exit(0), 50);
 })();
@@ -499,14 +510,14 @@ describe('AfPacketIo in network namespaces (root)', () => {
       kernelDrops: 0,
       workerRingBytes: 4 << 16,
       viewAfterClose: 0,
-      nextBlockAfterClose: 'EBADF',
+      sendAfterClose: 'EBADF',
       missingInterface: 'ENODEV',
       handlesCollected: [5, 0, 4 << 16],
       allCollected: [0, 0],
     });
-    const int32 = 'RangeError: releaseIndex must be a 32-bit integer';
-    const uint32 = 'RangeError: cpu must be an integer in [0, 2^32)';
-    expect(result.argErrors).toEqual([int32, int32, int32, int32, 'TypeError: releaseIndex must be a number', uint32, uint32, uint32]);
+    const count = 'RangeError: count must be an integer in [0, 2^32)';
+    const cpu = 'RangeError: cpu must be an integer in [0, 2^32)';
+    expect(result.argErrors).toEqual([count, count, count, count, 'TypeError: count must be a number', cpu, cpu, cpu]);
     // Room for a whole batch of sent frames until a NIC completes them (8 MiB asked, doubled).
     expect(result.sendBufferBytes).toBeGreaterThanOrEqual(8 << 20);
   });
