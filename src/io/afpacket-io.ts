@@ -203,6 +203,8 @@ export class AfPacketIo implements PacketIo {
   private readonly frameHeaderBytes: number;
   /** V2: the next frame slot to look at. */
   private cursor = 0;
+  /** V3: blocks from the cursor on whose frames are in the batch being built (not yet released). */
+  private heldBlocks = 0;
   /** Headroom common to the frames of the batch being filled. */
   private batchHeadroom = 0;
   private readonly copyBuf: Uint8Array;
@@ -389,31 +391,44 @@ export class AfPacketIo implements PacketIo {
     if (this.ringVersion === 2) {
       this.processFrames();
     } else {
-      // As for V2, the cursor and the block status words are handled here, without a native call:
-      // a block is ours while its status has TP_STATUS_USER and goes back to the kernel when it is
-      // set to 0, after every read and write of its frames (the engine's rewrites, sendmmsg).
-      const u32 = this.ringWords;
-      const blockCount = this.blockCount;
-      for (let budget = blockCount; budget > 0; budget--) {
-        const block = this.cursor;
-        const status = (block * this.blockSizeBytes + LAYOUT.blockStatus) >>> 2;
-        if ((u32[status]! & TP_STATUS_USER) === 0) break;
-        try {
-          this.processBlock(block);
-        } finally {
-          // A block never released stalls the whole ring, even when the engine throws.
-          if (!this.closed) {
-            u32[status] = TP_STATUS_KERNEL;
-            this.cursor = block + 1 === blockCount ? 0 : block + 1;
-          }
-        }
-        if (this.closed) return;
-      }
+      this.processBlocks();
     }
   }
 
-  /** V3: every frame of one block the kernel handed over. */
-  private processBlock(block: number): void {
+  /**
+   * V3: every block the kernel has handed over, in ring order, their frames in shared batches: one
+   * engine call and one sendmmsg per batch, not per block (a download's ACKs come a few per 1 ms
+   * block, and a wake-up finds two or three blocks). As for V2's frames, the cursor and the status
+   * words are handled here, without a native call: a block is ours while its status has
+   * TP_STATUS_USER, and goes back to the kernel (status 0) once every frame of it was processed and
+   * sent, for the engine rewrites frames in place and sendmmsg reads them there.
+   */
+  private processBlocks(): void {
+    const u32 = this.ringWords;
+    const batch = this.batch;
+    const blockCount = this.blockCount;
+    const blockSize = this.blockSizeBytes;
+    this.heldBlocks = 0;
+    batch.count = 0;
+    this.batchHeadroom = blockSize;
+    try {
+      for (let budget = blockCount; budget > 0; budget--) {
+        let block = this.cursor + this.heldBlocks;
+        if (block >= blockCount) block -= blockCount;
+        if ((u32[(block * blockSize + LAYOUT.blockStatus) >>> 2]! & TP_STATUS_USER) === 0) break;
+        this.heldBlocks++;
+        this.admitBlock(block);
+        if (this.closed) return;
+      }
+      if (batch.count > 0) this.flush(this.batchHeadroom);
+    } finally {
+      // A block never released stalls the whole ring, even when the engine throws.
+      this.releaseBlocks(this.heldBlocks);
+    }
+  }
+
+  /** V3: the frames of one block into the batch; a full batch is flushed at once. */
+  private admitBlock(block: number): void {
     const u32 = this.ringWords;
     const batch = this.batch;
     const blockStart = block * this.blockSizeBytes;
@@ -421,9 +436,6 @@ export class AfPacketIo implements PacketIo {
     const packetCount = u32[(blockStart + LAYOUT.blockNumPackets) >>> 2]!;
     let frame = blockStart + u32[(blockStart + LAYOUT.blockFirstPacket) >>> 2]!;
     this.rxBlocks++;
-    batch.count = 0;
-    this.batchHeadroom = this.blockSizeBytes;
-
     for (let i = 0; i < packetCount; i++) {
       if ((frame & FRAME_ALIGNMENT_MASK) !== 0 || frame + LAYOUT.frameHeaderBytes > blockEnd) {
         this.rxMalformed++;
@@ -433,13 +445,27 @@ export class AfPacketIo implements PacketIo {
       if (this.admit(frame, blockEnd)) {
         this.flush(this.batchHeadroom);
         if (this.closed) return;
+        // Every frame of the blocks before this one is sent: they can go back now.
+        this.releaseBlocks(this.heldBlocks - 1);
         batch.count = 0;
         this.batchHeadroom = this.blockSizeBytes;
       }
       if (nextOffset === 0) break;
       frame += nextOffset;
     }
-    if (batch.count > 0) this.flush(this.batchHeadroom);
+  }
+
+  /** V3: gives the first n held blocks back to the kernel, in ring order. */
+  private releaseBlocks(n: number): void {
+    if (this.closed) return;
+    const u32 = this.ringWords;
+    const blockCount = this.blockCount;
+    for (let k = 0; k < n; k++) {
+      const block = this.cursor;
+      u32[(block * this.blockSizeBytes + LAYOUT.blockStatus) >>> 2] = TP_STATUS_KERNEL;
+      this.cursor = block + 1 === blockCount ? 0 : block + 1;
+    }
+    this.heldBlocks -= n;
   }
 
   /**

@@ -124,10 +124,26 @@ afterAll(async () => {
   for (const ns of [A, F]) await run('ip', ['netns', 'del', ns]).catch(() => undefined);
 });
 
-describe.each([2, 3])('ring path (TPACKET_V%i) vs in-memory path', (ringVersion) => {
+interface RingCase {
+  ringVersion: 2 | 3;
+  /** Seconds between two sent frames (0: one burst). */
+  gapS: number;
+  blockSizeBytes?: number;
+  batchCapacity?: number;
+}
+
+// One frame at a time, so the ring sees them in order in one or more blocks; and for V3 a burst into
+// 4 KiB blocks read in batches of 3, so that a wake-up finds several blocks whose frames share
+// batches, and a full batch is sent (and the blocks before it released) in the middle of a block.
+describe.each<[string, RingCase]>([
+  ['TPACKET_V2', { ringVersion: 2, gapS: 0.002 }],
+  ['TPACKET_V3', { ringVersion: 3, gapS: 0.002 }],
+  ['TPACKET_V3, a burst over 4 KiB blocks, batches of 3', { ringVersion: 3, gapS: 0, blockSizeBytes: 4096, batchCapacity: 3 }],
+])('ring path (%s) vs in-memory path', (_name, ringCase) => {
   it('produce byte-identical output frames for the same input frames', async () => {
+    const { ringVersion, gapS, blockSizeBytes, batchCapacity } = ringCase;
     const frames = inputFrames();
-    forwarder = spawn('ip', ['netns', 'exec', F, process.execPath, join(ROOT, 'test/support/ring-forwarder.mjs'), JSON.stringify({ ifname: 'f0', config: CONFIG, macs: MACS, tunnelV4: '10.88.0.2', ringVersion })], { stdio: ['ignore', 'pipe', 'inherit'] });
+    forwarder = spawn('ip', ['netns', 'exec', F, process.execPath, join(ROOT, 'test/support/ring-forwarder.mjs'), JSON.stringify({ ifname: 'f0', config: CONFIG, macs: MACS, tunnelV4: '10.88.0.2', ringVersion, blockSizeBytes, batchCapacity })], { stdio: ['ignore', 'pipe', 'inherit'] });
     await new Promise<void>((resolve, reject) => {
       createInterface({ input: forwarder!.stdout! }).on('line', (l) => l.includes('"ready"') && resolve());
       forwarder!.once('exit', (c) => reject(new Error(`ring forwarder exited ${c}`)));
@@ -135,8 +151,7 @@ describe.each([2, 3])('ring path (TPACKET_V%i) vs in-memory path', (ringVersion)
     const pcap = join(dir, `out-v${ringVersion}.pcap`);
     const capture = spawn('ip', ['netns', 'exec', A, 'tcpdump', '-i', 'a0', '-nn', '-U', '--immediate-mode', '-w', pcap, 'ether', 'src', fMac], { stdio: 'ignore' });
     await sleep(1000);
-    // One frame at a time, so the ring sees them in order in one or more blocks.
-    const send = spawn('ip', ['netns', 'exec', A, 'python3', '-c', "import socket,sys,time\ns=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(('a0',0))\nfor l in sys.stdin:\n  l=l.strip()\n  if l: s.send(bytes.fromhex(l)); time.sleep(0.002)\n"], { stdio: ['pipe', 'inherit', 'inherit'] });
+    const send = spawn('ip', ['netns', 'exec', A, 'python3', '-c', `import socket,sys,time\ns=socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(('a0',0))\nfor l in sys.stdin.read().split():\n  s.send(bytes.fromhex(l))\n  if ${gapS} > 0: time.sleep(${gapS})\n`], { stdio: ['pipe', 'inherit', 'inherit'] });
     send.stdin!.end(frames.map((f) => hex(f)).join('\n') + '\n');
     await new Promise((r) => send.once('exit', r));
     await sleep(1000);

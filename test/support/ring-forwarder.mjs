@@ -17,7 +17,7 @@ const { parseMac } = await load('control/addresses.js');
 const args = JSON.parse(process.argv[2]);
 const parsed = parseConfigText(args.config);
 if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
-const io = AfPacketIo.open({ interface: args.ifname, ringVersion: args.ringVersion });
+const io = AfPacketIo.open({ interface: args.ifname, ringVersion: args.ringVersion, blockSizeBytes: args.blockSizeBytes, batchCapacity: args.batchCapacity });
 const engine = new Engine({
   flowCapacity: 4096,
   timeouts: { synMs: 60_000, establishedMs: 900_000, finMs: 120_000, closeMs: 10_000, udpMs: 300_000 },
