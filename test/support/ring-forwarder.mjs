@@ -1,7 +1,8 @@
 // Namespace test helper: `ip netns exec NS node test/support/ring-forwarder.mjs '<json>'` runs the
 // real engine on the native RX ring (AfPacketIo) of an interface, with a snapshot built from a config
 // and fixed real MACs, exactly as ring-vs-memory.test.ts builds its in-memory twin. Prints
-// {"ready":true} once the socket is open; exits on SIGTERM. Imports the compiled dist/ tree.
+// {"ready":true} once the socket is open; on SIGTERM prints {"stats":...} (AfPacketIo's) and exits.
+// Imports the compiled dist/ tree.
 import { resolve, dirname } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
@@ -35,6 +36,7 @@ engine.setSnapshot(new SnapshotBuilder().build(views, parsed.config.hashSeed, MA
 io.start((batch) => engine.processBatch(batch, 1_000_000));
 process.stdout.write(JSON.stringify({ ready: true }) + '\n');
 process.on('SIGTERM', () => {
+  process.stdout.write(JSON.stringify({ stats: io.stats() }) + '\n');
   io.close();
   process.exit(0);
 });
