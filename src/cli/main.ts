@@ -100,6 +100,8 @@ function parseWeight(text: string): number {
   return Number(text);
 }
 
+const NO_COMMAND = 'name a command (dsrlb --help lists them)';
+
 export async function main(args: string[]): Promise<number> {
   // `dsrlb simulate X | head`: a reader that leaves early is no error. (Not for run: its log.)
   if (args[0] !== 'run') {
@@ -115,7 +117,7 @@ export async function main(args: string[]): Promise<number> {
     .strict()
     .strictCommands()
     .recommendCommands()
-    .demandCommand(1, 'name a command (dsrlb --help lists them)')
+    .demandCommand(1, NO_COMMAND)
     .command(
       'run',
       'run the daemon in the foreground',
@@ -272,6 +274,9 @@ export async function main(args: string[]): Promise<number> {
     .fail((msg, err) => {
       // yargs wraps what a coerce function throws in its own YError: still a bad argument.
       if (err) throw err instanceof CliError || err.name !== 'YError' ? err : new CliError(err.message, 1);
+      // `dsrlb --bogus` or `dsrlb -c x.yaml`: yargs asks for a command before it looks at the options; name the option.
+      const option = msg === NO_COMMAND ? args.find((a) => a.startsWith('-')) : undefined;
+      if (option !== undefined) throw new CliError(`${option} without a command: name a command first (dsrlb --help lists them)`, 1);
       throw new CliError(msg.startsWith('Did you mean') ? `unknown command ${JSON.stringify(args[0])}. ${msg}` : msg, 1);
     })
     .help()

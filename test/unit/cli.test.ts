@@ -105,6 +105,14 @@ describe('dsrlb CLI', () => {
     expect(far.stderr.trim()).toBe('dsrlb: Unknown command: frobnicate');
   });
 
+  it('names the option given without a command', async () => {
+    const r = await dsrlb(['--bogus']);
+    expect(r.code).toBe(1);
+    expect(r.stderr.trim()).toBe('dsrlb: --bogus without a command: name a command first (dsrlb --help lists them)');
+    const none = await dsrlb([]);
+    expect(none.stderr.trim()).toBe('dsrlb: name a command (dsrlb --help lists them)');
+  });
+
   it('says in one line when --admin points at something that is not dsrlb', async () => {
     const servers: Server[] = [];
     const serve = async (status: number, body: string): Promise<string> => {
