@@ -56,6 +56,8 @@ interface RealRuntime {
   service: string; // service identity
   serviceName: string;
   address: string;
+  /** As last configured: a removed real's draining flows keep going the way they went. */
+  forwarding: RealConfig['forwarding'];
   removed: boolean;
 }
 
@@ -261,7 +263,7 @@ export class Daemon {
 
   /** The MAC a frame for real r goes to: its own (l2), or its next hop's (ipip). */
   private macOfReal(r: Pick<RealConfig, 'address' | 'forwarding'>): Uint8Array | null {
-    return this.neighbors.macOf(r.forwarding === 'ipip' ? (this.nextHops.get(r.address) ?? r.address) : r.address);
+    return this.neighbors.macOf(this.neighborOf(r));
   }
 
   private async syncAnnouncements(): Promise<void> {
@@ -295,32 +297,35 @@ export class Daemon {
     return { service: s.name, announce };
   }
 
-  /** Addresses whose MACs the data plane needs: L2 reals, and the next hops of IPIP reals. */
+  /** Addresses whose MACs the data plane needs: L2 reals, and the next hops of IPIP reals (removed ones that drain too). */
   private l2RealAddresses(): string[] {
     const out = new Set<string>();
-    for (const s of this.config.services) {
-      for (const r of s.reals) out.add(r.forwarding === 'l2' ? r.address : (this.nextHops.get(r.address) ?? r.address));
-    }
-    for (const r of this.reals.values()) if (r.removed) out.add(r.address);
+    for (const s of this.config.services) for (const r of s.reals) out.add(this.neighborOf(r));
+    for (const r of this.reals.values()) if (r.removed) out.add(this.neighborOf(r));
     return [...out];
   }
 
-  /** Next hops of IPIP reals from the LB's routing table, and the outer source addresses. */
+  /** The address whose MAC a real's frames go to: its own (L2), or its IPIP next hop. */
+  private neighborOf(r: Pick<RealConfig, 'address' | 'forwarding'>): string {
+    return r.forwarding === 'ipip' ? (this.nextHops.get(r.address) ?? r.address) : r.address;
+  }
+
+  /** Next hops of IPIP reals (removed ones that drain too) from the LB's routing table, and the outer source addresses. */
   private async resolveTunnelRoutes(): Promise<void> {
     const hops = new Map<string, string>();
-    for (const s of this.config.services) {
-      for (const r of s.reals) {
-        if (r.forwarding !== 'ipip' || hops.has(r.address)) continue;
-        try {
-          const { stdout } = await systemRunner(['ip', '-j', 'route', 'get', r.address]);
-          const route = (JSON.parse(stdout) as { gateway?: string; dev?: string }[])[0];
-          if (route?.dev && route.dev !== this.config.interface) {
-            this.log.warn('IPIP real is not reached through the forwarding interface', { real: r.address, dev: route.dev, interface: this.config.interface });
-          }
-          hops.set(r.address, route?.gateway ?? r.address);
-        } catch (err) {
-          this.log.warn('no route to IPIP real', { real: r.address, error: (err as Error).message });
+    const reals: Pick<RealConfig, 'address' | 'forwarding'>[] = this.config.services.flatMap((s) => s.reals);
+    for (const r of this.reals.values()) if (r.removed) reals.push(r);
+    for (const r of reals) {
+      if (r.forwarding !== 'ipip' || hops.has(r.address)) continue;
+      try {
+        const { stdout } = await systemRunner(['ip', '-j', 'route', 'get', r.address]);
+        const route = (JSON.parse(stdout) as { gateway?: string; dev?: string }[])[0];
+        if (route?.dev && route.dev !== this.config.interface) {
+          this.log.warn('IPIP real is not reached through the forwarding interface', { real: r.address, dev: route.dev, interface: this.config.interface });
         }
+        hops.set(r.address, route?.gateway ?? r.address);
+      } catch (err) {
+        this.log.warn('no route to IPIP real', { real: r.address, error: (err as Error).message });
       }
     }
     this.nextHops = hops;
@@ -348,9 +353,10 @@ export class Daemon {
           existing.removed = false;
           // A renamed service is the same service (identity is the tuple): metrics and logs take the new name.
           existing.serviceName = s.name;
+          existing.forwarding = r.forwarding;
           continue;
         }
-        this.reals.set(key, { key, id: this.registry.idFor(key), service: sid, serviceName: s.name, address: r.address, removed: false });
+        this.reals.set(key, { key, id: this.registry.idFor(key), service: sid, serviceName: s.name, address: r.address, forwarding: r.forwarding, removed: false });
       }
     }
     for (const r of this.reals.values()) {
@@ -407,10 +413,10 @@ export class Daemon {
           address: rt.address,
           weight: 0,
           intent: 'drain',
-          forwarding: 'l2',
+          forwarding: rt.forwarding,
           health: this.healthOf(rt.key),
           removed: true,
-          mac: this.neighbors.macOf(rt.address),
+          mac: this.macOfReal(rt),
         });
       }
       views.push({ config: s, reals });

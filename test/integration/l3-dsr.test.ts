@@ -5,7 +5,7 @@
 
 import type { ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -20,9 +20,11 @@ let daemon: LabDaemon;
 let decap: ChildProcess;
 let uploadServer: ChildProcess;
 let ipipReal: LabHost;
+let configPath: string;
 
-function configText(): string {
+function configText(opts: { webWithoutIpip?: boolean } = {}): string {
   const [r1, r2, r3] = lab.reals;
+  const ipipInWeb = opts.webWithoutIpip ? [] : [`      - address: ${r3!.ipv4}`, '        forwarding: ipip'];
   return [
     'interface: eth0',
     'services:',
@@ -33,8 +35,7 @@ function configText(): string {
     '    reals:',
     `      - address: ${r1!.ipv4}`,
     `      - address: ${r2!.ipv4}`,
-    `      - address: ${r3!.ipv4}`,
-    '        forwarding: ipip',
+    ...ipipInWeb,
     '  - name: upload',
     `    vip: ${lab.vip}`,
     '    port: 8080',
@@ -83,9 +84,9 @@ beforeAll(async () => {
   });
   uploadServer = lab.spawn(ipipReal, [process.execPath, join(ROOT, 'dist/lab/real-http-server.js'), '--name', ipipReal.name, '--host', `${lab.vip},${ipipReal.ipv4}`, '--port', '8080'], { stdio: ['ignore', 'pipe', 'inherit'] });
   await new Promise<void>((resolve) => createInterface({ input: uploadServer.stdout! }).on('line', (l) => l.includes('"ready"') && resolve()));
-  const config = join(dir, 'dsrlb.yaml');
-  await writeFile(config, configText());
-  daemon = await LabDaemon.start(lab, config);
+  configPath = join(dir, 'dsrlb.yaml');
+  await writeFile(configPath, configText());
+  daemon = await LabDaemon.start(lab, configPath);
 }, 120_000);
 
 afterAll(async () => {
@@ -127,6 +128,40 @@ describe('L3 DSR (IPIP)', () => {
     expect(t.stdout).not.toMatch(/Malformed Packet/);
     expect(t.stdout).not.toMatch(/\[(Header )?checksum status: Bad\]|Bad checksum/i);
   }, 120_000);
+
+  it('drains an IPIP real removed by a reload: its live transfer completes, still through the tunnel', async () => {
+    // A client port whose flow the LB schedules to the IPIP real (explain), then a slow download on it.
+    let port = 0;
+    for (let p = 42000; p < 42100 && port === 0; p++) {
+      const e = await daemon.cli(['explain', 'web', `${lab.client.ipv4}:${p}`]);
+      if (e.stdout.includes(`-> ${ipipReal.ipv4} `)) port = p;
+    }
+    expect(port).toBeGreaterThan(0);
+    const size = 500_000;
+    const download = lab.exec(lab.client, ['curl', '-s', '--local-port', String(port), '-o', '/dev/null', '-w', '%{http_code} %{size_download}', `http://${lab.vip}/bytes/${size}?rate=100000`], { timeoutMs: 60_000 });
+    await sleep(1000);
+    await writeFile(configPath, configText({ webWithoutIpip: true }));
+    const r = await daemon.cli(['reload']);
+    expect(r.code, r.stderr).toBe(0);
+    // The flow's ACKs after the reload: still IPIP to the real, none sent to it as a plain frame.
+    const tunnel = lab.spawn(lab.lb, ['tcpdump', '-i', 'eth0', '-nn', '-l', '-q', '--immediate-mode', `ip proto 4 and dst host ${ipipReal.ipv4}`], { stdio: ['ignore', 'pipe', 'ignore'] });
+    const plain = lab.spawn(lab.lb, ['tcpdump', '-i', 'eth0', '-nn', '-l', '-q', '--immediate-mode', `tcp and dst host ${lab.vip} and ether dst ${ipipReal.mac} and src port ${port}`], { stdio: ['ignore', 'pipe', 'ignore'] });
+    let tunnelled = 0;
+    let unwrapped = 0;
+    createInterface({ input: tunnel.stdout! }).on('line', (l) => l.trim() && tunnelled++);
+    createInterface({ input: plain.stdout! }).on('line', (l) => l.trim() && unwrapped++);
+    const drained = (await daemon.status()).services[0]!.reals.find((x) => x.address === ipipReal.ipv4);
+    expect(drained?.activeFlows ?? 0).toBeGreaterThanOrEqual(1);
+    const result = await download;
+    await sleep(300);
+    await stopProcess(tunnel);
+    await stopProcess(plain);
+    expect(result.stdout).toBe(`200 ${size}`);
+    expect(tunnelled).toBeGreaterThan(10);
+    expect(unwrapped).toBe(0);
+    await writeFile(configPath, configText());
+    expect((await daemon.cli(['reload'])).code).toBe(0);
+  }, 60_000);
 
   it('completes a 2 MB upload through the IPIP real after ICMP fragmentation-needed with MTU 1480', async () => {
     await lab.exec(lab.client, ['ip', 'route', 'flush', 'cache']);
