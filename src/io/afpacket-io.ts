@@ -201,7 +201,7 @@ export class AfPacketIo implements PacketIo {
   private readonly fieldVlanTpid: number;
   private readonly fieldPacketType: number;
   private readonly frameHeaderBytes: number;
-  /** V2: the next frame slot to look at. */
+  /** V2: the next frame slot to look at. V3: the oldest block not yet given back to the kernel. */
   private cursor = 0;
   /** V3: blocks from the cursor on whose frames are in the batch being built (not yet released). */
   private heldBlocks = 0;
@@ -663,7 +663,7 @@ export class AfPacketIo implements PacketIo {
     const bufLength = batch.buf.length;
     batch.headroom = headroom;
     // A stale VERDICT_TX from the previous batch must never resend old bytes. A loop, not
-    // fill(): TypedArray fill is a C++ builtin, a runtime call per batch that V8 never inlines.
+    // fill(): TypedArray fill is a C++ builtin (a call out of the optimized code per batch).
     const verdicts = batch.verdicts;
     for (let i = 0; i < count; i++) verdicts[i] = VERDICT_PASS;
     this.onBatch!(batch);
