@@ -297,12 +297,16 @@ export class Daemon {
     return { service: s.name, announce };
   }
 
-  /** Addresses whose MACs the data plane needs: L2 reals, and the next hops of IPIP reals (removed ones that drain too). */
+  /** Every real frames may go to: the configured ones, and removed ones that still drain their flows. */
+  private forwardedReals(): Pick<RealConfig, 'address' | 'forwarding'>[] {
+    const reals: Pick<RealConfig, 'address' | 'forwarding'>[] = this.config.services.flatMap((s) => s.reals);
+    for (const r of this.reals.values()) if (r.removed) reals.push(r);
+    return reals;
+  }
+
+  /** Addresses whose MACs the data plane needs: L2 reals, and the next hops of IPIP reals. */
   private l2RealAddresses(): string[] {
-    const out = new Set<string>();
-    for (const s of this.config.services) for (const r of s.reals) out.add(this.neighborOf(r));
-    for (const r of this.reals.values()) if (r.removed) out.add(this.neighborOf(r));
-    return [...out];
+    return [...new Set(this.forwardedReals().map((r) => this.neighborOf(r)))];
   }
 
   /** The address whose MAC a real's frames go to: its own (L2), or its IPIP next hop. */
@@ -313,9 +317,7 @@ export class Daemon {
   /** Next hops of IPIP reals (removed ones that drain too) from the LB's routing table, and the outer source addresses. */
   private async resolveTunnelRoutes(): Promise<void> {
     const hops = new Map<string, string>();
-    const reals: Pick<RealConfig, 'address' | 'forwarding'>[] = this.config.services.flatMap((s) => s.reals);
-    for (const r of this.reals.values()) if (r.removed) reals.push(r);
-    for (const r of reals) {
+    for (const r of this.forwardedReals()) {
       if (r.forwarding !== 'ipip' || hops.has(r.address)) continue;
       try {
         const { stdout } = await systemRunner(['ip', '-j', 'route', 'get', r.address]);
