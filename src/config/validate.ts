@@ -885,12 +885,20 @@ export function unicastProblem(value: unknown, role: string): string | null {
  */
 function checkKeys(p: ProblemList, obj: Raw, path: string, known: readonly string[], misplaced: Readonly<Record<string, string>> = {}): void {
   for (const key of Object.keys(obj)) {
-    if (known.includes(key)) continue;
-    const where = Object.hasOwn(misplaced, key) ? misplaced[key] : undefined;
-    const hint = closestKey(key, known);
-    if (where !== undefined) p.add(join2(path, key), `unknown key; ${where}`);
-    else p.add(join2(path, key), hint === null ? `unknown key (expected one of ${known.join(', ')})` : `unknown key (did you mean "${hint}"?)`);
+    const message = unknownKeyMessage(key, known, misplaced);
+    if (message !== null) p.add(join2(path, key), message);
   }
+}
+
+/**
+ * The problem with `key` in a mapping whose keys are `known`, or null if it is one of them: where it
+ * belongs when `misplaced` says so, else the near known key, else the list. Shared with scenarios.
+ */
+export function unknownKeyMessage(key: string, known: readonly string[], misplaced: Readonly<Record<string, string>> = {}): string | null {
+  if (known.includes(key)) return null;
+  if (Object.hasOwn(misplaced, key)) return `unknown key; ${misplaced[key]}`;
+  const hint = closestKey(key, known);
+  return hint === null ? `unknown key (expected one of ${known.join(', ')})` : `unknown key (did you mean "${hint}"?)`;
 }
 
 /** Hints for keys written in the wrong mapping: each key of a group -> "it belongs under <where>"; the first group naming a key wins. */
