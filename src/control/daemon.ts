@@ -84,6 +84,11 @@ export class Daemon {
   private rebuildQueued = false;
   private housekeeping: NodeJS.Timeout | null = null;
   private rates = new Map<number, { pps: number; bps: number; packets: number; bytes: number }>();
+  /**
+   * Each real id's counter block as it was when the id was handed to its current real: ids are
+   * reused once a removed real is forgotten, and the loops' counters only ever grow.
+   */
+  private readonly counterBase = new Float64Array(MAX_REAL_IDS * REAL_STRIDE);
   /** IPIP reals: the address whose MAC the outer frame goes to (the real on-link, else its gateway). */
   private nextHops = new Map<string, string>();
   private tunnelSources: TunnelSources = { v4: null, v6: null };
@@ -109,6 +114,7 @@ export class Daemon {
     this.loops = new LoopGroup(log);
     this.metrics = new DaemonMetrics({
       counters: () => this.loops.counters(),
+      realCount: (counters, id, which) => this.realCount(counters, id, which),
       reals: () => this.metricsView(),
       activeFlows: (id) => this.loops.active(id),
       inactiveFlows: (id) => this.loops.inactive(id),
@@ -234,17 +240,9 @@ export class Daemon {
     for (const s of this.config.services) {
       if (!s.announce) continue;
       const sid = serviceIdentity(s);
-      if (!this.settledServices.has(sid)) {
-        const unsettled = s.reals.filter((r) => !this.realSettled(sid, r)).map((r) => r.address);
-        if (!this.firstSeenMs.has(sid)) this.firstSeenMs.set(sid, Date.now());
-        const waitedMs = Date.now() - this.firstSeenMs.get(sid)!;
-        if (unsettled.length > 0 && waitedMs < SETTLE_CAP_MS) {
-          wanted.set(s.vip, wanted.get(s.vip) ?? false);
-          continue;
-        }
-        this.settledServices.add(sid);
-        if (unsettled.length > 0) this.log.warn('announcing before every real settled', { service: s.name, unsettled, waitedMs });
-        else this.log.info('health settled: the service may be announced', { service: s.name });
+      if (!this.settled(s)) {
+        wanted.set(s.vip, wanted.get(s.vip) ?? false);
+        continue;
       }
       const report = this.lastReports.find((r) => r.name === s.name);
       const eligible = report !== undefined && !report.dropping && (!report.panic || this.config.announce.onFailOpen);
@@ -252,6 +250,24 @@ export class Daemon {
       wanted.set(s.vip, (wanted.get(s.vip) ?? false) || on);
     }
     return wanted;
+  }
+
+  /**
+   * Whether the service's view has settled since this daemon took it (see announceWanted), marking
+   * it so the first time. Until then its table is still being built, not moved: announcing waits,
+   * and dsrlb_table_moved_slots_total does not count.
+   */
+  private settled(s: ServiceConfig): boolean {
+    const sid = serviceIdentity(s);
+    if (this.settledServices.has(sid)) return true;
+    const unsettled = s.reals.filter((r) => !this.realSettled(sid, r)).map((r) => r.address);
+    if (!this.firstSeenMs.has(sid)) this.firstSeenMs.set(sid, Date.now());
+    const waitedMs = Date.now() - this.firstSeenMs.get(sid)!;
+    if (unsettled.length > 0 && waitedMs < SETTLE_CAP_MS) return false;
+    this.settledServices.add(sid);
+    if (unsettled.length > 0) this.log.warn('settled before every real did (the wait is capped)', { service: s.name, unsettled, waitedMs });
+    else this.log.info('health settled: every real proven up or down', { service: s.name });
+    return true;
   }
 
   /** Proven up with its MAC (or its next hop's) known, or confirmed down: see announceWanted. */
@@ -345,6 +361,7 @@ export class Daemon {
   /** Make this.reals match the config: new pairs get ids, vanished ones are marked removed (drained). */
   private syncReals(): void {
     const present = new Set<string>();
+    const nameOf = new Map(this.config.services.map((s) => [serviceIdentity(s), s.name]));
     for (const s of this.config.services) {
       const sid = serviceIdentity(s);
       for (const r of s.reals) {
@@ -353,18 +370,25 @@ export class Daemon {
         const existing = this.reals.get(key);
         if (existing) {
           existing.removed = false;
-          // A renamed service is the same service (identity is the tuple): metrics and logs take the new name.
-          existing.serviceName = s.name;
           existing.forwarding = r.forwarding;
           continue;
         }
-        this.reals.set(key, { key, id: this.registry.idFor(key), service: sid, serviceName: s.name, address: r.address, forwarding: r.forwarding, removed: false });
+        const id = this.registry.idFor(key);
+        this.rebaseCounters(id);
+        this.reals.set(key, { key, id, service: sid, serviceName: s.name, address: r.address, forwarding: r.forwarding, removed: false });
       }
     }
     for (const r of this.reals.values()) {
+      // A renamed service is the same service (identity is the tuple): metrics and logs take the new
+      // name, for its draining removed reals too.
+      const name = nameOf.get(r.service);
+      if (name !== undefined && name !== r.serviceName) {
+        this.metrics.forgetReal(r.serviceName, r.address);
+        r.serviceName = name;
+      }
       if (!present.has(r.key) && !r.removed) {
         r.removed = true;
-        this.log.info('real removed from config: draining', { service: r.service, real: r.address });
+        this.log.info('real removed from config: draining', { service: r.serviceName, real: r.address });
       }
     }
     // Removed (draining) reals stay probed: if one dies, its flows move instead of black-holing.
@@ -439,10 +463,17 @@ export class Daemon {
   rebuild(why: string): void {
     const views = this.serviceViews();
     const { snapshot, services } = this.builder.build(views, this.config.hashSeed, MAX_REAL_IDS, this.tunnelSources);
+    for (const gone of this.lastReports) {
+      if (!services.some((s) => s.name === gone.name)) this.metrics.forgetService(gone.name);
+    }
     for (const s of services) {
+      const cfg = this.config.services.find((c) => c.name === s.name);
+      // A service still settling (reals proving up, MACs arriving) has its table built, not moved.
+      const wasSettled = cfg !== undefined && this.settledServices.has(serviceIdentity(cfg));
+      if (cfg !== undefined) this.settled(cfg);
       if (s.movedSlots > 0) {
-        this.metrics.tableMovedSlots.inc({ service: s.name }, s.movedSlots);
-        this.log.info('forwarding table rebuilt', { service: s.name, movedSlots: s.movedSlots, tableSize: s.tableSize, why });
+        if (wasSettled) this.metrics.tableMovedSlots.inc({ service: s.name }, s.movedSlots);
+        this.log.info('forwarding table rebuilt', { service: s.name, movedSlots: s.movedSlots, tableSize: s.tableSize, why, ...(wasSettled ? {} : { settling: true }) });
       }
       const prev = this.lastReports.find((p) => p.name === s.name);
       if (s.panic && !prev?.panic) this.log.warn('no real is up: failOpen, forwarding to all wanted reals', { service: s.name });
@@ -462,15 +493,15 @@ export class Daemon {
     let forget = false;
     const counters = this.loops.counters();
     for (const r of [...this.reals.values()]) {
-      const c = REAL_BASE + r.id * REAL_STRIDE;
-      const packets = counters[c + RealCounter.forwardedPackets]!;
-      const bytes = counters[c + RealCounter.forwardedBytes]!;
+      const packets = this.realCount(counters, r.id, RealCounter.forwardedPackets);
+      const bytes = this.realCount(counters, r.id, RealCounter.forwardedBytes);
       const prev = this.rates.get(r.id);
       this.rates.set(r.id, { packets, bytes, pps: prev ? packets - prev.packets : 0, bps: prev ? bytes - prev.bytes : 0 });
       if (r.removed && this.loops.active(r.id) === 0 && this.loops.inactive(r.id) === 0) {
         this.reals.delete(r.key);
         this.registry.release(r.key);
-        this.log.info('removed real drained: forgotten', { service: r.service, real: r.address });
+        this.metrics.forgetReal(r.serviceName, r.address);
+        this.log.info('removed real drained: forgotten', { service: r.serviceName, real: r.address });
         forget = true;
       }
     }
@@ -751,7 +782,6 @@ export class Daemon {
           operatorWithdrawn: this.withdrawn.has(serviceIdentity(v.config)),
           reals: v.reals.map((r) => {
             const fact = this.health.fact(keyById.get(r.id)!);
-            const c = REAL_BASE + r.id * REAL_STRIDE;
             const rate = this.rates.get(r.id);
             return {
               address: r.address,
@@ -769,8 +799,8 @@ export class Daemon {
               mac: r.mac ? formatMac(r.mac) : null,
               activeFlows: this.loops.active(r.id),
               inactiveFlows: this.loops.inactive(r.id),
-              packets: counters[c + RealCounter.forwardedPackets],
-              bytes: counters[c + RealCounter.forwardedBytes],
+              packets: this.realCount(counters, r.id, RealCounter.forwardedPackets),
+              bytes: this.realCount(counters, r.id, RealCounter.forwardedBytes),
               pps: rate?.pps ?? 0,
               bytesPerSecond: rate?.bps ?? 0,
             };
@@ -778,6 +808,19 @@ export class Daemon {
         };
       }),
     };
+  }
+
+  /** A per-real counter (RealCounter) of `id` since the id was given to its current real. */
+  realCount(counters: Float64Array, id: number, which: number): number {
+    const i = id * REAL_STRIDE + which;
+    return counters[REAL_BASE + i]! - this.counterBase[i]!;
+  }
+
+  /** Start a newly handed-out id's counters from zero (the loops' slots keep what a forgotten real counted). */
+  private rebaseCounters(id: number): void {
+    const counters = this.loops.counters();
+    const i = id * REAL_STRIDE;
+    for (let k = 0; k < REAL_STRIDE; k++) this.counterBase[i + k] = counters[REAL_BASE + i + k]!;
   }
 
   private metricsView(): MetricsRealView[] {

@@ -3,7 +3,8 @@
 // Labels are service and real (bounded by the config), never client addresses.
 
 import client from 'prom-client';
-import { Counter as Slot, REAL_BASE, REAL_STRIDE, RealCounter } from '../dataplane/counters.js';
+import { Counter as Slot, RealCounter } from '../dataplane/counters.js';
+import { PROBE_REASONS } from '../health/probe.js';
 import { DropReason, dropReasonLabels } from '../dataplane/drop-reasons.js';
 
 /** What the metrics need to know about each configured real, read at scrape time. */
@@ -20,6 +21,8 @@ export interface MetricsRealView {
 
 export interface MetricsSource {
   counters(): Float64Array;
+  /** A per-real counter (RealCounter offset) of a real id, read from `counters()`. */
+  realCount(counters: Float64Array, id: number, which: number): number;
   reals(): readonly MetricsRealView[];
   activeFlows(id: number): number;
   inactiveFlows(id: number): number;
@@ -89,7 +92,7 @@ export class DaemonMetrics {
         collect() {
           this.reset();
           const c = src.counters();
-          for (const r of src.reals()) this.inc({ service: r.service, real: r.real }, c[REAL_BASE + r.id * REAL_STRIDE + offset]!);
+          for (const r of src.reals()) this.inc({ service: r.service, real: r.real }, src.realCount(c, r.id, offset));
         },
       });
     };
@@ -227,7 +230,7 @@ export class DaemonMetrics {
     });
     this.probeFailures = new client.Counter({
       name: 'dsrlb_healthcheck_failures_total',
-      help: 'Failed health probes, by reason (timeout, refused, reset, status, body, exit, unreachable, error).',
+      help: `Failed health probes, by reason (${PROBE_REASONS.join(', ')}).`,
       labelNames: ['service', 'real', 'reason'],
       registers: [registry],
     });
@@ -243,5 +246,19 @@ export class DaemonMetrics {
   observeProbe(service: string, real: string, seconds: number, failureReason: string | null): void {
     this.probeDuration.observe({ service, real }, seconds);
     if (failureReason) this.probeFailures.inc({ service, real, reason: failureReason });
+  }
+
+  /**
+   * Drops the event-driven series of a real under a service name (a forgotten real, or the old name
+   * of a renamed service); the scrape-time series follow the daemon's view by themselves.
+   */
+  forgetReal(service: string, real: string): void {
+    this.probeDuration.remove({ service, real });
+    for (const reason of PROBE_REASONS) this.probeFailures.remove({ service, real, reason });
+  }
+
+  /** Drops the event-driven series of a service name no longer in use (removed, or renamed). */
+  forgetService(service: string): void {
+    this.tableMovedSlots.remove({ service });
   }
 }

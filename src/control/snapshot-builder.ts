@@ -13,7 +13,7 @@ import {
   type ForwardingSnapshot,
 } from '../dataplane/forwarding-snapshot.js';
 import { stringHash } from '../dataplane/flow-hash.js';
-import { buildMaglevTable, countChangedSlots, type MaglevReal } from '../dataplane/maglev-table.js';
+import { buildMaglevTable, countMovedSlots, type MaglevReal } from '../dataplane/maglev-table.js';
 import { eligibility, isWanted, type HealthFact } from '../health/eligibility.js';
 import { TUNNEL_TEMPLATE_BYTES, writeTunnelTemplate } from '../encap/ipip.js';
 import { addressWords } from './addresses.js';
@@ -153,7 +153,7 @@ export class SnapshotBuilder {
       nextTables.set(identity, { inputs, table });
       svcTables.push(table);
       svcTableSize[si] = cfg.tableSize;
-      const movedSlots = prev && prev.table.length === table.length ? countChangedSlots(prev.table, table) : prev ? table.length : 0;
+      const movedSlots = prev && prev.table.length === table.length ? countMovedSlots(prev.table, table) : prev ? table.length : 0;
       reports.push({
         name: cfg.name,
         candidates: sorted.map((r) => r.id),

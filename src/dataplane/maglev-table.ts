@@ -165,14 +165,18 @@ export function buildMaglevTable(
   return table;
 }
 
-/** Slots whose owner differs between two tables of the same size (a table-change metric). */
-export function countChangedSlots(a: Int32Array, b: Int32Array): number {
-  if (a.length !== b.length) {
-    throw new RangeError(`tables differ in size (${a.length} vs ${b.length}); slots are not comparable`);
+/**
+ * Slots that had a real in `before` and another one (or none) in `after`, tables of one size: the
+ * flows that would move. An empty slot (-1) that gets a real is not a move: no flow was there
+ * (a first build, or reals whose MACs just became known, moves nothing).
+ */
+export function countMovedSlots(before: Int32Array, after: Int32Array): number {
+  if (before.length !== after.length) {
+    throw new RangeError(`tables differ in size (${before.length} vs ${after.length}); slots are not comparable`);
   }
-  let changed = 0;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) changed++;
-  return changed;
+  let moved = 0;
+  for (let i = 0; i < before.length; i++) if (before[i] !== -1 && before[i] !== after[i]) moved++;
+  return moved;
 }
 
 /** Slots held per value (real id; -1 counts empty slots when there are any). */

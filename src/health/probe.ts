@@ -5,7 +5,8 @@
 import type { HealthCheckConfig } from '../config/types.js';
 
 /** Why a probe failed; a small fixed set so it can label `dsrlb_healthcheck_failures_total`. */
-export type ProbeReason = 'timeout' | 'refused' | 'reset' | 'status' | 'body' | 'exit' | 'unreachable' | 'error';
+export const PROBE_REASONS = ['timeout', 'refused', 'reset', 'status', 'body', 'exit', 'unreachable', 'error'] as const;
+export type ProbeReason = (typeof PROBE_REASONS)[number];
 
 /** One real as a probe sees it. `port` is the check's port (0 for icmp/exec on a port-0 service). */
 export interface ProbeTarget {

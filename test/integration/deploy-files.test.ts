@@ -106,6 +106,7 @@ function fakeMetrics(): DaemonMetrics {
   ];
   const m = new DaemonMetrics({
     counters: () => counters,
+    realCount: (c, id, which) => c[REAL_BASE + id * REAL_STRIDE + which]!,
     reals: () => reals,
     activeFlows: (id) => (id === 0 ? 7 : 0),
     inactiveFlows: (id) => (id === 0 ? 2 : 0),

@@ -25,9 +25,9 @@ let daemon: LabDaemon;
 let configPath: string;
 const servers = new Map<string, ChildProcess>();
 
-function configText(opts: { whenAllDown?: string; fall?: number; probeService?: boolean } = {}): string {
-  return labConfig(lab, {
-    top: [`stateFile: ${dir}/dsrlb.state.json`],
+function configText(opts: { whenAllDown?: string; fall?: number; probeService?: boolean; name?: string; reals?: string[]; top?: string[] } = {}): string {
+  const text = labConfig(lab, {
+    top: [`stateFile: ${dir}/dsrlb.state.json`, ...(opts.top ?? [])],
     service: [
       `    whenAllDown: ${opts.whenAllDown ?? 'failOpen'}`,
       '    healthCheck:',
@@ -38,9 +38,10 @@ function configText(opts: { whenAllDown?: string; fall?: number; probeService?: 
       `      rise: ${RISE}`,
       `      fall: ${opts.fall ?? FALL}`,
     ],
-    reals: lab.reals.map((r) => r.ipv4),
+    reals: opts.reals ?? lab.reals.map((r) => r.ipv4),
     after: opts.probeService ? probeService() : [],
   });
+  return opts.name === undefined ? text : text.replace('- name: web\n', `- name: ${opts.name}\n`);
 }
 
 /** 200 reals (addresses 10.77.1.1-200, all on r1) probed over HTTP every second. */
@@ -93,6 +94,13 @@ afterAll(async () => {
 }, 60_000);
 
 describe('health checks and intent', () => {
+  it('counts no moved hash slots for the first table (reals whose MACs arrive move no flow)', async () => {
+    // The first snapshot has no MAC for any real (an empty table); filling it is not a move.
+    const m = await daemon.metrics();
+    expect(m).toContain('dsrlb_forwarded_packets_total{service="web"');
+    expect(metricValue(m, 'dsrlb_table_moved_slots_total', 'service="web"')).toBe(0);
+  });
+
   it('takes a dead real out within fall x interval + timeout + 1 s and back after rise x interval', async () => {
     await stopServer('r1');
     await sleep(FALL * INTERVAL_MS + TIMEOUT_MS + 1000);
@@ -202,6 +210,42 @@ describe('health checks and intent', () => {
     await reload(configText());
     await daemon.waitFor('all up', allUp, 10_000);
     expect((await httpCount(lab, 30)).ok).toBe(30);
+  }, 90_000);
+
+  it('starts a re-added real from zero and moves every series of a renamed service to its new name', async () => {
+    const r3 = realOf('r3').ipv4;
+    const top = ['flowTable: { tcpTimeouts: { syn: 1s, established: 2s, fin: 1s } }'];
+    const renamed = (reals: string[]) => configText({ top, reals, name: 'web2' });
+    const forwarded = (t: string, service: string) => metricValue(t, 'dsrlb_forwarded_packets_total', `service="${service}",real="${r3}"`);
+    try {
+      await reload(configText({ top }));
+      expect((await httpCount(lab, 30)).ok).toBe(30);
+      const before = await daemon.metrics();
+      expect(forwarded(before, 'web')).toBeGreaterThan(0);
+
+      // Renamed, and r3 removed: it drains under the new name, then is forgotten with its id.
+      await reload(renamed(lab.reals.slice(0, 2).map((r) => r.ipv4)));
+      await daemon.waitFor('r3 forgotten', (st) => !st.services[0]!.reals.some((x) => x.address === r3), 20_000);
+      await sleep(2 * INTERVAL_MS); // probes of the two left land under the new name
+      const after = await daemon.metrics();
+      const seriesLines = after.split('\n').filter((l) => l.startsWith('dsrlb_'));
+      expect(seriesLines.filter((l) => l.includes('service="web"'))).toEqual([]);
+      expect(seriesLines.filter((l) => l.includes(`real="${r3}"`))).toEqual([]);
+      expect(metricValue(after, 'dsrlb_healthcheck_duration_seconds_count', `service="web2",real="${realOf('r1').ipv4}"`)).toBeGreaterThan(0);
+
+      // Back under the new name: a new real (it gets the freed id), its counters from zero.
+      await reload(renamed(lab.reals.map((r) => r.ipv4)));
+      await daemon.waitFor('r3 back and up', (st) => st.services[0]!.reals.some((x) => x.address === r3 && x.health.state === 'up'), 10_000);
+      const readded = await daemon.metrics();
+      expect(forwarded(readded, 'web2')).toBe(0);
+      expect(metricValue(readded, 'dsrlb_flows_created_total', `service="web2",real="${r3}"`)).toBe(0);
+      const st = (await daemon.status()) as unknown as { services: { reals: { address: string; packets: number; bytes: number }[] }[] };
+      expect(st.services[0]!.reals.find((x) => x.address === r3)).toMatchObject({ packets: 0, bytes: 0 });
+      console.log(`r3 forwarded ${forwarded(before, 'web')} packets before its removal; re-added: 0`);
+    } finally {
+      await reload(configText());
+      await daemon.waitFor('all up', allUp, 10_000);
+    }
   }, 90_000);
 
   it('probes 200 reals at 1 s intervals, each probe within its timeout, while the packet loop keeps forwarding', async () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   buildMaglevTable,
-  countChangedSlots,
+  countMovedSlots,
   isPrime,
   MAX_MAGLEV_TABLE_SIZE,
   slotCounts,
@@ -201,7 +201,7 @@ describe('buildMaglevTable balance', () => {
   it('depends only on weight ratios: 100:200:300:400 builds the same table as 1:2:3:4', () => {
     const small = buildMaglevTable(makeReals(4, (i) => i + 1), M, SEED);
     const large = buildMaglevTable(makeReals(4, (i) => (i + 1) * 100), M, SEED);
-    expect(countChangedSlots(small, large)).toBe(0);
+    expect(countMovedSlots(small, large)).toBe(0);
   });
 
   it('stays balanced and fast enough at 1000 reals for M = 65537 and M = 655373', () => {
@@ -265,13 +265,13 @@ describe('buildMaglevTable determinism', () => {
     const first = buildMaglevTable(reals, M, SEED);
     expect(buildMaglevTable(reals, M, SEED)).toEqual(first);
     for (let trial = 0; trial < 5; trial++) {
-      expect(countChangedSlots(buildMaglevTable(shuffled(reals, next), M, SEED), first)).toBe(0);
+      expect(countMovedSlots(buildMaglevTable(shuffled(reals, next), M, SEED), first)).toBe(0);
     }
   });
 
   it('changes with the seed', () => {
     const reals = makeReals(10);
-    expect(countChangedSlots(buildMaglevTable(reals, M, 1), buildMaglevTable(reals, M, 2))).toBeGreaterThan(M / 2);
+    expect(countMovedSlots(buildMaglevTable(reals, M, 1), buildMaglevTable(reals, M, 2))).toBeGreaterThan(M / 2);
   });
 
   it('is pinned: a small literal table and a checksum of a large weighted one', () => {
@@ -288,13 +288,15 @@ describe('buildMaglevTable determinism', () => {
   });
 });
 
-describe('countChangedSlots and slotCounts', () => {
-  it('count differing slots and slots per id, refusing tables of different sizes', () => {
+describe('countMovedSlots and slotCounts', () => {
+  it('count slots that change real (an empty slot filled is no move) and slots per id, refusing tables of different sizes', () => {
     const a = Int32Array.from([1, 1, 2, -1, 3]);
-    const b = Int32Array.from([1, 2, 2, 3, 3]);
-    expect(countChangedSlots(a, b)).toBe(2);
-    expect(countChangedSlots(a, a)).toBe(0);
-    expect(() => countChangedSlots(a, new Int32Array(4))).toThrow(RangeError);
+    const b = Int32Array.from([1, 2, 2, 3, -1]);
+    expect(countMovedSlots(a, b)).toBe(2);
+    expect(countMovedSlots(b, a)).toBe(2);
+    expect(countMovedSlots(a, a)).toBe(0);
+    expect(countMovedSlots(new Int32Array(5).fill(-1), a)).toBe(0);
+    expect(() => countMovedSlots(a, new Int32Array(4))).toThrow(RangeError);
     expect(slotCounts(a)).toEqual(new Map([[1, 2], [2, 1], [-1, 1], [3, 1]]));
   });
 });

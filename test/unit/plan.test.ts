@@ -14,7 +14,7 @@ import { createCounters, MAX_REAL_IDS } from '../../src/dataplane/counters.js';
 import { Engine } from '../../src/dataplane/engine.js';
 import { FLOW_KEY_WORDS } from '../../src/dataplane/flow-hash.js';
 import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
-import { buildMaglevTable, countChangedSlots } from '../../src/dataplane/maglev-table.js';
+import { buildMaglevTable, countMovedSlots } from '../../src/dataplane/maglev-table.js';
 import { MemoryIo } from '../../src/io/memory-io.js';
 import { formatPlanJson, formatPlanText, planChange, runPlanCommand, type LiveFlows, type LiveReal, type PlanReport } from '../../src/sim/plan.js';
 import { ETH_IPV4, ethernet, ipv4, tcp } from '../support/packet-builder.js';
@@ -119,7 +119,7 @@ describe('plan: hash space that moves', () => {
     const report = planChange(config({ reals: four() }), config({ reals: [...four(), { address: ADDRS[4]! }] }));
     const moved = web(report).hashSpaceMoved!;
     const toMaglev = (n: number) => ADDRS.slice(0, n).map((key, id) => ({ id, key, weight: 100 }));
-    const exact = countChangedSlots(buildMaglevTable(toMaglev(4), 65537, 0), buildMaglevTable(toMaglev(5), 65537, 0)) / 65537;
+    const exact = countMovedSlots(buildMaglevTable(toMaglev(4), 65537, 0), buildMaglevTable(toMaglev(5), 65537, 0)) / 65537;
     expect(moved.method).toBe('slots');
     expect(moved.tableSize).toBe(65537);
     expect(Math.abs(moved.share - exact)).toBeLessThan(0.01);
