@@ -17,6 +17,8 @@ Installs dsrlb from this checkout (build it first: scripts/bootstrap):
   /usr/local/bin/dsrlb                 -> /opt/dsrlb/bin/dsrlb.js
   /etc/dsrlb/dsrlb.yaml                from deploy/linux/dsrlb.yaml.sample, only when absent,
                                        with stateFile: /var/lib/dsrlb/dsrlb.state.json
+  /etc/dsrlb/admin.token               a random admin API token (the sample's admin.tokenFile),
+                                       only when absent; the daemon enforces it
   /etc/systemd/system/dsrlb.service    the unit (local changes: systemctl edit dsrlb)
   /etc/systemd/system/dsrlb-decap@.service
                                        user-space IPIP decapsulation on a real server
@@ -202,11 +204,26 @@ install_config() {
 	note "installed $conf (edit it, then: dsrlb validate -c $CONF)"
 }
 
+# The sample config names admin.tokenFile, and a configured token file is enforced (on loopback
+# too): without one the daemon would not start. 32 random bytes, hex; readable by root and dsrlb.
+install_token() {
+	token=$ROOT$CONF_DIR/admin.token
+	[ -e "$token" ] && return 0
+	tmp=$token.new.$$
+	(umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$tmp") || fail 2 "cannot write $tmp"
+	printf '\n' >>"$tmp"
+	chmod 0640 "$tmp"
+	[ -n "$ROOT" ] || chown root:dsrlb "$tmp"
+	mv "$tmp" "$token"
+	note "installed $token (a random admin API token; the dsrlb CLI reads it as root)"
+}
+
 install_file 0644 "$SRC/deploy/linux/dsrlb.sysusers.conf" "$ROOT$SYSUSERS"
 [ -n "$ROOT" ] || create_user
 install_app
 install_link
 install_config
+install_token
 install_file 0644 "$SRC/deploy/linux/dsrlb.service" "$ROOT$UNIT"
 install_file 0644 "$SRC/deploy/linux/dsrlb-decap@.service" "$ROOT$DECAP_UNIT"
 install_file 0755 "$SRC/deploy/linux/dsrlb-realserver" "$ROOT$REALSERVER"

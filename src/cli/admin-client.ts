@@ -2,6 +2,8 @@
 // (or --admin / --token-file), sends one request, and turns failures into one-line errors.
 
 import { readFile } from 'node:fs/promises';
+import http from 'node:http';
+import https from 'node:https';
 import { loadAdminSettings } from '../config/load.js';
 import { DEFAULT_ADMIN_LISTEN, formatListen, problemLines } from '../config/validate.js';
 import { oneLine } from '../health/probe.js';
@@ -20,6 +22,8 @@ export class CliError extends Error {
 export interface AdminTarget {
   baseUrl: string;
   token: string | null;
+  /** The config file whose admin.listen gave baseUrl; absent when it came from --admin or the default address. */
+  configFile?: string;
 }
 
 /**
@@ -34,11 +38,15 @@ export async function resolveAdminTarget(
 ): Promise<AdminTarget> {
   let baseUrl = opts.admin ?? null;
   let tokenFile = opts.tokenFile ?? null;
+  let configFile: string | undefined;
   if (!baseUrl || !tokenFile) {
     const path = opts.config ?? defaultConfig;
     const admin = await loadAdminSettings(path);
     if (admin.ok) {
-      baseUrl ??= `http://${formatListen(admin.listen)}`;
+      if (!baseUrl) {
+        baseUrl = `http://${formatListen(admin.listen)}`;
+        configFile = path;
+      }
       tokenFile ??= admin.tokenFile;
     } else if (admin.missing === true && opts.config === undefined) {
       baseUrl ??= `http://${formatListen(DEFAULT_ADMIN_LISTEN)}`;
@@ -58,7 +66,9 @@ export async function resolveAdminTarget(
       if (!/^http:\/\/(127\.|\[::1\])/.test(baseUrl!)) throw new CliError(`cannot read token file ${tokenFile}: ${code}`, 1);
     }
   }
-  return { baseUrl: baseUrl!.replace(/\/$/, ''), token };
+  const target: AdminTarget = { baseUrl: baseUrl!.replace(/\/$/, ''), token };
+  if (configFile !== undefined) target.configFile = configFile;
+  return target;
 }
 
 /** An answer that is not dsrlb's JSON (a proxy's error page, another service), in one line. */
@@ -66,20 +76,38 @@ function pageText(text: string): string {
   return oneLine(text.replace(/<[^>]*>/g, ' '), 120);
 }
 
-export async function adminRequest(target: AdminTarget, method: string, path: string, body?: unknown): Promise<{ status: number; data: Record<string, unknown> }> {
+/** How long a command waits for the daemon's whole answer. */
+const ADMIN_TIMEOUT_MS = 15_000;
+
+/**
+ * One request to the admin API and its JSON answer. node:http, not fetch: fetch refuses the WHATWG
+ * "bad ports" (6000, 10080, 5060, ...), which admin.listen may name. Exit 2 when the daemon cannot be
+ * reached, refuses or fails; exit 1 for what the daemon calls a user error (400, 404). A 422 (a
+ * refused reload) is returned for the caller to print.
+ */
+export async function adminRequest(
+  target: AdminTarget,
+  method: string,
+  path: string,
+  body?: unknown,
+  opts: { timeoutMs?: number } = {},
+): Promise<{ status: number; data: Record<string, unknown> }> {
   const headers: Record<string, string> = {};
   if (target.token) headers.authorization = `Bearer ${target.token}`;
-  if (body !== undefined) headers['content-type'] = 'application/json';
-  let res: Response;
-  try {
-    res = await fetch(target.baseUrl + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body), signal: AbortSignal.timeout(15_000) });
-  } catch (err) {
-    // undici hides the reason in `cause` (ECONNREFUSED, or a message such as "bad port").
-    const e = err as Error & { cause?: { code?: string; message?: string } };
-    const cause = e.cause?.code ?? e.cause?.message ?? e.message;
-    throw new CliError(`cannot reach the daemon at ${target.baseUrl}: ${cause}`, 2);
+  const payload = body === undefined ? null : Buffer.from(JSON.stringify(body));
+  if (payload !== null) {
+    headers['content-type'] = 'application/json';
+    headers['content-length'] = String(payload.length);
   }
-  const text = await res.text();
+  let answer: { status: number; text: string };
+  try {
+    answer = await send(new URL(target.baseUrl + path), method, headers, payload, opts.timeoutMs ?? ADMIN_TIMEOUT_MS);
+  } catch (err) {
+    // The errno name when there is one (ECONNREFUSED, ENOTFOUND, EPROTO), else what went wrong.
+    const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+    throw new CliError(`cannot reach the daemon at ${target.baseUrl}: ${oneLine(reason, 200)}${reason === 'ECONNREFUSED' ? movedHint(target) : ''}`, 2);
+  }
+  const { status, text } = answer;
   let data: Record<string, unknown> | null = null;
   try {
     const parsed = JSON.parse(text) as unknown;
@@ -87,11 +115,44 @@ export async function adminRequest(target: AdminTarget, method: string, path: st
   } catch {
     // not JSON: below
   }
-  const said = data !== null && typeof data.message === 'string' ? data.message : pageText(text) || `HTTP ${res.status}`;
-  if (data === null) throw new CliError(`${target.baseUrl} is not a dsrlb admin API: HTTP ${res.status} ${said}`, 2);
-  if (res.status === 401 || res.status === 403) throw new CliError(`the daemon refused: ${said} (check --token-file)`, 2);
-  if (res.status === 404 || res.status === 400) throw new CliError(said, 1);
+  const said = data !== null && typeof data.message === 'string' ? data.message : pageText(text) || `HTTP ${status}`;
+  if (data === null) throw new CliError(`${target.baseUrl} is not a dsrlb admin API: HTTP ${status} ${said}`, 2);
+  if (status === 401 || status === 403) throw new CliError(`the daemon refused: ${said} (check --token-file)`, 2);
+  if (status === 404 || status === 400) throw new CliError(said, 1);
   // 422: a refused reload, whose problems the caller prints.
-  if ((res.status < 200 || res.status > 299) && res.status !== 422) throw new CliError(`the daemon failed: HTTP ${res.status} ${said}`, 2);
-  return { status: res.status, data };
+  if ((status < 200 || status > 299) && status !== 422) throw new CliError(`the daemon failed: HTTP ${status} ${said}`, 2);
+  return { status, data };
+}
+
+/**
+ * Nothing listens where the config file says: the file may have moved admin.listen since the
+ * daemon started (a restart-only key), and the daemon still answers at the old address.
+ */
+function movedHint(target: AdminTarget): string {
+  if (target.configFile === undefined) return '';
+  return ` (the address is admin.listen in ${target.configFile}; if that was edited since the daemon started, the daemon still listens at the old address: use --admin URL)`;
+}
+
+/** The status and body text of one HTTP(S) exchange; rejects on a network error or after `timeoutMs` for the whole answer. */
+function send(url: URL, method: string, headers: Record<string, string>, payload: Buffer | null, timeoutMs: number): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    // agent: false: one connection, closed after the answer, so nothing keeps the CLI alive.
+    const req = (url.protocol === 'https:' ? https : http).request(url, { method, headers, agent: false }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('error', fail); // the connection closed before the answer's end (ECONNRESET)
+      res.on('end', () => {
+        clearTimeout(timer);
+        resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') });
+      });
+    });
+    const timer = setTimeout(() => fail(new Error(`no answer within ${timeoutMs / 1000} s`)), timeoutMs);
+    function fail(err: Error): void {
+      clearTimeout(timer);
+      req.destroy();
+      reject(err);
+    }
+    req.on('error', fail);
+    req.end(payload ?? undefined);
+  });
 }

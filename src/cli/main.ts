@@ -89,9 +89,16 @@ async function plan(a: { config: string; against?: string; json: boolean; admin?
  */
 function explainWhy(d: Record<string, unknown>): string {
   const state = typeof d.flowState === 'string' ? d.flowState : null;
-  if (d.reason === 'flow-table') return `flow-table hit${state ? `, ${state}` : ''}`;
+  // Why a new flow has no real, or gets one that is down: the service's state (as status shows it).
+  const notes: string[] = [];
+  if (d.panic === true) notes.push('failOpen: no real is up, every wanted real takes new flows');
+  if (d.real !== null && d.realHealth === 'down') notes.push(`${String(d.real)} is down`);
+  const also = notes.length > 0 ? `; ${notes.join('; ')}` : '';
+  if (d.reason === 'flow-table') return `flow-table hit${state ? `, ${state}` : ''}${also}`;
+  if (d.real === null && d.dropping === true) return `new flows dropped: ${String(d.droppingReason)}`;
   const slot = typeof d.slot === 'number' ? ` slot ${d.slot}` : '';
-  return `${String(d.reason)}: ${String(d.scheduler)}${slot}${state ? `, replacing a ${state} entry` : ''}`;
+  const article = state !== null && /^[aeiou]/.test(state) ? 'an' : 'a';
+  return `${String(d.reason)}: ${String(d.scheduler)}${slot}${state ? `, replacing ${article} ${state} entry` : ''}${also}`;
 }
 
 /** WEIGHT as typed: decimal digits only, 0..65535 (no "", 0x10 or 1e3). */
@@ -167,7 +174,8 @@ export async function main(args: string[]): Promise<number> {
               return 0;
             }
             process.stderr.write(['reload refused:', ...problems].join('\n') + '\n');
-            return 1;
+            // The config (a user error) or the host (the token file, an address change) refused.
+            return data.refusedBy === 'system' ? 2 : 1;
           })(),
         ),
     );

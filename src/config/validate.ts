@@ -424,7 +424,12 @@ function serviceList(p: ProblemList, raw: Raw, vipOwners: VipOwners): ServiceCon
   return services;
 }
 
-/** (vip, protocol, port) must be unique, and no name may equal another service's name or address form. */
+/**
+ * (vip, protocol, port) must be unique; no name may equal another service's name, nor read as a
+ * service address in any spelling (`TCP://203.0.113.10:080`) unless it is the service's own address
+ * as written canonically: the CLI and admin API match names before addresses, so such a name would
+ * take another service's address over.
+ */
 function checkServiceIdentity(p: ProblemList, slots: readonly (ServiceConfig | null)[], explicitNames: readonly (string | null)[]): void {
   const firstByKey = new Map<string, number>();
   slots.forEach((service, index) => {
@@ -439,19 +444,48 @@ function checkServiceIdentity(p: ProblemList, slots: readonly (ServiceConfig | n
   });
   explicitNames.forEach((name, index) => {
     if (name === null) return;
-    for (let other = 0; other < slots.length; other++) {
-      const service = slots[other];
-      if (other === index || service === null || service === undefined) continue;
-      if (serviceAddressName(service.protocol, service.vip, service.port) === name) {
-        p.add(`services[${index}].name`, `${describe(name)} is the address of services[${other}]; choose another name`);
-        return;
-      }
-      if (other < index && service.name === name) {
-        p.add(`services[${index}].name`, `${describe(name)} is already the name of services[${other}]`);
-        return;
-      }
+    const addressProblem = nameAsAddressProblem(name, index, slots);
+    if (addressProblem !== null) {
+      p.add(`services[${index}].name`, addressProblem);
+      return;
     }
+    const other = slots.findIndex((service, i) => i < index && service !== null && service.name === name);
+    if (other !== -1) p.add(`services[${index}].name`, `${describe(name)} is already the name of services[${other}]`);
   });
+}
+
+/** Why services[index] may not be called `name`, which reads as a service address; null when it does not, or is its own canonical address. */
+function nameAsAddressProblem(name: string, index: number, slots: readonly (ServiceConfig | null)[]): string | null {
+  const address = parseServiceAddressName(name);
+  if (address === null) return null;
+  const own = slots[index] ?? null;
+  const ownName = own === null ? null : serviceAddressName(own.protocol, own.vip, own.port);
+  if (name === ownName) return null;
+  const other = slots.findIndex((service, i) => i !== index && service !== null && serviceAddressName(service.protocol, service.vip, service.port) === address);
+  if (other !== -1) return `${describe(name)} is the address of services[${other}]; choose another name`;
+  // A service whose address did not parse has its own problems; whose address this is cannot be told.
+  if (ownName === null) return null;
+  if (address === ownName) return `${describe(name)} is this service's address written another way; write it as ${JSON.stringify(ownName)} or choose another name`;
+  return `${describe(name)} is written as a service address, but this service is ${ownName}; choose another name`;
+}
+
+/**
+ * `tcp://VIP:PORT` / `udp://[V6]:PORT` as the CLI and admin API read a SERVICE (protocol in any
+ * case, any spelling of the address, leading zeros in the port) -> its parts, the VIP canonical;
+ * else null.
+ */
+export function parseServiceAddress(text: string): { protocol: Protocol; vip: string; port: number } | null {
+  const match = /^(tcp|udp):\/\/(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/i.exec(text);
+  if (match === null) return null;
+  const vip = parseIpAddress(match[2] ?? match[3] ?? '');
+  if (vip === null || (match[2] !== undefined) !== (vip.family === 6)) return null;
+  return { protocol: match[1]!.toLowerCase() as Protocol, vip: vip.address, port: Number(match[4]) };
+}
+
+/** A SERVICE written as an address (see parseServiceAddress) -> its canonical form; else null. */
+export function parseServiceAddressName(text: string): string | null {
+  const a = parseServiceAddress(text);
+  return a === null ? null : serviceAddressName(a.protocol, a.vip, a.port);
 }
 
 interface ServiceEntry {
@@ -886,8 +920,17 @@ export function unicastProblem(value: unknown, role: string): string | null {
 function checkKeys(p: ProblemList, obj: Raw, path: string, known: readonly string[], misplaced: Readonly<Record<string, string>> = {}): void {
   for (const key of Object.keys(obj)) {
     const message = unknownKeyMessage(key, known, misplaced);
-    if (message !== null) p.add(join2(path, key), message);
+    if (message !== null) p.add(keyPath(path, key), message);
   }
+}
+
+/**
+ * The path of a key the file wrote (`services[0].schedular`): a plain word as it is, anything else
+ * quoted, escaped and cut as describe() shows values (`services[0]."bad\\nkey"`), so an odd key
+ * can neither break the one-line-per-problem output nor send control bytes to a terminal.
+ */
+export function keyPath(path: string, key: string): string {
+  return join2(path, PLAIN_KEY.test(key) ? key : quoteShort(key));
 }
 
 /**
@@ -916,8 +959,12 @@ export function closestKey(key: string, known: readonly string[]): string | null
   if (folded !== undefined) return folded;
   let best: string | null = null;
   let bestDistance = 3;
+  const lowered = key.toLowerCase();
   for (const candidate of known) {
-    const distance = levenshtein(key.toLowerCase(), candidate.toLowerCase());
+    const other = candidate.toLowerCase();
+    // The edit distance is at least the length difference: a long pasted key is not compared in full.
+    if (Math.abs(lowered.length - other.length) >= bestDistance) continue;
+    const distance = levenshtein(lowered, other);
     if (distance < bestDistance) {
       best = candidate;
       bestDistance = distance;
@@ -964,6 +1011,8 @@ export function isMapping(value: unknown): value is Raw {
 
 /** Longest quoted text a message shows: a binary or pasted file must not come back whole. */
 const MAX_SHOWN_CHARS = 60;
+/** A key shown bare in a problem's path: a word short enough to show whole. Any other key is quoted (keyPath). */
+const PLAIN_KEY = new RegExp(`^[A-Za-z0-9_-]{1,${MAX_SHOWN_CHARS}}$`);
 
 /**
  * A value as the operator wrote it: strings quoted (escaped, cut to about MAX_SHOWN_CHARS with
@@ -979,16 +1028,26 @@ export function describe(value: unknown): string {
 }
 
 function quoteShort(text: string): string {
-  const quoted = JSON.stringify(text);
-  if (quoted.length <= MAX_SHOWN_CHARS + 2) return quoted;
+  const quoted = escapeText(text);
+  if (quoted.length <= MAX_SHOWN_CHARS) return `"${quoted}"`;
   // Cut by characters as shown (an escaped control byte counts as its escape), never inside a surrogate pair.
   let shown = '';
   for (const char of text) {
-    const escaped = JSON.stringify(char).slice(1, -1);
+    const escaped = escapeText(char);
     if (shown.length + escaped.length > MAX_SHOWN_CHARS) break;
     shown += escaped;
   }
   return `"${shown}"... (${Array.from(text).length} characters)`;
+}
+
+/**
+ * Text as it goes between quotes in a message: JSON's escapes, plus the DEL, C1 controls (0x9b is
+ * a terminal's CSI) and U+2028/U+2029 that JSON.stringify leaves as they are.
+ */
+function escapeText(text: string): string {
+  return JSON.stringify(text)
+    .slice(1, -1)
+    .replace(/[\x7f-\x9f\u2028\u2029]/g, (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 /** `a, b or c` (or `and`), as error messages list the values a key takes. */

@@ -1,15 +1,20 @@
-// The admin API's bearer token: required unless admin.listen is loopback, read from
-// admin.tokenFile at start and again on every reload (a rotated token is taken by `dsrlb reload`).
+// The admin API's bearer token: required when admin.tokenFile is set, and then it must be (a
+// listen address off loopback needs one). Read at start, on every reload, and when a request
+// brings a token that does not match (a rotated token is taken without a SIGHUP).
 
 import { readFile } from 'node:fs/promises';
 import type { Config } from '../config/types.js';
 import { isLoopback } from '../config/validate.js';
 import { DaemonError } from './daemon-error.js';
 
-/** The token the admin API requires under `config`, or null (loopback: none). */
+/**
+ * The token the admin API requires under `config`, or null: none on loopback without a token file.
+ * A token file the operator configured is enforced on loopback too (any local user could otherwise
+ * drain reals).
+ */
 export async function readAdminToken(config: Pick<Config, 'admin'>): Promise<Buffer | null> {
   const { listen, tokenFile } = config.admin;
-  if (isLoopback(listen.host)) return null;
+  if (!tokenFile && isLoopback(listen.host)) return null;
   if (!tokenFile) {
     throw new DaemonError('ADMIN_TOKEN_REQUIRED', `admin.listen ${listen.host}:${listen.port} is not loopback: admin.tokenFile is required`, [
       { path: 'admin.tokenFile', message: `admin.listen ${listen.host}:${listen.port} is not loopback: a token file is required` },

@@ -4,12 +4,12 @@
 // the config in force or the state file (reload, intent, announce) runs one at a time (exclusive()).
 
 import { constants } from 'node:fs';
-import { access, readFile, rename, writeFile } from 'node:fs/promises';
+import { access, open, readFile, rename, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
-import { parseIpAddress, problemLines } from '../config/validate.js';
+import { parseIpAddress, parseServiceAddress, problemLines } from '../config/validate.js';
 import { FlowState } from '../dataplane/flow-table.js';
 import { readAdminToken } from './admin-token.js';
 import { DaemonError } from './daemon-error.js';
@@ -41,6 +41,16 @@ const FLOW_STATE_NAMES: Record<number, string> = {
   [FlowState.closed]: 'closed',
   [FlowState.udp]: 'udp',
 };
+
+/** A reload's outcome; a refusal names its problems and whether the config or the system refused. */
+export type ReloadResult = { ok: true; problems: readonly ConfigProblem[] } | { ok: false; problems: readonly ConfigProblem[]; refusedBy: 'config' | 'system' };
+
+/** An intent verb: the state or weight to set; `from`: only a real in that state changes. */
+export interface IntentChange {
+  state?: RealIntent;
+  weight?: number;
+  from?: RealIntent;
+}
 
 /** Intent set at run time through the admin API, with the config values it overrode. */
 interface IntentOverride {
@@ -105,6 +115,8 @@ export class Daemon {
   private serial: Promise<unknown> = Promise.resolve();
   /** The bearer token the admin API requires (null: none, admin on loopback); re-read on reload. */
   adminToken: Buffer | null = null;
+  /** The token file's mtime, size and inode when an unmatched token last made it be read again. */
+  private tokenFileStamp: string | null = null;
   mtu = 1500;
 
   constructor(
@@ -512,25 +524,25 @@ export class Daemon {
   }
 
   /** Reload the config file: all or nothing; reloads (SIGHUP, admin API) run one after the other. */
-  reload(): Promise<{ ok: boolean; problems: readonly ConfigProblem[] }> {
+  reload(): Promise<ReloadResult> {
     return this.exclusive(() => this.reloadNow());
   }
 
-  private async reloadNow(): Promise<{ ok: boolean; problems: readonly ConfigProblem[] }> {
+  private async reloadNow(): Promise<ReloadResult> {
     const { text, result: loaded } = await readConfigFile(this.configPath);
     if (!loaded.ok) {
       this.metrics.reloads.inc({ result: 'failure' });
       this.log.error('reload refused: config invalid, the running config stays', {
         problems: problemLines(loaded.problems),
       });
-      return { ok: false, problems: loaded.problems };
+      return { ok: false, problems: loaded.problems, refusedBy: 'config' };
     }
     const next = loaded.config;
-    const refusal = this.unreloadable(next);
-    if (refusal) {
+    const refusals = this.unreloadable(next);
+    if (refusals.length > 0) {
       this.metrics.reloads.inc({ result: 'failure' });
-      this.log.error('reload refused', { problems: [`${refusal.path}: ${refusal.message}`] });
-      return { ok: false, problems: [refusal] };
+      this.log.error('reload refused', { problems: problemLines(refusals) });
+      return { ok: false, problems: refusals, refusedBy: 'config' };
     }
     let token: Buffer | null;
     try {
@@ -539,7 +551,7 @@ export class Daemon {
       const problems = (err as DaemonError).problems ?? [{ path: 'admin.tokenFile', message: (err as Error).message }];
       this.metrics.reloads.inc({ result: 'failure' });
       this.log.error('reload refused', { problems: problemLines(problems) });
-      return { ok: false, problems };
+      return { ok: false, problems, refusedBy: 'system' };
     }
     try {
       await this.host.apply([...new Set(next.services.map((s) => s.vip))], { disableGro: next.io === 'pcap' });
@@ -548,7 +560,7 @@ export class Daemon {
       const p = { path: '(host)', message: (err as Error).message };
       this.log.error('reload refused: host change failed', { problems: problemLines([p]) });
       await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
-      return { ok: false, problems: [p] };
+      return { ok: false, problems: [p], refusedBy: 'system' };
     }
     this.config = next;
     this.configText = text!;
@@ -570,11 +582,34 @@ export class Daemon {
     return { ok: true, problems: [] };
   }
 
+  /**
+   * A request brought a token that is not the one held: read the token file again if it changed
+   * since the last such read (a stat per unmatched request, a read per change), so that a rotated
+   * token works for `dsrlb reload` itself. True if the token changed.
+   */
+  async rereadAdminToken(): Promise<boolean> {
+    const file = this.config.admin.tokenFile;
+    if (this.adminToken === null || !file) return false;
+    const st = await stat(file).catch(() => null);
+    const stamp = st ? `${st.mtimeMs}:${st.size}:${st.ino}` : 'missing';
+    if (stamp === this.tokenFileStamp) return false;
+    this.tokenFileStamp = stamp;
+    let token: Buffer | null;
+    try {
+      token = await readAdminToken(this.config);
+    } catch (err) {
+      this.log.warn('admin token file unreadable: the token read before stays', { error: (err as Error).message });
+      return false;
+    }
+    if (token === null || token.equals(this.adminToken)) return false;
+    this.adminToken = token;
+    this.log.info('admin token file changed: the new token is taken', { tokenFile: this.config.admin.tokenFile });
+    return true;
+  }
+
   /** Keys a running daemon cannot change without a restart. */
-  private unreloadable(next: Config): ConfigProblem | null {
-    const c = restartOnlyChanges(this.config, next)[0];
-    if (c === undefined) return null;
-    return { path: c.path, message: `changing ${c.what} (${c.before} -> ${c.after}) needs a restart${c.why === null ? '' : ` (${c.why})`}` };
+  private unreloadable(next: Config): ConfigProblem[] {
+    return restartOnlyChanges(this.config, next).map((c) => ({ path: c.path, message: `changing ${c.what} (${c.before} -> ${c.after}) needs a restart${c.why === null ? '' : ` (${c.why})`}` }));
   }
 
   /** A service by name, or by `tcp://VIP:PORT` / `udp://[V6]:PORT` in any spelling of the address. */
@@ -614,17 +649,23 @@ export class Daemon {
   }
 
   /** Operator intent for one real (admin API); persisted beside the config before it takes effect. */
-  setIntent(serviceRef: string, realAddress: string, change: { state?: RealIntent; weight?: number }): Promise<{ before: { state: RealIntent; weight: number }; after: { state: RealIntent; weight: number } }> {
+  setIntent(serviceRef: string, realAddress: string, change: IntentChange): Promise<{ before: { state: RealIntent; weight: number }; after: { state: RealIntent; weight: number } }> {
     return this.exclusive(() => this.setIntentNow(serviceRef, realAddress, change));
   }
 
-  private async setIntentNow(serviceRef: string, realAddress: string, change: { state?: RealIntent; weight?: number }): Promise<{ before: { state: RealIntent; weight: number }; after: { state: RealIntent; weight: number } }> {
+  private async setIntentNow(serviceRef: string, realAddress: string, request: IntentChange): Promise<{ before: { state: RealIntent; weight: number }; after: { state: RealIntent; weight: number } }> {
     const s = this.findService(serviceRef);
     if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
     const r = this.findReal(s, realAddress);
     if (!r) throw new DaemonError('UNKNOWN_REAL', `service "${s.name}" has no real "${realAddress}"`);
     const key = RealRegistry.keyOf(serviceIdentity(s), r.address);
     const before = this.intentOf(key, r.state, r.weight);
+    const { from, ...change } = request;
+    if (from !== undefined && before.state !== from) {
+      // undrain lifts only a drain, enable only a disable (as HAProxy's drain and maintenance).
+      if (before.state === change.state) return { before, after: before };
+      throw new DaemonError('WRONG_STATE', `${s.name} ${r.address} is ${before.state === 'disabled' ? 'disabled' : 'draining'}, not ${from === 'disabled' ? 'disabled' : 'draining'}: ${before.state === 'disabled' ? 'enable' : 'undrain'} it instead`);
+    }
     const o = this.overrides.get(key);
     const base: IntentOverride = o && o.configState === r.state && o.configWeight === r.weight ? o : { configState: r.state, configWeight: r.weight };
     const overrides = new Map(this.overrides).set(key, { ...base, ...change });
@@ -657,14 +698,38 @@ export class Daemon {
     if (pruned) await this.saveState(this.overrides, this.withdrawn).catch((e: Error) => this.log.warn('could not save the state file', { error: e.message }));
   }
 
+  /**
+   * The state file's intent and withdrawals. None yet (no file) is normal. A file that cannot be
+   * read or parsed is said loudly and, if unparsable, set aside as FILE.corrupt-TIME (the next
+   * intent change would overwrite it): the daemon still runs, on the config's intent.
+   */
   private async loadOverrides(): Promise<void> {
-    if (!this.config.stateFile) return;
+    const file = this.config.stateFile;
+    if (!file) return;
+    let text: string;
     try {
-      const raw = JSON.parse(await readFile(this.config.stateFile, 'utf8')) as { intent?: Record<string, IntentOverride>; withdrawn?: string[] };
-      this.overrides = new Map(Object.entries(raw.intent ?? {}));
-      this.withdrawn = new Set(raw.withdrawn ?? []);
-    } catch {
-      this.overrides = new Map();
+      text = await readFile(file, 'utf8');
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      if (e.code !== 'ENOENT') this.log.error('state file unreadable: operator intent from before this start is not applied', { stateFile: file, error: e.message });
+      return;
+    }
+    try {
+      const raw = JSON.parse(text) as unknown;
+      if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error('not a JSON object');
+      const { intent, withdrawn } = raw as { intent?: unknown; withdrawn?: unknown };
+      if (intent !== undefined && (intent === null || typeof intent !== 'object' || Array.isArray(intent))) throw new Error('"intent" is not an object');
+      if (withdrawn !== undefined && (!Array.isArray(withdrawn) || !withdrawn.every((w) => typeof w === 'string'))) throw new Error('"withdrawn" is not a list of services');
+      const overrides = new Map(Object.entries((intent ?? {}) as Record<string, IntentOverride>));
+      for (const [key, o] of overrides) {
+        if (o === null || typeof o !== 'object' || typeof o.configState !== 'string' || typeof o.configWeight !== 'number') throw new Error(`intent "${key}" is malformed`);
+      }
+      this.overrides = overrides;
+      this.withdrawn = new Set(withdrawn as string[] | undefined);
+    } catch (err) {
+      const aside = `${file}.corrupt-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+      const kept = await rename(file, aside).then(() => aside, () => null);
+      this.log.error('state file unusable: operator intent from before this start is not applied', { stateFile: file, error: (err as Error).message, keptAs: kept });
     }
   }
 
@@ -683,7 +748,14 @@ export class Daemon {
     if (!file) return;
     const tmp = `${file}.tmp`;
     try {
-      await writeFile(tmp, JSON.stringify({ intent: Object.fromEntries(overrides), withdrawn: [...withdrawn] }, null, 2));
+      // On disk before the rename: a crash must leave the old file or the new one, never an empty one.
+      const fh = await open(tmp, 'w');
+      try {
+        await fh.writeFile(JSON.stringify({ intent: Object.fromEntries(overrides), withdrawn: [...withdrawn] }, null, 2));
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
       await rename(tmp, file);
     } catch (err) {
       throw new DaemonError('STATE_NOT_SAVED', `nothing changed: the state file ${file} cannot be written (${(err as Error).message})`);
@@ -709,6 +781,9 @@ export class Daemon {
     const e = answers.find((a) => a.type === 'explained' && a.placement === 'flow-table') ?? answers[0];
     if (!e || e.type !== 'explained') throw new DaemonError('INTERNAL', 'no packet loop answered');
     const real = [...this.reals.values()].find((r) => r.id === e.real);
+    // Why no real, or why a down one: the service's state as status shows it.
+    const report = this.lastReports.find((r) => r.name === s.name);
+    const dropping = report?.dropping ?? false;
     return {
       service: s.name,
       client: ip.family === 6 ? `[${ip.address}]:${port}` : `${ip.address}:${port}`,
@@ -718,6 +793,10 @@ export class Daemon {
       slot: e.slot >= 0 ? e.slot : null,
       flowState: FLOW_STATE_NAMES[e.flowState] ?? null,
       generation: e.generation,
+      realHealth: real ? this.healthOf(real.key) : null,
+      panic: report?.panic ?? false,
+      dropping,
+      droppingReason: dropping ? droppingReason(this.serviceViews().find((v) => v.config.name === s.name)) : null,
     };
   }
 
@@ -863,15 +942,6 @@ export class Daemon {
     this.lock = null;
     this.log.info('dsrlb stopped');
   }
-}
-
-/** `tcp://VIP:PORT` / `udp://[V6]:PORT`, the address canonical and the protocol lower case; else null. */
-function parseServiceAddress(ref: string): { protocol: string; vip: string; port: number } | null {
-  const m = /^(tcp|udp):\/\/(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/i.exec(ref);
-  if (!m) return null;
-  const vip = parseIpAddress(m[2] ?? m[3]!);
-  if (!vip || (m[2] !== undefined) !== (vip.family === 6)) return null;
-  return { protocol: m[1]!.toLowerCase(), vip: vip.address, port: Number(m[4]) };
 }
 
 /** Why a service drops new flows: its wanted reals have no MAC yet, or none may take flows. */

@@ -6,7 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { timingSafeEqual } from 'node:crypto';
 import type { ListenAddress } from '../config/types.js';
 import { problemLines } from '../config/validate.js';
-import { DaemonError, type Daemon } from './daemon.js';
+import { DaemonError, type Daemon, type IntentChange } from './daemon.js';
 
 
 async function listen(server: Server, at: ListenAddress): Promise<void> {
@@ -55,11 +55,11 @@ async function readBody(req: IncomingMessage): Promise<string> {
   return body;
 }
 
-const INTENT_VERBS: Record<string, { state: 'active' | 'drain' | 'disabled' }> = {
+const INTENT_VERBS: Record<string, IntentChange> = {
   drain: { state: 'drain' },
-  undrain: { state: 'active' },
+  undrain: { state: 'active', from: 'drain' },
   disable: { state: 'disabled' },
-  enable: { state: 'active' },
+  enable: { state: 'active', from: 'disabled' },
 };
 
 /** The HTTP status for a DaemonError code. */
@@ -87,12 +87,16 @@ export function bearerToken(header: string | undefined): string | null {
 
 export async function startAdminServer(daemon: Daemon): Promise<Server> {
   const at = daemon.config.admin.listen;
-  // The token is the daemon's (read at start, again on every reload).
-  const authorized = (req: IncomingMessage): boolean => {
+  // The token is the daemon's (read at start, on every reload, and again for an unmatched one).
+  const matches = (given: Buffer): boolean => {
     const token = daemon.adminToken;
-    if (!token) return true;
+    return token === null || (given.length === token.length && timingSafeEqual(given, token));
+  };
+  const authorized = async (req: IncomingMessage): Promise<boolean> => {
     const given = Buffer.from(bearerToken(req.headers.authorization) ?? '');
-    return given.length === token.length && timingSafeEqual(given, token);
+    if (matches(given)) return true;
+    // A token was given that is not ours: the file may hold a rotated one.
+    return given.length > 0 && (await daemon.rereadAdminToken()) && matches(given);
   };
   const server = createServer((req, res) => {
     void handle(req, res).catch((err: unknown) => {
@@ -118,7 +122,7 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
       json(res, ok ? 200 : 503, { loop: ok ? 'running' : 'stalled' });
       return;
     }
-    if (!authorized(req)) {
+    if (!(await authorized(req))) {
       json(res, 401, { error: 'UNAUTHORIZED', message: 'a valid bearer token is required' });
       return;
     }
@@ -130,7 +134,7 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
     if (path === '/reload') {
       only(req, 'POST');
       const r = await daemon.reload();
-      json(res, r.ok ? 200 : 422, { result: r.ok ? 'taken' : 'refused', problems: problemLines(r.problems) });
+      json(res, r.ok ? 200 : 422, r.ok ? { result: 'taken', problems: [] } : { result: 'refused', refusedBy: r.refusedBy, problems: problemLines(r.problems) });
       return;
     }
     if (path === '/plan-input') {

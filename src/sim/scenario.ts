@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import type { Config, ConfigProblem, Protocol, RealIntent, ServiceConfig } from '../config/types.js';
-import { describe, isMapping, listWords, parseConfigText, parseIpAddress, parseListenAddress, serviceAddressName, validateConfig, unknownKeyMessage, yamlProblem } from '../config/validate.js';
+import { describe, isMapping, listWords, parseConfigText, parseIpAddress, parseListenAddress, serviceAddressName, validateConfig, keyPath, unknownKeyMessage, yamlProblem } from '../config/validate.js';
 import type { SimTuple } from './frames.js';
 
 /** Events of a scenario are applied in file order; `at` never goes backwards. */
@@ -508,7 +508,7 @@ function clientText(t: SimTuple): string {
 function checkKeys(add: Add, obj: Raw, path: string, known: readonly string[]): void {
   for (const key of Object.keys(obj)) {
     const message = unknownKeyMessage(key, known);
-    if (message !== null) add(path === '' ? key : `${path}.${key}`, message);
+    if (message !== null) add(keyPath(path, key), message);
   }
 }
 

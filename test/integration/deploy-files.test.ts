@@ -277,6 +277,7 @@ describe('install.sh --root', () => {
   let root = '';
   let firstRun: Result;
   let createdVarLib = false;
+  let createdEtc = false;
   let daemon: ChildProcess | null = null;
 
   beforeAll(async () => {
@@ -289,6 +290,7 @@ describe('install.sh --root', () => {
     if (daemon && daemon.exitCode === null) daemon.kill('SIGKILL');
     await run('ip', ['netns', 'del', NS]);
     if (createdVarLib) await rmdir('/var/lib/dsrlb').catch(() => undefined);
+    if (createdEtc) await rmdir('/etc/dsrlb').catch(() => undefined);
     await rm(root, { recursive: true, force: true });
     const left = (await mustRun('ip', ['netns', 'list'])).split('\n').filter((l) => l.startsWith(PREFIX));
     expect(left).toEqual([]);
@@ -317,6 +319,10 @@ describe('install.sh --root', () => {
     const conf = await readFile(join(root, 'etc/dsrlb/dsrlb.yaml'), 'utf8');
     expect((await lstat(join(root, 'etc/dsrlb/dsrlb.yaml'))).mode & 0o777).toBe(0o640);
     expect(conf).toMatch(/^stateFile: \/var\/lib\/dsrlb\/dsrlb\.state\.json$/m);
+    // The sample's admin.tokenFile, enforced by the daemon: a random token, not world-readable.
+    expect(conf).toMatch(/^\s*tokenFile: \/etc\/dsrlb\/admin\.token/m);
+    expect(await readFile(join(root, 'etc/dsrlb/admin.token'), 'utf8')).toMatch(/^[0-9a-f]{64}\n$/);
+    expect((await lstat(join(root, 'etc/dsrlb/admin.token'))).mode & 0o777).toBe(0o640);
   });
 
   it('systemd-sysusers creates the units\' user dsrlb from the installed sysusers.d entry', async () => {
@@ -379,6 +385,8 @@ describe('install.sh --root', () => {
       await chown(d, 65534, 65534);
     }
     await chmod(join(root, 'etc/dsrlb/dsrlb.yaml'), 0o644); // root:dsrlb 0640 on a real install
+    await chmod(join(root, 'etc/dsrlb/admin.token'), 0o644);
+    const token = (await readFile(join(root, 'etc/dsrlb/admin.token'), 'utf8')).trim();
     // The installed config is the sample: drive the daemon with its first named IPv4 service.
     const config = parseYaml(await readFile(join(root, 'etc/dsrlb/dsrlb.yaml'), 'utf8')) as { services: { name?: string; vip: string; reals: { address: string }[] }[] };
     const service = config.services.find((s) => s.name !== undefined && !s.vip.includes(':') && s.reals.length > 0)!;
@@ -389,6 +397,10 @@ describe('install.sh --root', () => {
       createdVarLib = true;
     }
     await mkdir('/run/dsrlb', { recursive: true });
+    if (!existsSync('/etc/dsrlb')) {
+      await mkdir('/etc/dsrlb');
+      createdEtc = true;
+    }
 
     await mustRun('ip', ['netns', 'add', NS]);
     await mustRun('ip', ['-n', NS, 'link', 'set', 'lo', 'up']);
@@ -402,6 +414,7 @@ describe('install.sh --root', () => {
       'mount --make-rprivate /',
       `mount --bind ${runDir} /run/dsrlb`,
       `mount --bind ${stateDir} /var/lib/dsrlb`,
+      `mount --bind ${join(root, 'etc/dsrlb')} /etc/dsrlb`, // the config's absolute tokenFile
       ...(one('ProtectKernelTunables') === 'yes' ? READ_ONLY_TUNABLES : []),
       `umask ${umask}`,
       `exec setpriv --reuid=65534 --regid=65534 --clear-groups ${setprivCaps(one('AmbientCapabilities'))} --no-new-privs` +
@@ -436,7 +449,7 @@ describe('install.sh --root', () => {
     const metrics = await mustRun('ip', ['netns', 'exec', NS, 'curl', '-sf', 'http://127.0.0.1:9742/metrics']);
     expect(metrics).toMatch(/^dsrlb_flow_table_capacity \d+$/m);
     // Operator intent is written to the state directory, with the unit's umask.
-    await mustRun('ip', ['netns', 'exec', NS, 'curl', '-sf', '-X', 'POST', `http://127.0.0.1:9743/services/${service.name}/reals/${service.reals[0]!.address}/drain`]);
+    await mustRun('ip', ['netns', 'exec', NS, 'curl', '-sf', '-X', 'POST', '-H', `Authorization: Bearer ${token}`, `http://127.0.0.1:9743/services/${service.name}/reals/${service.reals[0]!.address}/drain`]);
     const stateFile = join(stateDir, 'dsrlb.state.json');
     expect(await readFile(stateFile, 'utf8')).toContain('"drain"');
     expect((await lstat(stateFile)).mode & 0o777).toBe(0o640);
@@ -595,16 +608,46 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             // web: .11 active goes down at 2m; .12 is down but drained; .13 stays up.
             { series: `dsrlb_real_up{${at}, service="web", real="10.0.1.11"}`, values: '1 1 0 0 0 0' },
             { series: `dsrlb_real_state{${at}, service="web", real="10.0.1.11", state="active"}`, values: '1x5' },
+            { series: `dsrlb_real_weight{${at}, service="web", real="10.0.1.11"}`, values: '1x5' },
             { series: `dsrlb_real_up{${at}, service="web", real="10.0.1.12"}`, values: '0x5' },
             { series: `dsrlb_real_state{${at}, service="web", real="10.0.1.12", state="active"}`, values: '0x5' },
             { series: `dsrlb_real_state{${at}, service="web", real="10.0.1.12", state="drain"}`, values: '1x5' },
+            { series: `dsrlb_real_weight{${at}, service="web", real="10.0.1.12"}`, values: '1x5' },
             { series: `dsrlb_real_up{${at}, service="web", real="10.0.1.13"}`, values: '1x5' },
+            { series: `dsrlb_real_state{${at}, service="web", real="10.0.1.13", state="active"}`, values: '1x5' },
+            { series: `dsrlb_real_weight{${at}, service="web", real="10.0.1.13"}`, values: '2x5' },
             { series: `dsrlb_service_panic{${at}, service="web"}`, values: '0x5' },
             // api fails open (panic); dns drops: only dns is "all reals down" without panic.
             { series: `dsrlb_real_up{${at}, service="api", real="10.0.2.11"}`, values: '0x5' },
+            { series: `dsrlb_real_state{${at}, service="api", real="10.0.2.11", state="active"}`, values: '1x5' },
+            { series: `dsrlb_real_weight{${at}, service="api", real="10.0.2.11"}`, values: '1x5' },
             { series: `dsrlb_service_panic{${at}, service="api"}`, values: '0 1 1 1 1 1' },
             { series: `dsrlb_real_up{${at}, service="dns", real="10.0.3.11"}`, values: '0x5' },
+            { series: `dsrlb_real_state{${at}, service="dns", real="10.0.3.11", state="active"}`, values: '1x5' },
+            { series: `dsrlb_real_weight{${at}, service="dns", real="10.0.3.11"}`, values: '1x5' },
             { series: `dsrlb_service_panic{${at}, service="dns"}`, values: '0x5' },
+            // shop drops (no panic): its only wanted real (.11, active, weight 1) goes down at 2m
+            // while reals it sends no new flow to are up: .12 drained, .13 disabled, .14 active at
+            // weight 0. It counts as all down on lb1; on lb2 its active real stays up (no alert).
+            { series: `dsrlb_real_up{${at}, service="shop", real="10.0.4.11"}`, values: '1 1 0 0 0 0' },
+            { series: `dsrlb_real_state{${at}, service="shop", real="10.0.4.11", state="active"}`, values: '1x5' },
+            { series: `dsrlb_real_weight{${at}, service="shop", real="10.0.4.11"}`, values: '1x5' },
+            { series: `dsrlb_real_up{${at}, service="shop", real="10.0.4.12"}`, values: '1x5' },
+            { series: `dsrlb_real_state{${at}, service="shop", real="10.0.4.12", state="active"}`, values: '0x5' },
+            { series: `dsrlb_real_state{${at}, service="shop", real="10.0.4.12", state="drain"}`, values: '1x5' },
+            { series: `dsrlb_real_weight{${at}, service="shop", real="10.0.4.12"}`, values: '1x5' },
+            { series: `dsrlb_real_up{${at}, service="shop", real="10.0.4.13"}`, values: '1x5' },
+            { series: `dsrlb_real_state{${at}, service="shop", real="10.0.4.13", state="active"}`, values: '0x5' },
+            { series: `dsrlb_real_state{${at}, service="shop", real="10.0.4.13", state="disabled"}`, values: '1x5' },
+            { series: `dsrlb_real_weight{${at}, service="shop", real="10.0.4.13"}`, values: '1x5' },
+            { series: `dsrlb_real_up{${at}, service="shop", real="10.0.4.14"}`, values: '1x5' },
+            { series: `dsrlb_real_state{${at}, service="shop", real="10.0.4.14", state="active"}`, values: '1x5' },
+            { series: `dsrlb_real_weight{${at}, service="shop", real="10.0.4.14"}`, values: '0x5' },
+            { series: `dsrlb_service_panic{${at}, service="shop"}`, values: '0x5' },
+            { series: `dsrlb_real_up{job="dsrlb", instance="lb2:9742", service="shop", real="10.0.4.11"}`, values: '1x5' },
+            { series: `dsrlb_real_state{job="dsrlb", instance="lb2:9742", service="shop", real="10.0.4.11", state="active"}`, values: '1x5' },
+            { series: `dsrlb_real_weight{job="dsrlb", instance="lb2:9742", service="shop", real="10.0.4.11"}`, values: '1x5' },
+            { series: `dsrlb_service_panic{job="dsrlb", instance="lb2:9742", service="shop"}`, values: '0x5' },
             // 20 drops/s for neighbor_unknown, 1/s for tx_failed.
             { series: `dsrlb_dropped_packets_total{${at}, reason="neighbor_unknown"}`, values: '0+1200x10' },
             { series: `dsrlb_dropped_packets_total{${at}, reason="tx_failed"}`, values: '0+60x10' },
@@ -626,10 +669,29 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
           alert_rule_test: [
             { eval_time: '1m', alertname: 'DsrlbDown', exp_alerts: [] },
             { eval_time: '4m', alertname: 'DsrlbDown', exp_alerts: [alert({ severity: 'critical' })] },
-            { eval_time: '1m', alertname: 'DsrlbRealDown', exp_alerts: [] },
-            { eval_time: '4m', alertname: 'DsrlbRealDown', exp_alerts: [alert({ severity: 'warning', service: 'web', real: '10.0.1.11' })] },
+            // api's and dns's only reals are active and down throughout.
+            {
+              eval_time: '1m',
+              alertname: 'DsrlbRealDown',
+              exp_alerts: [alert({ severity: 'warning', service: 'api', real: '10.0.2.11' }), alert({ severity: 'warning', service: 'dns', real: '10.0.3.11' })],
+            },
+            {
+              eval_time: '4m',
+              alertname: 'DsrlbRealDown',
+              exp_alerts: [
+                alert({ severity: 'warning', service: 'web', real: '10.0.1.11' }),
+                alert({ severity: 'warning', service: 'api', real: '10.0.2.11' }),
+                alert({ severity: 'warning', service: 'dns', real: '10.0.3.11' }),
+                alert({ severity: 'warning', service: 'shop', real: '10.0.4.11' }),
+              ],
+            },
             { eval_time: '4m', alertname: 'DsrlbServicePanic', exp_alerts: [alert({ severity: 'critical', service: 'api' })] },
-            { eval_time: '4m', alertname: 'DsrlbServiceAllRealsDown', exp_alerts: [alert({ severity: 'critical', service: 'dns' })] },
+            { eval_time: '1m', alertname: 'DsrlbServiceAllRealsDown', exp_alerts: [alert({ severity: 'critical', service: 'dns' })] },
+            {
+              eval_time: '4m',
+              alertname: 'DsrlbServiceAllRealsDown',
+              exp_alerts: [alert({ severity: 'critical', service: 'dns' }), alert({ severity: 'critical', service: 'shop' })],
+            },
             { eval_time: '3m', alertname: 'DsrlbDropsRising', exp_alerts: [] },
             { eval_time: '8m', alertname: 'DsrlbDropsRising', exp_alerts: [alert({ severity: 'warning', reason: 'neighbor_unknown' })] },
             { eval_time: '3m', alertname: 'DsrlbFlowTableNearFull', exp_alerts: [] },

@@ -190,6 +190,10 @@ describe('health checks and intent', () => {
   it('with every real down: failOpen still sends to the wanted reals, drop refuses and counts', async () => {
     for (const r of lab.reals) await stopServer(r.name);
     await daemon.waitFor('panic', (s) => s.services[0]!.panic, 10_000);
+    // explain says why a new flow goes to a down real.
+    const explainPanic = await daemon.cli(['explain', 'web', `${lab.client.ipv4}:41000`]);
+    expect(explainPanic.code, explainPanic.stderr).toBe(0);
+    expect(explainPanic.stdout).toMatch(/-> 10\.77\.0\.\d+ \(scheduler: maglev slot \d+; failOpen: no real is up, every wanted real takes new flows; 10\.77\.0\.\d+ is down\)/);
     const before = await daemon.metrics();
     const failOpen = await httpCount(lab, 20, { timeoutMs: 1000 });
     expect(failOpen.ok).toBe(0); // the reals' kernels refuse: the SYNs did reach them
@@ -200,6 +204,8 @@ describe('health checks and intent', () => {
 
     await reload(configText({ whenAllDown: 'drop' }));
     await daemon.waitFor('dropping', (s) => s.services[0]!.dropping && !s.services[0]!.panic, 5000);
+    const explainDrop = await daemon.cli(['explain', 'web', `${lab.client.ipv4}:41000`]);
+    expect(explainDrop.stdout.trim()).toMatch(/-> no real \(new flows dropped: no wanted real is up\)$/);
     const dropped = await httpCount(lab, 10, { timeoutMs: 1000 });
     expect(dropped.ok).toBe(0);
     const after = await daemon.metrics();

@@ -74,6 +74,22 @@ describe('admin API and CLI', () => {
       const s = await daemon.status();
       expect(s.services[0]!.reals.find((x) => x.address === real)!.intent).toBe(intent);
     }
+    // undrain lifts only a drain and enable only a disable: neither ends the other's maintenance.
+    const intentNow = async () => (await daemon.status()).services[0]!.reals.find((x) => x.address === real)!.intent;
+    for (const [set, wrong, message] of [
+      ['disable', 'undrain', /is disabled, not draining: enable it instead/],
+      ['drain', 'enable', /is draining, not disabled: undrain it instead/],
+    ] as const) {
+      expect((await daemon.cli([set, 'web', real])).code).toBe(0);
+      const refused = await daemon.cli([wrong, 'web', real]);
+      expect(refused.code, refused.stdout).toBe(1);
+      expect(refused.stderr).toMatch(message);
+      expect(await intentNow()).toBe(set === 'disable' ? 'disabled' : 'drain');
+      expect((await daemon.cli([set === 'disable' ? 'enable' : 'undrain', 'web', real])).code).toBe(0);
+    }
+    const again = await daemon.cli(['undrain', 'web', real]); // already active: nothing to do
+    expect(again.code, again.stderr).toBe(0);
+    expect(await intentNow()).toBe('active');
     const w = await daemon.cli(['weight', `tcp://${lab.vip}:80`, real, '250']);
     expect(w.code, w.stderr).toBe(0);
     expect((await daemon.status()).services[0]!.reals.find((x) => x.address === real)!.weight).toBe(250);
@@ -130,6 +146,11 @@ describe('admin API and CLI', () => {
     // The scheme is case-insensitive (RFC 7235).
     const lower = await lab.exec(lab.client, ['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-H', 'Authorization: bearer rotated-token', `http://${lbAddress}:9743/status`]);
     expect(lower.stdout).toBe('200');
+    // Rotated again, and the reload sent with the new token (no SIGHUP first): the daemon reads the
+    // file again for a token it does not hold.
+    await writeFile(tokenFile, 'third-token\n');
+    const withNew = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'reload', '--admin', `http://${lbAddress}:9743`, '--token-file', tokenFile]);
+    expect(withNew.code, withNew.stderr).toBe(0);
     const cli = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'drain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`, '--token-file', tokenFile]);
     expect(cli.code, cli.stderr).toBe(0);
     const noTok = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'undrain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`]);
@@ -233,6 +254,17 @@ describe('one daemon per namespace, one change at a time', () => {
     expect(r.stderr).toMatch(/admin\.listen: changing the admin API's address \(127\.0\.0\.1:9743 -> 127\.0\.0\.1:9753\) needs a restart/);
     await writeFile(configPath, configText(addresses()).replace('127.0.0.1:9742', '127.0.0.1:9752'));
     expect((await daemon.cli(['reload'])).stderr).toMatch(/metrics\.listen: .* needs a restart/);
+    // Every restart-only change is named, not only the first.
+    await writeFile(configPath, configText(addresses()).replace('127.0.0.1:9743', '127.0.0.1:9753').replace('127.0.0.1:9742', '127.0.0.1:9752'));
+    const both = await daemon.cli(['reload']);
+    expect(both.code).toBe(1);
+    expect(both.stderr).toMatch(/admin\.listen: .* needs a restart/);
+    expect(both.stderr).toMatch(/metrics\.listen: .* needs a restart/);
+    // A refusal by the system (here a token file that cannot be read) exits 2, as the contract has it.
+    await writeFile(configPath, configText(addresses()).replace('admin: { listen: 127.0.0.1:9743 }', `admin: { listen: 127.0.0.1:9743, tokenFile: ${dir}/no-such.token }`));
+    const system = await daemon.cli(['reload']);
+    expect(system.code, system.stderr).toBe(2);
+    expect(system.stderr).toMatch(/admin\.tokenFile: cannot read .*no-such\.token/);
     await writeFile(configPath, configText(addresses()));
     expect((await daemon.status()).services).toHaveLength(1);
   }, 30_000);

@@ -44,6 +44,16 @@ async function mustRun(file: string, args: string[], env: NodeJS.ProcessEnv = {}
 
 const lines = (text: string): string[] => text.split('\n').filter((l) => l !== '');
 
+/** The ExecStart the persisted unit has for several setup groups: /bin/sh runs each, then exits with the worst status. */
+const groupsExecStart = (commands: string[]): string =>
+  `ExecStart=/bin/sh -c 'rc=0; run() { "$$@" || { r=$$?; [ $$r -lt $$rc ] || rc=$$r; }; };${commands.map((c) => ` run ${c} ;`).join('')} exit $$rc'`;
+
+/** The argv systemd makes of an ExecStart line: words, '..' and ".." quoted ones, $$ for $ (no other escapes are used). */
+function execArgv(line: string): string[] {
+  const words = [...line.replace(/^ExecStart=/, '').matchAll(/'([^']*)'|"([^"]*)"|(\S+)/g)];
+  return words.map((m) => (m[1] ?? m[2] ?? m[3] ?? '').replace(/\$\$/g, '$'));
+}
+
 /** A network namespace with a veth pair eth0/eth1 (a NIC besides lo) and its own DSRLB_ROOT. */
 interface Host {
   ns: string;
@@ -492,6 +502,43 @@ describe('mode ipip', () => {
     });
   });
 
+  it('check reports an ipip VIP without an MSS clamp whose default MSS does not fit the path, with the --mss that fits', async () => {
+    await withHost('ip6', async (h) => {
+      await routed(h);
+      await standIn(h, 'tunl0');
+      await standIn(h, 'ip6tnl0');
+      const vip = '203.0.113.30';
+      const setup = await h.script(['setup', '--vip', `${vip},${VIP6}`, '--mode', 'ipip']);
+      expect(setup.code, setup.stderr).toBe(0);
+      // Unclamped, the real announces MTU - 40 (IPv6: - 60): 1460 + 40 + 20 and 1440 + 60 + 40 exceed 1500.
+      const v4Line = (mtu: number, mss: number, fit: number): string =>
+        `TCP MSS from ${vip} not clamped, too large for ipip: a full segment (MSS ${mss}) arrives as a ${mss + 60}-byte packet on eth0 (mtu ${mtu}), ` +
+        `and the LB answers each with ICMP too-big: run: dsrlb-realserver setup --vip ${vip} --mode ipip --mss ${fit}, or raise the MTU of eth0 and of the path from the LB to 1520`;
+      const v6Line =
+        `TCP MSS from ${VIP6} not clamped, too large for ipip: a full segment (MSS 1440) arrives as a 1540-byte packet on eth0 (mtu 1500), ` +
+        `and the LB answers each with ICMP too-big: run: dsrlb-realserver setup --vip ${VIP6} --mode ipip --mss 1400, or raise the MTU of eth0 and of the path from the LB to 1540`;
+      const check = await h.script(['check', '--vip', `${vip},${VIP6}`]);
+      expect(lines(check.stdout)).toEqual([v4Line(1500, 1460, 1440), v6Line]);
+      expect(check.stderr).toBe('dsrlb-realserver: 2 problem(s) found\n');
+      expect(check.code).toBe(1);
+      // Below 1500 the default MSS follows the MTU down: still too large by the outer header.
+      await h.sh('ip link set eth0 mtu 1400');
+      expect((await h.script(['check', '--vip', vip])).stdout).toBe(`${v4Line(1400, 1360, 1340)}\n`);
+      // A path that carries a 1500-byte client packet plus the outer header needs no clamp.
+      await h.sh('ip link set eth0 mtu 1520');
+      const v4ok = await h.script(['check', '--vip', `${vip},${VIP6}`]);
+      expect(v4ok.stdout).toBe(`${v6Line.replace('(mtu 1500)', '(mtu 1520)').replace('--mss 1400', '--mss 1420')}\n`);
+      await h.sh('ip link set eth0 mtu 9000');
+      expect((await h.script(['check', '--vip', `${vip},${VIP6}`])).code).toBe(0);
+      // With a clamp that fits, check is ok on 1500 as before.
+      await h.sh('ip link set eth0 mtu 1500');
+      expect((await h.script(['setup', '--vip', `${vip},${VIP6}`, '--mss', '1400'])).code).toBe(0);
+      const clamped = await h.script(['check', '--vip', `${vip},${VIP6}`]);
+      expect(clamped.stdout).toBe(`ok: VIPs ${vip},${VIP6} on lo, ARP hidden on lo eth0 eth1 ip6tnl0 tunl0 (mode ipip)\n`);
+      expect(clamped.code).toBe(0);
+    });
+  });
+
   it('the last ipip VIP gone, remove undoes rp_filter and the tunnel link but keeps the ARP sysctls for the l2 VIPs', async () => {
     await withHost('ip4', async (h) => {
       await standIn(h, 'tunl0', false);
@@ -583,6 +630,10 @@ describe('--persist', () => {
   async function verify(root: string): Promise<Result> {
     await mkdir(join(root, 'usr/lib/systemd'), { recursive: true });
     await symlink('/lib/systemd/system', join(root, 'usr/lib/systemd/system')).catch(() => undefined);
+    // A unit of several groups runs /bin/sh, which verify looks for under the root (a copy: a
+    // symlink would be followed inside the root).
+    await mkdir(join(root, 'bin'), { recursive: true });
+    await copyFile((await mustRun('readlink', ['-f', '/bin/sh'])).trim(), join(root, 'bin/sh'));
     return run('systemd-analyze', ['verify', `--root=${root}`, '/etc/systemd/system/dsrlb-realserver.service']);
   }
 
@@ -658,10 +709,13 @@ describe('--persist', () => {
       );
       expect((await h.script(['setup', '--vip', '203.0.113.10,2001:db8::10', '--mss', '1440', '--persist'])).code).toBe(0);
       expect((await h.script(['setup', '--vip', '198.51.100.5', '--persist'])).code).toBe(0);
-      // One ExecStart per set of options, its VIPs in the order they were first set up.
+      // One setup per set of options, its VIPs in the order they were first set up, all in one
+      // ExecStart (a failing line of a oneshot unit would skip the lines after it).
       expect(await execLines()).toEqual([
-        `ExecStart=${SBIN} setup --vip 192.0.2.77,198.51.100.5 --mode l2`,
-        `ExecStart=${SBIN} setup --vip 203.0.113.10,2001:db8::10 --mode l2 --mss 1440`,
+        groupsExecStart([
+          `${SBIN} setup --vip 192.0.2.77,198.51.100.5 --mode l2`,
+          `${SBIN} setup --vip 203.0.113.10,2001:db8::10 --mode l2 --mss 1440`,
+        ]),
         `ExecStop=${SBIN} remove --vip 192.0.2.77,203.0.113.10,2001:db8::10,198.51.100.5`,
       ]);
       expect((await verify(h.root)).code).toBe(0);
@@ -683,8 +737,7 @@ describe('--persist', () => {
       expect(removed.stdout).toContain('kept the sysctls: still set up for VIPs 203.0.113.10,2001:db8::10');
       expect(removed.stdout).toContain(`wrote ${unitPath}`);
       expect(await execLines()).toEqual([
-        `ExecStart=${SBIN} setup --vip 192.0.2.77 --mode l2`,
-        `ExecStart=${SBIN} setup --vip 203.0.113.10,2001:db8::10 --mode l2 --mss 1440`,
+        groupsExecStart([`${SBIN} setup --vip 192.0.2.77 --mode l2`, `${SBIN} setup --vip 203.0.113.10,2001:db8::10 --mode l2 --mss 1440`]),
         `ExecStop=${SBIN} remove --vip 192.0.2.77,203.0.113.10,2001:db8::10`,
       ]);
       expect((await h.script(['check', '--vip', '198.51.100.5', '--persist'])).stdout).toContain(`${unitPath} does not set up VIP 198.51.100.5`);
@@ -703,9 +756,73 @@ describe('--persist', () => {
     });
   });
 
+  it('a unit of several setup groups runs every group at boot though one fails, and fails with the worst status', async () => {
+    await withHost('p3', async (h) => {
+      const unitPath = join(h.root, 'etc/systemd/system/dsrlb-realserver.service');
+      expect((await h.script(['setup', '--vip', VIP, '--persist'])).code).toBe(0);
+      expect((await h.script(['setup', '--vip', '10.0.0.101', '--interface', 'eth0', '--persist'])).code).toBe(0);
+      const exec = lines(await readFile(unitPath, 'utf8')).filter((l) => l.startsWith('Exec'));
+      // One ExecStart: in a oneshot unit a failing ExecStart line skips the lines after it.
+      expect(exec).toEqual([
+        groupsExecStart([`${SBIN} setup --vip ${VIP} --mode l2`, `${SBIN} setup --vip 10.0.0.101 --mode l2 --interface eth0`]),
+        `ExecStop=${SBIN} remove --vip ${VIP},10.0.0.101`,
+      ]);
+      const verified = await verify(h.root);
+      expect(verified.stderr).toBe('');
+      expect(verified.code).toBe(0);
+      expect((await h.script(['check', '--vip', `${VIP},10.0.0.101`, '--persist'])).code).toBe(0);
+      const argv = execArgv(exec[0] ?? '');
+      expect(argv.slice(0, 2)).toEqual(['/bin/sh', '-c']);
+      expect(argv).toHaveLength(3);
+      const body = argv[2] ?? '';
+
+      // As at boot, with the first group failing: its VIP is also on eth1 (a warning, exit 1).
+      await mustRun('ip', ['-n', h.ns, 'addr', 'del', `${VIP}/32`, 'dev', 'lo']);
+      await mustRun('ip', ['-n', h.ns, 'addr', 'del', '10.0.0.101/32', 'dev', 'lo']);
+      await mustRun('ip', ['-n', h.ns, 'addr', 'add', `${VIP}/24`, 'dev', 'eth1']);
+      const boot = await run('ip', ['netns', 'exec', h.ns, '/bin/sh', '-c', body.replaceAll(SBIN, `dash ${h.root}${SBIN}`)], { DSRLB_ROOT: h.root });
+      expect(boot.stderr).toContain(`VIP ${VIP} is also on eth1`);
+      expect(boot.code).toBe(1);
+      const lo = await mustRun('ip', ['-n', h.ns, '-o', 'addr', 'show', 'dev', 'lo']);
+      expect(lo).toContain(`${VIP}/32`);
+      expect(lo).toContain('10.0.0.101/32');
+
+      // Every group runs, and the unit's status is the worst of theirs.
+      const dir = await mkdtemp(join(tmpdir(), `${PREFIX}stub-`));
+      try {
+        const stub = join(dir, 'dsrlb-realserver');
+        const log = join(dir, 'log');
+        await writeFile(stub, `#!/bin/sh\necho "$3" >> ${log}\ncase $3 in "$FAIL2") exit 2 ;; "$FAIL1") exit 1 ;; esac\n`);
+        await chmod(stub, 0o755);
+        for (const [env, code] of [
+          [{ FAIL2: VIP, FAIL1: '10.0.0.101' }, 2],
+          [{ FAIL1: VIP, FAIL2: '10.0.0.101' }, 2],
+          [{ FAIL1: VIP }, 1],
+          [{ FAIL1: '10.0.0.101' }, 1],
+          [{}, 0],
+        ] as const) {
+          await rm(log, { force: true });
+          const r = await run('/bin/sh', ['-c', body.replaceAll(SBIN, stub)], { FAIL1: '', FAIL2: '', ...(env as Record<string, string>) });
+          expect(r.code, JSON.stringify(env)).toBe(code);
+          expect(lines(await readFile(log, 'utf8')), JSON.stringify(env)).toEqual([VIP, '10.0.0.101']);
+        }
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+
+      // check --persist finds the script inside the /bin/sh command line too.
+      await chmod(join(h.root, SBIN), 0o644);
+      expect((await h.script(['check', '--vip', VIP, '--persist'])).stdout).toContain(
+        `${unitPath} runs ${SBIN}, which is missing or not executable: run: dsrlb-realserver setup --vip ${VIP} --persist\n`,
+      );
+    });
+  });
+
   it('ipip on a kernel without ipip: writes decap-IF.env and makes the unit want and follow dsrlb-decap@IF.service', async () => {
     await withHost('p2', async (h) => {
       await routed(h);
+      // A path that carries a 1500-byte client packet plus the outer header: no MSS clamp needed.
+      await h.sh('ip link set eth0 mtu 1540');
       const unitPath = join(h.root, 'etc/systemd/system/dsrlb-realserver.service');
       const envPath = join(h.root, 'etc/dsrlb/decap-eth0.env');
       // No decap running and its unit not installed: live setup and boot would both fail.

@@ -13,6 +13,15 @@ const calls: string[] = [];
 const fake = {
   config: { admin: { listen: { host: '127.0.0.1', port: 0 }, tokenFile: null } },
   adminToken: null as Buffer | null,
+  /** Stands in for re-reading the token file: the "file" holds `rotated`. */
+  rotated: null as Buffer | null,
+  rereads: 0,
+  rereadAdminToken: async () => {
+    fake.rereads++;
+    if (fake.rotated === null || fake.rotated.equals(fake.adminToken ?? Buffer.alloc(0))) return false;
+    fake.adminToken = fake.rotated;
+    return true;
+  },
   loopHealthy: () => true,
   status: () => ({ services: [] }),
   setIntent: async (service: string, real: string, change: object) => {
@@ -77,5 +86,19 @@ describe('bearer token', () => {
     expect((await fetch(`${base}/status`, { headers: { authorization: 'Bearer new' } })).status).toBe(200);
     expect((await fetch(`${base}/healthz`)).status).toBe(200);
     fake.adminToken = null;
+  });
+
+  it('reads the token file again for a token it does not hold, so a rotated token works without a SIGHUP', async () => {
+    fake.adminToken = Buffer.from('old');
+    fake.rotated = Buffer.from('new');
+    fake.rereads = 0;
+    expect((await fetch(`${base}/status`)).status).toBe(401); // no token: nothing to re-read for
+    expect(fake.rereads).toBe(0);
+    expect((await fetch(`${base}/status`, { headers: { authorization: 'Bearer new' } })).status).toBe(200);
+    expect(fake.rereads).toBe(1);
+    expect(fake.adminToken.toString()).toBe('new');
+    expect((await fetch(`${base}/status`, { headers: { authorization: 'Bearer old' } })).status).toBe(401);
+    fake.adminToken = null;
+    fake.rotated = null;
   });
 });

@@ -1,11 +1,13 @@
-// How the CLI finds the admin API: --admin, else only the config's admin section, else (no file at
-// the default path) the default address. No daemon needed.
+// How the CLI finds the admin API (--admin, else only the config's admin section, else, with no file
+// at the default path, the default address) and talks to it (node:http against stand-in daemons).
 
 import { mkdtemp, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
-import { CliError, resolveAdminTarget } from '../../src/cli/admin-client.js';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { adminRequest, CliError, resolveAdminTarget } from '../../src/cli/admin-client.js';
 
 async function scratch(name: string, text: string): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'dsrlb-admin-'));
@@ -17,13 +19,13 @@ async function scratch(name: string, text: string): Promise<string> {
 describe('resolveAdminTarget', () => {
   it('reads only the admin section: a broken service elsewhere does not lock the operator out', async () => {
     const file = await scratch('broken.yaml', 'interface: eth0\nadmin: { listen: "127.0.0.1:19743" }\nservices:\n  - vip: 10.0.0.100\n    port: 80\n    helthCheck: { type: tcp }\n    reals: [ { address: 10.0.1.300 } ]\n');
-    expect(await resolveAdminTarget({ config: file })).toEqual({ baseUrl: 'http://127.0.0.1:19743', token: null });
+    expect(await resolveAdminTarget({ config: file })).toEqual({ baseUrl: 'http://127.0.0.1:19743', token: null, configFile: file });
   });
 
   it('reads the token file the admin section names, relative to the config', async () => {
     const file = await scratch('dsrlb.yaml', 'admin: { listen: "[::1]:19744", tokenFile: admin.token }\n');
     await writeFile(join(file, '..', 'admin.token'), 's3cret\n');
-    expect(await resolveAdminTarget({ config: file })).toEqual({ baseUrl: 'http://[::1]:19744', token: 's3cret' });
+    expect(await resolveAdminTarget({ config: file })).toEqual({ baseUrl: 'http://[::1]:19744', token: 's3cret', configFile: file });
   });
 
   it('names every problem of a broken admin section with its path', async () => {
@@ -38,6 +40,12 @@ describe('resolveAdminTarget', () => {
     expect(lines.some((l) => l.includes('admin.tokenFle'))).toBe(true);
   });
 
+  it('--admin wins over the config file, whose token file is still read', async () => {
+    const file = await scratch('dsrlb.yaml', 'admin: { listen: "127.0.0.1:19746", tokenFile: admin.token }\n');
+    await writeFile(join(file, '..', 'admin.token'), 'tok\n');
+    expect(await resolveAdminTarget({ config: file, admin: 'http://127.0.0.1:19747/' })).toEqual({ baseUrl: 'http://127.0.0.1:19747', token: 'tok' });
+  });
+
   it('falls back to the default address when the default config file does not exist', async () => {
     const target = await resolveAdminTarget({}, join(tmpdir(), 'no-such-dir-dsrlb', 'dsrlb.yaml'));
     expect(target).toEqual({ baseUrl: 'http://127.0.0.1:9743', token: null });
@@ -48,5 +56,167 @@ describe('resolveAdminTarget', () => {
     const err = await resolveAdminTarget({ config: missing }).catch((e: unknown) => e);
     expect((err as CliError).exitCode).toBe(1);
     expect((err as CliError).message).toContain(missing);
+  });
+});
+
+/** A node:http server on 127.0.0.1 answering with `handler`; the first free port of `ports` (0: any). */
+async function adminServer(ports: readonly number[], handler: http.RequestListener): Promise<{ server: http.Server; port: number }> {
+  for (const port of ports) {
+    const server = http.createServer(handler);
+    const bound = await new Promise<boolean>((resolve, reject) => {
+      server.once('error', (err: NodeJS.ErrnoException) => (err.code === 'EADDRINUSE' || err.code === 'EACCES' ? resolve(false) : reject(err)));
+      server.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (bound) return { server, port: (server.address() as AddressInfo).port };
+  }
+  throw new Error(`none of the ports ${ports.join(', ')} is free`);
+}
+
+function close(server: http.Server): Promise<void> {
+  server.closeAllConnections();
+  return new Promise((resolve) => server.close(() => resolve()));
+}
+
+/** Ports fetch refuses (WHATWG "bad ports"); the admin API may listen on any of them. */
+const FETCH_BAD_PORTS = [6000, 6665, 6666, 6667, 6668, 6669, 10080, 5060, 2049, 6697];
+
+async function failure(p: Promise<unknown>): Promise<CliError> {
+  const err = await p.then(
+    () => new Error('expected a CliError'),
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(CliError);
+  return err as CliError;
+}
+
+describe('adminRequest', () => {
+  const servers: http.Server[] = [];
+  afterEach(async () => {
+    vi.unstubAllGlobals();
+    await Promise.all(servers.splice(0).map(close));
+  });
+
+  /** A stand-in daemon: echoes the method, path, bearer token and JSON body it got. */
+  async function echoDaemon(ports: readonly number[] = [0]): Promise<number> {
+    const { server, port } = await adminServer(ports, (req, res) => {
+      let body = '';
+      req.setEncoding('utf8');
+      req.on('data', (chunk: string) => (body += chunk));
+      req.on('end', () => {
+        res.setHeader('content-type', 'application/json');
+        res.end(JSON.stringify({ method: req.method, url: req.url, authorization: req.headers.authorization ?? null, contentType: req.headers['content-type'] ?? null, body: body === '' ? null : JSON.parse(body) }));
+      });
+    });
+    servers.push(server);
+    return port;
+  }
+
+  it('reaches a daemon on a port fetch refuses (6000, 10080, ...), without fetch', async () => {
+    // fetch would refuse before connecting ("bad port"); the client must not use it at all.
+    vi.stubGlobal('fetch', () => Promise.reject(new TypeError('fetch failed', { cause: new Error('bad port') })));
+    const port = await echoDaemon([...FETCH_BAD_PORTS, 0]);
+    const { status, data } = await adminRequest({ baseUrl: `http://127.0.0.1:${port}`, token: null }, 'GET', '/status');
+    expect(status).toBe(200);
+    expect(data).toEqual({ method: 'GET', url: '/status', authorization: null, contentType: null, body: null });
+  });
+
+  it('sends the bearer token and a JSON body, and keeps a path under the base URL', async () => {
+    const port = await echoDaemon();
+    const target = { baseUrl: `http://127.0.0.1:${port}/lb`, token: 's3cret' };
+    const { data } = await adminRequest(target, 'PUT', '/services/web/reals/10.0.1.11/weight', { weight: 7 });
+    expect(data).toEqual({ method: 'PUT', url: '/lb/services/web/reals/10.0.1.11/weight', authorization: 'Bearer s3cret', contentType: 'application/json', body: { weight: 7 } });
+  });
+
+  it('reaches a daemon on IPv6 loopback', async () => {
+    const server = http.createServer((_req, res) => res.end('{"ok":true}'));
+    const bound = await new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false));
+      server.listen(0, '::1', () => resolve(true));
+    });
+    if (!bound) return; // no IPv6 loopback on this host
+    servers.push(server);
+    const port = (server.address() as AddressInfo).port;
+    expect((await adminRequest({ baseUrl: `http://[::1]:${port}`, token: null }, 'GET', '/healthz')).data).toEqual({ ok: true });
+  });
+
+  it('turns each status into the exit code and one-line message the commands expect', async () => {
+    const answers: Record<string, [number, string]> = {
+      '/401': [401, '{"message":"a bearer token is required"}'],
+      '/404': [404, '{"message":"unknown service \\"nosuch\\""}'],
+      '/400': [400, '{"message":"bad weight"}'],
+      '/422': [422, '{"result":"refused","problems":["services[0].port: 70000 is not a port (0..65535)"]}'],
+      '/500': [500, '{"message":"state file not writable"}'],
+      '/html': [502, '<html><body><h1>502 Bad Gateway</h1>\n</body></html>'],
+    };
+    const { server, port } = await adminServer([0], (req, res) => {
+      const [status, body] = answers[req.url ?? ''] ?? [200, '{}'];
+      res.statusCode = status;
+      res.end(body);
+    });
+    servers.push(server);
+    const target = { baseUrl: `http://127.0.0.1:${port}`, token: null };
+    const refused = await failure(adminRequest(target, 'GET', '/401'));
+    expect([refused.exitCode, refused.message]).toEqual([2, 'the daemon refused: a bearer token is required (check --token-file)']);
+    const unknown = await failure(adminRequest(target, 'POST', '/404'));
+    expect([unknown.exitCode, unknown.message]).toEqual([1, 'unknown service "nosuch"']);
+    expect((await failure(adminRequest(target, 'PUT', '/400', { weight: 1 }))).exitCode).toBe(1);
+    expect(await adminRequest(target, 'POST', '/422')).toEqual({ status: 422, data: { result: 'refused', problems: ['services[0].port: 70000 is not a port (0..65535)'] } });
+    const failed = await failure(adminRequest(target, 'POST', '/500'));
+    expect([failed.exitCode, failed.message]).toEqual([2, 'the daemon failed: HTTP 500 state file not writable']);
+    const page = await failure(adminRequest(target, 'GET', '/html'));
+    expect([page.exitCode, page.message]).toEqual([2, `${target.baseUrl} is not a dsrlb admin API: HTTP 502 502 Bad Gateway`]);
+  });
+
+  it('gives up on a daemon that does not answer, after the timeout', async () => {
+    const { server, port } = await adminServer([0], () => {
+      // never answers
+    });
+    servers.push(server);
+    const target = { baseUrl: `http://127.0.0.1:${port}`, token: null };
+    const err = await failure(adminRequest(target, 'GET', '/status', undefined, { timeoutMs: 200 }));
+    expect(err.exitCode).toBe(2);
+    expect(err.message).toBe(`cannot reach the daemon at ${target.baseUrl}: no answer within 0.2 s`);
+  });
+
+  it('names the reason when nothing listens, in one line', async () => {
+    const port = await freePort();
+    const err = await failure(adminRequest({ baseUrl: `http://127.0.0.1:${port}`, token: null }, 'GET', '/status'));
+    expect(err.exitCode).toBe(2);
+    expect(err.message).toBe(`cannot reach the daemon at http://127.0.0.1:${port}: ECONNREFUSED`);
+  });
+
+  it('an https URL to a plain HTTP server is an unreachable daemon, not a crash', async () => {
+    const port = await echoDaemon();
+    const err = await failure(adminRequest({ baseUrl: `https://127.0.0.1:${port}`, token: null }, 'GET', '/status'));
+    expect(err.exitCode).toBe(2);
+    expect(err.message).toMatch(new RegExp(`^cannot reach the daemon at https://127\\.0\\.0\\.1:${port}: \\S`));
+    expect(err.message).not.toContain('\n');
+  });
+});
+
+/** A port nothing listens on (bound, then closed). */
+async function freePort(): Promise<number> {
+  const { server, port } = await adminServer([0], () => undefined);
+  await close(server);
+  return port;
+}
+
+describe('a refused connection to an address taken from the config file', () => {
+  it('hints that admin.listen may have been edited since the daemon started, and names --admin', async () => {
+    const port = await freePort();
+    const file = await scratch('dsrlb.yaml', `admin: { listen: "127.0.0.1:${port}" }\n`);
+    const err = await failure(resolveAdminTarget({ config: file }).then((target) => adminRequest(target, 'POST', '/reload')));
+    expect(err.exitCode).toBe(2);
+    expect(err.message).toBe(
+      `cannot reach the daemon at http://127.0.0.1:${port}: ECONNREFUSED (the address is admin.listen in ${file}; ` +
+        'if that was edited since the daemon started, the daemon still listens at the old address: use --admin URL)',
+    );
+  });
+
+  it('says nothing of the config file when the URL came from --admin', async () => {
+    const port = await freePort();
+    const file = await scratch('dsrlb.yaml', 'admin: { listen: "127.0.0.1:19745" }\n');
+    const err = await failure(resolveAdminTarget({ config: file, admin: `http://127.0.0.1:${port}` }).then((target) => adminRequest(target, 'GET', '/status')));
+    expect(err.message).toBe(`cannot reach the daemon at http://127.0.0.1:${port}: ECONNREFUSED`);
   });
 });

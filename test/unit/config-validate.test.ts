@@ -15,6 +15,7 @@ import {
   parseIpAddress,
   parseListenAddress,
   serviceAddressName,
+  validateAdminSettings,
 } from '../../src/config/validate.js';
 
 const CONTRACT_SAMPLE = `
@@ -445,6 +446,41 @@ describe('service rules', () => {
     const lines = problemsWith((doc) => doc.services.push({ name: 'tcp://203.0.113.10:80', vip: '203.0.113.11', port: 80, reals: [] }));
     expect(lines).toEqual(['services[1].name: "tcp://203.0.113.10:80" is the address of services[0]; choose another name']);
   });
+
+  // Names are matched before addresses (CLI, admin API): a name that reads as an address in any
+  // spelling would take that address over.
+  it.each([
+    ['TCP://203.0.113.10:80', '203.0.113.10'],
+    ['tcp://203.0.113.10:080', '203.0.113.10'],
+    ['Tcp://[2001:DB8::10]:80', '2001:db8::10'],
+    ['tcp://[2001:db8:0::0:10]:80', '2001:db8::10'],
+  ])('a name that is the address of another service in another spelling: %s', (name, vip) => {
+    const lines = problemsWith((doc) => {
+      doc.services[0].vip = vip;
+      doc.services[0].reals = [];
+      doc.services.push({ name, vip: '203.0.113.11', port: 80, reals: [] });
+    });
+    expect(lines).toEqual([`services[1].name: ${JSON.stringify(name)} is the address of services[0]; choose another name`]);
+  });
+
+  it("a name that is the service's own address, written another way", () => {
+    const lines = problemsWith((doc) => (doc.services[0].name = 'TCP://203.0.113.10:80'));
+    expect(lines).toEqual(['services[0].name: "TCP://203.0.113.10:80" is this service\'s address written another way; write it as "tcp://203.0.113.10:80" or choose another name']);
+  });
+
+  it('a name that is a service address no service has', () => {
+    const lines = problemsWith((doc) => (doc.services[0].name = 'udp://198.51.100.1:53'));
+    expect(lines).toEqual(['services[0].name: "udp://198.51.100.1:53" is written as a service address, but this service is tcp://203.0.113.10:80; choose another name']);
+  });
+
+  it("the service's own canonical address, and names that only look like URLs, are names", () => {
+    const doc = minimal();
+    doc.services[0].name = 'tcp://203.0.113.10:80';
+    doc.services.push({ name: 'tcp://web:80', vip: '203.0.113.11', port: 80, reals: [] });
+    doc.services.push({ name: 'http://203.0.113.12:80', vip: '203.0.113.12', port: 80, reals: [] });
+    doc.services.push({ name: 'udp://[2001:db8::10]:0', vip: '2001:DB8::10', port: 0, protocol: 'udp', reals: [] });
+    expect(configOf(doc).services.map((service) => service.name)).toEqual(['tcp://203.0.113.10:80', 'tcp://web:80', 'http://203.0.113.12:80', 'udp://[2001:db8::10]:0']);
+  });
 });
 
 describe('health-check rules', () => {
@@ -606,6 +642,39 @@ describe('unknown keys', () => {
       'admin.tokenfile: unknown key (did you mean "tokenFile"?)',
       'services[0].healthCheck.intervall: unknown key (did you mean "interval"?)',
     ]);
+  });
+
+  // One problem per line: a key is shown as written only when it is a plain word; otherwise quoted,
+  // escaped and cut like any value, so it can neither break the line nor reach the terminal raw.
+  it.each<[string, (doc: Doc) => void, string]>([
+    ['a newline', (d) => (d['bad\nkey: x'] = 1), '"bad\\nkey: x": unknown key'],
+    ['a BEL byte', (d) => (d.services[0]['port\u0007'] = 1), 'services[0]."port\\u0007": unknown key (did you mean "port"?)'],
+    ['DEL and a C1 control', (d) => (d.admin = { 'a\u007fb\u009bc': 1 }), 'admin."a\\u007fb\\u009bc": unknown key'],
+    ['a line separator', (d) => (d.flowTable = { 'x\u2028y': 1 }), 'flowTable."x\\u2028y": unknown key'],
+    ['a space and a dot', (d) => (d.services[0].reals[0]['my.weight is'] = 1), 'services[0].reals[0]."my.weight is": unknown key'],
+    ['the empty key', (d) => (d[''] = 1), '"": unknown key'],
+    ['a long key', (d) => (d['k'.repeat(500)] = 1), `"${'k'.repeat(60)}"... (500 characters): unknown key`],
+  ])('an odd key is quoted in the path: %s', (_name, change, start) => {
+    const lines = problemsWith(change);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]!.startsWith(start)).toBe(true);
+    expect(lines[0]).not.toMatch(/[\x00-\x1f\x7f-\x9f\u2028\u2029]/);
+  });
+
+  it('plain keys keep their path as written (letters, digits, _ and -)', () => {
+    expect(problemsWith((doc) => (doc['health-check'] = 1))).toEqual(['health-check: unknown key (expected one of interface, io, ring, workers, cpus, hashSeed, flowTable, tunnel, metrics, admin, stateFile, announce, services)']);
+    expect(problemsWith((doc) => (doc.services[0].reals[0].weight_2 = 1))[0]).toMatch(/^services\[0\]\.reals\[0\]\.weight_2: unknown key/);
+  });
+
+  it('an odd key in the admin section is quoted for the admin commands too', () => {
+    const result = validateAdminSettings({ admin: { 'tokenFile\r\n': 'x' } });
+    expect(result.ok ? [] : formatProblems(result.problems).split('\n')).toEqual(['admin."tokenFile\\r\\n": unknown key (did you mean "tokenFile"?)']);
+  });
+
+  it('a value with DEL or C1 controls is shown escaped', () => {
+    expect(problemsWith((doc) => (doc.interface = 7))).toEqual(['interface: 7 is not a network interface name, e.g. eth0']);
+    const lines = problemsWith((doc) => (doc.services[0].protocol = 'tcp\u007f\u0085'));
+    expect(lines).toEqual(['services[0].protocol: "tcp\\u007f\\u0085" is not tcp or udp']);
   });
 
   it('closestKey keeps distance-2 hints from matching unrelated short keys', () => {

@@ -1,0 +1,66 @@
+// The state file that keeps operator intent across restarts: a missing file is normal, a corrupt
+// one is said loudly and set aside (not silently overwritten by the next intent change), a good
+// one is applied. No root, no loop.
+
+import { mkdtemp, readdir, readFile, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { parseConfigText } from '../../src/config/validate.js';
+import { Daemon } from '../../src/control/daemon.js';
+import { createLogger } from '../../src/control/logger.js';
+
+async function daemonWithState(stateFile: string): Promise<{ daemon: Daemon; lines: Record<string, unknown>[]; load: () => Promise<void>; overrides: () => Map<string, unknown> }> {
+  const parsed = parseConfigText(`interface: eth0
+stateFile: ${stateFile}
+services:
+  - { name: web, vip: 10.93.0.100, port: 80, healthCheck: { type: none }, reals: [{ address: 10.93.0.11 }] }
+`);
+  if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
+  const lines: Record<string, unknown>[] = [];
+  const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger((l) => lines.push(JSON.parse(l) as Record<string, unknown>)));
+  daemon.config = parsed.config;
+  const inner = daemon as unknown as { loadOverrides(): Promise<void>; overrides: Map<string, unknown> };
+  return { daemon, lines, load: () => inner.loadOverrides(), overrides: () => inner.overrides };
+}
+
+describe('the state file at start', () => {
+  it('is optional: no file, no log line, no intent', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'dsrlb-state-'));
+    const d = await daemonWithState(join(dir, 'dsrlb.state.json'));
+    await d.load();
+    expect(d.lines).toEqual([]);
+    expect(d.overrides().size).toBe(0);
+    d.daemon.health.stop();
+  });
+
+  it('applies a good file', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'dsrlb-state-'));
+    const file = join(dir, 'dsrlb.state.json');
+    await writeFile(file, JSON.stringify({ intent: { 'tcp|10.93.0.100|80#10.93.0.11': { state: 'drain', configState: 'active', configWeight: 100 } }, withdrawn: [] }));
+    const d = await daemonWithState(file);
+    await d.load();
+    expect(d.lines).toEqual([]);
+    expect(d.overrides().get('tcp|10.93.0.100|80#10.93.0.11')).toMatchObject({ state: 'drain' });
+    d.daemon.health.stop();
+  });
+
+  it('says so and sets a corrupt file aside, keeping its bytes, instead of dropping intent silently', async () => {
+    for (const bad of ['{"intent": {"tcp|10.93.0.100|80#10.93.0.11": {"state": "dra', '[1, 2]', '{"intent": {"k": 5}}', '{"withdrawn": "web"}']) {
+      const dir = await mkdtemp(join(tmpdir(), 'dsrlb-state-'));
+      const file = join(dir, 'dsrlb.state.json');
+      await writeFile(file, bad);
+      const d = await daemonWithState(file);
+      await d.load();
+      expect(d.overrides().size, bad).toBe(0);
+      const line = d.lines.find((l) => l.msg === 'state file unusable: operator intent from before this start is not applied');
+      expect(line, bad).toMatchObject({ level: 'error', stateFile: file });
+      const names = await readdir(dir);
+      expect(names, bad).toHaveLength(1);
+      expect(names[0]).toMatch(/^dsrlb\.state\.json\.corrupt-/);
+      expect(line!.keptAs).toBe(join(dir, names[0]!));
+      expect(await readFile(join(dir, names[0]!), 'utf8')).toBe(bad);
+      d.daemon.health.stop();
+    }
+  });
+});
