@@ -22,6 +22,8 @@ interface ServiceStatus {
   panic: boolean;
   dropping: boolean;
   droppingReason?: string | null;
+  /** Removed by a reload, its flows draining. */
+  removed?: boolean;
   reals: RealStatus[];
 }
 
@@ -39,8 +41,9 @@ export function formatStatus(status: { services: ServiceStatus[] }, now = Date.n
   for (const s of status.services) {
     const vip = s.vip.includes(':') ? `[${s.vip}]` : s.vip;
     // The Health column of a service row names it, and says when it runs fail-open or drops.
-    const flags = [s.name, s.panic ? 'PANIC(failOpen)' : '', s.dropping ? 'DROPPING' : ''].filter(Boolean).join(' ');
-    if (s.dropping && s.droppingReason) notes.push(`${s.name}: dropping: ${s.droppingReason}`);
+    // A removed service drops new flows by definition: REMOVED says it all.
+    const flags = s.removed ? `${s.name} REMOVED(draining)` : [s.name, s.panic ? 'PANIC(failOpen)' : '', s.dropping ? 'DROPPING' : ''].filter(Boolean).join(' ');
+    if (s.dropping && s.droppingReason && !s.removed) notes.push(`${s.name}: dropping: ${s.droppingReason}`);
     rows.push([s.protocol.toUpperCase(), `${vip}:${s.port}`, s.scheduler, s.forwarding, '', '', flags, '', '', '', '']);
     for (const r of s.reals) {
       const addr = r.address.includes(':') ? `[${r.address}]` : r.address;

@@ -85,6 +85,12 @@ export class Daemon {
   private host!: HostSetup;
   private neighbors!: NeighborWatcher;
   private readonly reals = new Map<string, RealRuntime>();
+  /**
+   * Services a reload removed, by identity, as last configured: while reals of theirs still hold
+   * flows the service stays in the snapshot with no real for new flows, so its connections end
+   * normally (as IPVS keeps a deleted service's connections, and an old HAProxy its sessions).
+   */
+  private readonly removedServices = new Map<string, ServiceConfig>();
   readonly health: HealthMonitor;
   private overrides = new Map<string, IntentOverride>();
   private lastReports: readonly ServiceBuildReport[] = [];
@@ -223,8 +229,32 @@ export class Daemon {
   }
 
 
-  private vips(): string[] {
-    return [...new Set(this.config.services.map((s) => s.vip))];
+  /** The VIPs the host must own: the config's, and those of removed services that still drain. */
+  private vips(config: Config = this.config): string[] {
+    return [...new Set([...config.services, ...this.drainingServices(config)].map((s) => s.vip))];
+  }
+
+  /**
+   * Removed services whose flows drain under `config`: those with reals still held. Not drained
+   * (their flows are cut, as before the drain existed) when the name is taken by a configured
+   * service (metrics and status go by name) or when a configured port-0 service of the VIP would
+   * lose the removed port's new flows to it (an exact port beats port 0).
+   */
+  private drainingServices(config: Config = this.config): ServiceConfig[] {
+    const out: ServiceConfig[] = [];
+    for (const [sid, s] of this.removedServices) {
+      if (!this.drainBlocker(config, s) && [...this.reals.values()].some((r) => r.service === sid)) out.push(s);
+    }
+    return out;
+  }
+
+  /** Why a removed service cannot drain under `config`, or null. */
+  private drainBlocker(config: Config, s: ServiceConfig): string | null {
+    if (config.services.some((c) => c.name === s.name)) return `its name "${s.name}" is now another service's`;
+    if (s.port !== 0 && config.services.some((c) => c.port === 0 && c.protocol === s.protocol && c.vip === s.vip)) {
+      return `the port-0 service of ${s.vip} takes its port's new flows`;
+    }
+    return null;
   }
 
   /** Scale-out: VIP gates for BIRD, re-evaluated every 200 ms (loop stalls are seen within ~1 s). */
@@ -405,8 +435,9 @@ export class Daemon {
     }
     // Removed (draining) reals stay probed: if one dies, its flows move instead of black-holing.
     const targets: HealthTarget[] = [];
+    const draining = this.drainingServices();
     for (const r of this.reals.values()) {
-      const s = this.config.services.find((x) => serviceIdentity(x) === r.service);
+      const s = this.config.services.find((x) => serviceIdentity(x) === r.service) ?? draining.find((x) => serviceIdentity(x) === r.service);
       if (!s) continue;
       targets.push({ key: r.key, service: s.name, address: r.address, vip: s.vip, check: s.healthCheck });
     }
@@ -426,10 +457,11 @@ export class Daemon {
 
   private serviceViews(): ServiceView[] {
     const views: ServiceView[] = [];
-    for (const s of this.config.services) {
+    const services = [...this.config.services.map((s) => ({ s, removed: false })), ...this.drainingServices().map((s) => ({ s, removed: true }))];
+    for (const { s, removed } of services) {
       const sid = serviceIdentity(s);
       const reals: RealView[] = [];
-      for (const r of s.reals) {
+      for (const r of removed ? [] : s.reals) {
         const key = RealRegistry.keyOf(sid, r.address);
         const rt = this.reals.get(key)!;
         const intent = this.intentOf(key, r.state, r.weight);
@@ -457,7 +489,7 @@ export class Daemon {
           mac: this.macOfReal(rt),
         });
       }
-      views.push({ config: s, reals });
+      views.push({ config: s, reals, removed });
     }
     return views;
   }
@@ -489,8 +521,9 @@ export class Daemon {
       }
       const prev = this.lastReports.find((p) => p.name === s.name);
       if (s.panic && !prev?.panic) this.log.warn('no real is up: failOpen, forwarding to all wanted reals', { service: s.name });
-      if (s.dropping && !prev?.dropping) {
-        const reason = droppingReason(views.find((v) => v.config.name === s.name));
+      const view = views.find((v) => v.config.name === s.name);
+      if (s.dropping && !prev?.dropping && view?.removed !== true) {
+        const reason = droppingReason(view);
         // At start no MAC is known for a few hundred ms: that is not worth a warning.
         if (why === 'start' && reason.startsWith('no MAC')) this.log.info('waiting for the MACs of the reals before forwarding', { service: s.name });
         else this.log.warn('no real can take new flows: dropping', { service: s.name, reason });
@@ -518,6 +551,14 @@ export class Daemon {
       }
     }
     if (forget) {
+      for (const [sid, s] of this.removedServices) {
+        if ([...this.reals.values()].some((r) => r.service === sid)) continue;
+        this.removedServices.delete(sid);
+        this.log.info('removed service drained: forgotten', { service: s.name });
+        void this.exclusive(() => this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' })).catch((err: Error) =>
+          this.log.warn('could not release a drained service\'s VIP', { service: s.name, error: err.message }),
+        );
+      }
       this.neighbors.setWanted(this.l2RealAddresses());
       this.rebuild('removed real drained');
     }
@@ -553,14 +594,27 @@ export class Daemon {
       this.log.error('reload refused', { problems: problemLines(problems) });
       return { ok: false, problems, refusedBy: 'system' };
     }
+    // Services this reload removes drain (see removedServices); one it brings back is configured again.
+    const removedBefore = new Map(this.removedServices);
+    const nextIds = new Set(next.services.map((s) => serviceIdentity(s)));
+    for (const s of this.config.services) if (!nextIds.has(serviceIdentity(s))) this.removedServices.set(serviceIdentity(s), s);
+    for (const sid of nextIds) this.removedServices.delete(sid);
     try {
-      await this.host.apply([...new Set(next.services.map((s) => s.vip))], { disableGro: next.io === 'pcap' });
+      await this.host.apply(this.vips(next), { disableGro: next.io === 'pcap' });
     } catch (err) {
+      this.removedServices.clear();
+      for (const [sid, s] of removedBefore) this.removedServices.set(sid, s);
       this.metrics.reloads.inc({ result: 'failure' });
       const p = { path: '(host)', message: (err as Error).message };
       this.log.error('reload refused: host change failed', { problems: problemLines([p]) });
       await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
       return { ok: false, problems: [p], refusedBy: 'system' };
+    }
+    for (const [sid, s] of this.removedServices) {
+      if (removedBefore.has(sid)) continue;
+      const blocker = this.drainBlocker(next, s);
+      if (blocker === null) this.log.info('service removed from config: its flows drain', { service: s.name });
+      else this.log.warn('service removed from config: its flows are cut', { service: s.name, why: blocker });
     }
     this.config = next;
     this.configText = text!;
@@ -859,6 +913,7 @@ export class Daemon {
           announced: this.announcer?.isAnnounced(v.config.vip) ?? false,
           announceDevice: this.announcer?.deviceOf(v.config.vip) ?? null,
           operatorWithdrawn: this.withdrawn.has(serviceIdentity(v.config)),
+          removed: v.removed === true,
           reals: v.reals.map((r) => {
             const fact = this.health.fact(keyById.get(r.id)!);
             const rate = this.rates.get(r.id);
@@ -946,6 +1001,7 @@ export class Daemon {
 
 /** Why a service drops new flows: its wanted reals have no MAC yet, or none may take flows. */
 function droppingReason(view: ServiceView | undefined): string {
+  if (view?.removed === true) return 'removed from the config: only its existing flows are forwarded';
   const wanted = view?.reals.filter(isWanted) ?? [];
   const unresolved = wanted.filter((r) => r.mac === null);
   if (wanted.length > 0 && unresolved.length === wanted.length) {

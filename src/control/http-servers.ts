@@ -105,6 +105,9 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
         json(res, 405, { error: err.code, message: err.message });
       } else if (err instanceof DaemonError) {
         json(res, statusOf(err.code), { error: err.code, message: err.message });
+      } else if (err instanceof URIError) {
+        // decodeURIComponent of a SERVICE or REAL that is not valid percent-encoding: the client's mistake.
+        json(res, 400, { error: 'BAD_PATH', message: `the path is not valid percent-encoding: ${req.url ?? ''}` });
       } else {
         json(res, 500, { error: 'INTERNAL', message: (err as Error).message });
       }

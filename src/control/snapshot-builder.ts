@@ -41,6 +41,8 @@ export interface TunnelSources {
 export interface ServiceView {
   readonly config: ServiceConfig;
   readonly reals: readonly RealView[];
+  /** Removed by a reload, its reals' flows draining: no real takes new flows. */
+  readonly removed?: boolean;
 }
 
 export interface ServiceBuildReport {

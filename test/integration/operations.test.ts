@@ -434,6 +434,42 @@ describe('reload', () => {
     await writeFile(configPath, configText(addresses()));
     expect((await daemon.cli(['reload'])).code).toBe(0);
   }, 60_000);
+
+  it('drains a service removed by a reload: its live transfer completes, new connections get nothing, then it and its VIP go', async () => {
+    const timeouts = 'flowTable: { tcpTimeouts: { syn: 60s, established: 900s, fin: 1s } }';
+    await writeFile(configPath, configText(addresses(), [timeouts]));
+    expect((await daemon.cli(['reload'])).code).toBe(0);
+    const size = 500_000;
+    const body = join(dir, 'removed-service.body');
+    const download = lab.exec(lab.client, ['curl', '-s', '-o', body, '-w', '%{http_code} %{size_download}', `http://${lab.vip}/bytes/${size}?rate=100000`], { timeoutMs: 60_000 });
+    await sleep(1200);
+    // Only another service (another VIP, no traffic) is left: web is removed.
+    const otherOnly = configText([lab.reals[0]!.ipv4], [timeouts]).replace('- name: web\n', '- name: other\n').replace(`vip: ${lab.vip}`, 'vip: 10.77.0.150').replace('port: 80', 'port: 81');
+    await writeFile(configPath, otherOnly);
+    const r = await daemon.cli(['reload']);
+    expect(r.code, r.stderr).toBe(0);
+    const during = (await daemon.status()) as unknown as { services: { name: string; removed: boolean; reals: { activeFlows: number }[] }[] };
+    const web = during.services.find((x) => x.name === 'web');
+    expect(web).toMatchObject({ removed: true });
+    expect(web!.reals.reduce((n, x) => n + x.activeFlows, 0)).toBeGreaterThanOrEqual(1);
+    expect((await daemon.cli(['status'])).stdout).toMatch(/ web REMOVED\(draining\)/);
+    expect(metricValue(await daemon.metrics(), 'dsrlb_flow_table_entries', '')).toBeGreaterThanOrEqual(1);
+    const fresh = await httpCount(lab, 5, { timeoutMs: 1000 });
+    expect(fresh.ok).toBe(0);
+    const result = await download;
+    expect(result.stdout).toBe(`200 ${size}`);
+    expect(createHash('sha256').update(await readFile(body)).digest('hex')).toBe(createHash('sha256').update(patternBytes(size)).digest('hex'));
+    // Its last flow gone (fin timeout 1 s), it is forgotten and its VIP released.
+    await daemon.waitFor('web forgotten', (st) => !st.services.some((x) => x.name === 'web'), 15_000);
+    expect(daemon.logs.some((l) => l.includes('"removed service drained: forgotten"') && l.includes('"web"'))).toBe(true);
+    const deadline = Date.now() + 5000;
+    while ((await lbHas(lab.vip)).onLo && Date.now() < deadline) await sleep(200);
+    expect(await lbHas(lab.vip)).toEqual({ onLo: false, inNft: false });
+    await writeFile(configPath, configText(addresses()));
+    expect((await daemon.cli(['reload'])).code).toBe(0);
+    await daemon.waitFor('web back', (st) => st.services.some((x) => x.name === 'web' && x.reals.every((y) => y.mac !== null)), 10_000);
+    expect((await httpCount(lab, 20)).ok).toBe(20);
+  }, 90_000);
 });
 
 describe('plan against the running daemon', () => {

@@ -46,6 +46,12 @@ describe('admin API status codes', () => {
     expect(((await r.json()) as { error: string }).error).toBe('BAD_BODY');
   });
 
+  it('answers a path that is not valid percent-encoding with 400 BAD_PATH, not 500', async () => {
+    const r = await fetch(`${base}/services/%E0%A4%A/reals/10.0.0.11/drain`, { method: 'POST' });
+    expect(r.status).toBe(400);
+    expect(((await r.json()) as { error: string }).error).toBe('BAD_PATH');
+  });
+
   it('answers a wrong method with 405 and an Allow header', async () => {
     for (const [method, path, allow] of [
       ['GET', '/services/web/reals/10.0.0.11/drain', 'POST'],

@@ -45,4 +45,11 @@ describe('status table', () => {
     expect(lines[3]).toMatch(/ api DROPPING$/);
     expect(lines.at(-1)).toBe('api: dropping: no MAC known for 10.0.1.12 (ARP/neighbour discovery unanswered)');
   });
+
+  it('marks a service removed by a reload whose flows drain, without a dropping note', () => {
+    const text = formatStatus({ services: [service('old', { removed: true, dropping: true, droppingReason: 'removed from the config', reals: [real('10.0.1.11', 'up', null)] })] }, now);
+    const lines = text.split('\n');
+    expect(lines[1]).toMatch(/ old REMOVED\(draining\)$/);
+    expect(lines).toHaveLength(3);
+  });
 });
