@@ -55,7 +55,8 @@ async function intent(argv: { config?: string; admin?: string; tokenFile?: strin
   const path = `/services/${encodeURIComponent(argv.service)}/reals/${encodeURIComponent(argv.real)}/${verb}`;
   const { data } = await adminRequest(target, 'POST', path);
   const after = data.after as { state: string; weight: number };
-  print(`${argv.service} ${argv.real}: ${after.state}, weight ${after.weight}`);
+  // The service and real as the daemon names them, not as typed (`TCP://10.0.0.1:080` is `web`).
+  print(`${String(data.service ?? argv.service)} ${String(data.real ?? argv.real)}: ${after.state}, weight ${after.weight}`);
   return 0;
 }
 
@@ -219,7 +220,7 @@ export async function main(args: string[]): Promise<number> {
             const path = `/services/${encodeURIComponent(a.service)}/reals/${encodeURIComponent(a.real)}/weight`;
             const { data } = await adminRequest(await resolveAdminTarget(a), 'PUT', path, { weight });
             const after = data.after as { state: string; weight: number };
-            print(`${a.service} ${a.real}: ${after.state}, weight ${after.weight}`);
+            print(`${String(data.service ?? a.service)} ${String(data.real ?? a.real)}: ${after.state}, weight ${after.weight}`);
             return 0;
           })(),
         ),
@@ -285,6 +286,9 @@ export async function main(args: string[]): Promise<number> {
       // `dsrlb --bogus` or `dsrlb -c x.yaml`: yargs asks for a command before it looks at the options; name the option.
       const option = msg === NO_COMMAND ? args.find((a) => a.startsWith('-')) : undefined;
       if (option !== undefined) throw new CliError(`${option} without a command: name a command first (dsrlb --help lists them)`, 1);
+      // `dsrlb status extra`: strictCommands calls any extra word an unknown command; it is an extra argument.
+      const extra = /^Unknown command: (.*)$/.exec(msg)?.[1];
+      if (extra !== undefined && args[0] !== extra) throw new CliError(`unexpected argument ${JSON.stringify(extra)} for ${args[0]} (dsrlb ${args[0]} --help)`, 1);
       throw new CliError(msg.startsWith('Did you mean') ? `unknown command ${JSON.stringify(args[0])}. ${msg}` : msg, 1);
     })
     .help()

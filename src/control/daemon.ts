@@ -42,6 +42,14 @@ const FLOW_STATE_NAMES: Record<number, string> = {
   [FlowState.udp]: 'udp',
 };
 
+/** What an intent verb did, to the service and real named canonically. */
+export interface IntentResult {
+  service: string;
+  real: string;
+  before: { state: RealIntent; weight: number };
+  after: { state: RealIntent; weight: number };
+}
+
 /** A reload's outcome; a refusal names its problems and whether the config or the system refused. */
 export type ReloadResult = { ok: true; problems: readonly ConfigProblem[] } | { ok: false; problems: readonly ConfigProblem[]; refusedBy: 'config' | 'system' };
 
@@ -703,11 +711,11 @@ export class Daemon {
   }
 
   /** Operator intent for one real (admin API); persisted beside the config before it takes effect. */
-  setIntent(serviceRef: string, realAddress: string, change: IntentChange): Promise<{ before: { state: RealIntent; weight: number }; after: { state: RealIntent; weight: number } }> {
+  setIntent(serviceRef: string, realAddress: string, change: IntentChange): Promise<IntentResult> {
     return this.exclusive(() => this.setIntentNow(serviceRef, realAddress, change));
   }
 
-  private async setIntentNow(serviceRef: string, realAddress: string, request: IntentChange): Promise<{ before: { state: RealIntent; weight: number }; after: { state: RealIntent; weight: number } }> {
+  private async setIntentNow(serviceRef: string, realAddress: string, request: IntentChange): Promise<IntentResult> {
     const s = this.findService(serviceRef);
     if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
     const r = this.findReal(s, realAddress);
@@ -717,7 +725,7 @@ export class Daemon {
     const { from, ...change } = request;
     if (from !== undefined && before.state !== from) {
       // undrain lifts only a drain, enable only a disable (as HAProxy's drain and maintenance).
-      if (before.state === change.state) return { before, after: before };
+      if (before.state === change.state) return { service: s.name, real: r.address, before, after: before };
       throw new DaemonError('WRONG_STATE', `${s.name} ${r.address} is ${before.state === 'disabled' ? 'disabled' : 'draining'}, not ${from === 'disabled' ? 'disabled' : 'draining'}: ${before.state === 'disabled' ? 'enable' : 'undrain'} it instead`);
     }
     const o = this.overrides.get(key);
@@ -729,7 +737,7 @@ export class Daemon {
     const after = this.intentOf(key, r.state, r.weight);
     this.log.info('intent changed', { service: s.name, real: r.address, before, after });
     this.rebuild('intent');
-    return { before, after };
+    return { service: s.name, real: r.address, before, after };
   }
 
   /**

@@ -148,7 +148,10 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
     }
     if (path === '/explain') {
       only(req, 'GET');
-      json(res, 200, await daemon.explain(url.searchParams.get('service') ?? '', url.searchParams.get('client') ?? ''));
+      const service = url.searchParams.get('service');
+      const client = url.searchParams.get('client');
+      if (!service || !client) throw new DaemonError('BAD_QUERY', 'explain needs ?service=SERVICE&client=IP:PORT');
+      json(res, 200, await daemon.explain(service, client));
       return;
     }
     const announce = /^\/services\/([^/]+)\/(announce|withdraw)$/.exec(path);
@@ -172,6 +175,7 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
           throw new DaemonError('BAD_BODY', 'the body is not JSON: send {"weight": N}');
         }
         const w = (body as { weight?: unknown } | null)?.weight;
+        if (w === undefined) throw new DaemonError('BAD_BODY', 'the body has no "weight": send {"weight": N}');
         if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535) {
           throw new DaemonError('BAD_WEIGHT', `weight ${JSON.stringify(w)} is not an integer 0..65535`);
         }

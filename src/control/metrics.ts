@@ -62,6 +62,7 @@ export class DaemonMetrics {
     global('dsrlb_rx_bytes_total', 'Bytes received by the packet loop.', Slot.rxBytes);
     global('dsrlb_passed_packets_total', 'Frames not for a service, left to the kernel.', Slot.passedPackets);
     global('dsrlb_tx_packets_total', 'Frames sent by the packet loop.', Slot.txPackets);
+    global('dsrlb_tx_bytes_total', 'Bytes sent by the packet loop.', Slot.txBytes);
     global('dsrlb_flows_rescheduled_total', 'Existing flows moved because their real could no longer keep them.', Slot.flowsRescheduled);
     global('dsrlb_flow_table_evictions_total', 'Flow entries evicted because the table was full.', Slot.flowTableEvictions);
     global('dsrlb_icmp_too_big_sent_total', 'ICMP fragmentation-needed / ICMPv6 packet-too-big messages sent to clients (IPIP).', Slot.icmpTooBigSent);
@@ -183,7 +184,7 @@ export class DaemonMetrics {
     });
     new client.Gauge({
       name: 'dsrlb_service_panic',
-      help: '1 while no real of the service is up and whenAllDown: failOpen sends to all wanted reals.',
+      help: '1 while no wanted real (active, weight > 0) is up and whenAllDown: failOpen sends new flows to all wanted reals.',
       labelNames: ['service'],
       registers: [registry],
       collect() {

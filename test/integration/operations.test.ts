@@ -302,6 +302,8 @@ describe('admin API input', () => {
     expect(method.headers).toMatch(/^allow: POST$/im);
     const spelled = await daemon.cli(['undrain', `tcp://${lab.vip}:080`, addresses()[0]!]);
     expect(spelled.code, spelled.stderr).toBe(0);
+    // The answer names the service and real as the daemon knows them, not as typed.
+    expect(spelled.stdout.trim()).toBe(`web ${addresses()[0]}: active, weight 100`);
   }, 30_000);
 });
 

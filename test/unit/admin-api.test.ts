@@ -46,6 +46,15 @@ describe('admin API status codes', () => {
     expect(((await r.json()) as { error: string }).error).toBe('BAD_BODY');
   });
 
+  it('answers explain without its parameters and a weight body without "weight" with 400 and what to send', async () => {
+    const e = await fetch(`${base}/explain`);
+    expect(e.status).toBe(400);
+    expect(((await e.json()) as { message: string }).message).toBe('explain needs ?service=SERVICE&client=IP:PORT');
+    const w = await fetch(`${base}/services/web/reals/10.0.0.11/weight`, { method: 'PUT', body: '{}' });
+    expect(w.status).toBe(400);
+    expect(((await w.json()) as { message: string }).message).toBe('the body has no "weight": send {"weight": N}');
+  });
+
   it('answers a path that is not valid percent-encoding with 400 BAD_PATH, not 500', async () => {
     const r = await fetch(`${base}/services/%E0%A4%A/reals/10.0.0.11/drain`, { method: 'POST' });
     expect(r.status).toBe(400);

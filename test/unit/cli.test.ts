@@ -105,6 +105,14 @@ describe('dsrlb CLI', () => {
     expect(far.stderr.trim()).toBe('dsrlb: Unknown command: frobnicate');
   });
 
+  it('calls an extra word after a command an unexpected argument, not an unknown command', async () => {
+    const r = await dsrlb(['status', 'extra']);
+    expect(r.code).toBe(1);
+    expect(r.stderr.trim()).toBe('dsrlb: unexpected argument "extra" for status (dsrlb status --help)');
+    const w = await dsrlb(['weight', 'web', '10.0.0.1', '5', '6']);
+    expect(w.stderr.trim()).toBe('dsrlb: unexpected argument "6" for weight (dsrlb weight --help)');
+  });
+
   it('names the option given without a command', async () => {
     const r = await dsrlb(['--bogus']);
     expect(r.code).toBe(1);
