@@ -909,7 +909,8 @@ export function unicastProblem(value: unknown, role: string): string | null {
     broadcast: 'the broadcast address',
     loopback: 'a loopback address',
   };
-  const what = refused[range];
+  // An IPv6 link-local address means nothing without its zone (probes, routes, BIRD), which the config cannot give.
+  const what = parsed.family === 6 && range === 'linkLocal' ? 'an IPv6 link-local address (it needs a zone)' : refused[range];
   return what === undefined ? null : `${describe(value)} is ${what}; ${role} must be a unicast address reachable on the network`;
 }
 

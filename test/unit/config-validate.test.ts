@@ -380,6 +380,7 @@ describe('service rules', () => {
     ['vip with zone', (s) => (s.vip = 'fe80::1%eth0'), 'services[0].vip: "fe80::1%eth0" is not an IPv4 or IPv6 address (zone indexes such as %eth0 are not supported)'],
     ['vip unspecified', (s) => (s.vip = '0.0.0.0'), 'services[0].vip: "0.0.0.0" is the unspecified address; a VIP must be a unicast address reachable on the network'],
     ['vip multicast', (s) => (s.vip = 'ff02::1'), 'services[0].vip: "ff02::1" is a multicast address; a VIP must be a unicast address reachable on the network'],
+    ['vip IPv6 link-local', (s) => (s.vip = 'fe80::10'), 'services[0].vip: "fe80::10" is an IPv6 link-local address (it needs a zone); a VIP must be a unicast address reachable on the network'],
     ['vip IPv4-mapped', (s) => (s.vip = '::ffff:203.0.113.10'), 'services[0].vip: "::ffff:203.0.113.10" is an IPv4-mapped IPv6 address; write the IPv4 address 203.0.113.10'],
     ['port missing', (s) => delete s.port, 'services[0].port: missing; expected a port (0..65535)'],
     ['port too big', (s) => (s.port = 70000), 'services[0].port: 70000 is not a port (0..65535)'],
