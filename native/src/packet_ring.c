@@ -604,7 +604,11 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
     // A fanout group delivers through its own hook, which ignores the socket's
     // PACKET_IGNORE_OUTGOING: the group needs the flag too (Linux >= 6.2). Older kernels refuse
     // it with EINVAL; there the TypeScript side still skips PACKET_OUTGOING frames.
-    uint32_t type_flags = PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG | PACKET_FANOUT_FLAG_IGNORE_OUTGOING;
+    // No PACKET_FANOUT_FLAG_DEFRAG: it reassembles IPv4 datagrams before fanout, and a reassembled
+    // datagram larger than the MTU cannot be sent on to an L2 real (EMSGSIZE). The skb hash of
+    // every fragment, first or later, covers addresses and protocol only, so the fragments of a
+    // datagram reach one loop, whose fragment table sends them after their first fragment.
+    uint32_t type_flags = PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_IGNORE_OUTGOING;
     int r = join_fanout(s->fd, fanout_id, type_flags);
     if (r < 0 && errno == EINVAL) r = join_fanout(s->fd, fanout_id, type_flags & ~PACKET_FANOUT_FLAG_IGNORE_OUTGOING);
     if (r < 0) { call = "setsockopt(PACKET_FANOUT)"; err = errno; goto fail; }

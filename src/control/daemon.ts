@@ -26,6 +26,7 @@ import type { Logger } from './logger.js';
 import { DaemonMetrics, type MetricsRealView } from './metrics.js';
 import { NeighborWatcher } from './neighbors.js';
 import { RealRegistry, serviceIdentity } from './real-registry.js';
+import { removalBlocker } from './service-removal.js';
 import { SnapshotBuilder, type RealView, type ServiceBuildReport, type ServiceView, type TunnelSources } from './snapshot-builder.js';
 import { systemRunner } from './host-setup.js';
 import { VipAnnouncer } from './announcer.js';
@@ -242,28 +243,15 @@ export class Daemon {
     return [...new Set([...config.services, ...this.drainingServices(config)].map((s) => s.vip))];
   }
 
-  /**
-   * Removed services whose flows drain under `config`: those with reals still held. Not drained
-   * (their flows are cut, as before the drain existed) when the name is taken by a configured
-   * service (metrics and status go by name) or when a configured port-0 service of the VIP would
-   * lose the removed port's new flows to it (an exact port beats port 0).
-   */
+  /** Removed services whose flows drain under `config` (see removalBlocker): those with reals still held. */
   private drainingServices(config: Config = this.config): ServiceConfig[] {
     const out: ServiceConfig[] = [];
     for (const [sid, s] of this.removedServices) {
-      if (!this.drainBlocker(config, s) && [...this.reals.values()].some((r) => r.service === sid)) out.push(s);
+      if (removalBlocker(config.services, s) === null && [...this.reals.values()].some((r) => r.service === sid)) out.push(s);
     }
     return out;
   }
 
-  /** Why a removed service cannot drain under `config`, or null. */
-  private drainBlocker(config: Config, s: ServiceConfig): string | null {
-    if (config.services.some((c) => c.name === s.name)) return `its name "${s.name}" is now another service's`;
-    if (s.port !== 0 && config.services.some((c) => c.port === 0 && c.protocol === s.protocol && c.vip === s.vip)) {
-      return `the port-0 service of ${s.vip} takes its port's new flows`;
-    }
-    return null;
-  }
 
   /** Scale-out: VIP gates for BIRD, re-evaluated every 200 ms (loop stalls are seen within ~1 s). */
   private async startAnnouncing(): Promise<void> {
@@ -620,7 +608,7 @@ export class Daemon {
     }
     for (const [sid, s] of this.removedServices) {
       if (removedBefore.has(sid)) continue;
-      const blocker = this.drainBlocker(next, s);
+      const blocker = removalBlocker(next.services, s);
       if (blocker === null) this.log.info('service removed from config: its flows drain', { service: s.name });
       else this.log.warn('service removed from config: its flows are cut', { service: s.name, why: blocker });
     }

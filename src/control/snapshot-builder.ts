@@ -163,7 +163,7 @@ export class SnapshotBuilder {
         dropping: candidates.length === 0,
         movedSlots,
         tableSize: cfg.tableSize,
-        tableFingerprint: tableFingerprint(table, sv.reals),
+        tableFingerprint: tableFingerprint(table, sv.reals, cfg.scheduler),
       });
     });
     this.tables = nextTables;
@@ -213,10 +213,12 @@ export class SnapshotBuilder {
 }
 
 /** Table contents named by real address (not by local id), so two LBs with the same config agree. */
-function tableFingerprint(table: Int32Array, reals: readonly RealView[]): string {
+function tableFingerprint(table: Int32Array, reals: readonly RealView[], scheduler: string): string {
   const addrHash = new Map<number, number>();
   for (const r of reals) addrHash.set(r.id, stringHash(r.address, 0x5eed));
-  let h = 0x811c9dc5;
+  // The same reals pick differently under rendezvous (and wlc is local): the scheduler is part of
+  // the fingerprint. Maglev's stays what it was, so LBs of two versions still agree.
+  let h = scheduler === 'maglev' ? 0x811c9dc5 : (0x811c9dc5 ^ stringHash(scheduler, 0x5eed)) >>> 0;
   for (let i = 0; i < table.length; i++) {
     const id = table[i]!;
     const v = id < 0 ? 0xffffffff : (addrHash.get(id) ?? 0);

@@ -7,7 +7,7 @@ import { Counter, REAL_BASE, REAL_STRIDE, RealCounter } from './counters.js';
 import { completePartialChecksum } from './checksum.js';
 import { FragmentTable } from './fragment-table.js';
 import { DropReason } from './drop-reasons.js';
-import { flowHashInt32 } from './flow-hash.js';
+import { flowHashInt32, tunnelFlowLabel } from './flow-hash.js';
 import { FlowState, FlowTable, type FlowTimeouts } from './flow-table.js';
 import {
   FWD_L2,
@@ -258,7 +258,7 @@ export class Engine {
       if ((flags & FRAME_HAS_VNET_HDR) !== 0) buf[pkt.frameOffset - VNET_HDR_LEN] = 0;
     }
     const plainFlags = flags & ~FRAME_CSUM_PARTIAL;
-    const rc = encapsulate(buf, pkt, batch.headroom, plainFlags, templates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, id & 0xfffff, out);
+    const rc = encapsulate(buf, pkt, batch.headroom, plainFlags, templates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, flowLabelOf(pkt), out);
     if (rc < 0) return rc;
     if (fit === MTU_FITS) {
       batch.txOffsets[i] = out[0]!;
@@ -295,24 +295,33 @@ export class Engine {
     const segOut = this.segOut;
     const n = segmentTcp(buf, pkt, gsoSize, scratch, this.extraPos, EXTRA_HEADROOM, this.seg, segOut);
     if (n < 0) return n;
-    this.counters[Counter.gsoSegmented]++;
+    // All segments or none: they must all fit the batch's extra slots, and a failure half-way takes
+    // back the ones already queued (their bytes are then free for the next frame to reuse).
+    if (n > batch.extraOffsets.length - batch.extraCount) return -DropReason.gsoUnsupported;
+    const queuedBefore = batch.extraCount;
     const snap = this.snap;
     const tpl = real * TUNNEL_TEMPLATE_BYTES;
     const out = this.encapOut;
+    const label = flowLabelOf(pkt);
     for (let k = 0; k < n; k++) {
       const start = segOut[2 * k]!;
       const length = segOut[2 * k + 1]!;
-      if (parseFrame(scratch, start, length, this.seg) !== 0) return -DropReason.gsoUnsupported;
-      const id = this.nextFragmentId;
-      this.nextFragmentId = (id + 1) >>> 0;
-      const rc = encapsulate(scratch, this.seg, EXTRA_HEADROOM, 0, snap.realTunnelTemplates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, id & 0xfffff, out);
-      if (rc < 0) return rc;
+      let rc = parseFrame(scratch, start, length, this.seg) === 0 ? 0 : -DropReason.gsoUnsupported;
+      if (rc === 0) {
+        const id = this.nextFragmentId;
+        this.nextFragmentId = (id + 1) >>> 0;
+        rc = encapsulate(scratch, this.seg, EXTRA_HEADROOM, 0, snap.realTunnelTemplates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, label, out);
+      }
+      if (rc < 0) {
+        batch.extraCount = queuedBefore;
+        return rc;
+      }
       for (let g = 1; g <= gap; g++) scratch[out[0]! - g] = 0;
-      if (batch.extraCount >= batch.extraOffsets.length) return -DropReason.gsoUnsupported;
       batch.extraOffsets[batch.extraCount] = out[0]!;
       batch.extraLengths[batch.extraCount] = out[1]!;
       batch.extraCount++;
     }
+    this.counters[Counter.gsoSegmented]++;
     this.extraPos = segOut[2 * (n - 1)]! + segOut[2 * (n - 1) + 1]!;
     return VERDICT_CONSUMED;
   }
@@ -474,7 +483,7 @@ export class Engine {
     if (snap.svcDropAll[svc] === 1) return -1;
     const sched = snap.svcScheduler[svc];
     if (sched === SCHED_WLC) {
-      return leastConnectionsPick(snap.candIds, snap.candWeights, snap.svcCandStart[svc]!, snap.svcCandCount[svc]!, this.flows.activeByReal);
+      return leastConnectionsPick(snap.candIds, snap.candWeights, snap.svcCandStart[svc]!, snap.svcCandCount[svc]!, this.flows.activeByReal, this.flows.inactiveByReal);
     }
     return this.consistentPick(svc, hash);
   }
@@ -518,4 +527,9 @@ export class Engine {
     if (snap.svcScheduler[svc] !== SCHED_WLC) this.explainSlot = slot;
     return this.schedule(svc, hash);
   }
+}
+
+/** The outer IPv6 flow label for the parsed inner packet: one per flow (see tunnelFlowLabel). */
+function flowLabelOf(pkt: ParsedPacket): number {
+  return tunnelFlowLabel(pkt.addr, pkt.ipProtocol, pkt.isFragment === 0 ? ((pkt.srcPort << 16) | pkt.dstPort) : 0);
 }

@@ -130,3 +130,15 @@ export function stringHash(text: string, seed: number): number {
   }
   return mix32(h ^ totalBytes);
 }
+
+/**
+ * The outer IPv6 flow label of a tunnelled packet (RFC 6437/6438): the same for every packet of a
+ * flow. From the inner addresses, protocol and ports; a fragment (no ports in later fragments) uses
+ * no ports, so all fragments of a datagram share one label. `addr` holds source then destination
+ * as four words each (ParsedPacket.addr).
+ */
+export function tunnelFlowLabel(addr: Uint32Array, protocol: number, ports: number): number {
+  let h = mix32Int32(protocol ^ 0x6c61626c);
+  for (let i = 0; i < 8; i++) h = mix32Int32(h ^ addr[i]!);
+  return (mix32Int32(h ^ ports) >>> 0) & 0xfffff;
+}

@@ -20,7 +20,7 @@ export interface OpenPacketSocketOptions {
   reserveBytes: number;
   /** PACKET_VNET_HDR: a 10-byte virtio_net_hdr precedes every received and every sent frame. */
   vnetHdr: boolean;
-  /** > 0: join PACKET_FANOUT group (HASH | DEFRAG) with this id (1..65535). */
+  /** > 0: join PACKET_FANOUT group (HASH, no DEFRAG: fragments go through as they are) with this id (1..65535). */
   fanoutGroupId?: number;
   /** 3 (default): TPACKET_V3 blocks; 2: TPACKET_V2 fixed frames, each handed over at once. */
   ringVersion?: 2 | 3;

@@ -11,6 +11,7 @@ import { loadConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import { problemLines, serviceAddressName } from '../config/validate.js';
 import { RealRegistry } from '../control/real-registry.js';
+import { removalBlocker } from '../control/service-removal.js';
 import { SnapshotBuilder, type BuildResult, type ServiceBuildReport } from '../control/snapshot-builder.js';
 import { MAX_REAL_IDS } from '../dataplane/counters.js';
 import { FLOW_KEY_WORDS, flowHash, mix32 } from '../dataplane/flow-hash.js';
@@ -119,6 +120,8 @@ export interface ServicePlan {
   readonly hashSpaceMoved: HashSpaceMove | null;
   /** Null when live flows were not given. */
   readonly liveFlows: LiveFlowImpact | null;
+  /** A removed service: whether its flows drain on their reals, or why they are cut; else null. */
+  readonly removal: { readonly drains: boolean; readonly cutBecause: string | null } | null;
 }
 
 export type PlanWarningCode =
@@ -228,9 +231,11 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       }
     }
 
+    // A removed service drains its flows unless the candidate makes that wrong (the daemon's rule).
+    const cutBecause = cfg1 === null ? removalBlocker(candidate.services, cfg0!) : null;
     let liveFlowImpact: LiveFlowImpact | null = null;
     if (liveFlows !== undefined) {
-      liveFlowImpact = liveImpact(live, identity, registry, built0, i0, current.hashSeed, built1, i1, candidate.hashSeed);
+      liveFlowImpact = liveImpact(live, identity, registry, built0, i0, current.hashSeed, built1, i1, candidate.hashSeed, cfg1 === null && cutBecause === null);
     }
 
     const both = cfg0 !== null && cfg1 !== null;
@@ -251,16 +256,20 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       eligibleReals: { before: report0 === null ? null : takingNew(report0), after: report1 === null ? null : takingNew(report1) },
       hashSpaceMoved,
       liveFlows: liveFlowImpact,
+      removal: cfg1 === null ? { drains: cutBecause === null, cutBecause } : null,
     });
 
     // Warnings, in the order an operator would want to read them.
     const label = serviceLabel(name, address);
     if (cfg1 === null) {
       const n = live === undefined ? null : live.realAddresses.length;
-      if (n === null && liveFlows === undefined) {
-        warn('SERVICE_REMOVED', name, `service ${label} is removed; its live flows (not known here) stop being balanced`);
-      } else if (n !== null && n > 0) {
-        warn('SERVICE_REMOVED', name, `service ${label} is removed with ${n} live flow${n === 1 ? '' : 's'}; they stop being balanced and break`);
+      const flows = n === null ? 'its live flows (not known here)' : `${n} live flow${n === 1 ? '' : 's'}`;
+      if (n === null && liveFlows !== undefined) continue;
+      if (n !== null && n === 0) continue;
+      if (cutBecause === null) {
+        warn('SERVICE_REMOVED', name, `service ${label} is removed; ${flows} drain on their reals, new connections to it are dropped`);
+      } else {
+        warn('SERVICE_REMOVED', name, `service ${label} is removed; ${flows} are cut at once (${cutBecause}) and break`);
       }
       continue;
     }
@@ -451,12 +460,14 @@ function liveImpact(
   b1: BuildResult,
   i1: number,
   seed1: number,
+  drains = false,
 ): LiveFlowImpact {
   if (live === undefined || live.realAddresses.length === 0) return { total: 0, changingRealNow: 0, landingElsewhereWithoutEntry: 0 };
   const total = live.realAddresses.length;
   if (live.keys.length < total * FLOW_KEY_WORDS) throw new RangeError(`live flows of ${identity}: ${total} reals but ${live.keys.length / FLOW_KEY_WORDS} keys`);
-  // A removed service balances none of its flows any more: all of them change.
-  if (i1 < 0) return { total, changingRealNow: total, landingElsewhereWithoutEntry: total };
+  // A removed service: flows with an entry stay on their reals while it drains, else all change;
+  // a flow without an entry (another LB's) is dropped either way.
+  if (i1 < 0) return { total, changingRealNow: drains ? 0 : total, landingElsewhereWithoutEntry: total };
   const snap1 = b1.snapshot;
   let changingRealNow = 0;
   let landingElsewhere = 0;
@@ -509,7 +520,9 @@ export function formatPlanText(report: PlanReport): string {
       lines.push(`  address: ${s.addressChange.before} -> ${s.addressChange.after} (${note})`);
     }
     if ((s.change === 'unchanged' && s.liveFlows === null) || s.change === 'removed') {
-      if (s.liveFlows !== null && s.change === 'removed') lines.push(`  live flows: ${s.liveFlows.total}, all of them stop being balanced`);
+      if (s.liveFlows !== null && s.change === 'removed') {
+        lines.push(`  live flows: ${s.liveFlows.total}, ${s.removal?.drains === true ? 'they drain on their reals' : 'all of them stop being balanced'}`);
+      }
       continue;
     }
     lines.push(...settingLines(s));

@@ -107,6 +107,30 @@ describe.each(['afpacket', 'pcap', 'afpacketx2', 'afpacket:v2x2'])('L2 DSR with 
     }
   }, 120_000);
 
+  if (io === 'afpacketx2') {
+    it('sends the fragments of a UDP datagram larger than the MTU to one real, which answers directly', async () => {
+      const r1 = lab.reals[0]!;
+      const withUdp = `${configText(io, lab.reals.slice(0, 3).map((r) => r.ipv4))}  - name: dns\n    vip: ${lab.vip}\n    port: 5353\n    protocol: udp\n    healthCheck: { type: none }\n    reals:\n      - address: ${r1.ipv4}\n`;
+      await writeFile(configPath, withUdp);
+      expect((await daemon.cli(['reload'])).stdout).toContain('reload taken');
+      // The real answers each datagram with its length, from the VIP, straight to the client.
+      const server = lab.spawn(r1, [process.execPath, '-e', `const s = require('dgram').createSocket('udp4'); s.on('message', (m, r) => s.send(String(m.length), r.port, r.address)); s.bind(5353, '${lab.vip}', () => console.log('ready'));`], { stdio: ['ignore', 'pipe', 'inherit'] });
+      try {
+        await new Promise<void>((resolve) => server.stdout!.once('data', () => resolve()));
+        const before = metricValue(await daemon.metrics(), 'dsrlb_forwarded_packets_total', `service="dns",real="${r1.ipv4}"`);
+        // 3000 bytes over a 1500-byte path: the client's kernel sends three IPv4 fragments.
+        const client = await lab.exec(lab.client, [process.execPath, '-e', `const s = require('dgram').createSocket('udp4'); const got = []; s.on('message', (m) => got.push(String(m))); let n = 0; const t = setInterval(() => { if (n++ < 5) s.send(Buffer.alloc(3000, 7), 5353, '${lab.vip}'); else { clearInterval(t); setTimeout(() => { console.log(JSON.stringify(got)); s.close(); }, 1000); } }, 100);`], { timeoutMs: 10_000 });
+        expect(JSON.parse(client.stdout)).toEqual(['3000', '3000', '3000', '3000', '3000']);
+        const after = metricValue(await daemon.metrics(), 'dsrlb_forwarded_packets_total', `service="dns",real="${r1.ipv4}"`);
+        expect(after - before).toBe(15); // five datagrams of three fragments, each forwarded as it came
+      } finally {
+        server.kill('SIGTERM');
+        await writeFile(configPath, configText(io, lab.reals.slice(0, 3).map((r) => r.ipv4)));
+        expect((await daemon.cli(['reload'])).stdout).toContain('reload taken');
+      }
+    }, 60_000);
+  }
+
   if (io === 'afpacket') {
     it('keeps 30 keep-alive connections on their reals across SIGKILL + restart and a reload adding a real', async () => {
       const client = lab.spawn(lab.client, [process.execPath, join(ROOT, 'dist/lab/http-client.js'), '--host', lab.vip, '--keepalive', '30'], { stdio: ['pipe', 'pipe', 'pipe'] });

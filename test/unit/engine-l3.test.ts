@@ -56,7 +56,7 @@ services:
   return r.config;
 }
 
-function setup(mtu = 1500) {
+function setup(mtu = 1500, batchCapacity = 8) {
   const cfg = config();
   const counters = createCounters();
   const engine = new Engine({
@@ -73,7 +73,7 @@ function setup(mtu = 1500) {
     reals: s.reals.map((r) => ({ id: id++, address: r.address, weight: r.weight, intent: r.state, forwarding: r.forwarding, health: 'up', removed: false, mac: parseMac(HOP_MAC) })),
   }));
   engine.setSnapshot(new SnapshotBuilder().build(views, 0, MAX_REAL_IDS, { v4: '10.0.0.2', v6: 'fd00::2' }).snapshot);
-  const io = new MemoryIo({ localMac: parseMac(LB_MAC), slotBytes: 70_000, batchCapacity: 8 });
+  const io = new MemoryIo({ localMac: parseMac(LB_MAC), slotBytes: 70_000, batchCapacity });
   io.start((b) => engine.processBatch(b, 1_000_000));
   return { engine, counters, io };
 }
@@ -186,6 +186,48 @@ describe('engine: IPIP forwarding', () => {
       got.push(...plain.subarray(p.payloadOffset));
     }
     expect(Uint8Array.from(got)).toEqual(payload);
+  });
+});
+
+describe('engine: GSO frames beyond a batch\'s extra frames, and the IPv6 flow label', () => {
+  const gso = (sport: number, payloadBytes: number, gsoSize: number) => {
+    const vnet = new Uint8Array(10);
+    vnet[0] = 1;
+    vnet[1] = 1;
+    vnet[4] = gsoSize & 0xff;
+    vnet[5] = gsoSize >> 8;
+    return Uint8Array.from([...vnet, ...tcp4(sport, 0x18, Uint8Array.from({ length: payloadBytes }, (_, k) => (k + sport) & 0xff))]);
+  };
+
+  it('segments a frame all or nothing: one that no longer fits the extra frames is dropped whole, nothing queued is overwritten', () => {
+    const { io, counters } = setup(1500, 16);
+    // 10 frames of 60 segments against 512 extra frames: 8 fit (480), the 9th and 10th do not.
+    const frames = Array.from({ length: 10 }, (_, i) => gso(5000 + i, 6000, 100));
+    const out = io.inject(frames, frames.map(() => FRAME_HAS_VNET_HDR | FRAME_GSO | FRAME_CSUM_PARTIAL));
+    expect(Array.from(io.lastVerdicts().slice(0, 10))).toEqual([...Array(8).fill(VERDICT_CONSUMED), -DropReason.gsoUnsupported, -DropReason.gsoUnsupported]);
+    expect(out).toHaveLength(480);
+    expect(counters[Counter.gsoSegmented]).toBe(8);
+    const segmentsBySport = new Map<number, number>();
+    for (const f of out) {
+      expect(f[14 + 9]).toBe(4);
+      expect(hex(f.subarray(14 + 16, 14 + 20))).toBe('0a01000b'); // outer destination: the real
+      const plain = Uint8Array.from([...f.subarray(0, 12), 0x08, 0x00, ...f.subarray(34)]);
+      const p = parsed(plain);
+      expect(l4Checksum(plain, p)).toBe((plain[p.l4Offset + 16]! << 8) | plain[p.l4Offset + 17]!);
+      segmentsBySport.set(p.srcPort, (segmentsBySport.get(p.srcPort) ?? 0) + 1);
+    }
+    expect([...segmentsBySport.entries()].sort((a, b) => a[0] - b[0])).toEqual(Array.from({ length: 8 }, (_, i) => [5000 + i, 60]));
+  });
+
+  it('gives every packet of an IPv6 flow one outer flow label, derived from the flow', () => {
+    const { io } = setup();
+    const pkt6 = (sport: number, flags: number, payload: number[] = []) =>
+      ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 6 }, tcp({ sport, dport: 80, flags }, payload, { src: CLIENT6, dst: VIP6 })));
+    const label = (f: Uint8Array) => (((f[15]! & 0x0f) << 16) | (f[16]! << 8) | f[17]!) >>> 0;
+    const flow = io.inject([pkt6(1000, 0x02), pkt6(1000, 0x10), pkt6(1000, 0x18, [1, 2, 3])]).map(label);
+    expect(new Set(flow).size).toBe(1);
+    const others = io.inject([pkt6(1001, 0x02), pkt6(1002, 0x02), pkt6(1003, 0x02)]).map(label);
+    expect(new Set([...others, flow[0]]).size).toBe(4);
   });
 });
 

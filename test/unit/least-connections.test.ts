@@ -1,10 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { leastConnectionsPick } from '../../src/dataplane/least-connections.js';
 
-function pick(ids: number[], weights: number[], active: Record<number, number>, start = 0, count = ids.length): number {
+function pick(ids: number[], weights: number[], active: Record<number, number>, start = 0, count = ids.length, inactive: Record<number, number> = {}): number {
   const activeByReal = new Int32Array(64);
+  const inactiveByReal = new Int32Array(64);
   for (const [id, n] of Object.entries(active)) activeByReal[Number(id)] = n;
-  return leastConnectionsPick(Int32Array.from(ids), Float64Array.from(weights), start, count, activeByReal);
+  for (const [id, n] of Object.entries(inactive)) inactiveByReal[Number(id)] = n;
+  return leastConnectionsPick(Int32Array.from(ids), Float64Array.from(weights), start, count, activeByReal, inactiveByReal);
 }
 
 describe('leastConnectionsPick (weighted least-connections)', () => {
@@ -36,7 +38,7 @@ describe('leastConnectionsPick (weighted least-connections)', () => {
     expect(pick([1, 2, 3], [1, 1, 1], {}, 2, 2)).toBe(-1);
     expect(pick([1, 2, 3], [1, 1, 1], {}, -1, 2)).toBe(-1);
     expect(pick([1, 2, 3], [1, 1, 1], {}, 0.5, 1)).toBe(-1);
-    expect(leastConnectionsPick(Int32Array.from([1, 2]), Float64Array.from([1]), 0, 2, new Int32Array(4))).toBe(-1);
+    expect(leastConnectionsPick(Int32Array.from([1, 2]), Float64Array.from([1]), 0, 2, new Int32Array(4), new Int32Array(4))).toBe(-1);
   });
 
   it('skips a candidate whose id has no active counter', () => {
@@ -48,20 +50,35 @@ describe('leastConnectionsPick (weighted least-connections)', () => {
     const ids = Int32Array.from([0, 1, 2]);
     const weights = Float64Array.from([1, 2, 3]);
     const active = new Int32Array(3);
-    for (let flow = 0; flow < 600; flow++) active[leastConnectionsPick(ids, weights, 0, 3, active)]++;
+    const inactive = new Int32Array(3);
+    for (let flow = 0; flow < 600; flow++) active[leastConnectionsPick(ids, weights, 0, 3, active, inactive)]++;
     expect(Array.from(active)).toEqual([100, 200, 300]);
     // Closing flows on real 2 sends the next new flows there until it catches up.
     active[2] -= 30;
     for (let flow = 0; flow < 30; flow++) {
-      expect(leastConnectionsPick(ids, weights, 0, 3, active)).toBe(2);
+      expect(leastConnectionsPick(ids, weights, 0, 3, active, inactive)).toBe(2);
       active[2]++;
     }
     expect(Array.from(active)).toEqual([100, 200, 300]);
   });
 
-  it('compares exactly with large counts', () => {
-    // (2^31 - 1) / 65535 vs (2^31 - 2) / 65535: the second is lower by one flow.
-    const activeByReal = Int32Array.from([0x7fffffff, 0x7ffffffe]);
-    expect(leastConnectionsPick(Int32Array.from([0, 1]), Float64Array.from([65535, 65535]), 0, 2, activeByReal)).toBe(1);
+  it('compares exactly with the largest counts a flow table holds', () => {
+    // Loads of 2^28 active flows (the table's largest capacity) and weight 65535: one inactive flow more is seen.
+    const activeByReal = Int32Array.from([1 << 28, 1 << 28]);
+    expect(leastConnectionsPick(Int32Array.from([0, 1]), Float64Array.from([65535, 65535]), 0, 2, activeByReal, Int32Array.from([1, 0]))).toBe(1);
+    expect(leastConnectionsPick(Int32Array.from([0, 1]), Float64Array.from([65534, 65535]), 0, 2, activeByReal, Int32Array.from([0, 0]))).toBe(1);
+  });
+
+  it('counts connections still in their handshake, as IPVS (active * 256 + inactive): a burst of SYNs spreads', () => {
+    const ids = Int32Array.from([0, 1, 2]);
+    const weights = Float64Array.from([1, 1, 1]);
+    const active = new Int32Array(3);
+    const inactive = new Int32Array(3);
+    // 16 new connections, none established yet (each entry is inactive until its ACK).
+    for (let flow = 0; flow < 16; flow++) inactive[leastConnectionsPick(ids, weights, 0, 3, active, inactive)]++;
+    expect(Array.from(inactive)).toEqual([6, 5, 5]);
+    // An established flow weighs 256 handshakes.
+    expect(pick([1, 2], [1, 1], { 1: 1, 2: 0 }, 0, 2, { 1: 0, 2: 255 })).toBe(2);
+    expect(pick([1, 2], [1, 1], { 1: 1, 2: 0 }, 0, 2, { 1: 0, 2: 257 })).toBe(1);
   });
 });

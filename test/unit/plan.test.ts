@@ -197,17 +197,23 @@ describe('plan: live flows, checked against an engine holding them', () => {
     expect(elsewhere).toBeGreaterThan(impact.changingRealNow);
   });
 
-  it('counts every live flow of a removed service as changing, and warns', () => {
+  it('lets the live flows of a removed service drain, as the daemon does, unless a port-0 service of its VIP takes them', () => {
     const withOld = config({ reals: four(), more: '  - { name: old, vip: 203.0.113.99, port: 80, reals: [ { address: 10.0.0.31 } ] }' });
     const key = new Uint32Array(FLOW_KEY_WORDS * 2).fill(7);
     const live: LiveFlows = new Map([['tcp|203.0.113.99|80', { keys: key, realAddresses: ['10.0.0.31', '10.0.0.31'] }]]);
     const report = planChange(withOld, config({ reals: four() }), live);
     const old = report.services.find((s) => s.name === 'old')!;
-    expect(old).toMatchObject({ change: 'removed', hashSpaceMoved: null, liveFlows: { total: 2, changingRealNow: 2, landingElsewhereWithoutEntry: 2 } });
+    expect(old).toMatchObject({ change: 'removed', hashSpaceMoved: null, liveFlows: { total: 2, changingRealNow: 0, landingElsewhereWithoutEntry: 2 }, removal: { drains: true, cutBecause: null } });
     expect(report.warnings).toEqual([
-      { code: 'SERVICE_REMOVED', service: 'old', message: 'service old (tcp://203.0.113.99:80) is removed with 2 live flows; they stop being balanced and break' },
+      { code: 'SERVICE_REMOVED', service: 'old', message: 'service old (tcp://203.0.113.99:80) is removed; 2 live flows drain on their reals, new connections to it are dropped' },
     ]);
     expect(web(report).liveFlows).toEqual({ total: 0, changingRealNow: 0, landingElsewhereWithoutEntry: 0 });
+    // A port-0 service of the VIP in the candidate would lose port 80's new flows to a draining one: cut.
+    const cut = planChange(withOld, config({ reals: four(), more: '  - { name: any, vip: 203.0.113.99, port: 0, reals: [ { address: 10.0.0.32 } ] }' }), live);
+    expect(cut.services.find((s) => s.name === 'old')).toMatchObject({ liveFlows: { total: 2, changingRealNow: 2 }, removal: { drains: false, cutBecause: 'the port-0 service of 203.0.113.99 takes its port\'s new flows' } });
+    expect(cut.warnings.find((w) => w.code === 'SERVICE_REMOVED')!.message).toBe(
+      "service old (tcp://203.0.113.99:80) is removed; 2 live flows are cut at once (the port-0 service of 203.0.113.99 takes its port's new flows) and break",
+    );
   });
 });
 
@@ -236,7 +242,7 @@ describe('plan: warnings for risky edits', () => {
     ]);
     const removedService = planChange(config({ reals: four(), more: '  - { name: old, vip: 203.0.113.99, port: 80, reals: [] }' }), config({ reals: four() }));
     expect(codes(removedService)).toEqual(['SERVICE_REMOVED']);
-    expect(removedService.warnings[0]!.message).toBe('service old (tcp://203.0.113.99:80) is removed; its live flows (not known here) stop being balanced');
+    expect(removedService.warnings[0]!.message).toBe('service old (tcp://203.0.113.99:80) is removed; its live flows (not known here) drain on their reals, new connections to it are dropped');
   });
 
   it('warns on a new hashSeed, a new table size and a new scheduler', () => {
@@ -393,7 +399,7 @@ api (tcp://203.0.113.11:443, maglev): removed
   address: tcp://203.0.113.11:443 -> tcp://203.0.113.11:8443 (api is added at the new address)
 live flows: not known (no running daemon asked)
 warnings:
-  SERVICE_REMOVED: service api (tcp://203.0.113.11:443) is removed; its live flows (not known here) stop being balanced
+  SERVICE_REMOVED: service api (tcp://203.0.113.11:443) is removed; its live flows (not known here) are cut at once (its name "api" is now another service's) and break
 `);
     const change = { before: 'tcp://203.0.113.11:443', after: 'tcp://203.0.113.11:8443' };
     expect(report.services.map((s) => [s.change, s.addressChange])).toEqual([
@@ -416,7 +422,7 @@ warnings:
 udp://[2001:db8::11]:53 (maglev): removed
 live flows: not known (no running daemon asked)
 warnings:
-  SERVICE_REMOVED: service udp://[2001:db8::11]:53 is removed; its live flows (not known here) stop being balanced
+  SERVICE_REMOVED: service udp://[2001:db8::11]:53 is removed; its live flows (not known here) drain on their reals, new connections to it are dropped
 `);
   });
 

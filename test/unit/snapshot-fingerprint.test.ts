@@ -1,0 +1,30 @@
+// dsrlb_table_fingerprint: LBs that would pick differently for the same flow must show different
+// fingerprints (DsrlbTableFingerprintMismatch), LBs that pick alike the same one.
+
+import { describe, expect, it } from 'vitest';
+import { parseConfigText } from '../../src/config/validate.js';
+import { SnapshotBuilder, type ServiceView } from '../../src/control/snapshot-builder.js';
+import { MAX_REAL_IDS } from '../../src/dataplane/counters.js';
+
+function fingerprint(scheduler: string, firstId = 0): string {
+  const parsed = parseConfigText(`interface: eth0
+services:
+  - { name: web, vip: 203.0.113.10, port: 80, scheduler: ${scheduler}, reals: [{ address: 10.0.1.11 }, { address: 10.0.1.12 }, { address: 10.0.1.13 }, { address: 10.0.1.14 }] }
+`);
+  if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
+  const s = parsed.config.services[0]!;
+  const view: ServiceView = {
+    config: s,
+    reals: s.reals.map((r, i) => ({ id: firstId + i, address: r.address, weight: r.weight, intent: r.state, forwarding: r.forwarding, health: 'up', removed: false, mac: new Uint8Array(6) })),
+  };
+  return new SnapshotBuilder().build([view], 0, MAX_REAL_IDS).services[0]!.tableFingerprint;
+}
+
+describe('table fingerprint', () => {
+  it('differs between schedulers over the same reals, and not with the LB-local real ids', () => {
+    expect(fingerprint('maglev')).not.toBe(fingerprint('rendezvous'));
+    expect(fingerprint('maglev')).not.toBe(fingerprint('wlc'));
+    expect(fingerprint('rendezvous')).not.toBe(fingerprint('wlc'));
+    for (const s of ['maglev', 'rendezvous', 'wlc']) expect(fingerprint(s, 40), s).toBe(fingerprint(s, 0));
+  });
+});
