@@ -188,6 +188,9 @@ export function nftRuleset(vips: readonly string[]): string {
   ];
   // All IP to a VIP: the packet loop forwards TCP/UDP, answers echo and routes too-big messages.
   if (v4.length > 0) lines.push(`    ip daddr { ${v4.join(', ')} } drop`);
+  // Neighbour discovery to an IPv6 VIP is the kernel's (it holds the VIP): a router's unicast
+  // NUD probe left unanswered makes it drop its entry for the VIP.
+  if (v6.length > 0) lines.push(`    ip6 daddr { ${v6.join(', ')} } icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect } accept`);
   if (v6.length > 0) lines.push(`    ip6 daddr { ${v6.join(', ')} } drop`);
   lines.push('  }', '}');
   return lines.join('\n') + '\n';

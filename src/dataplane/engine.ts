@@ -54,6 +54,9 @@ const ICMP_FRAG_NEEDED_TYPE = 3;
 const ICMP_FRAG_NEEDED_CODE = 4;
 const ICMP_ECHO_REQUEST = 8;
 const ICMPV6_PACKET_TOO_BIG = 2;
+/** Router solicitation .. redirect: neighbour discovery, left to the kernel. */
+const ICMPV6_ND_FIRST = 133;
+const ICMPV6_ND_LAST = 137;
 const ICMPV6_ECHO_REQUEST = 128;
 /** Room before each frame the engine writes into the batch's extra buffer (outer header + vnet). */
 const EXTRA_HEADROOM = 64;
@@ -366,6 +369,9 @@ export class Engine {
       this.counters[Counter.icmpEchoReplied]++;
       return VERDICT_TX;
     }
+    // Neighbour discovery (RFC 4861 types 133-137): a router's unicast NUD probe of an IPv6 VIP is
+    // the kernel's to answer (it holds the VIP), or the router's entry fails and the VIP goes dark.
+    if (!v4 && type >= ICMPV6_ND_FIRST && type <= ICMPV6_ND_LAST) return VERDICT_PASS;
     const tooBig = v4 ? type === ICMP_FRAG_NEEDED_TYPE && pkt.icmpCode === ICMP_FRAG_NEEDED_CODE : type === ICMPV6_PACKET_TOO_BIG;
     if (!tooBig) return -DropReason.icmpToVip;
     const key = this.flows.key;

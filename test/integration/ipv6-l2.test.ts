@@ -65,4 +65,26 @@ describe('IPv6 L2 DSR', () => {
     expect(ping.code).toBe(0);
     expect(metricValue(await daemon.metrics(), 'dsrlb_icmp_echo_replied_total', '')).toBe(3);
   }, 30_000);
+
+  it('answers a unicast neighbour probe (NUD) for the VIP, so the neighbour entry stays reachable', async () => {
+    // As a router re-checks the VIP: a stale entry is probed with a unicast solicitation to the VIP itself.
+    const c = lab.client;
+    for (const [key, value] of [['delay_first_probe_time', '1'], ['retrans_time_ms', '300'], ['ucast_solicit', '3']]) {
+      expect((await lab.exec(c, ['sysctl', '-qw', `net.ipv6.neigh.eth0.${key}=${value}`])).code).toBe(0);
+    }
+    expect((await lab.exec(c, ['ip', '-6', 'neigh', 'replace', lab.vip6!, 'dev', 'eth0', 'lladdr', lab.lb.mac, 'nud', 'stale'])).code).toBe(0);
+    const probe = lab.spawn(lab.lb, ['tcpdump', '-i', 'eth0', '-nn', '-l', '--immediate-mode', 'icmp6', 'and', 'ip6[40] == 135', 'and', 'dst', 'host', lab.vip6!], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let unicastProbes = 0;
+    probe.stdout!.on('data', (b: Buffer) => (unicastProbes += b.toString().split('\n').filter((l) => l.includes('neighbor solicitation')).length));
+    await new Promise((r) => setTimeout(r, 500));
+    await lab.exec(c, ['ping', '-6', '-c', '1', '-W', '1', lab.vip6!]);
+    let state = '';
+    for (let i = 0; i < 40 && !/REACHABLE|FAILED|INCOMPLETE/.test(state); i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      if (i >= 12) state = (await lab.exec(c, ['ip', '-6', 'neigh', 'show', lab.vip6!, 'dev', 'eth0'])).stdout;
+    }
+    probe.kill('SIGTERM');
+    expect(unicastProbes).toBeGreaterThanOrEqual(1);
+    expect(state).toMatch(/REACHABLE/);
+  }, 30_000);
 });

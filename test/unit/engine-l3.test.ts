@@ -12,7 +12,7 @@ import { parseFrame } from '../../src/dataplane/packet-parser.js';
 import { ParsedPacket, PARSE_OK } from '../../src/dataplane/parsed-packet.js';
 import { l4Checksum } from '../../src/dataplane/checksum.js';
 import { MemoryIo } from '../../src/io/memory-io.js';
-import { FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_TX } from '../../src/io/packet-io.js';
+import { FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX } from '../../src/io/packet-io.js';
 import { SnapshotBuilder, type ServiceView } from '../../src/control/snapshot-builder.js';
 import { parseMac } from '../../src/control/addresses.js';
 import { ETH_IPV4, ETH_IPV6, ethernet, hex, icmp, icmpEcho, icmpv6, ipv4, ipv6, ipv6Fragment, tcp, udp } from '../support/packet-builder.js';
@@ -265,6 +265,16 @@ describe('engine: ICMP toward a VIP', () => {
     const req = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 58 }, icmpv6({ type: 128, rest: 0x00050001 }, [9], { src: CLIENT6, dst: VIP6 })));
     const [reply] = io.inject([req]);
     expect(parsed(reply!).icmpType).toBe(129);
+  });
+
+  it('leaves neighbour discovery to an IPv6 VIP (types 133-137, e.g. a unicast NUD probe) to the kernel', () => {
+    const { io, counters } = setup();
+    for (const type of [133, 134, 135, 136, 137]) {
+      const nd = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: 'fe80::1', dst: VIP6, nextHeader: 58, hopLimit: 255 }, icmpv6({ type, rest: 0 }, Array.from({ length: 16 }, () => 0), { src: 'fe80::1', dst: VIP6 })));
+      expect(io.inject([nd]), String(type)).toHaveLength(0);
+      expect(io.lastVerdicts()[0], String(type)).toBe(VERDICT_PASS);
+    }
+    expect(counters[Counter.dropBase + DropReason.icmpToVip]).toBe(0);
   });
 });
 
