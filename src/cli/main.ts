@@ -197,7 +197,15 @@ export async function main(args: string[]): Promise<number> {
         setExit(
           (async () => {
             const { data } = await adminRequest(await resolveAdminTarget(a), 'POST', `/services/${encodeURIComponent(a.service)}/${verb}`);
-            print(`${String(data.service)}: ${data.announce ? 'announced' : 'withdrawn'}`);
+            const shared = Array.isArray(data.sharedWith) ? (data.sharedWith as string[]) : [];
+            const still = Array.isArray(data.stillWithdrawnBy) ? (data.stillWithdrawnBy as string[]) : [];
+            // The route is the VIP's: say which other services go (or stay) with it.
+            const note = !data.announce && shared.length > 0
+              ? ` (VIP ${String(data.vip)} withdrawn, with ${shared.join(', ')})`
+              : data.announce && still.length > 0
+                ? ` (VIP ${String(data.vip)} stays withdrawn while ${still.join(', ')} is)`
+                : '';
+            print(`${String(data.service)}: ${data.announce ? 'announced' : 'withdrawn'}${note}`);
             return 0;
           })(),
         ),

@@ -43,6 +43,16 @@ const FLOW_STATE_NAMES: Record<number, string> = {
   [FlowState.udp]: 'udp',
 };
 
+/** What withdraw/announce did: the VIP is what is (un)announced, shared by `sharedWith`. */
+export interface AnnounceResult {
+  service: string;
+  announce: boolean;
+  vip: string;
+  sharedWith: string[];
+  /** Other services of the VIP still withdrawn: the VIP stays off until they are announced too. */
+  stillWithdrawnBy: string[];
+}
+
 /** What an intent verb did, to the service and real named canonically. */
 export interface IntentResult {
   service: string;
@@ -274,19 +284,22 @@ export class Daemon {
    */
   private announceWanted(): Map<string, boolean> {
     const loopOk = this.loops.running && this.loops.heartbeatAgeMs() < 1000;
-    const wanted = new Map<string, boolean>();
+    // Per VIP (the route is the VIP's, shared by its services): every announced service of it
+    // settled, none withdrawn by the operator, and at least one able to take new flows.
+    const vips = new Map<string, { blocked: boolean; eligible: boolean }>();
     for (const s of this.config.services) {
       if (!s.announce) continue;
-      const sid = serviceIdentity(s);
-      if (!this.settled(s)) {
-        wanted.set(s.vip, wanted.get(s.vip) ?? false);
+      const v = vips.get(s.vip) ?? { blocked: false, eligible: false };
+      vips.set(s.vip, v);
+      if (!this.settled(s) || this.withdrawn.has(serviceIdentity(s))) {
+        v.blocked = true;
         continue;
       }
       const report = this.lastReports.find((r) => r.name === s.name);
-      const eligible = report !== undefined && !report.dropping && (!report.panic || this.config.announce.onFailOpen);
-      const on = loopOk && eligible && !this.withdrawn.has(sid);
-      wanted.set(s.vip, (wanted.get(s.vip) ?? false) || on);
+      if (report !== undefined && !report.dropping && (!report.panic || this.config.announce.onFailOpen)) v.eligible = true;
     }
+    const wanted = new Map<string, boolean>();
+    for (const [vip, v] of vips) wanted.set(vip, loopOk && !v.blocked && v.eligible);
     return wanted;
   }
 
@@ -333,11 +346,16 @@ export class Daemon {
   }
 
   /** Operator override (`dsrlb announce|withdraw SERVICE`), kept in the state file. */
-  setAnnounce(serviceRef: string, announce: boolean): Promise<{ service: string; announce: boolean }> {
+  setAnnounce(serviceRef: string, announce: boolean): Promise<AnnounceResult> {
     return this.exclusive(() => this.setAnnounceNow(serviceRef, announce));
   }
 
-  private async setAnnounceNow(serviceRef: string, announce: boolean): Promise<{ service: string; announce: boolean }> {
+  /**
+   * The operator's withdraw/announce of a service. The route is its VIP's: withdrawing any service
+   * of a VIP takes the VIP off this LB, and it comes back once none of them is withdrawn; the answer
+   * names the services that share it.
+   */
+  private async setAnnounceNow(serviceRef: string, announce: boolean): Promise<AnnounceResult> {
     const s = this.findService(serviceRef);
     if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
     if (!this.config.announce.enabled) throw new DaemonError('ANNOUNCE_DISABLED', 'announce.enabled is false in the config: nothing is announced');
@@ -346,9 +364,11 @@ export class Daemon {
     else withdrawn.add(serviceIdentity(s));
     await this.saveState(this.overrides, withdrawn);
     this.withdrawn = withdrawn;
-    this.log.info(announce ? 'operator: announce' : 'operator: withdraw', { service: s.name });
+    const sharing = this.config.services.filter((x) => x.vip === s.vip && x !== s && x.announce);
+    const stillWithdrawn = sharing.filter((x) => withdrawn.has(serviceIdentity(x))).map((x) => x.name);
+    this.log.info(announce ? 'operator: announce' : 'operator: withdraw', { service: s.name, vip: s.vip, sharedWith: sharing.map((x) => x.name) });
     await this.syncAnnouncements();
-    return { service: s.name, announce };
+    return { service: s.name, announce, vip: s.vip, sharedWith: sharing.map((x) => x.name), stillWithdrawnBy: stillWithdrawn };
   }
 
   /** Every real frames may go to: the configured ones, and removed ones that still drain their flows. */

@@ -74,3 +74,52 @@ describe('announcing after a start', () => {
   });
 });
 
+
+describe('a VIP shared by two services', () => {
+  const two = parseConfigText(`interface: eth0
+announce: { enabled: true }
+services:
+  - { name: web80, vip: 10.93.0.100, port: 80, healthCheck: { type: http }, reals: [{ address: 10.93.0.11 }] }
+  - { name: web443, vip: 10.93.0.100, port: 443, healthCheck: { type: tcp }, reals: [{ address: 10.93.0.12 }] }
+`);
+  if (!two.ok) throw new Error(JSON.stringify(two.problems));
+  const [s80, s443] = two.config.services as [typeof config.services[0], typeof config.services[0]];
+  const k80 = RealRegistry.keyOf(serviceIdentity(s80), '10.93.0.11');
+  const k443 = RealRegistry.keyOf(serviceIdentity(s443), '10.93.0.12');
+
+  it('is announced only once every service of it has settled, and withdrawn when either is withdrawn', () => {
+    const facts = new Map([
+      [k80, { state: 'up' as const, settled: true }],
+      [k443, { state: 'down' as const, settled: false }],
+    ]);
+    const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
+    daemon.config = two.config;
+    const inside = daemon as unknown as Record<string, unknown>;
+    inside.loops = { running: true, heartbeatAgeMs: () => 0 };
+    inside.lastReports = [
+      { name: 'web80', dropping: false, panic: false },
+      { name: 'web443', dropping: false, panic: true },
+    ];
+    inside.health = { fact: (key: string) => facts.get(key) };
+    inside.neighbors = { macOf: () => new Uint8Array(6) };
+    const wanted = () => (inside.announceWanted as () => Map<string, boolean>).call(daemon).get('10.93.0.100');
+    // web80 is ready, but :443's table is still fail-open at start: flows moved here would reset.
+    expect(wanted()).toBe(false);
+    facts.set(k443, { state: 'up', settled: true });
+    inside.lastReports = [
+      { name: 'web80', dropping: false, panic: false },
+      { name: 'web443', dropping: false, panic: false },
+    ];
+    expect(wanted()).toBe(true);
+    // The route is the VIP's: withdrawing one of its services takes the VIP off this LB.
+    inside.withdrawn = new Set([serviceIdentity(s443)]);
+    expect(wanted()).toBe(false);
+    inside.withdrawn = new Set();
+    // One of them dropping (no real for new flows) still leaves the other's flows to take.
+    inside.lastReports = [
+      { name: 'web80', dropping: true, panic: false },
+      { name: 'web443', dropping: false, panic: false },
+    ];
+    expect(wanted()).toBe(true);
+  });
+});
