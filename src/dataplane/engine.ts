@@ -2,6 +2,7 @@
 // pick the real and rewrite the frame in place for L2 DSR. Owns the flow table and the counters
 // of one packet loop; reads the forwarding snapshot, which the control plane swaps between batches.
 
+import { randomBytes } from 'node:crypto';
 import { consistentPick } from './consistent-pick.js';
 import { Counter, REAL_BASE, REAL_STRIDE, RealCounter } from './counters.js';
 import { completePartialChecksum } from './checksum.js';
@@ -31,7 +32,7 @@ import {
   TCP_SYN,
 } from './parsed-packet.js';
 import { parseFrame } from './packet-parser.js';
-import { FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX, VNET_HDR_LEN, type PacketBatch } from '../io/packet-io.js';
+import { EXTRA_FRAMES, FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX, VNET_HDR_LEN, type PacketBatch } from '../io/packet-io.js';
 import { encapsulate, tunnelOverheadBytes, TUNNEL_TEMPLATE_BYTES } from '../encap/ipip.js';
 import { buildEchoReply, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
 import { segmentTcp } from '../encap/tcp-segmenter.js';
@@ -48,6 +49,8 @@ export interface EngineOptions {
   mtu?: number;
   /** ICMP too-big messages per second (token bucket, burst = rate / 2). */
   tooBigPerSecond?: number;
+  /** The first outer IPv4 identification / IPv6 fragment id (default: random, see nextFragmentId). */
+  fragmentIdStart?: number;
 }
 
 const ICMP_FRAG_NEEDED_TYPE = 3;
@@ -81,12 +84,21 @@ export class Engine {
   private readonly seg = new ParsedPacket();
   private readonly encapOut = new Int32Array(2);
   private readonly fragOut = new Int32Array(2 + 2 * 64);
-  private readonly segOut = new Int32Array(2 * 64);
+  /**
+   * Segment offsets and lengths of one GSO frame: as many as a batch has extra frames, so any frame
+   * whose segments can be queued can be cut (64 KiB at a client MSS of 536 is 123 segments).
+   */
+  private readonly segOut = new Int32Array(2 * EXTRA_FRAMES);
   private readonly icmpAddr = new Uint32Array(8);
   /** Write position in the current batch's extra buffer. */
   private extraPos = 0;
   /** Outer IPv4 identification / IPv6 fragment id for packets the engine fragments. */
-  private nextFragmentId = 1;
+  /**
+   * Outer IPv4 identification / IPv6 fragment id. A random start per engine: with several packet
+   * loops, fragments to one real from two loops should not share ids (RFC 6864), which a common
+   * start of 1 made likely.
+   */
+  private nextFragmentId: number;
   /** Set by place(): how the last placed packet got its real (a Placement value). */
   lastPlacement = 0;
   /** Set by explain(): the Maglev table slot of its hash pick, or -1 (rendezvous, wlc, a hit). */
@@ -102,6 +114,7 @@ export class Engine {
     this.mtu = opts.mtu ?? 1500;
     const rate = opts.tooBigPerSecond ?? 200;
     this.tooBig = new TooBigRateLimiter(rate, Math.max(1, rate / 2));
+    this.nextFragmentId = (opts.fragmentIdStart ?? randomBytes(4).readUInt32LE(0)) >>> 0;
   }
 
   /** Swap in a new snapshot. Called between batches only (JS runs one batch to completion). */
@@ -287,11 +300,18 @@ export class Engine {
     const pkt = this.pkt;
     if ((flags & FRAME_HAS_VNET_HDR) === 0) return -DropReason.gsoUnsupported;
     const vnet = pkt.frameOffset - VNET_HDR_LEN;
-    const gsoSize = buf[vnet + 4]! | (buf[vnet + 5]! << 8);
-    const segmentL3Bytes = pkt.payloadOffset - pkt.l3Offset + gsoSize;
-    if (segmentL3Bytes + overhead > this.mtu) {
-      if (pkt.family === 6 || pkt.dontFragment !== 0) this.sendTooBig(batch, buf, overhead, nowMs);
-      return -DropReason.packetTooBig;
+    let gsoSize = buf[vnet + 4]! | (buf[vnet + 5]! << 8);
+    const headerL3Bytes = pkt.payloadOffset - pkt.l3Offset;
+    if (headerL3Bytes + gsoSize + overhead > this.mtu) {
+      if (pkt.family === 6 || pkt.dontFragment !== 0) {
+        this.sendTooBig(batch, buf, overhead, nowMs);
+        return -DropReason.packetTooBig;
+      }
+      // DF clear: the path may cut these packets anyway. Smaller TCP segments that fit with the
+      // outer header carry the same bytes without fragments (and without an ICMP the client
+      // would not act on).
+      gsoSize = this.mtu - overhead - headerL3Bytes;
+      if (gsoSize < 8) return -DropReason.packetTooBig;
     }
     const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
     const scratch = batch.extraBuf;

@@ -79,6 +79,7 @@ function memoryOutput(frames: readonly Uint8Array[]): Uint8Array[] {
     counters: createCounters(),
     localMac: parseMac(fMac),
     mtu: 1500,
+    fragmentIdStart: 1, // as the forwarder process: the same outer ids on both paths
   });
   let id = 0;
   const views: ServiceView[] = parsed.config.services.map((s) => ({

@@ -26,6 +26,7 @@ const engine = new Engine({
   counters: createCounters(),
   localMac: io.localMac,
   mtu: io.mtu,
+  fragmentIdStart: 1, // as the in-memory engine of the test: the same outer ids on both paths
 });
 let id = 0;
 const views = parsed.config.services.map((s) => ({

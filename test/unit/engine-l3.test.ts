@@ -219,6 +219,32 @@ describe('engine: GSO frames beyond a batch\'s extra frames, and the IPv6 flow l
     expect([...segmentsBySport.entries()].sort((a, b) => a[0] - b[0])).toEqual(Array.from({ length: 8 }, (_, i) => [5000 + i, 60]));
   });
 
+  it('cuts a frame of more than 64 segments (a client MSS of 536), and a DF-clear frame too big for the tunnel into segments that fit', () => {
+    const { io } = setup(1500, 16);
+    const small = io.inject([gso(6000, 40_000, 536)], [FRAME_HAS_VNET_HDR | FRAME_GSO | FRAME_CSUM_PARTIAL]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_CONSUMED);
+    expect(small).toHaveLength(75);
+    // DF clear, segments of 1460 bytes: with 20 bytes of outer header they would be 1520; cut at 1440.
+    const vnet = new Uint8Array(10);
+    vnet[0] = 1;
+    vnet[1] = 1;
+    vnet[4] = 1460 & 0xff;
+    vnet[5] = 1460 >> 8;
+    const payload = Uint8Array.from({ length: 5840 }, (_, k) => (k * 7) & 0xff);
+    const out = io.inject([Uint8Array.from([...vnet, ...tcp4(6001, 0x18, payload, false)])], [FRAME_HAS_VNET_HDR | FRAME_GSO | FRAME_CSUM_PARTIAL]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_CONSUMED);
+    const got: number[] = [];
+    for (const f of out) {
+      expect(f.length - 14).toBeLessThanOrEqual(1500);
+      const plain = Uint8Array.from([...f.subarray(0, 12), 0x08, 0x00, ...f.subarray(34)]);
+      const p = parsed(plain);
+      expect(l4Checksum(plain, p)).toBe((plain[p.l4Offset + 16]! << 8) | plain[p.l4Offset + 17]!);
+      got.push(...plain.subarray(p.payloadOffset));
+    }
+    expect(out).toHaveLength(5); // 4 x 1440 + 80
+    expect(Uint8Array.from(got)).toEqual(payload);
+  });
+
   it('gives every packet of an IPv6 flow one outer flow label, derived from the flow', () => {
     const { io } = setup();
     const pkt6 = (sport: number, flags: number, payload: number[] = []) =>
