@@ -23,12 +23,13 @@ export const DecapDrop = {
   badInnerLength: 7, // inner total / payload length differs from the bytes carried
   notVip: 8, // inner destination is none of the VIPs: refused so decap cannot inject traffic
   tunWriteFailed: 9, // the TUN device refused the inner packet
+  ceOnNotEct: 10, // outer ECN CE over an inner packet that is not ECN-capable (RFC 6040: drop)
 } as const;
 
 export type DecapDropName = keyof typeof DecapDrop;
 
 /** Highest drop slot + 1. */
-export const DECAP_DROP_SLOTS = 10;
+export const DECAP_DROP_SLOTS = 11;
 
 /** out[] slots filled by innerPacket(). */
 export const INNER_OFFSET = 0;
@@ -105,7 +106,42 @@ export function innerOfIpv4Outer(buf: Uint8Array, length: number, vips: VipSet, 
   if (((buf[2]! << 8) | buf[3]!) !== length) return -DecapDrop.badOuterLength;
   const protocol = buf[9]!;
   if (protocol !== IPPROTO_IPIP && protocol !== IPPROTO_IPV6) return -DecapDrop.badOuterHeader;
-  return innerPacket(buf, headerBytes, length - headerBytes, protocol, vips, out);
+  const rc = innerPacket(buf, headerBytes, length - headerBytes, protocol, vips, out);
+  return rc < 0 ? rc : combineEcn(buf[1]! & ECN_MASK, buf, out[INNER_OFFSET]!, out[INNER_FAMILY]!);
+}
+
+const ECN_MASK = 3;
+const ECN_NOT_ECT = 0;
+const ECN_ECT1 = 1;
+const ECN_ECT0 = 2;
+const ECN_CE = 3;
+
+/**
+ * RFC 6040 decapsulation (normal mode, which dsrlb's encapsulation matches by copying the inner
+ * ECN outward): congestion marked on the way from the LB (outer CE) reaches the inner packet, or
+ * the packet is dropped when the inner is not ECN-capable; outer ECT(1) over inner ECT(0) becomes
+ * ECT(1). The inner IPv4 header checksum is updated. Returns 0 or -DecapDrop.ceOnNotEct.
+ */
+export function combineEcn(outerEcn: number, buf: Uint8Array, inner: number, family: number): number {
+  if (outerEcn !== ECN_CE && outerEcn !== ECN_ECT1) return 0;
+  const innerEcn = family === 4 ? buf[inner + 1]! & ECN_MASK : (buf[inner + 1]! >> 4) & ECN_MASK;
+  if (innerEcn === ECN_NOT_ECT) return outerEcn === ECN_CE ? -DecapDrop.ceOnNotEct : 0;
+  if (innerEcn === ECN_CE || (outerEcn === ECN_ECT1 && innerEcn !== ECN_ECT0)) return 0;
+  if (family === 6) {
+    buf[inner + 1] = (buf[inner + 1]! & 0xcf) | (outerEcn << 4);
+    return 0;
+  }
+  // IPv4: the TOS byte is the low half of header word 0; checksum updated as RFC 1624 (HC' = ~(~HC + ~m + m')).
+  const oldWord = (buf[inner]! << 8) | buf[inner + 1]!;
+  buf[inner + 1] = (buf[inner + 1]! & ~ECN_MASK & 0xff) | outerEcn;
+  const newWord = (buf[inner]! << 8) | buf[inner + 1]!;
+  let sum = (~((buf[inner + 10]! << 8) | buf[inner + 11]!) & 0xffff) + (~oldWord & 0xffff) + newWord;
+  sum = (sum & 0xffff) + (sum >>> 16);
+  sum = (sum & 0xffff) + (sum >>> 16);
+  const check = ~sum & 0xffff;
+  buf[inner + 10] = check >> 8;
+  buf[inner + 11] = check & 0xff;
+  return 0;
 }
 
 /**

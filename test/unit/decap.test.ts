@@ -54,6 +54,23 @@ describe('inner packets of an IPv4 raw socket (outer header included)', () => {
     expect(fromIpv4Outer(outer4(41, inner6()))).toEqual(inner6());
   });
 
+  it('carries congestion marked between the LB and the real into the inner packet (RFC 6040)', () => {
+    const withEcn = (tos: number) => ipv4({ src: CLIENT4, dst: VIP4, proto: 17, tos }, udp({ sport: 40000, dport: 53 }, 'query', { src: CLIENT4, dst: VIP4 }));
+    const outer = (tos: number, inner: Uint8Array) => ipv4({ src: LB4, dst: REAL4, proto: 4, tos }, inner);
+    // Outer CE over inner ECT(0) (DSCP 10 kept): CE inside, the inner header checksum still right.
+    const marked = fromIpv4Outer(outer(0x2b, withEcn(0x2a))) as Uint8Array;
+    expect(marked).toEqual(withEcn(0x2b));
+    // Outer CE over a packet that is not ECN-capable: dropped, as the RFC asks.
+    expect(fromIpv4Outer(outer(0x03, withEcn(0x00)))).toBe('ceOnNotEct');
+    // Outer ECT(1) over inner ECT(0): ECT(1); outer ECT(0) or Not-ECT change nothing.
+    expect(fromIpv4Outer(outer(0x01, withEcn(0x02)))).toEqual(withEcn(0x01));
+    expect(fromIpv4Outer(outer(0x02, withEcn(0x01)))).toEqual(withEcn(0x01));
+    expect(fromIpv4Outer(outer(0x00, withEcn(0x02)))).toEqual(withEcn(0x02));
+    // IPv6 inner (6in4): the ECN bits of its traffic class.
+    const v6 = (tc: number) => ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 17, trafficClass: tc }, udp({ sport: 40000, dport: 53 }, 'query', { src: CLIENT6, dst: VIP6 }));
+    expect(fromIpv4Outer(ipv4({ src: LB4, dst: REAL4, proto: 41, tos: 0x03 }, v6(0x02)))).toEqual(v6(0x03));
+  });
+
   it('an outer header with options is skipped by its IHL', () => {
     const packet = ipv4({ src: LB4, dst: REAL4, proto: 4, options: [1, 1, 1, 0] }, inner4());
     expect(fromIpv4Outer(packet)).toEqual(inner4());
