@@ -187,6 +187,9 @@ export function nftRuleset(vips: readonly string[]): string {
     `    type filter hook prerouting priority raw; policy accept;`,
   ];
   // All IP to a VIP: the packet loop forwards TCP/UDP, answers echo and routes too-big messages.
+  // Fragmented ICMP to a VIP (a large ping) is the kernel's to reassemble and answer; the packet
+  // loop passes it. Unfragmented echo is answered by the loop.
+  if (v4.length > 0) lines.push(`    ip daddr { ${v4.join(', ')} } ip protocol icmp ip frag-off & 0x3fff != 0 accept`);
   if (v4.length > 0) lines.push(`    ip daddr { ${v4.join(', ')} } drop`);
   // Neighbour discovery to an IPv6 VIP is the kernel's (it holds the VIP): a router's unicast
   // NUD probe left unanswered makes it drop its entry for the VIP.

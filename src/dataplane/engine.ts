@@ -189,6 +189,9 @@ export class Engine {
     const snap = this.snap;
     if (proto === IPPROTO_ICMP || proto === IPPROTO_ICMPV6) {
       if (!isVip(snap, pkt.family, pkt.addr)) return VERDICT_PASS;
+      // A fragmented ICMPv4 message to a VIP (a large ping, for MTU checks) is the kernel's to
+      // reassemble and answer: it holds the VIP, and the nftables rule lets such fragments through.
+      if (pkt.isFragment === 1 && proto === IPPROTO_ICMP) return VERDICT_PASS;
       return this.icmpToVip(batch, i, buf, off, len, flags, nowMs);
     }
     if (proto !== IPPROTO_TCP && proto !== IPPROTO_UDP) return VERDICT_PASS;

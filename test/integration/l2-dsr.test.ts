@@ -107,6 +107,19 @@ describe.each(['afpacket', 'pcap', 'afpacketx2', 'afpacket:v2x2'])('L2 DSR with 
     }
   }, 120_000);
 
+  if (io === 'afpacket' || io === 'afpacketx2') {
+    it('answers a large ping to the VIP (its fragments left to the LB kernel), and a small one from the packet loop', async () => {
+      const before = metricValue(await daemon.metrics(), 'dsrlb_icmp_echo_replied_total', '');
+      const big = await lab.exec(lab.client, ['ping', '-c', '2', '-i', '0.3', '-W', '2', '-s', '3000', lab.vip]);
+      expect(big.code, big.stdout + big.stderr).toBe(0);
+      expect(big.stdout).toMatch(/2 received/);
+      expect(metricValue(await daemon.metrics(), 'dsrlb_icmp_echo_replied_total', '')).toBe(before); // the kernel answered
+      const small = await lab.exec(lab.client, ['ping', '-c', '2', '-i', '0.3', '-W', '2', lab.vip]);
+      expect(small.code).toBe(0);
+      expect(metricValue(await daemon.metrics(), 'dsrlb_icmp_echo_replied_total', '')).toBe(before + 2);
+    }, 30_000);
+  }
+
   if (io === 'afpacketx2') {
     it('sends the fragments of a UDP datagram larger than the MTU to one real, which answers directly', async () => {
       const r1 = lab.reals[0]!;
