@@ -253,11 +253,15 @@ export class Daemon {
     return [...new Set([...config.services, ...this.drainingServices(config)].map((s) => s.vip))];
   }
 
-  /** Removed services whose flows drain under `config` (see removalBlocker): those with reals still held. */
+  /**
+   * Removed services whose flows drain under `config` (see removalBlocker): those whose reals still
+   * hold flows. One without flows goes at once, its VIP with it.
+   */
   private drainingServices(config: Config = this.config): ServiceConfig[] {
     const out: ServiceConfig[] = [];
     for (const [sid, s] of this.removedServices) {
-      if (removalBlocker(config.services, s) === null && [...this.reals.values()].some((r) => r.service === sid)) out.push(s);
+      if (removalBlocker(config.services, s) !== null) continue;
+      if ([...this.reals.values()].some((r) => r.service === sid && this.loops.active(r.id) + this.loops.inactive(r.id) > 0)) out.push(s);
     }
     return out;
   }
@@ -626,10 +630,12 @@ export class Daemon {
       await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
       return { ok: false, problems: [p], refusedBy: 'system' };
     }
+    const draining = this.drainingServices(next);
     for (const [sid, s] of this.removedServices) {
       if (removedBefore.has(sid)) continue;
       const blocker = removalBlocker(next.services, s);
-      if (blocker === null) this.log.info('service removed from config: its flows drain', { service: s.name });
+      if (draining.includes(s)) this.log.info('service removed from config: its flows drain', { service: s.name });
+      else if (blocker === null) this.log.info('service removed from config: it had no flows', { service: s.name });
       else this.log.warn('service removed from config: its flows are cut', { service: s.name, why: blocker });
     }
     this.config = next;
