@@ -4,6 +4,7 @@
 // the reals answer the client directly). The lab stays up for poking; `--down` removes it.
 
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -52,6 +53,8 @@ export async function demoUp(opts: { requests: number }): Promise<number> {
     process.stderr.write('dsrlb demo: needs root (network namespaces)\n');
     return 2;
   }
+  // A demo lab already up is replaced, and said so (it may be someone else's on a shared host).
+  if (existsSync(RUN_DIR)) say('dsrlb demo: a demo lab is already up: replacing it');
   await demoDown({ quiet: true });
   say('dsrlb demo: building the lab (client, LB, 3 real servers on one bridge)...');
   const lab = await createLab({ prefix: PREFIX, realCount: 3 });

@@ -195,6 +195,11 @@ export class Daemon {
       throw new DaemonError(err instanceof InstanceLockError ? err.code : 'LOCK_FAILED', (err as Error).message);
     }
     this.adminToken = await readAdminToken(this.config);
+    // Named as a config problem, before anything on the host changes (not as ip's own message).
+    const ifname = this.config.interface;
+    if (!(await systemRunner(['ip', '-j', 'link', 'show', 'dev', ifname]).then(() => true, () => false))) {
+      throw new DaemonError('NO_INTERFACE', `interface: "${ifname}" does not exist in this network namespace`, [{ path: 'interface', message: `"${ifname}" does not exist in this network namespace` }]);
+    }
     await this.loadOverrides();
     await this.pruneOverrides();
     await this.checkStateFileWritable();

@@ -327,6 +327,21 @@ describe('start-up failures', () => {
 });
 
 describe('start-up failure after the packet loop started', () => {
+  it('exits 1 (a config problem) naming the interface when it does not exist, before any host change', async () => {
+    await inBareNamespace('noif', async (_ns, inNs) => {
+      const cfg = join(dir, 'no-interface.yaml');
+      await writeFile(cfg, ['interface: nosuch0', 'services:', '  - { name: web, vip: 198.51.100.9, port: 80, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
+      const r = await inNs('timeout', '30', process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', cfg).then(
+        () => ({ code: 0, stdout: '', stderr: '' }),
+        (e: { code: number; stdout: string; stderr: string }) => e,
+      );
+      expect(r.code, r.stdout).toBe(1);
+      expect(r.stderr).toContain('interface: "nosuch0" does not exist in this network namespace');
+      expect((await inNs('ip', '-o', 'addr', 'show', 'dev', 'lo')).stdout).not.toContain('198.51.100.9');
+      expect((await inNs('nft', 'list', 'tables')).stdout).not.toContain('dsrlb');
+    });
+  }, 40_000);
+
   it('exits 2 promptly and undoes its own host changes when the metrics port is taken', async () => {
     await inBareNamespace('port', async (ns, inNs) => {
       const holder = lab.spawn(ns, [process.execPath, '-e', "require('net').createServer().listen(9742, '127.0.0.1', () => console.log('ready'))"], { stdio: ['ignore', 'pipe', 'inherit'] });
