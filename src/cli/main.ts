@@ -54,10 +54,14 @@ async function intent(argv: { config?: string; admin?: string; tokenFile?: strin
   const target = await resolveAdminTarget(argv);
   const path = `/services/${encodeURIComponent(argv.service)}/reals/${encodeURIComponent(argv.real)}/${verb}`;
   const { data } = await adminRequest(target, 'POST', path);
-  const after = data.after as { state: string; weight: number };
-  // The service and real as the daemon names them, not as typed (`TCP://10.0.0.1:080` is `web`).
-  print(`${String(data.service ?? argv.service)} ${String(data.real ?? argv.real)}: ${after.state}, weight ${after.weight}`);
+  print(intentLine(data, argv.service, argv.real));
   return 0;
+}
+
+/** An intent verb's answer: the service and real as the daemon names them, not as typed (`TCP://10.0.0.1:080` is `web`). */
+function intentLine(data: Record<string, unknown>, service: string, real: string): string {
+  const after = data.after as { state: string; weight: number };
+  return `${String(data.service ?? service)} ${String(data.real ?? real)}: ${after.state}, weight ${after.weight}`;
 }
 
 async function plan(a: { config: string; against?: string; json: boolean; admin?: string; tokenFile?: string }): Promise<number> {
@@ -227,8 +231,7 @@ export async function main(args: string[]): Promise<number> {
             const weight = parseWeight(a.weight);
             const path = `/services/${encodeURIComponent(a.service)}/reals/${encodeURIComponent(a.real)}/weight`;
             const { data } = await adminRequest(await resolveAdminTarget(a), 'PUT', path, { weight });
-            const after = data.after as { state: string; weight: number };
-            print(`${String(data.service ?? a.service)} ${String(data.real ?? a.real)}: ${after.state}, weight ${after.weight}`);
+            print(intentLine(data, a.service, a.real));
             return 0;
           })(),
         ),

@@ -109,7 +109,7 @@ export class Daemon {
    * flows the service stays in the snapshot with no real for new flows, so its connections end
    * normally (as IPVS keeps a deleted service's connections, and an old HAProxy its sessions).
    */
-  private readonly removedServices = new Map<string, ServiceConfig>();
+  private removedServices = new Map<string, ServiceConfig>();
   readonly health: HealthMonitor;
   private overrides = new Map<string, IntentOverride>();
   private lastReports: readonly ServiceBuildReport[] = [];
@@ -254,23 +254,22 @@ export class Daemon {
 
 
   /** The VIPs the host must own: the config's, and those of removed services that still drain. */
-  private vips(config: Config = this.config): string[] {
-    return [...new Set([...config.services, ...this.drainingServices(config)].map((s) => s.vip))];
+  private vips(config: Config = this.config, removed = this.removedServices): string[] {
+    return [...new Set([...config.services, ...this.drainingServices(config, removed)].map((s) => s.vip))];
   }
 
   /**
    * Removed services whose flows drain under `config` (see removalBlocker): those whose reals still
    * hold flows. One without flows goes at once, its VIP with it.
    */
-  private drainingServices(config: Config = this.config): ServiceConfig[] {
+  private drainingServices(config: Config = this.config, removed = this.removedServices): ServiceConfig[] {
     const out: ServiceConfig[] = [];
-    for (const [sid, s] of this.removedServices) {
+    for (const [sid, s] of removed) {
       if (removalBlocker(config.services, s) !== null) continue;
       if ([...this.reals.values()].some((r) => r.service === sid && this.loops.active(r.id) + this.loops.inactive(r.id) > 0)) out.push(s);
     }
     return out;
   }
-
 
   /** Scale-out: VIP gates for BIRD, re-evaluated every 200 ms (loop stalls are seen within ~1 s). */
   private async startAnnouncing(): Promise<void> {
@@ -619,30 +618,30 @@ export class Daemon {
       this.log.error('reload refused', { problems: problemLines(problems) });
       return { ok: false, problems, refusedBy: 'system' };
     }
-    // Services this reload removes drain (see removedServices); one it brings back is configured again.
-    const removedBefore = new Map(this.removedServices);
+    // Services this reload removes drain (see removedServices); one it brings back is configured
+    // again. Taken only with the reload, like the config.
+    const removed = new Map(this.removedServices);
     const nextIds = new Set(next.services.map((s) => serviceIdentity(s)));
-    for (const s of this.config.services) if (!nextIds.has(serviceIdentity(s))) this.removedServices.set(serviceIdentity(s), s);
-    for (const sid of nextIds) this.removedServices.delete(sid);
+    for (const s of this.config.services) if (!nextIds.has(serviceIdentity(s))) removed.set(serviceIdentity(s), s);
+    for (const sid of nextIds) removed.delete(sid);
     try {
-      await this.host.apply(this.vips(next), { disableGro: next.io === 'pcap' });
+      await this.host.apply(this.vips(next, removed), { disableGro: next.io === 'pcap' });
     } catch (err) {
-      this.removedServices.clear();
-      for (const [sid, s] of removedBefore) this.removedServices.set(sid, s);
       this.metrics.reloads.inc({ result: 'failure' });
       const p = { path: '(host)', message: (err as Error).message };
       this.log.error('reload refused: host change failed', { problems: problemLines([p]) });
       await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
       return { ok: false, problems: [p], refusedBy: 'system' };
     }
-    const draining = this.drainingServices(next);
-    for (const [sid, s] of this.removedServices) {
-      if (removedBefore.has(sid)) continue;
+    const draining = this.drainingServices(next, removed);
+    for (const [sid, s] of removed) {
+      if (this.removedServices.has(sid)) continue;
       const blocker = removalBlocker(next.services, s);
       if (draining.includes(s)) this.log.info('service removed from config: its flows drain', { service: s.name });
       else if (blocker === null) this.log.info('service removed from config: it had no flows', { service: s.name });
       else this.log.warn('service removed from config: its flows are cut', { service: s.name, why: blocker });
     }
+    this.removedServices = removed;
     this.config = next;
     this.configText = text!;
     this.adminToken = token;

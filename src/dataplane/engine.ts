@@ -61,6 +61,8 @@ const ICMPV6_PACKET_TOO_BIG = 2;
 const ICMPV6_ND_FIRST = 133;
 const ICMPV6_ND_LAST = 137;
 const ICMPV6_ECHO_REQUEST = 128;
+/** tunnelOverheadBytes of a template with an IPv6 outer header (the only one with a flow label). */
+const IPV6_OUTER_HEADER_BYTES = 40;
 /** Room before each frame the engine writes into the batch's extra buffer (outer header + vnet). */
 const EXTRA_HEADROOM = 64;
 
@@ -277,7 +279,7 @@ export class Engine {
       if ((flags & FRAME_HAS_VNET_HDR) !== 0) buf[pkt.frameOffset - VNET_HDR_LEN] = 0;
     }
     const plainFlags = flags & ~FRAME_CSUM_PARTIAL;
-    const rc = encapsulate(buf, pkt, batch.headroom, plainFlags, templates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, flowLabelOf(pkt), out);
+    const rc = encapsulate(buf, pkt, batch.headroom, plainFlags, templates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, flowLabelOf(pkt, overhead), out);
     if (rc < 0) return rc;
     if (fit === MTU_FITS) {
       batch.txOffsets[i] = out[0]!;
@@ -328,7 +330,7 @@ export class Engine {
     const snap = this.snap;
     const tpl = real * TUNNEL_TEMPLATE_BYTES;
     const out = this.encapOut;
-    const label = flowLabelOf(pkt);
+    const label = flowLabelOf(pkt, overhead);
     for (let k = 0; k < n; k++) {
       const start = segOut[2 * k]!;
       const length = segOut[2 * k + 1]!;
@@ -558,7 +560,11 @@ export class Engine {
   }
 }
 
-/** The outer IPv6 flow label for the parsed inner packet: one per flow (see tunnelFlowLabel). */
-function flowLabelOf(pkt: ParsedPacket): number {
+/**
+ * The outer flow label for the parsed inner packet: one per flow (see tunnelFlowLabel) under an
+ * IPv6 outer header (`overhead` 40), none to compute under an IPv4 one.
+ */
+function flowLabelOf(pkt: ParsedPacket, overhead: number): number {
+  if (overhead !== IPV6_OUTER_HEADER_BYTES) return 0;
   return tunnelFlowLabel(pkt.addr, pkt.ipProtocol, pkt.isFragment === 0 ? ((pkt.srcPort << 16) | pkt.dstPort) : 0);
 }
