@@ -6,6 +6,7 @@ import { parseConfigText } from '../../dist/config/validate.js';
 import { SnapshotBuilder } from '../../dist/control/snapshot-builder.js';
 import { parseMac } from '../../dist/control/addresses.js';
 import { Engine } from '../../dist/dataplane/engine.js';
+import { flowHash } from '../../dist/dataplane/flow-hash.js';
 import { createCounters, MAX_REAL_IDS } from '../../dist/dataplane/counters.js';
 import { createPacketBatch } from '../../dist/io/packet-io.js';
 
@@ -104,6 +105,26 @@ export function flowAddress(i) {
 }
 
 /**
+ * `count` UDP client addresses whose flow hash under the default hashSeed (0, public) has the same
+ * low `bits` bits: what anyone can compute offline to aim flows at one bucket of a table indexed by
+ * that hash. The engine's flow table uses its own seeded hash, so these should cost what any flows do.
+ */
+export function craftedFlowAddresses(count, bits) {
+  const key = new Uint32Array(10);
+  key[0] = 17 | (4 << 8);
+  key[5] = VIP.split('.').reduce((acc, part) => acc * 256 + Number(part), 0);
+  const mask = (1 << bits) - 1;
+  const out = [];
+  for (let i = 0; out.length < count; i++) {
+    const a = flowAddress(i);
+    key[1] = a.srcIp;
+    key[9] = ((a.srcPort << 16) | UDP_PORT) >>> 0;
+    if ((flowHash(key, 0) & mask) === 0x5a5) out.push(a);
+  }
+  return out;
+}
+
+/**
  * An Engine with a snapshot for one UDP service (port 9000) and one TCP service (port 80), each
  * with `realCount` reals up and with known MACs: what the daemon builds for such a config.
  */
@@ -156,9 +177,9 @@ export function createEngine({ realCount = 4, flowCapacity = 1_000_000 } = {}) {
  * the same memory: the engine rewrites MACs in place, which is idempotent, so every round sees the
  * same frames with no copying.
  */
-export function createBatches({ flows, batchSize = 256, tcp = false, tcpFlags = 0x10 }) {
+export function createBatches({ flows, batchSize = 256, tcp = false, tcpFlags = 0x10, addresses = undefined }) {
   const buf = new Uint8Array(flows * FRAME_BYTES);
-  for (let i = 0; i < flows; i++) writeFrame(buf, i * FRAME_BYTES, { ...flowAddress(i), tcp, tcpFlags });
+  for (let i = 0; i < flows; i++) writeFrame(buf, i * FRAME_BYTES, { ...(addresses ? addresses[i] : flowAddress(i)), tcp, tcpFlags });
   // At least one full batch even for 1 flow: the same frame repeated (one flow, many packets).
   const slots = Math.max(flows, batchSize);
   const batches = [];

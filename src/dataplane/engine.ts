@@ -399,7 +399,8 @@ export class Engine {
     if (!v4 && type >= ICMPV6_ND_FIRST && type <= ICMPV6_ND_LAST) return VERDICT_PASS;
     const tooBig = v4 ? type === ICMP_FRAG_NEEDED_TYPE && pkt.icmpCode === ICMP_FRAG_NEEDED_CODE : type === ICMPV6_PACKET_TOO_BIG;
     if (!tooBig) return -DropReason.icmpToVip;
-    const key = this.flows.key;
+    const flows = this.flows;
+    const key = flows.key;
     const rc = parseEmbeddedFlow(buf, pkt, key);
     if (rc < 0) return rc;
     const a = this.icmpAddr;
@@ -412,16 +413,15 @@ export class Engine {
     const snap = this.snap;
     const svc = findService(snap, pkt.family, protocol, a, dstPort);
     if (svc < 0) return -DropReason.icmpToVip;
-    const hash = flowHashInt32(key, snap.hashSeed);
-    const entry = this.flows.lookup(hash, nowMs);
-    let real = entry >= 0 ? this.flows.realOf(entry) : -1;
-    if (real < 0 || snap.realKeepExisting[real] !== 1) real = this.consistentPick(svc, hash);
+    const entry = flows.lookup(flows.indexHash(), nowMs);
+    let real = entry >= 0 ? flows.realOf(entry) : -1;
+    if (real < 0 || snap.realKeepExisting[real] !== 1) real = this.consistentPick(svc, flowHashInt32(key, snap.hashSeed));
     if (real < 0) return -DropReason.noRealAvailable;
     return this.forward(batch, i, buf, off, len, flags, real, nowMs);
   }
 
-  /** Fill the flow key of the table's scratch key from the parsed packet; returns its hash (int32). */
-  private keyFromPacket(pkt: ParsedPacket): number {
+  /** Fill the flow table's scratch key from the parsed packet. */
+  private keyFromPacket(pkt: ParsedPacket): void {
     const k = this.flows.key;
     const a = pkt.addr;
     k[0] = pkt.ipProtocol | (pkt.family << 8);
@@ -434,7 +434,15 @@ export class Engine {
     k[7] = a[6]!;
     k[8] = a[7]!;
     k[9] = ((pkt.srcPort << 16) | pkt.dstPort) >>> 0;
-    return flowHashInt32(k, this.snap.hashSeed);
+  }
+
+  /**
+   * The flow hash of the scratch key (int32), which every LB with the same config computes alike:
+   * what schedulers and the consistent hash place flows by. Not needed for a flow-table hit, which
+   * goes by the table's own bucket hash.
+   */
+  private flowHashOfKey(): number {
+    return flowHashInt32(this.flows.key, this.snap.hashSeed);
   }
 
   /**
@@ -443,9 +451,10 @@ export class Engine {
    */
   private place(svc: number, pkt: ParsedPacket, nowMs: number): number {
     const flows = this.flows;
-    const hash = this.keyFromPacket(pkt);
-    const entry = flows.lookup(hash, nowMs);
-    if (entry < 0) return this.placeNew(svc, pkt, hash, nowMs);
+    this.keyFromPacket(pkt);
+    const bucketHash = flows.indexHash();
+    const entry = flows.lookup(bucketHash, nowMs);
+    if (entry < 0) return this.placeNew(svc, pkt, bucketHash, nowMs);
     // An existing entry whose real keeps it: the common case, kept small so that V8 inlines the
     // hash, the lookup and the touch here (the rare cases live in placeNew and placeExisting).
     const snap = this.snap;
@@ -458,13 +467,14 @@ export class Engine {
       this.lastPlacement = Placement.flowTable;
       return current;
     }
-    return this.placeExisting(svc, entry, current, reused, hash, flags, nowMs);
+    return this.placeExisting(svc, entry, current, reused, flags, nowMs);
   }
 
   /** place() for an entry on a reused port, or whose real may not keep it. */
-  private placeExisting(svc: number, entry: number, current: number, reused: boolean, hash: number, flags: number, nowMs: number): number {
+  private placeExisting(svc: number, entry: number, current: number, reused: boolean, flags: number, nowMs: number): number {
     const snap = this.snap;
     const flows = this.flows;
+    const hash = this.flowHashOfKey();
     if (reused) {
       const real = this.schedule(svc, hash);
       if (real < 0) return -1;
@@ -485,8 +495,12 @@ export class Engine {
     return real;
   }
 
-  /** place() for a packet without an entry: schedule (or consistent-hash) it, and create the entry. */
-  private placeNew(svc: number, pkt: ParsedPacket, hash: number, nowMs: number): number {
+  /**
+   * place() for a packet without an entry: schedule (or consistent-hash) it, and create the entry.
+   * `bucketHash` is the flow table's indexHash() of the key.
+   */
+  private placeNew(svc: number, pkt: ParsedPacket, bucketHash: number, nowMs: number): number {
+    const hash = this.flowHashOfKey();
     const isTcp = pkt.ipProtocol === IPPROTO_TCP;
     const flags = pkt.tcpFlags;
     const opensConnection = isTcp ? (flags & (TCP_SYN | TCP_ACK | TCP_RST)) === TCP_SYN : true;
@@ -503,7 +517,7 @@ export class Engine {
     if (real < 0) return -1;
     if (isTcp && (flags & TCP_RST) !== 0) return real; // never create state for a reset
     const state = isTcp ? (opensConnection ? FlowState.syn : FlowState.established) : FlowState.udp;
-    this.flows.insert(hash, real, state, nowMs);
+    this.flows.insert(bucketHash, real, state, nowMs);
     this.counters[REAL_BASE + real * REAL_STRIDE + RealCounter.flowsCreated]++;
     return real;
   }
@@ -537,8 +551,9 @@ export class Engine {
     this.explainFlowState = 0;
     const svc = findService(snap, pkt.family, pkt.ipProtocol, pkt.addr, pkt.dstPort);
     if (svc < 0) return -2;
-    const hash = this.keyFromPacket(pkt);
-    const entry = this.flows.lookup(hash, nowMs);
+    this.keyFromPacket(pkt);
+    const hash = this.flowHashOfKey();
+    const entry = this.flows.lookup(this.flows.indexHash(), nowMs);
     const slot = snap.svcScheduler[svc] === SCHED_RENDEZVOUS || snap.svcDropAll[svc] === 1 ? -1 : (hash >>> 0) % snap.svcTableSize[svc]!;
     if (entry >= 0) {
       this.explainFlowState = this.flows.stateOf(entry);

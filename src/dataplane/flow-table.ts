@@ -2,6 +2,8 @@
 // exact LRU eviction of the longest-idle entry, per-state idle timeouts, and per-real active/inactive
 // counts kept exact on every change (what `status` shows and what wlc schedules on).
 
+import { randomBytes } from 'node:crypto';
+import { flowIndexHash } from './flow-hash.js';
 import { TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN } from './parsed-packet.js';
 
 export const FlowState = { syn: 1, established: 2, fin: 3, closed: 4, udp: 5 } as const;
@@ -82,6 +84,8 @@ export class FlowTable {
   readonly capacity: number;
   /** Scratch key the caller fills before lookup()/insert(). */
   readonly key = new Uint32Array(KEY_WORDS);
+  /** This table's seed of indexHash(): random unless the constructor is given one (tests). */
+  readonly indexSeed: number;
   /**
    * Live entries per real id, split as IPVS does: active = established (and live udp), inactive =
    * syn/fin/closed. Backed by SharedArrayBuffer so the control thread can read them.
@@ -133,7 +137,7 @@ export class FlowTable {
    */
   private sweepCursor = -1;
 
-  constructor(capacity: number, timeouts: FlowTimeouts, maxRealIds: number) {
+  constructor(capacity: number, timeouts: FlowTimeouts, maxRealIds: number, indexSeed?: number) {
     if (!Number.isInteger(capacity) || capacity < 1 || capacity > MAX_CAPACITY) {
       throw new RangeError(`flow table capacity must be an integer in 1..${MAX_CAPACITY}, got ${capacity}`);
     }
@@ -142,6 +146,7 @@ export class FlowTable {
     }
     this.capacity = capacity;
     this.maxRealIds = maxRealIds;
+    this.indexSeed = (indexSeed ?? randomBytes(4).readInt32LE(0)) | 0;
     let buckets = 1;
     while (buckets < 2 * capacity) buckets *= 2;
     this.maxBuckets = buckets;
@@ -190,9 +195,18 @@ export class FlowTable {
   }
 
   /**
+   * The bucket hash of this.key: flowIndexHash under this table's own seed, so that nobody who
+   * knows the LBs' common flow hash can pick keys that pile up in one probe run. What the packet
+   * path passes to lookup() and insert().
+   */
+  indexHash(): number {
+    return flowIndexHash(this.key, this.indexSeed);
+  }
+
+  /**
    * Entry index for this.key, or -1. An entry found expired at nowMs (idle for at least its state's
-   * timeout) is removed, counted in expirations, and -1 returned. `hash` is the key's flow hash as
-   * int32 or uint32 (the same bits).
+   * timeout) is removed, counted in expirations, and -1 returned. `hash` is indexHash() (as int32
+   * or uint32, the same bits); the table works with any function of the key, and tests pass others.
    */
   lookup(hash: number, nowMs: number): number {
     const h = hash | 0;
@@ -227,7 +241,7 @@ export class FlowTable {
    * Insert this.key (the caller guarantees it is absent) -> entry index. When full, the least
    * recently seen entry goes first (counted as an expiration if already idle past its timeout, else
    * as an eviction). Initial state: FlowState.syn/established for tcp (the caller decides from the
-   * flags), FlowState.udp for udp.
+   * flags), FlowState.udp for udp. `hash` as for lookup().
    */
   insert(hash: number, realId: number, state: number, nowMs: number): number {
     this.checkReal(realId);
@@ -396,6 +410,23 @@ export class FlowTable {
     if (out.length < KEY_WORDS) throw new RangeError('readKey needs a Uint32Array of 10 words');
     const base = entry * STRIDE;
     for (let i = 0; i < KEY_WORDS; i++) out[i] = this.rec[base + i]!;
+  }
+
+  /**
+   * The longest distance, in buckets, from a live entry's home bucket to where it sits: what the
+   * slowest lookup walks. About log(entries) for a hash nobody steers. Control plane and tests only:
+   * it reads the whole index.
+   */
+  longestProbe(): number {
+    const index = this.index;
+    const mask = this.indexMask;
+    let longest = 0;
+    for (let b = 0; b <= mask; b++) {
+      if (index[2 * b] === -1) continue;
+      const distance = (b - (index[2 * b + 1]! & mask)) & mask;
+      if (distance > longest) longest = distance;
+    }
+    return longest;
   }
 
   /** Iterate live entries in LRU order (oldest first): the entry after `entry` (-1 to start), or -1 at the end. */

@@ -3,7 +3,8 @@
 // fragments that follow (no ports) reach the same real. Small, direct-mapped and bounded: a newer
 // datagram that lands in the same slot replaces the older one; entries live FRAGMENT_TTL_MS.
 
-import { flowHashInt32 } from './flow-hash.js';
+import { randomBytes } from 'node:crypto';
+import { flowIndexHash } from './flow-hash.js';
 
 export const FRAGMENT_SLOTS = 4096;
 export const FRAGMENT_TTL_MS = 30_000;
@@ -12,6 +13,8 @@ const KEY_WORDS = 10;
 export class FragmentTable {
   /** Scratch key the caller fills: [protocol | family << 8, src0..3, dst0..3, fragment id]. */
   readonly key = new Uint32Array(KEY_WORDS);
+  /** A random slot seed per table, as the flow table's: crafted datagrams cannot aim at one slot. */
+  private readonly slotSeed = randomBytes(4).readInt32LE(0);
   private readonly keys = new Uint32Array(FRAGMENT_SLOTS * KEY_WORDS);
   private readonly reals = new Int32Array(FRAGMENT_SLOTS).fill(-1);
   private readonly services = new Int32Array(FRAGMENT_SLOTS).fill(-1);
@@ -26,7 +29,7 @@ export class FragmentTable {
   }
 
   private slotOfKey(): number {
-    return flowHashInt32(this.key, 0x6a09e667) & (FRAGMENT_SLOTS - 1);
+    return flowIndexHash(this.key, this.slotSeed) & (FRAGMENT_SLOTS - 1);
   }
 
   record(real: number, service: number, nowMs: number): void {

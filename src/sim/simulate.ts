@@ -10,7 +10,6 @@ import { SnapshotBuilder, type ServiceBuildReport } from '../control/snapshot-bu
 import { COUNTER_SLOTS, Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter } from '../dataplane/counters.js';
 import { dropReasonLabels } from '../dataplane/drop-reasons.js';
 import { Engine, Placement } from '../dataplane/engine.js';
-import { flowHash } from '../dataplane/flow-hash.js';
 import { TCP_ACK, TCP_FIN, TCP_PSH, TCP_SYN } from '../dataplane/parsed-packet.js';
 import { createPacketBatch, VERDICT_PASS, VERDICT_TX, type PacketBatch } from '../io/packet-io.js';
 import { flowKeyOf, MAX_SIM_FRAME_BYTES, prepareTuple, SIM_LB_MAC, simRealIdOfFrame, simRealMac, writeFrame, type PreparedTuple } from './frames.js';
@@ -307,10 +306,10 @@ class Simulation {
   private send(run: FlowRun, flags: number, nowMs: number): Outcome {
     const engine = this.engine;
     const flows = engine.flows;
-    // Ask the table first, with the same key and hash the engine computes; a lookup that finds the
+    // Ask the table first, with the same key and bucket hash the engine uses; a lookup that finds the
     // entry expired removes it exactly as the engine's own lookup would a moment later.
     flowKeyOf(run.tuple, flows.key);
-    const existingEntry = flows.lookup(flowHash(flows.key, engine.snapshot().hashSeed), nowMs) >= 0;
+    const existingEntry = flows.lookup(flows.indexHash(), nowMs) >= 0;
     const b = this.batch;
     b.offsets[0] = FRAME_HEADROOM;
     b.lengths[0] = writeFrame(b.buf, FRAME_HEADROOM, run.tuple, flags, run.seq);

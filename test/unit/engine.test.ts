@@ -295,6 +295,36 @@ describe('engine: L2 DSR packet vectors', () => {
     expect(highHashes).toBeGreaterThan(10);
   });
 
+  it('keys its flow table by its own seeded hash: flows crafted to share flowHash bits do not pile up', () => {
+    // Anyone can compute flowHash with the default hashSeed 0. These 400 SYNs all share the low 11
+    // bits of it, the bucket bits of this table's index (capacity 1024: 2048 buckets); keyed by
+    // flowHash they would make one probe run of 400 buckets, walked by every packet of them.
+    const { io, engine } = setup();
+    const key = new Uint32Array(10);
+    key[0] = 6 | (4 << 8);
+    key[1] = addressWords('192.0.2.7')[0]!;
+    key[5] = addressWords(VIP)[0]!;
+    const flows: { src: string; port: number; hash: number }[] = [];
+    for (let host = 1; host < 255 && flows.length < 400; host++) {
+      const src = `192.0.2.${host}`;
+      key[1] = addressWords(src)[0]!;
+      for (let port = 1024; port < 65536 && flows.length < 400; port++) {
+        key[9] = ((port << 16) | 80) >>> 0;
+        const hash = flowHash(key, 0);
+        if ((hash & 2047) === 0x2a5) flows.push({ src, port, hash });
+      }
+    }
+    expect(flows.length).toBe(400);
+    const out = io.inject(flows.map((f) => tcpFrame(f.port, SYN, [], 80, f.src)));
+    expect(out.length).toBe(400);
+    expect(engine.flows.size).toBe(400);
+    // 400 entries in 2048 buckets: a few buckets from home at worst (399 for the one run).
+    expect(engine.flows.longestProbe()).toBeLessThan(24);
+    // Placement still follows flowHash: the Maglev slot of each 5-tuple, as every LB computes it.
+    const snap = engine.snapshot();
+    flows.forEach((f, i) => expect(realOf(out[i]!)).toBe(snap.svcTables[0]![f.hash % snap.svcTableSize[0]!]!));
+  });
+
   it('builds frames from literal bytes too', () => {
     const { io } = setup();
     const literal = fromHex('020000000001' + '02000000000c' + '0806' + '00'.repeat(28));

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { FLOW_KEY_WORDS, flowHash, flowHashInt32, mix32, mix32Int32, stringHash } from '../../src/dataplane/flow-hash.js';
+import { FLOW_KEY_WORDS, flowHash, flowHashInt32, flowIndexHash, mix32, mix32Int32, stringHash } from '../../src/dataplane/flow-hash.js';
 
 // Independent byte-at-a-time MurmurHash3 x86_32, written straight from the reference, so the
 // word-wise flowHash and the streaming UTF-8 stringHash are checked against a second implementation.
@@ -168,6 +168,92 @@ describe('flowHash', () => {
   it('refuses a key shorter than 10 words instead of hashing undefined words', () => {
     expect(() => flowHash(new Uint32Array(9), 0)).toThrow(RangeError);
     expect(() => flowHashInt32(new Uint32Array(9), 0)).toThrow(RangeError);
+  });
+});
+
+describe('flowIndexHash (the flow table\'s own bucket hash)', () => {
+  const popcount = (x: number): number => {
+    let n = 0;
+    for (let v = x >>> 0; v !== 0; v >>>= 1) n += v & 1;
+    return n;
+  };
+
+  it('flips about half the output bits when one input bit flips, top bits included', () => {
+    const next = xorshift32(4242);
+    const key = new Uint32Array(FLOW_KEY_WORDS);
+    let flippedBits = 0;
+    let samples = 0;
+    for (let trial = 0; trial < 200; trial++) {
+      for (let i = 0; i < FLOW_KEY_WORDS; i++) key[i] = next();
+      const seed = next();
+      const base = flowIndexHash(key, seed);
+      for (let bit = 0; bit < 320; bit += 5) {
+        key[bit >> 5] ^= 1 << (bit & 31);
+        flippedBits += popcount(flowIndexHash(key, seed) ^ base);
+        key[bit >> 5] ^= 1 << (bit & 31);
+        samples++;
+      }
+    }
+    const mean = flippedBits / samples;
+    expect(mean).toBeGreaterThan(15.5);
+    expect(mean).toBeLessThan(16.5);
+  });
+
+  it('spreads sequential client ports evenly over the low (bucket) bits, under any seed', () => {
+    const key = ipv4Key(17, '203.0.113.7', 0, '198.51.100.1', 53);
+    for (const seed of [0, 1, 0x7fffffff, 0x80000000, 0xdeadbeef]) {
+      const buckets = new Uint32Array(4096);
+      for (let port = 0; port < 65536; port++) {
+        key[9] = ((port << 16) | 53) >>> 0;
+        buckets[flowIndexHash(key, seed) & 4095]++;
+      }
+      // 16 per bucket on average; a fair hash puts no bucket near 3 times that.
+      expect(Math.max(...buckets)).toBeLessThan(40);
+      expect(buckets.filter((n) => n === 0).length).toBeLessThan(10);
+    }
+  });
+
+  it('scatters keys that share their bucket bits under one seed when the seed changes', () => {
+    // What an attacker who learnt nothing about a table's seed can do: keys that collide under a
+    // seed of their choosing (or under flowHash, whose seed is public) are spread under another.
+    const key = ipv4Key(6, '192.0.2.1', 0, '198.51.100.1', 443);
+    const colliding: number[] = [];
+    for (let port = 0; port < 65536; port++) {
+      key[9] = ((port << 16) | 443) >>> 0;
+      if ((flowIndexHash(key, 12345) & 255) === 7) colliding.push(port);
+    }
+    expect(colliding.length).toBeGreaterThan(200);
+    for (const seed of [12346, 0, 0x9e3779b9]) {
+      const homes = new Set<number>();
+      for (const port of colliding) {
+        key[9] = ((port << 16) | 443) >>> 0;
+        homes.add(flowIndexHash(key, seed) & 255);
+      }
+      // Random placement of ~256 keys into 256 buckets fills about 63% of them.
+      expect(homes.size).toBeGreaterThan(140);
+    }
+  });
+
+  it('has no seed-free collisions from top-bit flips in two words (they cancel in a plain sum of products)', () => {
+    const next = xorshift32(31337);
+    const key = new Uint32Array(FLOW_KEY_WORDS);
+    for (let trial = 0; trial < 500; trial++) {
+      for (let i = 0; i < FLOW_KEY_WORDS; i++) key[i] = next();
+      const seed = next();
+      const a = trial % FLOW_KEY_WORDS;
+      const b = (a + 1 + (trial % (FLOW_KEY_WORDS - 1))) % FLOW_KEY_WORDS;
+      const base = flowIndexHash(key, seed);
+      key[a] ^= 0x80000000;
+      key[b] ^= 0x80000000;
+      expect(flowIndexHash(key, seed)).not.toBe(base);
+    }
+  });
+
+  it('is an int32 and refuses a key shorter than 10 words', () => {
+    const key = ipv4Key(6, '192.0.2.10', 40000, '198.51.100.1', 443);
+    const h = flowIndexHash(key, 99);
+    expect(h).toBe(h | 0);
+    expect(() => flowIndexHash(new Uint32Array(9), 0)).toThrow(RangeError);
   });
 });
 

@@ -3,7 +3,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { FlowState, FlowTable, nextTcpState, type FlowTimeouts } from '../../src/dataplane/flow-table.js';
-import { flowHash } from '../../src/dataplane/flow-hash.js';
+import { flowHash, flowIndexHash } from '../../src/dataplane/flow-hash.js';
 import { IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN } from '../../src/dataplane/parsed-packet.js';
 
 const LONG: FlowTimeouts = { synMs: 1e12, establishedMs: 1e12, finMs: 1e12, closeMs: 1e12, udpMs: 1e12 };
@@ -183,6 +183,44 @@ describe('FlowTable against a Map model', () => {
     t.readKey(b, out);
     fillKey(t.key, 1, IPPROTO_UDP);
     expect(Array.from(out)).toEqual(Array.from(t.key));
+  });
+});
+
+describe('FlowTable bucket hash', () => {
+  it('hashes its scratch key under its own seed: random per table unless given', () => {
+    const a = new FlowTable(64, LONG, 1);
+    const b = new FlowTable(64, LONG, 1);
+    const c = new FlowTable(64, LONG, 1, 42);
+    expect(c.indexSeed).toBe(42);
+    expect(a.indexSeed).not.toBe(b.indexSeed); // 1 in 2^32 to fail
+    fillKey(c.key, 5);
+    expect(c.indexHash()).toBe(flowIndexHash(c.key, 42));
+  });
+
+  it('keeps probe runs short for keys crafted to share flowHash bucket bits, which would make one long run', () => {
+    // 1000 tuples whose public flow hash (seed 0) has the same low 12 bits: the index of a table
+    // with 1000 entries has 4096 buckets. Keyed by flowHash they fill one run; keyed by the
+    // table's seeded hash they scatter.
+    const key = new Uint32Array(10);
+    const crafted: number[] = [];
+    for (let id = 0; crafted.length < 1000; id++) {
+      fillKey(key, id, IPPROTO_UDP);
+      if ((flowHash(key, 0) & 4095) === 0xabc) crafted.push(id);
+    }
+    const publicHash = new FlowTable(2048, LONG, 1);
+    const seeded = new FlowTable(2048, LONG, 1);
+    for (const id of crafted) {
+      fillKey(publicHash.key, id, IPPROTO_UDP);
+      publicHash.insert(flowHash(publicHash.key, 0), 0, FlowState.udp, 0);
+      fillKey(seeded.key, id, IPPROTO_UDP);
+      seeded.insert(seeded.indexHash(), 0, FlowState.udp, 0);
+    }
+    expect(publicHash.longestProbe()).toBe(999);
+    expect(seeded.longestProbe()).toBeLessThan(24);
+    for (const id of crafted) {
+      fillKey(seeded.key, id, IPPROTO_UDP);
+      expect(seeded.lookup(seeded.indexHash(), 0)).toBeGreaterThanOrEqual(0);
+    }
   });
 });
 
