@@ -3,10 +3,25 @@
 // table), or a single loop on this thread for io: pcap (the cap addon polls on the process's
 // default libuv loop). Counters and per-real flow counts are summed over the loops when read.
 
+import { setFlagsFromString } from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import { COUNTER_SLOTS, Counter, createCounters } from '../dataplane/counters.js';
 import { LoopRunner, type LoopEvent, type LoopRequest, type LoopSettings } from '../dataplane/loop-runner.js';
 import type { Logger } from './logger.js';
+
+/**
+ * Switches V8's memory reducer off for isolates created from now on, the packet loops' workers
+ * among them. The reducer starts full collections on an isolate whose allocation rate fell after
+ * its heap grew, to hand memory back: a loop that allocates nothing after its start is exactly
+ * that, and got two mark-compact pauses (9.6 and 5.2 ms) about 8 s after each start, with more to
+ * come whenever a snapshot message grew its heap. The loops' heaps are a few MiB; the pauses were
+ * the only thing the reducer bought. V8 flags are per process (a worker cannot be given one), and
+ * this one is read when an isolate is made, so the main thread's own isolate keeps its reducer
+ * unless node was started with the flag (bin/dsrlb.js is).
+ */
+export function disableMemoryReducerForNewIsolates(): void {
+  setFlagsFromString('--no-memory-reducer');
+}
 
 export class LoopError extends Error {
   constructor(
@@ -100,6 +115,7 @@ export class LoopGroup {
         void runner.start();
         return;
       }
+      disableMemoryReducerForNewIsolates();
       const worker = new Worker(new URL('../dataplane/loop-worker.js', import.meta.url), { workerData: settings });
       loop.worker = worker;
       loop.post = (m) => worker.postMessage(m);

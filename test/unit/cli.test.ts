@@ -4,7 +4,7 @@
 import { execFile } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -24,6 +24,16 @@ async function dsrlb(args: string[]): Promise<{ code: number; stdout: string; st
 }
 
 describe('dsrlb CLI', () => {
+  it('runs as a program through its own first line, with the node flags that line gives', async () => {
+    // The installed /usr/local/bin/dsrlb and `npx dsrlb` run the file itself: `env -S` must split
+    // the line, and node must still know every flag on it (an unknown V8 flag makes it exit 9).
+    const first = (await readFile(CLI, 'utf8')).split('\n', 1)[0]!;
+    expect(first).toMatch(/^#!\/usr\/bin\/env -S node( --[a-z-]+)+$/);
+    expect(first).toContain('--no-memory-reducer');
+    const r = await run(CLI, ['--version']);
+    expect(r.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+  });
+
   it('validate: exit 0 for a good config, exit 1 with every problem as path: message', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'dsrlb-cli-'));
     const good = join(dir, 'good.yaml');
