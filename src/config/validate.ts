@@ -564,8 +564,10 @@ function tableSizeField(p: ProblemList, item: Raw, path: string, scheduler: Sche
   const value = item['tableSize'];
   if (value === undefined || value === null) return undefined;
   const at = join2(path, 'tableSize');
-  if (scheduler !== undefined && scheduler !== 'maglev') {
-    p.add(at, `applies only to the maglev scheduler (scheduler is ${scheduler})`);
+  // wlc has a Maglev table too: it places the packets that arrive without an entry (another LB's
+  // flows, or any after a restart), so its size is the operator's to choose as for maglev.
+  if (scheduler === 'rendezvous') {
+    p.add(at, `applies only to the maglev and wlc schedulers, which keep a Maglev table (scheduler is ${scheduler})`);
     return undefined;
   }
   const size = integer(p, item, 'tableSize', path, MIN_TABLE_SIZE, MAX_TABLE_SIZE, 'a Maglev table size', undefined);

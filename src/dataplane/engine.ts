@@ -9,7 +9,7 @@ import { completePartialChecksum } from './checksum.js';
 import { FragmentTable } from './fragment-table.js';
 import { DropReason } from './drop-reasons.js';
 import { flowHashInt32, tunnelFlowLabel } from './flow-hash.js';
-import { FlowState, FlowTable, type FlowTimeouts } from './flow-table.js';
+import { FlowState, FlowTable, nextTcpState, type FlowTimeouts } from './flow-table.js';
 import {
   FWD_L2,
   SCHED_RENDEZVOUS,
@@ -516,7 +516,9 @@ export class Engine {
     }
     if (real < 0) return -1;
     if (isTcp && (flags & TCP_RST) !== 0) return real; // never create state for a reset
-    const state = isTcp ? (opensConnection ? FlowState.syn : FlowState.established) : FlowState.udp;
+    // Mid-stream, the flags say where the connection is: a FIN starts the entry in fin (its short
+    // timeout), not established for 900 s.
+    const state = isTcp ? (opensConnection ? FlowState.syn : nextTcpState(FlowState.established, flags)) : FlowState.udp;
     this.flows.insert(bucketHash, real, state, nowMs);
     this.counters[REAL_BASE + real * REAL_STRIDE + RealCounter.flowsCreated]++;
     return real;

@@ -136,6 +136,7 @@ export type PlanWarningCode =
   | 'FORWARDING_CHANGED'
   | 'HEALTH_CHECK_ENABLED'
   | 'HEALTH_CHECK_RESTARTS'
+  | 'WLC_ANNOUNCED'
   | 'RESTART_NEEDED';
 
 export interface PlanWarning {
@@ -162,6 +163,11 @@ export const PLAN_SAMPLES = 65536;
  * config intent and "every real up" with what the daemon has in force, carried over to the
  * candidate as a reload would (see applyLiveReals). Deterministic and free of I/O.
  */
+/** A wlc service whose VIP goes to BIRD: several LBs, each placing new flows its own way. */
+function wlcAnnounced(config: Config, service: ServiceConfig | null): boolean {
+  return service !== null && service.scheduler === 'wlc' && service.announce && config.announce.enabled;
+}
+
 export function planChange(current: Config, candidate: Config, liveFlows?: LiveFlows, liveReals?: readonly LiveReal[]): PlanReport {
   const registry = new RealRegistry(MAX_REAL_IDS);
   const builder = new SnapshotBuilder();
@@ -294,7 +300,18 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
     }
     if (liveFlowImpact !== null && liveFlowImpact.changingRealNow > 0) {
       const n = liveFlowImpact.changingRealNow;
-      warn('LIVE_FLOWS_BREAK', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'is' : 'are'} on reals this change disables; they move to other reals and their connections break (drain instead to keep them)`);
+      // With no real taking new flows, the engine finds none to move them to either (failOpen's
+      // down reals aside): their packets are dropped.
+      const fate =
+        eligibleAfter > 0
+          ? 'they move to other reals and their connections break'
+          : report1!.panic
+            ? 'they move to active reals that are down (failOpen) and their connections break'
+            : 'no real is left to take them: their packets are dropped and their connections break';
+      warn('LIVE_FLOWS_BREAK', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'is' : 'are'} on reals this change disables; ${fate} (drain instead to keep them)`);
+    }
+    if (wlcAnnounced(candidate, cfg1) && !wlcAnnounced(current, cfg0)) {
+      warn('WLC_ANNOUNCED', name, `${name} uses wlc and its VIP is announced: each LB picks new flows by its own connection counts, so a flow that ECMP moves to another LB (one failing, a route change) lands on that LB's Maglev pick and its connection breaks; use maglev or rendezvous behind several LBs`);
     }
     if (cfg0 === null) continue;
     if (cfg0.tableSize !== cfg1.tableSize && (cfg0.scheduler !== 'rendezvous' || cfg1.scheduler !== 'rendezvous')) {

@@ -277,6 +277,13 @@ describe('normalisation', () => {
     expect(config.services[1]!.reals).toEqual([]);
   });
 
+  it('takes tableSize for wlc, whose Maglev table places the packets that arrive without an entry', () => {
+    const doc = minimal();
+    doc.services[0].scheduler = 'wlc';
+    doc.services[0].tableSize = 655373;
+    expect(configOf(doc).services[0]!.tableSize).toBe(655373);
+  });
+
   it('takes ring v3 (default) or v2 for io afpacket, and refuses it for pcap', () => {
     expect(configOf(minimal()).ring).toBe('v3');
     const doc = minimal();
@@ -398,10 +405,10 @@ describe('service rules', () => {
       s.tableSize = 7;
       s.reals = Array.from({ length: 8 }, (_, i) => ({ address: `10.0.1.${i + 1}` }));
     }, 'services[0].tableSize: 7 is smaller than the number of reals (8); Maglev needs at least one slot per real'],
-    ['tableSize with another scheduler', (s) => {
-      s.scheduler = 'wlc';
+    ['tableSize with rendezvous', (s) => {
+      s.scheduler = 'rendezvous';
       s.tableSize = 65537;
-    }, 'services[0].tableSize: applies only to the maglev scheduler (scheduler is wlc)'],
+    }, 'services[0].tableSize: applies only to the maglev and wlc schedulers, which keep a Maglev table (scheduler is rendezvous)'],
     ['reals missing', (s) => delete s.reals, 'services[0].reals: missing; expected a list of reals (write [] for none yet)'],
     ['reals empty value', (s) => (s.reals = null), 'services[0].reals: is empty; expected a list of reals (write [] for none yet)'],
     ['reals not a list', (s) => (s.reals = '10.0.1.11'), 'services[0].reals: expected a list of reals, got "10.0.1.11"'],

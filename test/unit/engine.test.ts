@@ -202,6 +202,26 @@ describe('engine: L2 DSR packet vectors', () => {
     }
   });
 
+  it('starts the entry of a mid-stream packet in the state its flags say: a FIN in fin, not established', () => {
+    const { io, engine } = setup();
+    io.inject([tcpFrame(41000, ACK | 0x01)]); // FIN|ACK, no entry: another LB's closing flow
+    io.inject([tcpFrame(41001, ACK, [1])]);
+    const state = (port: number): number => {
+      const p = new ParsedPacket();
+      p.family = 4;
+      p.ipProtocol = 6;
+      p.addr.set([addressWords('192.0.2.7')[0]!, 0, 0, 0, addressWords(VIP)[0]!, 0, 0, 0]);
+      p.srcPort = port;
+      p.dstPort = 80;
+      engine.explain(p, 1_000_000);
+      return engine.explainFlowState;
+    };
+    expect(state(41000)).toBe(FlowState.fin);
+    expect(state(41001)).toBe(FlowState.established);
+    expect(engine.flows.activeByReal.reduce((a, b) => a + b, 0)).toBe(1);
+    expect(engine.flows.inactiveByReal.reduce((a, b) => a + b, 0)).toBe(1);
+  });
+
   it('wlc sends new flows to the least loaded real and mid-stream strays to the consistent hash', () => {
     const { io, engine } = setup(baseConfig('wlc'));
     // Establish 5 connections: least-connections with ties by id spreads them 2/2/1 in id order.

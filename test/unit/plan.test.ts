@@ -181,6 +181,16 @@ describe('plan: live flows, checked against an engine holding them', () => {
     );
   });
 
+  it('says the flows of disabled reals are dropped, not moved, when no real is left to take them', () => {
+    const a = lb(snapshotOf(current));
+    for (let f = 0; f < 50; f++) a.send(f, SYN);
+    const allDisabled = config({ reals: four().map((r) => ({ ...r, state: 'disabled' as RealIntent })) });
+    const report = planChange(current, allDisabled, a.liveFlows());
+    expect(report.warnings.find((w) => w.code === 'LIVE_FLOWS_BREAK')!.message).toBe(
+      '50 live flows of web are on reals this change disables; no real is left to take them: their packets are dropped and their connections break (drain instead to keep them)',
+    );
+  });
+
   it('counts the flows that would land elsewhere without their entry, as two fresh engines place them', () => {
     const a = lb(snapshotOf(current));
     for (let f = 0; f < FLOWS; f++) {
@@ -260,6 +270,16 @@ describe('plan: warnings for risky edits', () => {
     expect(codes(toWlc)).toEqual(['SCHEDULER_CHANGED']);
     // wlc falls back to the same Maglev table for flows without an entry: that space does not move.
     expect(web(toWlc).hashSpaceMoved).toMatchObject({ method: 'slots', share: 0 });
+    // Behind announce (several LBs, ECMP) wlc breaks the flows that move between LBs: said once,
+    // when the change brings the two together.
+    const announce = 'announce:\n  enabled: true\n';
+    const toWlcAnnounced = planChange(config({ reals: four(), more: announce }), config({ reals: four(), scheduler: 'wlc', more: announce }));
+    expect(codes(toWlcAnnounced)).toEqual(['WLC_ANNOUNCED', 'SCHEDULER_CHANGED']);
+    expect(toWlcAnnounced.warnings[0]!.message).toBe(
+      "web uses wlc and its VIP is announced: each LB picks new flows by its own connection counts, so a flow that ECMP moves to another LB (one failing, a route change) lands on that LB's Maglev pick and its connection breaks; use maglev or rendezvous behind several LBs",
+    );
+    expect(codes(planChange(config({ reals: four(), scheduler: 'wlc' }), config({ reals: four(), scheduler: 'wlc', more: announce })))).toContain('WLC_ANNOUNCED');
+    expect(codes(planChange(config({ reals: four(), scheduler: 'wlc', more: announce }), config({ reals: four().slice(1), scheduler: 'wlc', more: announce })))).not.toContain('WLC_ANNOUNCED');
     const restart = planChange(config({ reals: four() }), { ...config({ reals: four() }), interface: 'eth1' });
     expect(restart.warnings).toEqual([
       { code: 'RESTART_NEEDED', service: null, message: 'a reload refuses this change; it needs a restart, which empties the flow table: interface (eth0 -> eth1)' },
