@@ -49,6 +49,8 @@ export interface EngineOptions {
   mtu?: number;
   /** ICMP too-big messages per second (token bucket, burst = rate / 2). */
   tooBigPerSecond?: number;
+  /** ICMP too-big messages per second to one client address (burst = 2 x rate). */
+  tooBigPerClientPerSecond?: number;
   /** The first outer IPv4 identification / IPv6 fragment id (default: random, see nextFragmentId). */
   fragmentIdStart?: number;
 }
@@ -114,8 +116,12 @@ export class Engine {
     this.localMac = new Uint8Array(6);
     this.localMac.set(opts.localMac.subarray(0, 6));
     this.mtu = opts.mtu ?? 1500;
+    // 200 a second for the loop, and a twentieth of that for one client: Linux's defaults are
+    // 1,000 and 1 with a burst of 6 (icmp_msgs_per_sec, icmp_ratelimit), but one address here may
+    // be a NAT with many users, all behind the one tunnel MTU.
     const rate = opts.tooBigPerSecond ?? 200;
-    this.tooBig = new TooBigRateLimiter(rate, Math.max(1, rate / 2));
+    const perClient = opts.tooBigPerClientPerSecond ?? 10;
+    this.tooBig = new TooBigRateLimiter(rate, Math.max(1, rate / 2), perClient, Math.max(1, 2 * perClient));
     this.nextFragmentId = (opts.fragmentIdStart ?? randomBytes(4).readUInt32LE(0)) >>> 0;
   }
 
@@ -356,8 +362,8 @@ export class Engine {
 
   /** ICMP fragmentation-needed / ICMPv6 packet-too-big back to the client, rate-limited. */
   private sendTooBig(batch: PacketBatch, buf: Uint8Array, overhead: number, nowMs: number): void {
-    if (!this.tooBig.allow(nowMs)) return;
     const pkt = this.pkt;
+    if (!this.tooBig.allow(nowMs, pkt.family, pkt.addr)) return;
     const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
     const pos = this.extraPos + gap;
     const scratch = batch.extraBuf;

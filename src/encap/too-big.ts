@@ -16,6 +16,7 @@
 
 import { fold16, ipv4HeaderChecksum, ones16 } from '../dataplane/checksum.js';
 import { DropReason } from '../dataplane/drop-reasons.js';
+import { mix32Int32 } from '../dataplane/flow-hash.js';
 import {
   ETHERTYPE_IPV4,
   ETHERTYPE_IPV6,
@@ -456,45 +457,88 @@ function writeIpv6FragmentHeaders(
   b[f + 7] = fragmentId & 0xff;
 }
 
+/** Per-client buckets kept: direct-mapped by address, a new client takes over its slot afresh. */
+export const TOO_BIG_PEER_SLOTS = 1024;
+const BUCKET_WORDS = 3; // [tokens, lastMs, started]
+
 /**
- * A token bucket for the ICMP too-big messages we send (RFC 4443 2.4 (f) asks for a limit; Linux
- * limits ICMP errors the same way): `burst` messages at once, refilled at `ratePerSecond`.
- * nowMs comes from the packet loop's clock; a clock that steps back refills nothing.
+ * Token buckets for the ICMP too-big messages we send (RFC 4443 2.4 (f) asks for a limit): one
+ * for the whole loop, `burst` messages at once refilled at `ratePerSecond`, and one per client
+ * address (`peerBurst`, `peerRatePerSecond`), checked first, as Linux limits ICMP errors globally
+ * and per peer (icmp_msgs_per_sec, icmp_ratelimit): one client sending too-big packets as fast as
+ * it can cannot use up what other clients need to learn the tunnel's MTU. nowMs comes from the
+ * packet loop's clock; a clock that steps back refills nothing.
  */
 export class TooBigRateLimiter {
   readonly ratePerSecond: number;
   readonly burst: number;
+  readonly peerRatePerSecond: number;
+  readonly peerBurst: number;
   /**
-   * [tokens, lastMs, started]: fractional numbers kept in a Float64Array because V8 boxes a
-   * fractional number stored in an object field, one allocation per update.
+   * Buckets as [tokens, lastMs, started] triples, the loop's at 0 and the clients' after it:
+   * fractional numbers kept in a Float64Array because V8 boxes a fractional number stored in an
+   * object field, one allocation per update.
    */
-  private readonly state = new Float64Array(3);
+  private readonly buckets = new Float64Array(BUCKET_WORDS * (1 + TOO_BIG_PEER_SLOTS));
+  /** The client address of each slot: family, then four words (an IPv4 address in the first). */
+  private readonly peerFamily = new Uint8Array(TOO_BIG_PEER_SLOTS);
+  private readonly peerWords = new Uint32Array(4 * TOO_BIG_PEER_SLOTS);
 
-  constructor(ratePerSecond: number, burst: number) {
-    if (!(ratePerSecond >= 0) || !Number.isFinite(ratePerSecond)) {
-      throw new RangeError(`TooBigRateLimiter: ratePerSecond must be a finite number >= 0, got ${ratePerSecond}`);
-    }
-    if (!(burst >= 1) || !Number.isFinite(burst)) throw new RangeError(`TooBigRateLimiter: burst must be a finite number >= 1, got ${burst}`);
+  constructor(ratePerSecond: number, burst: number, peerRatePerSecond = ratePerSecond, peerBurst = burst) {
+    checkRate('ratePerSecond', ratePerSecond);
+    checkBurst('burst', burst);
+    checkRate('peerRatePerSecond', peerRatePerSecond);
+    checkBurst('peerBurst', peerBurst);
     this.ratePerSecond = ratePerSecond;
     this.burst = burst;
-    this.state[0] = burst;
+    this.peerRatePerSecond = peerRatePerSecond;
+    this.peerBurst = peerBurst;
   }
 
-  /** True when a message may be sent now (and takes a token for it). */
-  allow(nowMs: number): boolean {
-    const s = this.state;
-    if (s[2] === 0) {
-      s[2] = 1;
-      s[1] = nowMs;
-    } else if (nowMs > s[1]) {
-      const refilled = s[0] + ((nowMs - s[1]) * this.ratePerSecond) / 1000;
-      s[0] = refilled > this.burst ? this.burst : refilled;
-      s[1] = nowMs;
+  /**
+   * True when a message to the client at `addr` (words 0..3, ParsedPacket.addr's source) may be
+   * sent now; takes a token from its bucket and from the loop's.
+   */
+  allow(nowMs: number, family: number, addr: Uint32Array): boolean {
+    let h = mix32Int32(family ^ 0x746f6f62);
+    for (let i = 0; i < 4; i++) h = mix32Int32(h ^ addr[i]!);
+    const slot = h & (TOO_BIG_PEER_SLOTS - 1);
+    const words = this.peerWords;
+    const w = 4 * slot;
+    const b = this.buckets;
+    const at = BUCKET_WORDS * (1 + slot);
+    if (this.peerFamily[slot] !== family || words[w] !== addr[0] || words[w + 1] !== addr[1] || words[w + 2] !== addr[2] || words[w + 3] !== addr[3]) {
+      this.peerFamily[slot] = family;
+      for (let i = 0; i < 4; i++) words[w + i] = addr[i]!;
+      b[at + 2] = 0; // a fresh bucket for the slot's new client
     }
-    if (s[0] >= 1) {
-      s[0] -= 1;
-      return true;
-    }
-    return false;
+    // The client's bucket first: a client over its share must not spend the loop's tokens.
+    return takeToken(b, at, nowMs, this.peerRatePerSecond, this.peerBurst) && takeToken(b, 0, nowMs, this.ratePerSecond, this.burst);
   }
+}
+
+/** Refills the bucket at `at` for the time since its last use and takes a token if it has one. */
+function takeToken(b: Float64Array, at: number, nowMs: number, ratePerSecond: number, burst: number): boolean {
+  if (b[at + 2] === 0) {
+    b[at + 2] = 1;
+    b[at] = burst;
+    b[at + 1] = nowMs;
+  } else if (nowMs > b[at + 1]!) {
+    const refilled = b[at]! + ((nowMs - b[at + 1]!) * ratePerSecond) / 1000;
+    b[at] = refilled > burst ? burst : refilled;
+    b[at + 1] = nowMs;
+  }
+  if (b[at]! >= 1) {
+    b[at] = b[at]! - 1;
+    return true;
+  }
+  return false;
+}
+
+function checkRate(name: string, value: number): void {
+  if (!(value >= 0) || !Number.isFinite(value)) throw new RangeError(`TooBigRateLimiter: ${name} must be a finite number >= 0, got ${value}`);
+}
+
+function checkBurst(name: string, value: number): void {
+  if (!(value >= 1) || !Number.isFinite(value)) throw new RangeError(`TooBigRateLimiter: ${name} must be a finite number >= 1, got ${value}`);
 }

@@ -4,6 +4,7 @@
 // token bucket with an injected clock.
 
 import { describe, expect, it } from 'vitest';
+import { addressWords } from '../../src/control/addresses.js';
 import { DropReason } from '../../src/dataplane/drop-reasons.js';
 import { parseFrame } from '../../src/dataplane/packet-parser.js';
 import { PARSE_OK, ParsedPacket } from '../../src/dataplane/parsed-packet.js';
@@ -405,6 +406,13 @@ function tryFragment(e: ReturnType<typeof encapsulated>, mtu: number, scratchByt
 }
 
 describe('TooBigRateLimiter', () => {
+  const client = (text: string): Uint32Array => {
+    const a = new Uint32Array(8);
+    a.set(addressWords(text));
+    return a;
+  };
+  const A = client('192.0.2.1');
+
   it('allows a burst of 3, then refills at 2 per second, never above the burst', () => {
     const limiter = new TooBigRateLimiter(2, 3);
     const steps: [number, boolean][] = [
@@ -423,12 +431,35 @@ describe('TooBigRateLimiter', () => {
       [11_250, false], // 0.5 token since 11000 (the step back did not move the reference)
       [11_500, true],
     ];
-    steps.forEach(([nowMs, allowed], i) => expect(limiter.allow(nowMs), `step ${i} at ${nowMs} ms`).toBe(allowed));
+    steps.forEach(([nowMs, allowed], i) => expect(limiter.allow(nowMs, 4, A), `step ${i} at ${nowMs} ms`).toBe(allowed));
+  });
+
+  it("gives each client its own bucket inside the loop's: one client cannot use up the others' share", () => {
+    // Loop: 100 at once; per client: 5 at once, 1 a second.
+    const limiter = new TooBigRateLimiter(100, 100, 1, 5);
+    let a = 0;
+    for (let i = 0; i < 1000; i++) if (limiter.allow(1000, 4, A)) a++;
+    expect(a).toBe(5);
+    // Other clients, IPv4 and IPv6 (the same first word, a different family or later word), get theirs.
+    const others = [client('192.0.2.2'), client('2001:db8::1'), client('2001:db8::2'), client('c000:201::')];
+    const families = [4, 6, 6, 6];
+    others.forEach((addr, i) => {
+      let n = 0;
+      for (let k = 0; k < 10; k++) if (limiter.allow(1000, families[i]!, addr)) n++;
+      expect(n, `client ${i}`).toBe(5);
+    });
+    // The loop's bucket bounds them all: 100 less the 25 sent above.
+    let total = 0;
+    for (let c = 0; c < 200; c++) for (let k = 0; k < 5; k++) if (limiter.allow(1000, 4, client(`198.51.100.${c}`))) total++;
+    expect(total).toBe(75);
+    // A second later the first client has one more token, and the loop 100 again.
+    expect(limiter.allow(2000, 4, A)).toBe(true);
+    expect(limiter.allow(2000, 4, A)).toBe(false);
   });
 
   it('with rate 0 allows only the burst, ever', () => {
     const limiter = new TooBigRateLimiter(0, 2);
-    expect([limiter.allow(0), limiter.allow(1e9), limiter.allow(2e9)]).toEqual([true, true, false]);
+    expect([limiter.allow(0, 4, A), limiter.allow(1e9, 4, A), limiter.allow(2e9, 4, A)]).toEqual([true, true, false]);
   });
 
   it('refuses a negative or non-finite rate and a burst below 1', () => {
@@ -436,5 +467,7 @@ describe('TooBigRateLimiter', () => {
     expect(() => new TooBigRateLimiter(Number.POSITIVE_INFINITY, 1)).toThrow(RangeError);
     expect(() => new TooBigRateLimiter(10, 0.5)).toThrow(RangeError);
     expect(() => new TooBigRateLimiter(Number.NaN, 1)).toThrow(RangeError);
+    expect(() => new TooBigRateLimiter(10, 5, -1, 1)).toThrow(RangeError);
+    expect(() => new TooBigRateLimiter(10, 5, 1, 0)).toThrow(RangeError);
   });
 });
