@@ -157,17 +157,17 @@ export interface PlanReport {
 /** Synthetic flows per service when the hash space cannot be compared slot by slot. */
 export const PLAN_SAMPLES = 65536;
 
+/** A wlc service whose VIP goes to BIRD: several LBs, each placing new flows its own way. */
+function wlcAnnounced(config: Config, service: ServiceConfig | null): boolean {
+  return service !== null && service.scheduler === 'wlc' && service.announce && config.announce.enabled;
+}
+
 /**
  * The plan for going from `current` to `candidate`. `liveFlows` (from the running daemon) adds the
  * live-flow counts; without it they are null. `liveReals` (from the running daemon) replaces
  * config intent and "every real up" with what the daemon has in force, carried over to the
  * candidate as a reload would (see applyLiveReals). Deterministic and free of I/O.
  */
-/** A wlc service whose VIP goes to BIRD: several LBs, each placing new flows its own way. */
-function wlcAnnounced(config: Config, service: ServiceConfig | null): boolean {
-  return service !== null && service.scheduler === 'wlc' && service.announce && config.announce.enabled;
-}
-
 export function planChange(current: Config, candidate: Config, liveFlows?: LiveFlows, liveReals?: readonly LiveReal[]): PlanReport {
   const registry = new RealRegistry(MAX_REAL_IDS);
   const builder = new SnapshotBuilder();
