@@ -49,7 +49,7 @@ export interface EngineOptions {
   mtu?: number;
   /** ICMP too-big messages per second (token bucket, burst = rate / 2). */
   tooBigPerSecond?: number;
-  /** ICMP too-big messages per second to one client address (burst = 2 x rate). */
+  /** ICMP too-big messages per second to one client, an IPv4 address or IPv6 /64 (burst = rate). */
   tooBigPerClientPerSecond?: number;
   /** The first outer IPv4 identification / IPv6 fragment id (default: random, see nextFragmentId). */
   fragmentIdStart?: number;
@@ -116,12 +116,11 @@ export class Engine {
     this.localMac = new Uint8Array(6);
     this.localMac.set(opts.localMac.subarray(0, 6));
     this.mtu = opts.mtu ?? 1500;
-    // 200 a second for the loop, and a twentieth of that for one client: Linux's defaults are
-    // 1,000 and 1 with a burst of 6 (icmp_msgs_per_sec, icmp_ratelimit), but one address here may
-    // be a NAT with many users, all behind the one tunnel MTU.
+    // 200 a second for the loop, and a quarter of that for one client: one address may be a NAT
+    // whose every host needs its own message (a host caches the MTU per destination).
     const rate = opts.tooBigPerSecond ?? 200;
-    const perClient = opts.tooBigPerClientPerSecond ?? 10;
-    this.tooBig = new TooBigRateLimiter(rate, Math.max(1, rate / 2), perClient, Math.max(1, 2 * perClient));
+    const perClient = opts.tooBigPerClientPerSecond ?? 50;
+    this.tooBig = new TooBigRateLimiter(rate, Math.max(1, rate / 2), perClient, Math.max(1, perClient));
     this.nextFragmentId = (opts.fragmentIdStart ?? randomBytes(4).readUInt32LE(0)) >>> 0;
   }
 
@@ -363,11 +362,11 @@ export class Engine {
   /** ICMP fragmentation-needed / ICMPv6 packet-too-big back to the client, rate-limited. */
   private sendTooBig(batch: PacketBatch, buf: Uint8Array, overhead: number, nowMs: number): void {
     const pkt = this.pkt;
-    if (!this.tooBig.allow(nowMs, pkt.family, pkt.addr)) return;
     const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
     const pos = this.extraPos + gap;
     const scratch = batch.extraBuf;
     if (pos + 1400 > scratch.length || batch.extraCount >= batch.extraOffsets.length) return;
+    if (!this.tooBig.allow(nowMs, pkt.family, pkt.addr)) return;
     const mtu = tooBigMtu(pkt.family, overhead, this.mtu);
     const len = pkt.family === 4 ? buildFragNeeded(buf, pkt, mtu, this.localMac, scratch, pos) : buildPacketTooBig(buf, pkt, mtu, this.localMac, scratch, pos);
     if (len <= 0) return;

@@ -240,8 +240,8 @@ export class FlowTable {
   /**
    * Insert this.key (the caller guarantees it is absent) -> entry index. When full, the least
    * recently seen entry goes first (counted as an expiration if already idle past its timeout, else
-   * as an eviction). Initial state: FlowState.syn/established for tcp (the caller decides from the
-   * flags), FlowState.udp for udp. `hash` as for lookup().
+   * as an eviction). The initial state is the caller's to choose from the packet: syn for a SYN,
+   * established or fin for tcp seen mid-stream, udp for udp. `hash` as for lookup().
    */
   insert(hash: number, realId: number, state: number, nowMs: number): number {
     this.checkReal(realId);

@@ -462,12 +462,14 @@ export const TOO_BIG_PEER_SLOTS = 1024;
 const BUCKET_WORDS = 3; // [tokens, lastMs, started]
 
 /**
- * Token buckets for the ICMP too-big messages we send (RFC 4443 2.4 (f) asks for a limit): one
- * for the whole loop, `burst` messages at once refilled at `ratePerSecond`, and one per client
- * address (`peerBurst`, `peerRatePerSecond`), checked first, as Linux limits ICMP errors globally
- * and per peer (icmp_msgs_per_sec, icmp_ratelimit): one client sending too-big packets as fast as
- * it can cannot use up what other clients need to learn the tunnel's MTU. nowMs comes from the
- * packet loop's clock; a clock that steps back refills nothing.
+ * Token buckets for the ICMP too-big messages a packet loop sends: one for the loop, `burst`
+ * messages at once refilled at `ratePerSecond`, since RFC 4443 2.4 (f) requires a limit on ICMPv6
+ * errors; and one per client (`peerBurst`, `peerRatePerSecond`), so that one client sending big
+ * packets as fast as it can does not use up the loop's budget that other clients need to learn the
+ * tunnel's MTU. A client is an IPv4 address or an IPv6 /64: anyone holding a /64 could otherwise
+ * take a fresh bucket per address. (Linux exempts these messages from its ICMP limits altogether,
+ * icmp_ratemask, as PMTU discovery depends on them; hence the generous per-client share.) nowMs
+ * comes from the packet loop's clock; a clock that steps back refills nothing.
  */
 export class TooBigRateLimiter {
   readonly ratePerSecond: number;
@@ -480,9 +482,9 @@ export class TooBigRateLimiter {
    * object field, one allocation per update.
    */
   private readonly buckets = new Float64Array(BUCKET_WORDS * (1 + TOO_BIG_PEER_SLOTS));
-  /** The client address of each slot: family, then four words (an IPv4 address in the first). */
+  /** The client of each slot: family, then two words (an IPv4 address, or an IPv6 /64). */
   private readonly peerFamily = new Uint8Array(TOO_BIG_PEER_SLOTS);
-  private readonly peerWords = new Uint32Array(4 * TOO_BIG_PEER_SLOTS);
+  private readonly peerWords = new Uint32Array(2 * TOO_BIG_PEER_SLOTS);
 
   constructor(ratePerSecond: number, burst: number, peerRatePerSecond = ratePerSecond, peerBurst = burst) {
     checkRate('ratePerSecond', ratePerSecond);
@@ -496,29 +498,34 @@ export class TooBigRateLimiter {
   }
 
   /**
-   * True when a message to the client at `addr` (words 0..3, ParsedPacket.addr's source) may be
-   * sent now; takes a token from its bucket and from the loop's.
+   * True when a message to the client at `addr` (ParsedPacket.addr's source words; an IPv4 address
+   * in word 0) may be sent now; then it takes a token from the client's bucket and from the loop's.
+   * Neither is charged unless both have one.
    */
   allow(nowMs: number, family: number, addr: Uint32Array): boolean {
-    let h = mix32Int32(family ^ 0x746f6f62);
-    for (let i = 0; i < 4; i++) h = mix32Int32(h ^ addr[i]!);
-    const slot = h & (TOO_BIG_PEER_SLOTS - 1);
+    const w0 = addr[0]!;
+    const w1 = family === 4 ? 0 : addr[1]!;
+    const slot = mix32Int32(mix32Int32(family ^ w0) ^ w1) & (TOO_BIG_PEER_SLOTS - 1);
     const words = this.peerWords;
-    const w = 4 * slot;
     const b = this.buckets;
     const at = BUCKET_WORDS * (1 + slot);
-    if (this.peerFamily[slot] !== family || words[w] !== addr[0] || words[w + 1] !== addr[1] || words[w + 2] !== addr[2] || words[w + 3] !== addr[3]) {
+    if (this.peerFamily[slot] !== family || words[2 * slot] !== w0 || words[2 * slot + 1] !== w1) {
       this.peerFamily[slot] = family;
-      for (let i = 0; i < 4; i++) words[w + i] = addr[i]!;
+      words[2 * slot] = w0;
+      words[2 * slot + 1] = w1;
       b[at + 2] = 0; // a fresh bucket for the slot's new client
     }
-    // The client's bucket first: a client over its share must not spend the loop's tokens.
-    return takeToken(b, at, nowMs, this.peerRatePerSecond, this.peerBurst) && takeToken(b, 0, nowMs, this.ratePerSecond, this.burst);
+    refill(b, at, nowMs, this.peerRatePerSecond, this.peerBurst);
+    refill(b, 0, nowMs, this.ratePerSecond, this.burst);
+    if (b[at]! < 1 || b[0]! < 1) return false;
+    b[at] = b[at]! - 1;
+    b[0] = b[0]! - 1;
+    return true;
   }
 }
 
-/** Refills the bucket at `at` for the time since its last use and takes a token if it has one. */
-function takeToken(b: Float64Array, at: number, nowMs: number, ratePerSecond: number, burst: number): boolean {
+/** Brings the bucket at `at` up to date: full on first use, then refilled for the time since. */
+function refill(b: Float64Array, at: number, nowMs: number, ratePerSecond: number, burst: number): void {
   if (b[at + 2] === 0) {
     b[at + 2] = 1;
     b[at] = burst;
@@ -528,11 +535,6 @@ function takeToken(b: Float64Array, at: number, nowMs: number, ratePerSecond: nu
     b[at] = refilled > burst ? burst : refilled;
     b[at + 1] = nowMs;
   }
-  if (b[at]! >= 1) {
-    b[at] = b[at]! - 1;
-    return true;
-  }
-  return false;
 }
 
 function checkRate(name: string, value: number): void {

@@ -440,21 +440,37 @@ describe('TooBigRateLimiter', () => {
     let a = 0;
     for (let i = 0; i < 1000; i++) if (limiter.allow(1000, 4, A)) a++;
     expect(a).toBe(5);
-    // Other clients, IPv4 and IPv6 (the same first word, a different family or later word), get theirs.
-    const others = [client('192.0.2.2'), client('2001:db8::1'), client('2001:db8::2'), client('c000:201::')];
+    // Other clients get theirs: IPv4, and IPv6 /64s (one with 192.0.2.1's first word).
+    const others = [client('192.0.2.2'), client('2001:db8:0:1::1'), client('2001:db8:0:2::1'), client('c000:201::')];
     const families = [4, 6, 6, 6];
     others.forEach((addr, i) => {
       let n = 0;
       for (let k = 0; k < 10; k++) if (limiter.allow(1000, families[i]!, addr)) n++;
       expect(n, `client ${i}`).toBe(5);
     });
-    // The loop's bucket bounds them all: 100 less the 25 sent above.
-    let total = 0;
-    for (let c = 0; c < 200; c++) for (let k = 0; k < 5; k++) if (limiter.allow(1000, 4, client(`198.51.100.${c}`))) total++;
-    expect(total).toBe(75);
-    // A second later the first client has one more token, and the loop 100 again.
+    // A second later the first client has one more token (the loop's bucket is full again).
     expect(limiter.allow(2000, 4, A)).toBe(true);
     expect(limiter.allow(2000, 4, A)).toBe(false);
+    // The loop's bucket bounds them all: its 100 less the one just sent.
+    let total = 0;
+    for (let c = 0; c < 200; c++) for (let k = 0; k < 5; k++) if (limiter.allow(2000, 4, client(`198.51.100.${c}`))) total++;
+    expect(total).toBe(99);
+  });
+
+  it('counts an IPv6 /64 as one client: a fresh address per packet gets no fresh bucket', () => {
+    const limiter = new TooBigRateLimiter(1000, 1000, 1, 3);
+    let n = 0;
+    for (let host = 1; host <= 50; host++) if (limiter.allow(0, 6, client(`2001:db8:0:7::${host.toString(16)}`))) n++;
+    expect(n).toBe(3);
+  });
+
+  it('charges neither bucket when the other is empty', () => {
+    // The loop: 2 at once, 1 a second. The client: 5 at once, never refilled.
+    const limiter = new TooBigRateLimiter(1, 2, 0, 5);
+    expect([limiter.allow(0, 4, A), limiter.allow(0, 4, A)]).toEqual([true, true]);
+    // The loop's bucket is empty: these are refused without spending the client's last three.
+    for (let i = 0; i < 10; i++) expect(limiter.allow(0, 4, A)).toBe(false);
+    expect([1000, 2000, 3000, 4000].map((t) => limiter.allow(t, 4, A))).toEqual([true, true, true, false]);
   });
 
   it('with rate 0 allows only the burst, ever', () => {

@@ -136,14 +136,14 @@ describe('engine: IPIP forwarding', () => {
   it('limits too-big messages per client too: one client sending big packets leaves the others theirs', () => {
     const { io, counters } = setup();
     let toFirst = 0;
-    for (let i = 0; i < 40; i++) toFirst += io.inject([tcp4(41000 + i, 0x10, new Uint8Array(1460))]).length;
-    expect(toFirst).toBe(20); // a client's burst (10 a second after it)
+    for (let i = 0; i < 80; i++) toFirst += io.inject([tcp4(41000 + i, 0x10, new Uint8Array(1460))]).length;
+    expect(toFirst).toBe(50); // a client's burst (50 a second after it), of the loop's 100
     const other = '192.0.2.8';
     const big = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: other, dst: VIP, proto: 6, df: true, id: 8 }, tcp({ sport: 42000, dport: 80, flags: 0x10, seq: 1, ack: 1 }, new Uint8Array(1460), { src: other, dst: VIP })));
     const out = io.inject([big]);
     expect(out).toHaveLength(1);
     expect(parsed(out[0]!).icmpType).toBe(3);
-    expect(counters[Counter.icmpTooBigSent]).toBe(21);
+    expect(counters[Counter.icmpTooBigSent]).toBe(51);
   });
 
   it('sends an IPv4 packet without DF as outer fragments that fit the MTU', () => {
