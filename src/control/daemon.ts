@@ -575,12 +575,17 @@ export class Daemon {
       }
     }
     if (forget) {
+      const drained: string[] = [];
       for (const [sid, s] of this.removedServices) {
         if ([...this.reals.values()].some((r) => r.service === sid)) continue;
         this.removedServices.delete(sid);
+        drained.push(s.name);
         this.log.info('removed service drained: forgotten', { service: s.name });
+      }
+      // One host change releases the VIPs of every service forgotten here.
+      if (drained.length > 0) {
         void this.exclusive(() => this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' })).catch((err: Error) =>
-          this.log.warn('could not release a drained service\'s VIP', { service: s.name, error: err.message }),
+          this.log.warn('could not release a drained service\'s VIP', { services: drained, error: err.message }),
         );
       }
       this.neighbors.setWanted(this.l2RealAddresses());

@@ -96,11 +96,10 @@ export class Engine {
   private readonly icmpAddr = new Uint32Array(8);
   /** Write position in the current batch's extra buffer. */
   private extraPos = 0;
-  /** Outer IPv4 identification / IPv6 fragment id for packets the engine fragments. */
   /**
-   * Outer IPv4 identification / IPv6 fragment id. A random start per engine: with several packet
-   * loops, fragments to one real from two loops should not share ids (RFC 6864), which a common
-   * start of 1 made likely.
+   * Outer IPv4 identification / IPv6 fragment id for packets the engine fragments. A random start
+   * per engine: with several packet loops, fragments to one real from two loops should not share
+   * ids (RFC 6864), which a common start of 1 made likely.
    */
   private nextFragmentId: number;
   /** Set by place(): how the last placed packet got its real (a Placement value). */

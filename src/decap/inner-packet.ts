@@ -4,6 +4,7 @@
 
 import { isIP } from 'node:net';
 import ipaddr from 'ipaddr.js';
+import { incrementalUpdate16 } from '../dataplane/checksum.js';
 
 /** IP protocol numbers of the two tunnel payloads (RFC 2003, RFC 2473 / RFC 4213). */
 export const IPPROTO_IPIP = 4;
@@ -131,14 +132,11 @@ export function combineEcn(outerEcn: number, buf: Uint8Array, inner: number, fam
     buf[inner + 1] = (buf[inner + 1]! & 0xcf) | (outerEcn << 4);
     return 0;
   }
-  // IPv4: the TOS byte is the low half of header word 0; checksum updated as RFC 1624 (HC' = ~(~HC + ~m + m')).
+  // IPv4: the TOS byte is the low half of header word 0; the checksum follows it (RFC 1624).
   const oldWord = (buf[inner]! << 8) | buf[inner + 1]!;
   buf[inner + 1] = (buf[inner + 1]! & ~ECN_MASK & 0xff) | outerEcn;
   const newWord = (buf[inner]! << 8) | buf[inner + 1]!;
-  let sum = (~((buf[inner + 10]! << 8) | buf[inner + 11]!) & 0xffff) + (~oldWord & 0xffff) + newWord;
-  sum = (sum & 0xffff) + (sum >>> 16);
-  sum = (sum & 0xffff) + (sum >>> 16);
-  const check = ~sum & 0xffff;
+  const check = incrementalUpdate16((buf[inner + 10]! << 8) | buf[inner + 11]!, oldWord, newWord);
   buf[inner + 10] = check >> 8;
   buf[inner + 11] = check & 0xff;
   return 0;
