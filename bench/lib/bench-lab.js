@@ -7,12 +7,13 @@
 // client eth0 -> bridge -> LB eth0 -> (forwarder) -> LB eth0 -> bridge -> sink eth0.
 
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { createLab, destroyLabsWithPrefix } from '../../dist/lab/netns-lab.js';
 import { NFT_TABLE, nftRuleset } from '../../dist/control/host-setup.js';
+import { dsrlbArgv } from '../../dist/cli/command-argv.js';
 
 export const ROOT = resolve(import.meta.dirname, '..', '..');
 export const UDP_PORT = 9000;
@@ -179,13 +180,6 @@ export function dsrlbConfig(bl, io, ring = null) {
   ].join('\n');
 }
 
-/** The node flags of the `dsrlb` command, from its `#!/usr/bin/env -S node ...` line. */
-export function commandNodeFlags() {
-  const first = readFileSync(join(ROOT, 'bin', 'dsrlb.js'), 'utf8').split('\n', 1)[0];
-  const words = first.replace(/^#!\S*env\s+(-S\s+)?/, '').trim().split(/\s+/);
-  return words.slice(1);
-}
-
 /**
  * Starts `dsrlb run` in the LB namespace, with node started as the installed command starts it;
  * resolves once its admin API shows every real's MAC. `ring`: 'v2' | 'v3' for io afpacket (null:
@@ -195,7 +189,8 @@ export async function startDsrlb(bl, dir, io, ring = null, nodeArgs = []) {
   const { lab } = bl;
   const cfg = join(dir, `dsrlb-${io}${ring ? `-${ring}` : ''}.yaml`);
   writeFileSync(cfg, dsrlbConfig(bl, io, ring));
-  const p = spawnIn(lab, lab.lb, [process.execPath, ...commandNodeFlags(), ...nodeArgs, join(ROOT, 'bin', 'dsrlb.js'), 'run', '-c', cfg]);
+  const [node, ...rest] = dsrlbArgv(ROOT);
+  const p = spawnIn(lab, lab.lb, [node, ...nodeArgs, ...rest, 'run', '-c', cfg]);
   onCleanup(() => stopProcess(p));
   const deadline = Date.now() + 30_000;
   // The sink never sends, so have the LB learn its MAC the way it would from any real's traffic.

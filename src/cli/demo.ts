@@ -9,6 +9,7 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createLab, destroyLabsWithPrefix, type Lab } from '../lab/netns-lab.js';
+import { dsrlbArgv } from './command-argv.js';
 
 const PREFIX = 'dsrlb-demo-';
 const RUN_DIR = '/run/dsrlb-demo';
@@ -65,7 +66,7 @@ export async function demoUp(opts: { requests: number }): Promise<number> {
   const logPath = `${RUN_DIR}/dsrlb.log`;
   const { openSync } = await import('node:fs');
   const logFd = openSync(logPath, 'a');
-  const daemon = spawn('ip', ['netns', 'exec', lab.lb.ns, process.execPath, resolve(repoRoot, 'bin/dsrlb.js'), 'run', '-c', configPath], {
+  const daemon = spawn('ip', ['netns', 'exec', lab.lb.ns, ...dsrlbArgv(repoRoot), 'run', '-c', configPath], {
     detached: true,
     stdio: ['ignore', logFd, logFd],
   });

@@ -310,7 +310,8 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
             : 'no real is left to take them: their packets are dropped and their connections break';
       warn('LIVE_FLOWS_BREAK', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'is' : 'are'} on reals this change disables; ${fate} (drain instead to keep them)`);
     }
-    if (wlcAnnounced(candidate, cfg1) && !wlcAnnounced(current, cfg0)) {
+    // A service at a new address is the same service by name: already wlc and announced, nothing new.
+    if (wlcAnnounced(candidate, cfg1) && !wlcAnnounced(current, cfg0 ?? twin ?? null)) {
       warn('WLC_ANNOUNCED', name, `${name} uses wlc and its VIP is announced: each LB picks new flows by its own connection counts, so a flow that ECMP moves to another LB (one failing, a route change) lands on that LB's Maglev pick and its connection breaks; use maglev or rendezvous behind several LBs`);
     }
     if (cfg0 === null) continue;

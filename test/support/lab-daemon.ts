@@ -5,6 +5,7 @@ import type { ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import { dsrlbArgv } from '../../src/cli/command-argv.js';
 import type { Lab, LabHost } from '../../src/lab/netns-lab.js';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
@@ -44,7 +45,7 @@ export class LabDaemon {
 
   /** As start(), for a daemon whose admin API is elsewhere and may need a bearer token. */
   static async startWith(lab: Lab, configPath: string, adminUrl: string, tokenFile: string | null, ready: (s: Status) => boolean = allMacsKnown): Promise<LabDaemon> {
-    const proc = lab.spawn(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', configPath], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = lab.spawn(lab.lb, [...dsrlbArgv(ROOT), 'run', '-c', configPath], { stdio: ['ignore', 'pipe', 'pipe'] });
     const d = new LabDaemon(lab, proc, adminUrl);
     if (tokenFile) d.token = (await readFile(tokenFile, 'utf8')).trim();
     createInterface({ input: proc.stdout! }).on('line', (l) => d.logs.push(l));

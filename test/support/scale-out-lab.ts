@@ -8,6 +8,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import { dsrlbArgv } from '../../src/cli/command-argv.js';
 import { destroyLabsWithPrefix } from '../../src/lab/netns-lab.js';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
@@ -180,7 +181,7 @@ export class LbDaemon {
 
   /** Starts dsrlb; resolves once its admin API answers and `ready(status)` holds. */
   static async start(lab: ScaleOutLab, lb: LbHost, configPath: string, ready: (s: Status) => boolean): Promise<LbDaemon> {
-    const proc = lab.spawn(lb.ns, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', configPath], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = lab.spawn(lb.ns, [...dsrlbArgv(ROOT), 'run', '-c', configPath], { stdio: ['ignore', 'pipe', 'pipe'] });
     const d = new LbDaemon(lab, lb, proc);
     createInterface({ input: proc.stdout! }).on('line', (l) => d.logs.push(l));
     createInterface({ input: proc.stderr! }).on('line', (l) => d.logs.push(`stderr: ${l}`));

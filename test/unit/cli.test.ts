@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { commandNodeFlags, dsrlbArgv } from '../../src/cli/command-argv.js';
 
 const CLI = resolve(import.meta.dirname, '../../bin/dsrlb.js');
 const run = promisify(execFile);
@@ -32,6 +33,12 @@ describe('dsrlb CLI', () => {
     expect(first).toContain('--no-memory-reducer');
     const r = await run(CLI, ['--version']);
     expect(r.stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+    // The demo, the tests and the bench start the daemon with node and the same flags.
+    const root = resolve(import.meta.dirname, '../..');
+    expect(commandNodeFlags(root)).toEqual(first.split(' ').slice(3));
+    expect(dsrlbArgv(root)).toEqual([process.execPath, ...commandNodeFlags(root), CLI]);
+    const viaArgv = dsrlbArgv(root);
+    expect((await run(viaArgv[0]!, [...viaArgv.slice(1), '--version'])).stdout).toBe(r.stdout);
   });
 
   it('validate: exit 0 for a good config, exit 1 with every problem as path: message', async () => {

@@ -280,6 +280,16 @@ describe('plan: warnings for risky edits', () => {
     );
     expect(codes(planChange(config({ reals: four(), scheduler: 'wlc' }), config({ reals: four(), scheduler: 'wlc', more: announce })))).toContain('WLC_ANNOUNCED');
     expect(codes(planChange(config({ reals: four(), scheduler: 'wlc', more: announce }), config({ reals: four().slice(1), scheduler: 'wlc', more: announce })))).not.toContain('WLC_ANNOUNCED');
+    // The same service (by name) at another port was wlc and announced already: nothing new to say.
+    const wlcAnnounced = config({ reals: four(), scheduler: 'wlc', more: announce });
+    const moved = { ...wlcAnnounced, services: wlcAnnounced.services.map((svc) => ({ ...svc, port: 8080 })) };
+    const move = planChange(wlcAnnounced, moved);
+    expect(web(move).addressChange).toEqual({ before: `tcp://${VIP}:80`, after: `tcp://${VIP}:8080` });
+    expect(codes(move)).not.toContain('WLC_ANNOUNCED');
+    // A service that keeps its VIP out of BIRD (announce: false) is not spread by ECMP; turning it on is.
+    const unannounced = { ...wlcAnnounced, services: wlcAnnounced.services.map((svc) => ({ ...svc, announce: false })) };
+    expect(codes(planChange(config({ reals: four(), more: announce }), unannounced))).toEqual(['SCHEDULER_CHANGED']);
+    expect(codes(planChange(unannounced, wlcAnnounced))).toEqual(['WLC_ANNOUNCED']);
     const restart = planChange(config({ reals: four() }), { ...config({ reals: four() }), interface: 'eth1' });
     expect(restart.warnings).toEqual([
       { code: 'RESTART_NEEDED', service: null, message: 'a reload refuses this change; it needs a restart, which empties the flow table: interface (eth0 -> eth1)' },
