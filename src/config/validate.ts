@@ -167,10 +167,12 @@ export function parseConfigText(text: string, opts: ParseOptions = {}): ConfigRe
 
 /**
  * The one way config text becomes a plain document: YAML 1.2 (JSON is a subset), a leading BOM
- * dropped, duplicate keys and several documents refused, aliases capped against alias bombs.
+ * dropped, duplicate keys and several documents refused, aliases capped against alias bombs. Merge
+ * keys (`<<: *defaults`, from YAML 1.1) are taken, as docker compose and Kubernetes tools take them:
+ * the mapping's own keys win over merged ones.
  */
 export function parseConfigYaml(text: string): { ok: true; raw: unknown } | { ok: false; problems: ConfigProblem[] } {
-  const doc = parseDocument(text.startsWith('\uFEFF') ? text.slice(1) : text, { uniqueKeys: true, prettyErrors: true });
+  const doc = parseDocument(text.startsWith('\uFEFF') ? text.slice(1) : text, { uniqueKeys: true, prettyErrors: true, merge: true });
   if (doc.errors.length > 0) {
     return {
       ok: false,
@@ -199,7 +201,8 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
     p.add('(file)', notAMapping(raw));
     return { ok: false, problems: p.items };
   }
-  checkKeys(p, raw, '', TOP_KEYS, TOP_MISPLACED);
+  // Top-level keys that start with x- are the file's own (a place for YAML anchors, as in docker compose).
+  checkKeys(p, withoutExtensionKeys(raw), '', TOP_KEYS, TOP_MISPLACED);
 
   const iface = interfaceName(p, raw);
   const io = oneOf(p, raw, 'io', '', IO_KINDS, 'afpacket');
@@ -914,6 +917,11 @@ export function unicastProblem(value: unknown, role: string): string | null {
   // An IPv6 link-local address means nothing without its zone (probes, routes, BIRD), which the config cannot give.
   const what = parsed.family === 6 && range === 'linkLocal' ? 'an IPv6 link-local address (it needs a zone)' : refused[range];
   return what === undefined ? null : `${describe(value)} is ${what}; ${role} must be a unicast address reachable on the network`;
+}
+
+/** `raw` without its `x-` keys (extension fields: ignored, so anchors can be defined there). */
+function withoutExtensionKeys(raw: Raw): Raw {
+  return Object.fromEntries(Object.entries(raw).filter(([key]) => !key.startsWith('x-')));
 }
 
 /**

@@ -827,6 +827,46 @@ describe('file-level problems', () => {
   });
 });
 
+describe('YAML anchors and merge keys', () => {
+  const SHARED = `
+interface: eth0
+x-check: &check { type: tcp, interval: 2s, fall: 2 }
+x-service: &service
+  protocol: tcp
+  scheduler: rendezvous
+  healthCheck: *check
+services:
+  - <<: *service
+    name: web
+    vip: 203.0.113.10
+    port: 80
+    reals: [{ address: 10.0.1.11 }]
+  - <<: *service
+    name: dns
+    protocol: udp
+    vip: 203.0.113.10
+    port: 53
+    reals: [{ address: 10.0.1.12 }]
+`;
+
+  it('merges a mapping with <<, its own keys winning, and ignores top-level x- keys', () => {
+    const r = parseConfigText(SHARED);
+    if (!r.ok) throw new Error(formatProblems(r.problems));
+    expect(r.config.services.map((s) => [s.name, s.protocol, s.scheduler, s.healthCheck.type, s.healthCheck.intervalMs, s.healthCheck.fall])).toEqual([
+      ['web', 'tcp', 'rendezvous', 'tcp', 2000, 2],
+      ['dns', 'udp', 'rendezvous', 'tcp', 2000, 2],
+    ]);
+  });
+
+  it('checks merged keys where they land, and still refuses other unknown top-level keys', () => {
+    expect(problemsOfText(SHARED.replace('scheduler: rendezvous', 'schedular: rendezvous'))).toEqual([
+      'services[0].schedular: unknown key (did you mean "scheduler"?)',
+      'services[1].schedular: unknown key (did you mean "scheduler"?)',
+    ]);
+    expect(problemsOfText(SHARED.replace('x-check:', 'check:'))).toEqual([expect.stringMatching(/^check: unknown key/)]);
+  });
+});
+
 describe('loadConfigFile', () => {
   let dir = '';
   beforeAll(async () => {
