@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dsrlbArgv } from '../../src/cli/command-argv.js';
 import { createLab, destroyLabsWithPrefix, type Lab, type LabHost } from '../../src/lab/netns-lab.js';
 import { httpCount, LabDaemon, metricValue, requireRoot, ROOT, sleep, stopProcess } from '../support/lab-daemon.js';
 
@@ -74,7 +75,7 @@ beforeAll(async () => {
   await lab.startHttpServers();
   ipipReal = lab.reals[2]!;
   dir = await mkdtemp(join(tmpdir(), 'dsrlb-l3-'));
-  decap = lab.spawn(ipipReal, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'decap', '--interface', 'eth0', '--vip', `${lab.vip},${lab.vip6}`], { stdio: ['ignore', 'pipe', 'inherit'] });
+  decap = lab.spawn(ipipReal, [...dsrlbArgv(ROOT), 'decap', '--interface', 'eth0', '--vip', `${lab.vip},${lab.vip6}`], { stdio: ['ignore', 'pipe', 'inherit'] });
   await new Promise<void>((resolve, reject) => {
     createInterface({ input: decap.stdout! }).on('line', (l) => {
       if (l.includes('decap running') || l.includes('"ready"') || l.includes('listening')) resolve();

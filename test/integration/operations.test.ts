@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dsrlbArgv } from '../../src/cli/command-argv.js';
 import { createLab, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
 import { patternBytes } from '../../src/lab/real-http-server.js';
 import { httpCount, labConfig, LabDaemon, metricValue, requireRoot, ROOT, sleep } from '../support/lab-daemon.js';
@@ -110,7 +111,7 @@ describe('admin API and CLI', () => {
     const unknown = await daemon.cli(['drain', 'nosuch', real]);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr.trim().split('\n')).toHaveLength(1);
-    const down = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'status', '--admin', 'http://127.0.0.1:9']);
+    const down = await lab.exec(lab.lb, [...dsrlbArgv(ROOT), 'status', '--admin', 'http://127.0.0.1:9']);
     expect(down.code).toBe(2);
     expect(down.stderr).toMatch(/cannot reach the daemon/);
   }, 60_000);
@@ -119,7 +120,7 @@ describe('admin API and CLI', () => {
     const lbAddress = lab.lb.ipv4;
     const noToken = join(dir, 'no-token.yaml');
     await writeFile(noToken, configText(addresses()).replace('admin: { listen: 127.0.0.1:9743 }', `admin: { listen: ${lbAddress}:9753 }`).replace('127.0.0.1:9742', '127.0.0.1:9752'));
-    const refused = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', noToken], { timeoutMs: 20_000 });
+    const refused = await lab.exec(lab.lb, [...dsrlbArgv(ROOT), 'run', '-c', noToken], { timeoutMs: 20_000 });
     expect(refused.code).toBe(1);
     expect(refused.stderr).toMatch(/admin\.tokenFile/);
 
@@ -139,7 +140,7 @@ describe('admin API and CLI', () => {
     const oldTokenFile = join(dir, 'admin.token.old');
     await writeFile(oldTokenFile, 's3cret-token\n');
     await writeFile(tokenFile, 'rotated-token\n');
-    const rotated = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'reload', '--admin', `http://${lbAddress}:9743`, '--token-file', oldTokenFile]);
+    const rotated = await lab.exec(lab.lb, [...dsrlbArgv(ROOT), 'reload', '--admin', `http://${lbAddress}:9743`, '--token-file', oldTokenFile]);
     expect(rotated.code, rotated.stderr).toBe(0);
     const old = await lab.exec(lab.client, ['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-H', 'Authorization: Bearer s3cret-token', `http://${lbAddress}:9743/status`]);
     expect(old.stdout).toBe('401');
@@ -149,14 +150,14 @@ describe('admin API and CLI', () => {
     // Rotated again, and the reload sent with the new token (no SIGHUP first): the daemon reads the
     // file again for a token it does not hold.
     await writeFile(tokenFile, 'third-token\n');
-    const withNew = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'reload', '--admin', `http://${lbAddress}:9743`, '--token-file', tokenFile]);
+    const withNew = await lab.exec(lab.lb, [...dsrlbArgv(ROOT), 'reload', '--admin', `http://${lbAddress}:9743`, '--token-file', tokenFile]);
     expect(withNew.code, withNew.stderr).toBe(0);
-    const cli = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'drain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`, '--token-file', tokenFile]);
+    const cli = await lab.exec(lab.lb, [...dsrlbArgv(ROOT), 'drain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`, '--token-file', tokenFile]);
     expect(cli.code, cli.stderr).toBe(0);
-    const noTok = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'undrain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`]);
+    const noTok = await lab.exec(lab.lb, [...dsrlbArgv(ROOT), 'undrain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`]);
     expect(noTok.code).toBe(2);
     expect(noTok.stderr).toMatch(/refused/);
-    expect((await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'undrain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`, '--token-file', tokenFile])).code).toBe(0);
+    expect((await lab.exec(lab.lb, [...dsrlbArgv(ROOT), 'undrain', 'web', lab.reals[1]!.ipv4, '--admin', `http://${lbAddress}:9743`, '--token-file', tokenFile])).code).toBe(0);
     // Mutations are logged with what changed.
     expect(daemon.logs.some((l) => l.includes('"intent changed"') && l.includes(lab.reals[1]!.ipv4))).toBe(true);
 
@@ -183,7 +184,7 @@ describe('one daemon per namespace, one change at a time', () => {
     const bad = join(dir, 'second-badif.yaml');
     await writeFile(bad, configText(addresses()).replace('interface: eth0', 'interface: nosuch0').replace('9742', '9772').replace('9743', '9773'));
     for (const cfg of [configPath, bad]) {
-      const r = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', cfg], { timeoutMs: 20_000 });
+      const r = await lab.exec(lab.lb, [...dsrlbArgv(ROOT), 'run', '-c', cfg], { timeoutMs: 20_000 });
       expect(r.code, r.stdout + r.stderr).toBe(2);
       expect(r.stderr.trim().split('\n')).toEqual([expect.stringMatching(/^dsrlb: another dsrlb daemon is running in this network namespace/)]);
       expect(r.stdout).not.toMatch(/"msg":"(added VIP|removed VIP|adopted host state)/);
@@ -313,7 +314,7 @@ describe('start-up failures', () => {
       const cfg = join(dir, 'pinned.yaml');
       await writeFile(cfg, ['interface: eth0', 'cpus: [1023]', 'services:', '  - { name: web, vip: 198.51.100.7, port: 80, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
       const started = Date.now();
-      const r = await inNs(process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', cfg).then(
+      const r = await inNs(...dsrlbArgv(ROOT), 'run', '-c', cfg).then(
         () => ({ code: 0, stdout: '' }),
         (e: { code: number; stdout: string }) => e,
       );
@@ -331,7 +332,7 @@ describe('start-up failure after the packet loop started', () => {
     await inBareNamespace('noif', async (_ns, inNs) => {
       const cfg = join(dir, 'no-interface.yaml');
       await writeFile(cfg, ['interface: nosuch0', 'services:', '  - { name: web, vip: 198.51.100.9, port: 80, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
-      const r = await inNs('timeout', '30', process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', cfg).then(
+      const r = await inNs('timeout', '30', ...dsrlbArgv(ROOT), 'run', '-c', cfg).then(
         () => ({ code: 0, stdout: '', stderr: '' }),
         (e: { code: number; stdout: string; stderr: string }) => e,
       );
@@ -350,7 +351,7 @@ describe('start-up failure after the packet loop started', () => {
         const cfg = join(dir, 'port-taken.yaml');
         await writeFile(cfg, ['interface: eth0', 'services:', '  - { name: web, vip: 198.51.100.8, port: 80, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
         const started = Date.now();
-        const r = await inNs('timeout', '30', process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', cfg).then(
+        const r = await inNs('timeout', '30', ...dsrlbArgv(ROOT), 'run', '-c', cfg).then(
           () => ({ code: 0, stdout: '' }),
           (e: { code: number; stdout: string }) => e,
         );
@@ -374,7 +375,7 @@ describe('start-up failure after the packet loop started', () => {
       await writeFile(join(bin, 'ip'), '#!/bin/sh\ncase "$*" in *"route get"*) sleep 3;; esac\nexec /usr/sbin/ip "$@"\n', { mode: 0o755 });
       const cfg = join(dir, 'signal-in-start.yaml');
       await writeFile(cfg, ['interface: eth0', 'services:', '  - { name: web, vip: 198.51.100.9, port: 80, forwarding: ipip, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
-      const child = lab.spawn(ns, ['env', `PATH=${bin}:${process.env.PATH}`, process.execPath, join(ROOT, 'bin/dsrlb.js'), 'run', '-c', cfg], { stdio: ['ignore', 'pipe', 'inherit'] });
+      const child = lab.spawn(ns, ['env', `PATH=${bin}:${process.env.PATH}`, ...dsrlbArgv(ROOT), 'run', '-c', cfg], { stdio: ['ignore', 'pipe', 'inherit'] });
       let stdout = '';
       child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
       const exited = new Promise<number | null>((res) => child.once('exit', (code) => res(code)));
@@ -499,7 +500,7 @@ describe('plan against the running daemon', () => {
       const candidate = join(dir, 'candidate.yaml');
       // Disable one real: its live flows must move; the others stay.
       await writeFile(candidate, configText(addresses()).replace(`      - address: ${lab.reals[0]!.ipv4}`, `      - address: ${lab.reals[0]!.ipv4}\n        state: disabled`));
-      const r = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'plan', '-c', candidate, '--admin', 'http://127.0.0.1:9743', '--json']);
+      const r = await lab.exec(lab.lb, [...dsrlbArgv(ROOT), 'plan', '-c', candidate, '--admin', 'http://127.0.0.1:9743', '--json']);
       expect(r.code, r.stderr).toBe(0);
       const report = JSON.parse(r.stdout);
       const text = JSON.stringify(report);
@@ -523,7 +524,7 @@ describe('plan against the running daemon', () => {
     try {
       const candidate = join(dir, 'only-drained.yaml');
       await writeFile(candidate, configText([kept]));
-      const plan = (json: boolean) => lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'plan', '-c', candidate, '--admin', 'http://127.0.0.1:9743', ...(json ? ['--json'] : [])]);
+      const plan = (json: boolean) => lab.exec(lab.lb, [...dsrlbArgv(ROOT), 'plan', '-c', candidate, '--admin', 'http://127.0.0.1:9743', ...(json ? ['--json'] : [])]);
       const text = await plan(false);
       expect(text.code, text.stderr).toBe(0);
       expect(text.stdout).toContain('reals taking new flows: 2 -> 0');
@@ -532,7 +533,7 @@ describe('plan against the running daemon', () => {
       expect(report.liveRealsKnown).toBe(true);
       expect(report.warnings.map((w: { code: string }) => w.code)).toContain('NO_ELIGIBLE_REAL');
       // Against the file alone (no daemon view) the drained real still counts: no such warning.
-      const against = await lab.exec(lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), 'plan', '-c', candidate, '--against', configPath]);
+      const against = await lab.exec(lab.lb, [...dsrlbArgv(ROOT), 'plan', '-c', candidate, '--against', configPath]);
       expect(against.code, against.stderr).toBe(0);
       expect(against.stdout).not.toContain('NO_ELIGIBLE_REAL');
     } finally {

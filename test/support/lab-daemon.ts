@@ -82,7 +82,7 @@ export class LabDaemon {
 
   /** Runs the dsrlb CLI inside the LB namespace. */
   cli(args: readonly string[]): Promise<{ stdout: string; stderr: string; code: number }> {
-    return this.lab.exec(this.lab.lb, [process.execPath, join(ROOT, 'bin/dsrlb.js'), ...args, '--admin', this.adminUrl]);
+    return this.lab.exec(this.lab.lb, [...dsrlbArgv(ROOT), ...args, '--admin', this.adminUrl]);
   }
 
   async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {

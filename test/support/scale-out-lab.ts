@@ -215,7 +215,7 @@ export class LbDaemon {
 
   /** Runs the dsrlb CLI inside this LB's namespace against its admin API. */
   cli(args: readonly string[]): Promise<ExecResult> {
-    return this.lab.exec(this.lb.ns, [process.execPath, join(ROOT, 'bin/dsrlb.js'), ...args, '--admin', 'http://127.0.0.1:9743']);
+    return this.lab.exec(this.lb.ns, [...dsrlbArgv(ROOT), ...args, '--admin', 'http://127.0.0.1:9743']);
   }
 
   get running(): boolean {
