@@ -4,6 +4,7 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
+    globalSetup: ['test/support/run-tmpdir.ts'],
     fileParallelism: false,
     testTimeout: 60_000,
     hookTimeout: 60_000,

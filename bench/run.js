@@ -32,7 +32,7 @@ import { buildTrafgen, latencyRun, packetRun } from './lib/packet-runs.js';
 import { formatNumber, formatTable, renderSvg, writeJson } from './lib/report.js';
 
 const USAGE = `usage: npm run bench -- [--quick] [--only pps,download,micro] [--flows 1,10000]
-       [--duration S] [--cpu-rate PPS] [--download-mib N] [--no-pcap] [--no-cref] [--retries N] [--out DIR]`;
+       [--duration S] [--cpu-rate PPS] [--cpu-rounds N] [--download-mib N] [--no-pcap] [--no-cref] [--retries N] [--out DIR]`;
 
 const { values: argv } = parseBenchArgs({
   quick: { type: 'boolean', default: false },
@@ -40,6 +40,7 @@ const { values: argv } = parseBenchArgs({
   flows: { type: 'string' },
   duration: { type: 'string' },
   'cpu-rate': { type: 'string' },
+  'cpu-rounds': { type: 'string' },
   'download-mib': { type: 'string' },
   'no-pcap': { type: 'boolean', default: false },
   'no-cref': { type: 'boolean', default: false },
@@ -74,7 +75,7 @@ const opts = {
   searchSteps: quick ? 2 : 4,
   // CPU at the common rate: this many rounds, each a (forwarder run, baseline run) pair per
   // forwarder and flow count; the median is reported, so one disturbed run does not decide it.
-  cpuRounds: quick ? 1 : 5,
+  cpuRounds: Number(argv['cpu-rounds'] ?? (quick ? 1 : 5)),
   // io pcap (10 us/packet, there for comparison) takes part in this many of those rounds only.
   pcapRounds: quick ? 1 : 3,
   downloadRounds: quick ? 1 : 3,
@@ -356,7 +357,7 @@ async function ppsSuite(bl, bins, dir) {
     const loop = pairs.filter((x) => x.loopUs !== null);
     c.loopUsPerPacketAtCpuRate = loop.length > 0 ? median(loop.map((x) => x.loopUs)) : null;
     c.engineUsPerPacketAtCpuRate = loop.length > 0 ? median(loop.map((x) => x.engineUs)) : null;
-    c.cpuRatePairs = pairs.map((x) => ({ round: x.round, machineUs: x.machineUs, tasksUs: x.tasksUs, processUs: x.processUs, loopUs: x.loopUs, engineUs: x.engineUs, loss: x.run.loss, contended: Boolean(x.run.contended || x.baseline.contended) }));
+    c.cpuRatePairs = pairs.map((x) => ({ round: x.round, machineUs: x.machineUs, runUs: x.run.cpu.usPerPacket, baselineUs: x.baseline.cpu.usPerPacket, tasksUs: x.tasksUs, processUs: x.processUs, loopUs: x.loopUs, engineUs: x.engineUs, loss: x.run.loss, contended: Boolean(x.run.contended || x.baseline.contended) }));
   }
 
   // Generator and sink alone at each forwarder's highest rate under 1% loss, for the differential.
