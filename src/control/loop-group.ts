@@ -6,6 +6,7 @@
 import { setFlagsFromString } from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import { COUNTER_SLOTS, Counter, createCounters } from '../dataplane/counters.js';
+import { monotonicMs } from '../dataplane/monotonic-clock.js';
 import { LoopRunner, type LoopEvent, type LoopRequest, type LoopSettings } from '../dataplane/loop-runner.js';
 import type { Logger } from './logger.js';
 
@@ -141,8 +142,8 @@ export class LoopGroup {
     return this.loops.length > 0 && this.loops.every((l) => l.running);
   }
 
-  /** Age of the stalest loop's heartbeat (epoch ms), Infinity before any loop ran. */
-  heartbeatAgeMs(now = Date.now()): number {
+  /** Age in ms of the stalest loop's heartbeat (both on the monotonic clock), Infinity before any loop ran. */
+  heartbeatAgeMs(now = monotonicMs()): number {
     if (this.loops.length === 0) return Infinity;
     let oldest = Infinity;
     for (const l of this.loops) oldest = Math.min(oldest, l.counters[Counter.loopHeartbeatMs]!);
@@ -171,7 +172,9 @@ export class LoopGroup {
     sum.fill(0);
     for (const l of this.loops) for (let i = 0; i < COUNTER_SLOTS; i++) sum[i]! += l.counters[i]!;
     if (this.loops.length > 0) {
-      sum[Counter.loopHeartbeatMs] = Date.now() - this.heartbeatAgeMs();
+      let oldest = Infinity;
+      for (const l of this.loops) oldest = Math.min(oldest, l.counters[Counter.loopHeartbeatMs]!);
+      sum[Counter.loopHeartbeatMs] = oldest;
       sum[Counter.snapshotGeneration] = Math.min(...this.loops.map((l) => l.counters[Counter.snapshotGeneration]!));
     }
     return sum;

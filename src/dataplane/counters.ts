@@ -14,7 +14,7 @@ export const Counter = {
   txPackets: 3,
   txBytes: 4,
   flowsRescheduled: 5, // existing flow moved because its real may no longer keep flows
-  loopHeartbeatMs: 6, // last time the loop ran (performance.timeOrigin + now), for stall detection
+  loopHeartbeatMs: 6, // last time the loop ran, on the process's monotonic clock (monotonic-clock.ts), for stall detection
   batches: 7,
   snapshotGeneration: 8,
   flowTableEntries: 9,

@@ -4,6 +4,7 @@
 // libpcap on the process's default libuv loop, which a worker thread cannot use).
 
 import { performance } from 'node:perf_hooks';
+import { performanceNowToMonotonicMs } from './monotonic-clock.js';
 import { Counter } from './counters.js';
 import { Engine, Placement } from './engine.js';
 import type { FlowTimeouts } from './flow-table.js';
@@ -65,7 +66,8 @@ export class LoopRunner {
   private io: PacketIo | null = null;
   private housekeeping: NodeJS.Timeout | null = null;
   private readonly scratch = new ParsedPacket();
-  private readonly origin = performance.timeOrigin;
+  /** performance.now() + origin = the process's monotonic clock, shared with the control plane's heartbeat check. */
+  private readonly origin = performanceNowToMonotonicMs();
 
   constructor(
     private readonly settings: LoopSettings,
