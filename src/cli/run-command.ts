@@ -69,10 +69,15 @@ export async function superviseDaemon(deps: SupervisorDeps): Promise<number> {
   };
   deps.signals.on('SIGTERM', () => onStop('SIGTERM'));
   deps.signals.on('SIGINT', () => onStop('SIGINT'));
+  // A reload that throws (not one refused: that is an answer) is logged; unhandled, the rejection
+  // would end the daemon and its packet loop.
+  const reloadOnSignal = (): void => {
+    daemon.reload().catch((err: Error) => log.error('reload failed', { error: err.message }));
+  };
   deps.signals.on('SIGHUP', () => {
     if (phase === 'running') {
       log.info('SIGHUP: reloading');
-      void daemon.reload();
+      reloadOnSignal();
     } else if (phase === 'starting') {
       reloadPending = true;
       log.info('SIGHUP during start: reloading once started');
@@ -108,7 +113,7 @@ export async function superviseDaemon(deps: SupervisorDeps): Promise<number> {
   if (stopSignal !== null) return stop(stopSignal);
   if (reloadPending) {
     log.info('SIGHUP: reloading');
-    void daemon.reload();
+    reloadOnSignal();
   }
   log.info('ready', {
     metrics: `${daemon.config.metrics.listen.host}:${daemon.config.metrics.listen.port}`,

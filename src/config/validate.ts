@@ -4,6 +4,7 @@
 import { dirname, join, resolve } from 'node:path';
 import ipaddr from 'ipaddr.js';
 import { parseDocument } from 'yaml';
+import { MAX_REAL_IDS } from '../dataplane/counters.js';
 import { formatDurationMs, parseDurationMs } from './duration.js';
 import type {
   AddressFamily,
@@ -424,6 +425,10 @@ function serviceList(p: ProblemList, raw: Raw, vipOwners: VipOwners): ServiceCon
     if (parsed !== null && parsed.service !== null) services.push(parsed.service);
   });
   checkServiceIdentity(p, slots, explicitNames);
+  // The packet loop's counters and flow table name reals by a small id, one per (service, real) pair.
+  // (A service with a problem in its reals holds none here.)
+  const pairs = services.reduce((n, s) => n + ((s.reals as RealConfig[] | null)?.length ?? 0), 0);
+  if (pairs > MAX_REAL_IDS) p.add('services', `${pairs} (service, real) pairs; at most ${MAX_REAL_IDS} in all`);
   return services;
 }
 

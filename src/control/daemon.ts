@@ -201,7 +201,7 @@ export class Daemon {
       throw new DaemonError('NO_INTERFACE', `interface: "${ifname}" does not exist in this network namespace`, [{ path: 'interface', message: `"${ifname}" does not exist in this network namespace` }]);
     }
     await this.loadOverrides();
-    await this.pruneOverrides();
+    if (this.pruneOverrides()) await this.saveStateOrWarn();
     await this.checkStateFileWritable();
     this.host = new HostSetup(this.config.interface, this.log);
     this.neighbors = new NeighborWatcher(this.config.interface, this.log);
@@ -209,7 +209,9 @@ export class Daemon {
     await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' });
     await this.startWorker();
     this.syncReals();
-    await this.resolveTunnelRoutes();
+    const tunnel = await this.resolveTunnelRoutes(this.config);
+    this.nextHops = tunnel.nextHops;
+    this.tunnelSources = tunnel.sources;
     this.neighbors.on('change', () => this.queueRebuild('neighbour change'));
     this.neighbors.setWanted(this.l2RealAddresses());
     this.neighbors.start();
@@ -281,6 +283,19 @@ export class Daemon {
     this.announceTimer ??= setInterval(() => void this.syncAnnouncements(), 200);
   }
 
+  /** announce.enabled turned false by a reload: no more checks, every VIP's device closed (route gone). */
+  private async stopAnnouncing(): Promise<void> {
+    if (this.announceTimer) clearInterval(this.announceTimer);
+    this.announceTimer = null;
+    if (!this.announcer) return;
+    while (this.announceBusy) await new Promise((r) => setTimeout(r, 10));
+    try {
+      await this.announcer.sync(new Map());
+    } catch (err) {
+      this.log.error('could not stop announcing', { error: (err as Error).message });
+    }
+  }
+
   /**
    * Per VIP: announce while the loop runs and a service of the VIP can take new flows. A service
    * counts only once its view has settled since this daemon took it: every real proven up with its
@@ -342,7 +357,7 @@ export class Daemon {
   }
 
   private async syncAnnouncements(): Promise<void> {
-    if (!this.announcer || this.announceBusy) return;
+    if (!this.announcer || this.announceBusy || !this.config.announce.enabled) return;
     this.announceBusy = true;
     try {
       await this.announcer.sync(this.announceWanted());
@@ -396,32 +411,37 @@ export class Daemon {
     return r.forwarding === 'ipip' ? (this.nextHops.get(r.address) ?? r.address) : r.address;
   }
 
-  /** Next hops of IPIP reals (removed ones that drain too) from the LB's routing table, and the outer source addresses. */
-  private async resolveTunnelRoutes(): Promise<void> {
+  /**
+   * Next hops of IPIP reals (removed ones that drain too) from the LB's routing table, and the
+   * outer source addresses, for `config`; changes nothing, so a reload can ask before it commits.
+   * Throws when the interface's addresses cannot be read.
+   */
+  private async resolveTunnelRoutes(config: Config): Promise<{ nextHops: Map<string, string>; sources: TunnelSources }> {
     const hops = new Map<string, string>();
-    for (const r of this.forwardedReals()) {
+    // this.reals: the pairs a reload would mark removed drain their flows the way they went.
+    const reals: Pick<RealConfig, 'address' | 'forwarding'>[] = [...config.services.flatMap((s) => s.reals), ...this.reals.values()];
+    for (const r of reals) {
       if (r.forwarding !== 'ipip' || hops.has(r.address)) continue;
       try {
         const { stdout } = await systemRunner(['ip', '-j', 'route', 'get', r.address]);
         const route = (JSON.parse(stdout) as { gateway?: string; dev?: string }[])[0];
-        if (route?.dev && route.dev !== this.config.interface) {
-          this.log.warn('IPIP real is not reached through the forwarding interface', { real: r.address, dev: route.dev, interface: this.config.interface });
+        if (route?.dev && route.dev !== config.interface) {
+          this.log.warn('IPIP real is not reached through the forwarding interface', { real: r.address, dev: route.dev, interface: config.interface });
         }
         hops.set(r.address, route?.gateway ?? r.address);
       } catch (err) {
         this.log.warn('no route to IPIP real', { real: r.address, error: (err as Error).message });
       }
     }
-    this.nextHops = hops;
-    let v4 = this.config.tunnel.sourceV4;
-    let v6 = this.config.tunnel.sourceV6;
+    let v4 = config.tunnel.sourceV4;
+    let v6 = config.tunnel.sourceV6;
     if (!v4 || !v6) {
-      const { stdout } = await systemRunner(['ip', '-j', 'addr', 'show', 'dev', this.config.interface]);
+      const { stdout } = await systemRunner(['ip', '-j', 'addr', 'show', 'dev', config.interface]);
       const info = (JSON.parse(stdout || '[]') as { addr_info?: { family: string; local: string; scope: string }[] }[])[0]?.addr_info ?? [];
       v4 ??= info.find((a) => a.family === 'inet')?.local ?? null;
       v6 ??= info.find((a) => a.family === 'inet6' && a.scope === 'global')?.local ?? null;
     }
-    this.tunnelSources = { v4, v6 };
+    return { nextHops: hops, sources: { v4, v6 } };
   }
 
   /** Make this.reals match the config: new pairs get ids, vanished ones are marked removed (drained). */
@@ -629,6 +649,22 @@ export class Daemon {
     const nextIds = new Set(next.services.map((s) => serviceIdentity(s)));
     for (const s of this.config.services) if (!nextIds.has(serviceIdentity(s))) removed.set(serviceIdentity(s), s);
     for (const sid of nextIds) removed.delete(sid);
+    // Everything that can fail runs before the config is swapped: a reload is all or nothing.
+    const idProblem = this.realIdShortage(next);
+    if (idProblem !== null) {
+      this.metrics.reloads.inc({ result: 'failure' });
+      this.log.error('reload refused', { problems: problemLines([idProblem]) });
+      return { ok: false, problems: [idProblem], refusedBy: 'config' };
+    }
+    let tunnel: Awaited<ReturnType<Daemon['resolveTunnelRoutes']>>;
+    try {
+      tunnel = await this.resolveTunnelRoutes(next);
+    } catch (err) {
+      this.metrics.reloads.inc({ result: 'failure' });
+      const p = { path: '(host)', message: `reading the addresses of ${next.interface}: ${(err as Error).message}` };
+      this.log.error('reload refused', { problems: problemLines([p]) });
+      return { ok: false, problems: [p], refusedBy: 'system' };
+    }
     try {
       await this.host.apply(this.vips(next, removed), { disableGro: next.io === 'pcap' });
     } catch (err) {
@@ -646,25 +682,37 @@ export class Daemon {
       else if (blocker === null) this.log.info('service removed from config: it had no flows', { service: s.name });
       else this.log.warn('service removed from config: its flows are cut', { service: s.name, why: blocker });
     }
+    // The swap, up to the new snapshot, has no await in it: a timer (tick, a queued rebuild, the
+    // announce check) must never see the new config with the old reals.
     this.removedServices = removed;
     this.config = next;
     this.configText = text!;
     this.adminToken = token;
-    await this.pruneOverrides();
+    const pruned = this.pruneOverrides();
     this.send({ type: 'timeouts', timeouts: timeoutsOf(next) });
     this.syncReals();
-    await this.resolveTunnelRoutes();
+    this.nextHops = tunnel.nextHops;
+    this.tunnelSources = tunnel.sources;
     this.neighbors.setWanted(this.l2RealAddresses());
     this.rebuild('reload');
-    if (next.announce.enabled) {
-      await this.startAnnouncing();
-    } else if (this.announcer) {
-      await this.announcer.sync(new Map());
-    }
     this.metrics.reloads.inc({ result: 'success' });
     this.metrics.lastReloadSuccess.set(Date.now() / 1000);
     this.log.info('reload taken', { services: next.services.map((s) => s.name) });
+    // Taken: what follows only follows the new config, and says so in the log when it cannot.
+    if (pruned) await this.saveStateOrWarn();
+    if (next.announce.enabled) await this.startAnnouncing();
+    else await this.stopAnnouncing();
     return { ok: true, problems: [] };
+  }
+
+  /** Why `next` cannot be taken for lack of real ids (new pairs beyond the free ids), or null. */
+  private realIdShortage(next: Config): ConfigProblem | null {
+    let wanted = 0;
+    for (const s of next.services) for (const r of s.reals) if (!this.registry.has(RealRegistry.keyOf(serviceIdentity(s), r.address))) wanted++;
+    const free = this.registry.available();
+    if (wanted <= free) return null;
+    const draining = [...this.reals.values()].filter((r) => r.removed).length;
+    return { path: 'services', message: `${wanted} new (service, real) pairs but only ${free} real ids free of ${MAX_REAL_IDS}: ${draining} removed reals keep theirs until their flows end` };
   }
 
   /**
@@ -766,10 +814,10 @@ export class Daemon {
   /**
    * Drops every override whose real the config itself changed (state or weight differ from the
    * values it overrode) or no longer has: the contract keeps intent "until the config file itself
-   * changes that real", so a later revert of the config must not bring it back; saves the state
-   * file when any went.
+   * changes that real", so a later revert of the config must not bring it back. True when any
+   * went: the caller saves the state file.
    */
-  private async pruneOverrides(): Promise<void> {
+  private pruneOverrides(): boolean {
     const configReals = new Map<string, RealConfig>();
     for (const s of this.config.services) for (const r of s.reals) configReals.set(RealRegistry.keyOf(serviceIdentity(s), r.address), r);
     let pruned = false;
@@ -780,7 +828,12 @@ export class Daemon {
       pruned = true;
       this.log.info('operator intent dropped: the config changed this real', { real: key, override: o });
     }
-    if (pruned) await this.saveState(this.overrides, this.withdrawn).catch((e: Error) => this.log.warn('could not save the state file', { error: e.message }));
+    return pruned;
+  }
+
+  /** Writes the state file as it stands, a failure only logged (the change it records is made). */
+  private async saveStateOrWarn(): Promise<void> {
+    await this.saveState(this.overrides, this.withdrawn).catch((e: Error) => this.log.warn('could not save the state file', { error: e.message }));
   }
 
   /**

@@ -24,10 +24,15 @@ export class RealRegistry {
   idFor(key: string): number {
     const existing = this.ids.get(key);
     if (existing !== undefined) return existing;
+    if (this.available() === 0) throw new RangeError(`more than ${this.maxIds} reals`);
     const id = this.free.length > 0 ? this.free.shift()! : this.nextId++;
-    if (id >= this.maxIds) throw new RangeError(`more than ${this.maxIds} reals`);
     this.ids.set(key, id);
     return id;
+  }
+
+  /** How many new pairs could get an id now (ids of removed pairs still draining are not free). */
+  available(): number {
+    return this.free.length + Math.max(0, this.maxIds - this.nextId);
   }
 
   has(key: string): boolean {

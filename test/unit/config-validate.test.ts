@@ -216,6 +216,18 @@ describe('normalisation', () => {
     expect(config.admin.listen).toEqual({ host: '::1', port: 9101 });
   });
 
+  it('refuses more (service, real) pairs than the packet loop has real ids (8192), and takes exactly that many', () => {
+    const reals = (n: number, base: number) => Array.from({ length: n }, (_, i) => ({ address: `10.${base}.${Math.floor(i / 250)}.${(i % 250) + 1}` }));
+    const doc = minimal();
+    doc.services = [
+      { vip: '203.0.113.10', port: 80, reals: reals(4096, 1) },
+      { vip: '203.0.113.10', port: 443, reals: reals(4096, 2) },
+    ];
+    expect(configOf(doc).services.map((s) => s.reals.length)).toEqual([4096, 4096]);
+    doc.services[1].reals.push({ address: '10.3.0.1' });
+    expect(problemsOfText(JSON.stringify(doc))).toEqual(['services: 8193 (service, real) pairs; at most 8192 in all']);
+  });
+
   it('resolves a real forwarding override against the service mode', () => {
     const doc = minimal();
     doc.services[0].forwarding = 'ipip';

@@ -20,8 +20,9 @@ function deferred(): { promise: Promise<void>; resolve: () => void; reject: (e: 
 
 const tick = () => new Promise((r) => setImmediate(r));
 
-function harness() {
+function harness(reload: () => Promise<void> = async () => undefined) {
   const events: string[] = [];
+  const errors: string[] = [];
   const starting = deferred();
   const daemon: SupervisedDaemon = {
     config: { metrics: { listen: { host: '127.0.0.1', port: 9742 } }, admin: { listen: { host: '127.0.0.1', port: 9743 } } } as Config,
@@ -31,9 +32,12 @@ function harness() {
       events.push('started');
     },
     stop: async (opts) => void events.push(opts?.startFailed ? 'stop(startFailed)' : 'stop'),
-    reload: async () => void events.push('reload'),
+    reload: async () => {
+      events.push('reload');
+      await reload();
+    },
   };
-  const log: Logger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: () => undefined };
+  const log: Logger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: (msg, fields) => void errors.push(`${msg} ${JSON.stringify(fields)}`) };
   const signals = new EventEmitter();
   const exits: number[] = [];
   const run = superviseDaemon({
@@ -47,7 +51,7 @@ function harness() {
     },
     stderr: () => undefined,
   });
-  return { events, starting, signals, exits, run };
+  return { events, errors, starting, signals, exits, run };
 }
 
 describe('dsrlb run: signals and start', () => {
@@ -87,5 +91,33 @@ describe('dsrlb run: signals and start', () => {
     await tick();
     expect(h.events.slice(5)).toEqual(['close metrics', 'close admin', 'stop', 'exit 0']);
     expect(h.exits).toEqual([0]);
+  });
+
+  it('a SIGHUP whose reload throws is logged and the daemon runs on (no unhandled rejection)', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (e: unknown): void => void unhandled.push(e);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const h = harness(async () => {
+        throw new Error('ip: cannot talk to the kernel');
+      });
+      await tick();
+      h.starting.resolve();
+      await tick();
+      await tick();
+      h.signals.emit('SIGHUP');
+      await tick();
+      await tick();
+      expect(h.events.slice(4)).toEqual(['reload']);
+      expect(h.errors).toEqual(['reload failed {"error":"ip: cannot talk to the kernel"}']);
+      expect(h.exits).toEqual([]);
+      h.signals.emit('SIGTERM');
+      await tick();
+      expect(h.exits).toEqual([0]);
+    } finally {
+      await tick();
+      process.off('unhandledRejection', onUnhandled);
+    }
+    expect(unhandled).toEqual([]);
   });
 });

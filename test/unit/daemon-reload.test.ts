@@ -1,0 +1,148 @@
+// A reload is all or nothing: what can fail (real ids, the interface's addresses, the host change)
+// runs before the config is swapped, and from the swap to the new snapshot nothing awaits, so no
+// timer sees the new config with the old reals. A reload that turns announcing off closes every
+// VIP's device and stops the checks. No root, no loop: the host, loops and neighbours stood in for.
+
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { parseConfigText } from '../../src/config/validate.js';
+import { Daemon } from '../../src/control/daemon.js';
+import { createLogger } from '../../src/control/logger.js';
+import { createCounters, MAX_REAL_IDS } from '../../src/dataplane/counters.js';
+
+let dir: string;
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'dsrlb-reload-'));
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+/** A config with explicit tunnel sources (no `ip addr` asked) and `reals` reals from 10.<base>.0.1 up. */
+function configText(opts: { base?: number; reals?: number; announce?: boolean; iface?: string; tunnel?: boolean; weight?: number } = {}): string {
+  const n = opts.reals ?? 2;
+  const reals = Array.from({ length: n }, (_, i) => `{ address: 10.${opts.base ?? 93}.${Math.floor(i / 250)}.${(i % 250) + 1}, weight: ${opts.weight ?? 1} }`);
+  return `interface: ${opts.iface ?? 'eth0'}
+${opts.tunnel === false ? '' : 'tunnel: { sourceV4: 10.93.255.1, sourceV6: "fd00::1" }\n'}announce: { enabled: ${opts.announce ?? false} }
+stateFile: ${join(dir, 'state.json')}
+services:
+  - name: web
+    vip: 10.99.0.100
+    port: 80
+    healthCheck: { type: none }
+    reals: [${reals.join(', ')}]
+`;
+}
+
+function daemonRunning(text: string) {
+  const parsed = parseConfigText(text);
+  if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
+  const path = join(dir, 'dsrlb.yaml');
+  writeFileSync(path, text);
+  const logs: { level: string; msg: string }[] = [];
+  const daemon = new Daemon(path, createLogger((l) => logs.push(JSON.parse(l) as { level: string; msg: string })));
+  daemon.config = parsed.config;
+  daemon.configText = text;
+  const hostApplied: string[][] = [];
+  const sent: { type: string }[] = [];
+  const inside = daemon as unknown as Record<string, unknown>;
+  const counters = createCounters();
+  inside.loops = {
+    running: true,
+    heartbeatAgeMs: () => 0,
+    broadcast: (m: { type: string }) => void sent.push(m),
+    counters: () => counters,
+    // Every real holds a flow: removed reals keep their ids.
+    active: () => 1,
+    inactive: () => 0,
+  };
+  inside.host = { apply: async (vips: string[]) => void hostApplied.push(vips) };
+  inside.neighbors = { setWanted: () => undefined, macOf: () => new Uint8Array(6) };
+  (inside.syncReals as () => void).call(daemon);
+  daemon.rebuild('start');
+  const reload = (next: string) => {
+    writeFileSync(path, next);
+    return daemon.reload();
+  };
+  return { daemon, inside, reload, logs, hostApplied, sent };
+}
+
+describe('reload: all or nothing', () => {
+  it('refuses a config that needs more real ids than are free, naming them, and changes nothing', async () => {
+    const before = configText({ base: 93, reals: 5000 });
+    const d = daemonRunning(before);
+    const config = d.daemon.config;
+    // 5000 new pairs while the 5000 removed ones still hold flows (and their ids).
+    const result = await d.reload(configText({ base: 94, reals: 5000 }));
+    expect(result.ok).toBe(false);
+    expect(result.problems).toEqual([
+      { path: 'services', message: `5000 new (service, real) pairs but only ${MAX_REAL_IDS - 5000} real ids free of ${MAX_REAL_IDS}: 0 removed reals keep theirs until their flows end` },
+    ]);
+    expect(d.daemon.config).toBe(config);
+    expect(d.daemon.configText).toBe(before);
+    expect(d.hostApplied).toEqual([]);
+    expect(d.sent.filter((m) => m.type === 'snapshot')).toHaveLength(1);
+    d.daemon.health.stop();
+  }, 30_000);
+
+  it('takes the same reals again, and refuses while reals removed by the previous reload still drain', async () => {
+    const d = daemonRunning(configText({ base: 93, reals: 5000 }));
+    expect((await d.reload(configText({ base: 93, reals: 5000, weight: 2 }))).ok).toBe(true);
+    // The 5000 removed (draining, ids kept) and 2000 new: 7000 ids in use, and 2000 more wanted.
+    expect((await d.reload(configText({ base: 95, reals: 2000 }))).ok).toBe(true);
+    const refused = await d.reload(configText({ base: 96, reals: 2000 }));
+    expect(refused.ok).toBe(false);
+    expect(refused.problems[0]!.message).toBe(`2000 new (service, real) pairs but only ${MAX_REAL_IDS - 7000} real ids free of ${MAX_REAL_IDS}: 5000 removed reals keep theirs until their flows end`);
+    d.daemon.health.stop();
+  }, 30_000);
+
+  it('refuses, before any host change, when the interface\'s addresses (the IPIP outer source) cannot be read', async () => {
+    const text = configText({ iface: 'dsrlbnosuch0', tunnel: false });
+    const d = daemonRunning(text);
+    const config = d.daemon.config;
+    const result = await d.reload(configText({ iface: 'dsrlbnosuch0', tunnel: false, reals: 3 }));
+    expect(result).toMatchObject({ ok: false, refusedBy: 'system' });
+    expect(result.problems[0]!.path).toBe('(host)');
+    expect(result.problems[0]!.message).toMatch(/^reading the addresses of dsrlbnosuch0: /);
+    expect(d.daemon.config).toBe(config);
+    expect(d.hostApplied).toEqual([]);
+    d.daemon.health.stop();
+  });
+
+  it('lets no timer run between the swap and the new snapshot: one that rebuilds meanwhile sees a whole view', async () => {
+    const d = daemonRunning(configText({ reals: 2 }));
+    // An operator drain on the first real: the reload changes that real's weight, so the intent
+    // is dropped and the state file written. Saving yields to timers: it must come after the rebuild.
+    (d.inside.overrides as Map<string, unknown>).set('tcp|10.99.0.100|80#10.93.0.1', { configState: 'active', configWeight: 1, state: 'drain' });
+    let viewDuringSave: unknown = null;
+    d.inside.saveState = async () => {
+      try {
+        d.daemon.rebuild('a timer');
+        viewDuringSave = 'whole';
+      } catch (err) {
+        viewDuringSave = err;
+      }
+    };
+    const result = await d.reload(configText({ reals: 4, weight: 3 }));
+    expect(result.ok).toBe(true);
+    expect(viewDuringSave).toBe('whole');
+    expect((d.inside.overrides as Map<string, unknown>).size).toBe(0);
+    d.daemon.health.stop();
+  });
+});
+
+describe('reload: announcing turned off', () => {
+  it('closes every VIP\'s device, stops the 200 ms check, and the checks do nothing after', async () => {
+    const d = daemonRunning(configText({ announce: true }));
+    const syncs: Map<string, boolean>[] = [];
+    d.inside.announcer = { sync: async (w: Map<string, boolean>) => void syncs.push(new Map(w)), setFiles: () => undefined, isAnnounced: () => false };
+    d.inside.announceTimer = setInterval(() => undefined, 200);
+    const result = await d.reload(configText({ announce: false }));
+    expect(result.ok).toBe(true);
+    expect(d.inside.announceTimer).toBeNull();
+    expect(syncs).toEqual([new Map()]);
+    await (d.inside.syncAnnouncements as () => Promise<void>).call(d.daemon);
+    expect(syncs).toHaveLength(1);
+    d.daemon.health.stop();
+  });
+});
