@@ -56,17 +56,43 @@ interface Gate {
   carrier: boolean | null;
 }
 
+/** The TUN calls the announcer makes: the native addon, or a fake in tests. */
+export interface TunControl {
+  open(name: string): { name: string; fd: number };
+  setCarrier(fd: number, on: boolean): void;
+  close(fd: number): void;
+}
+
+const nativeTun: TunControl = {
+  open: (name) => loadNative().openTun(name),
+  setCarrier: (fd, on) => loadNative().tunSetCarrier(fd, on),
+  close: (fd) => closeSync(fd),
+};
+
+/** How often a failed `birdc configure` is tried again while the routes file is newer than BIRD's view. */
+const BIRDC_RETRY_MS = 5000;
+
 export class VipAnnouncer {
   private readonly gates = new Map<string, Gate>();
+  /** The routes file does not list exactly the open gates yet (a write failed, or the file moved). */
+  private routesStale = false;
+  /** BIRD has not been told of the last routes file (birdc failed); when it was last tried. */
+  private birdStale = false;
+  private birdTriedMs = 0;
+  /** The last failure said per VIP (or 'routes', 'birdc'): each is logged once, and once when it ends. */
+  private readonly failures = new Map<string, string>();
 
   constructor(
     private readonly log: Logger,
     private routesFile: string,
     private birdSocket: string | null,
     private readonly runner: CommandRunner = systemRunner,
+    private readonly tun: TunControl = nativeTun,
   ) {}
 
+  /** A reload's routesFile and birdSocket: a new file is written at the next sync. */
   setFiles(routesFile: string, birdSocket: string | null): void {
+    if (routesFile !== this.routesFile || birdSocket !== this.birdSocket) this.routesStale = true;
     this.routesFile = routesFile;
     this.birdSocket = birdSocket;
   }
@@ -79,33 +105,39 @@ export class VipAnnouncer {
     return this.gates.get(vip)?.carrier === true;
   }
 
-  /** Make the gates match `wanted` (VIP -> announce now?): open/close devices, flip carriers. */
+  /**
+   * Make the gates match `wanted` (VIP -> announce now?): open/close devices, flip carriers. A VIP
+   * whose device cannot be made is left out (logged, tried again at the next sync); the others go
+   * on. Never throws: every failure is logged once and retried.
+   */
   async sync(wanted: ReadonlyMap<string, boolean>): Promise<void> {
-    let setChanged = false;
     for (const vip of wanted.keys()) {
       if (this.gates.has(vip)) continue;
-      const name = announceDeviceName(vip);
-      const native = loadNative();
-      const tun = native.openTun(name);
-      // A new TUN has its carrier on: turn it off before the device goes up, or BIRD would
-      // announce the VIP before we decided to.
-      native.tunSetCarrier(tun.fd, false);
-      await this.runner(['ip', 'link', 'set', 'dev', tun.name, 'up']);
-      this.gates.set(vip, { name: tun.name, fd: tun.fd, carrier: false });
-      setChanged = true;
+      const gate = await this.openGate(vip);
+      if (gate === null) continue;
+      this.gates.set(vip, gate);
+      this.routesStale = true;
     }
     for (const [vip, gate] of [...this.gates]) {
       if (wanted.has(vip)) continue;
-      closeSync(gate.fd);
+      this.closeFd(gate.fd);
       this.gates.delete(vip);
-      setChanged = true;
+      this.routesStale = true;
       this.log.info('VIP no longer announced: device closed', { vip, device: gate.name });
     }
-    if (setChanged) await this.writeRoutes([...this.gates.keys()]);
+    // A VIP no longer wanted has no failure left to report.
+    for (const key of [...this.failures.keys()]) if (key !== 'routes' && key !== 'birdc' && !wanted.has(key)) this.failures.delete(key);
+    if (this.routesStale) await this.writeRoutes();
+    if (this.birdStale && Date.now() - this.birdTriedMs >= BIRDC_RETRY_MS) await this.tellBird();
     for (const [vip, on] of wanted) {
-      const gate = this.gates.get(vip)!;
-      if (gate.carrier === on) continue;
-      loadNative().tunSetCarrier(gate.fd, on);
+      const gate = this.gates.get(vip);
+      if (gate === undefined || gate.carrier === on) continue;
+      try {
+        this.tun.setCarrier(gate.fd, on);
+      } catch (err) {
+        this.failed(vip, `setting the carrier of ${gate.name}: ${(err as Error).message}`);
+        continue;
+      }
       gate.carrier = on;
       this.log[on ? 'info' : 'warn'](on ? 'VIP announced' : 'VIP withdrawn', { vip, device: gate.name });
     }
@@ -116,7 +148,7 @@ export class VipAnnouncer {
     for (const [vip, gate] of this.gates) {
       if (gate.carrier === false) continue;
       try {
-        loadNative().tunSetCarrier(gate.fd, false);
+        this.tun.setCarrier(gate.fd, false);
       } catch {
         // the device is gone already: nothing to announce either
       }
@@ -126,23 +158,79 @@ export class VipAnnouncer {
   }
 
   close(): void {
-    for (const gate of this.gates.values()) {
-      try {
-        closeSync(gate.fd);
-      } catch {
-        // already closed
-      }
-    }
+    for (const gate of this.gates.values()) this.closeFd(gate.fd);
     this.gates.clear();
   }
 
-  private async writeRoutes(vips: readonly string[]): Promise<void> {
-    if (!(await writeRoutesFile(this.routesFile, birdRoutes(vips)))) return;
-    this.log.info('BIRD routes file written', { file: this.routesFile, vips });
-    if (this.birdSocket) {
-      await this.runner(['birdc', '-s', this.birdSocket, 'configure']).catch((e: Error) =>
-        this.log.warn('birdc configure failed', { socket: this.birdSocket, error: e.message }),
-      );
+  /** A VIP's device, carrier off and up; null (logged) when it cannot be made, nothing left open. */
+  private async openGate(vip: string): Promise<Gate | null> {
+    let fd = -1;
+    try {
+      const tun = this.tun.open(announceDeviceName(vip));
+      fd = tun.fd;
+      // A new TUN has its carrier on: turn it off before the device goes up, or BIRD would
+      // announce the VIP before we decided to.
+      this.tun.setCarrier(fd, false);
+      await this.runner(['ip', 'link', 'set', 'dev', tun.name, 'up']);
+      this.succeeded(vip);
+      return { name: tun.name, fd, carrier: false };
+    } catch (err) {
+      // Closing the fd deletes the half-made device; the next sync starts again.
+      if (fd >= 0) this.closeFd(fd);
+      this.failed(vip, `making its announce device: ${(err as Error).message}`);
+      return null;
     }
+  }
+
+  private closeFd(fd: number): void {
+    try {
+      this.tun.close(fd);
+    } catch {
+      // already closed
+    }
+  }
+
+  private async writeRoutes(): Promise<void> {
+    const vips = [...this.gates.keys()];
+    let written: boolean;
+    try {
+      written = await writeRoutesFile(this.routesFile, birdRoutes(vips));
+    } catch (err) {
+      this.failed('routes', `writing the BIRD routes file ${this.routesFile}: ${(err as Error).message}`);
+      return;
+    }
+    this.succeeded('routes');
+    this.routesStale = false;
+    if (!written) return;
+    this.log.info('BIRD routes file written', { file: this.routesFile, vips });
+    if (this.birdSocket) await this.tellBird();
+  }
+
+  /** `birdc configure`: BIRD reads the routes file again. A failure is retried every BIRDC_RETRY_MS. */
+  private async tellBird(): Promise<void> {
+    if (!this.birdSocket) {
+      this.birdStale = false;
+      return;
+    }
+    this.birdTriedMs = Date.now();
+    try {
+      await this.runner(['birdc', '-s', this.birdSocket, 'configure']);
+      this.birdStale = false;
+      this.succeeded('birdc');
+    } catch (err) {
+      this.birdStale = true;
+      this.failed('birdc', `birdc configure (socket ${this.birdSocket}): ${(err as Error).message}`);
+    }
+  }
+
+  private failed(what: string, message: string): void {
+    if (this.failures.get(what) === message) return;
+    this.failures.set(what, message);
+    this.log.error('announcement update failed', { what, error: message });
+  }
+
+  private succeeded(what: string): void {
+    if (!this.failures.delete(what)) return;
+    this.log.info('announcement update works again', { what });
   }
 }

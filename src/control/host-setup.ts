@@ -11,32 +11,33 @@
 import { execFile } from 'node:child_process';
 import { statSync } from 'node:fs';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
-import { promisify } from 'node:util';
 import type { Logger } from './logger.js';
-
-const run = promisify(execFile);
 
 /** Runs a host command; injectable so tests and simulate run without privileges. */
 export type CommandRunner = (argv: readonly string[], stdin?: string) => Promise<{ stdout: string }>;
 
-export const systemRunner: CommandRunner = async (argv, stdin) => {
-  if (stdin !== undefined) {
-    return new Promise((resolve, reject) => {
-      const child = execFile(argv[0]!, argv.slice(1), (err, stdout, stderr) => {
-        if (err) reject(new Error(`${argv.join(' ')}: ${stderr.trim() || err.message}`));
-        else resolve({ stdout });
+/**
+ * How long a host command may take. None of ours (ip, nft, ethtool, birdc) takes more than a
+ * fraction of a second; one that hangs (birdc on a wedged BIRD) must not hold the daemon's queue of
+ * changes, nor its stop, for ever.
+ */
+export const COMMAND_TIMEOUT_MS = 10_000;
+
+/** A CommandRunner that kills a command still running after timeoutMs. */
+export function commandRunner(timeoutMs: number): CommandRunner {
+  return (argv, stdin) =>
+    new Promise((resolve, reject) => {
+      const child = execFile(argv[0]!, argv.slice(1), { timeout: timeoutMs, killSignal: 'SIGKILL' }, (err, stdout, stderr) => {
+        if (!err) return resolve({ stdout });
+        const timedOut = (err as { killed?: boolean }).killed === true;
+        const why = timedOut ? `no answer within ${timeoutMs / 1000} s (killed)` : stderr.trim() || err.message;
+        reject(new Error(`${argv.join(' ')}: ${why}`));
       });
       child.stdin!.end(stdin);
     });
-  }
-  try {
-    const r = await run(argv[0]!, argv.slice(1));
-    return { stdout: r.stdout };
-  } catch (err) {
-    const e = err as { stderr?: string; message: string };
-    throw new Error(`${argv.join(' ')}: ${(e.stderr ?? '').trim() || e.message}`);
-  }
-};
+}
+
+export const systemRunner: CommandRunner = commandRunner(COMMAND_TIMEOUT_MS);
 
 export const NFT_TABLE = 'dsrlb';
 

@@ -592,7 +592,8 @@ describe('metrics', () => {
       let result: { metric: { real: string }; value: [number, string] }[] = [];
       const deadline = Date.now() + 30_000;
       while (Date.now() < deadline) {
-        const q = await lab.exec(lab.lb, ['curl', '-s', '--data-urlencode', 'query=sum by (real) (dsrlb_forwarded_packets_total)', 'http://127.0.0.1:9790/api/v1/query']);
+        // -f: Prometheus answers 503 "Service Unavailable" until its storage is ready; keep asking.
+        const q = await lab.exec(lab.lb, ['curl', '-sf', '--data-urlencode', 'query=sum by (real) (dsrlb_forwarded_packets_total)', 'http://127.0.0.1:9790/api/v1/query']);
         if (q.code === 0 && q.stdout) {
           const parsed = JSON.parse(q.stdout) as { data?: { result: typeof result } };
           result = parsed.data?.result ?? [];

@@ -1,10 +1,13 @@
-// The BIRD side of scale-out announcements: device names every LB agrees on, and the routes file.
+// The BIRD side of scale-out announcements: device names every LB agrees on, the routes file, and
+// an announcer that keeps going when one VIP, the file or birdc fails (fake TUN devices, no root).
 
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
-import { announceDeviceName, birdRoutes, writeRoutesFile } from '../../src/control/announcer.js';
+import { describe, expect, it, vi } from 'vitest';
+import { announceDeviceName, birdRoutes, VipAnnouncer, writeRoutesFile, type TunControl } from '../../src/control/announcer.js';
+import { commandRunner, systemRunner, type CommandRunner } from '../../src/control/host-setup.js';
+import { createLogger } from '../../src/control/logger.js';
 
 describe('VIP announcement for BIRD', () => {
   it('names each VIP a stable TUN device that fits IFNAMSIZ', () => {
@@ -39,5 +42,139 @@ describe('VIP announcement for BIRD', () => {
       process.umask(old);
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+/** Fake TUN devices: which fds are open, each one's carrier. */
+function fakeTun() {
+  const open = new Map<number, { name: string; carrier: boolean }>();
+  let next = 100;
+  const tun: TunControl = {
+    open: (name) => {
+      const fd = next++;
+      open.set(fd, { name, carrier: true });
+      return { name, fd };
+    },
+    setCarrier: (fd, on) => {
+      const d = open.get(fd);
+      if (!d) throw new Error('EBADF');
+      d.carrier = on;
+    },
+    close: (fd) => void open.delete(fd),
+  };
+  const carrierOf = (vip: string): boolean | undefined => [...open.values()].find((d) => d.name === announceDeviceName(vip))?.carrier;
+  return { tun, open, carrierOf };
+}
+
+function logLines() {
+  const lines: { level: string; msg: string; what?: string }[] = [];
+  return { lines, log: createLogger((l) => lines.push(JSON.parse(l) as { level: string; msg: string })) };
+}
+
+describe('VIP announcer: one failure stops nothing else', () => {
+  it('a VIP whose device cannot be brought up is left out (its fd closed) and the others announce; it joins once it can', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-announce-'));
+    try {
+      const file = join(dir, 'routes.conf');
+      const bad = announceDeviceName('10.77.0.2');
+      let ipWorks = false;
+      const runner: CommandRunner = async (argv) => {
+        if (argv.includes(bad) && !ipWorks) throw new Error('ip link set: RTNETLINK answers: Device or resource busy');
+        return { stdout: '' };
+      };
+      const t = fakeTun();
+      const { lines, log } = logLines();
+      const a = new VipAnnouncer(log, file, null, runner, t.tun);
+      const wanted = new Map([
+        ['10.77.0.1', true],
+        ['10.77.0.2', true],
+      ]);
+      for (let i = 0; i < 3; i++) await a.sync(wanted);
+      expect(a.isAnnounced('10.77.0.1')).toBe(true);
+      expect(t.carrierOf('10.77.0.1')).toBe(true);
+      expect(a.isAnnounced('10.77.0.2')).toBe(false);
+      expect(t.open.size).toBe(1); // the half-made device's fd was closed each time
+      expect(readFileSync(file, 'utf8')).toBe(birdRoutes(['10.77.0.1']));
+      // Said once, not every 200 ms.
+      expect(lines.filter((l) => l.msg === 'announcement update failed')).toHaveLength(1);
+      ipWorks = true;
+      await a.sync(wanted);
+      expect(a.isAnnounced('10.77.0.2')).toBe(true);
+      expect(readFileSync(file, 'utf8')).toBe(birdRoutes(['10.77.0.1', '10.77.0.2']));
+      expect(lines.filter((l) => l.msg === 'announcement update works again')).toHaveLength(1);
+      a.close();
+      expect(t.open.size).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a routes file that cannot be written is tried again at every sync, carriers go on meanwhile; a new routesFile is written', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-announce-'));
+    try {
+      writeFileSync(join(dir, 'blocker'), '');
+      const t = fakeTun();
+      const { lines, log } = logLines();
+      const a = new VipAnnouncer(log, join(dir, 'blocker', 'routes.conf'), null, async () => ({ stdout: '' }), t.tun);
+      const wanted = new Map([['10.77.0.1', true]]);
+      await a.sync(wanted);
+      await a.sync(wanted);
+      expect(a.isAnnounced('10.77.0.1')).toBe(true);
+      expect(lines.filter((l) => l.msg === 'announcement update failed')).toHaveLength(1);
+      // A reload moves the file: written at the next sync though the set of VIPs did not change.
+      const file = join(dir, 'routes.conf');
+      a.setFiles(file, null);
+      await a.sync(wanted);
+      expect(readFileSync(file, 'utf8')).toBe(birdRoutes(['10.77.0.1']));
+      a.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a failed birdc configure is tried again every 5 s until BIRD takes the file', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-announce-'));
+    try {
+      const calls: string[] = [];
+      let birdUp = false;
+      const runner: CommandRunner = async (argv) => {
+        if (argv[0] === 'birdc') {
+          calls.push(argv.join(' '));
+          if (!birdUp) throw new Error('birdc: Unable to connect to server control socket');
+        }
+        return { stdout: '' };
+      };
+      const now = vi.spyOn(Date, 'now');
+      let t0 = 1_000_000;
+      now.mockImplementation(() => t0);
+      const a = new VipAnnouncer(logLines().log, join(dir, 'routes.conf'), '/run/bird/bird.ctl', runner, fakeTun().tun);
+      const wanted = new Map([['10.77.0.1', true]]);
+      await a.sync(wanted);
+      expect(calls).toHaveLength(1);
+      t0 += 1000;
+      await a.sync(wanted);
+      expect(calls).toHaveLength(1);
+      birdUp = true;
+      t0 += 4000;
+      await a.sync(wanted);
+      expect(calls).toEqual(['birdc -s /run/bird/bird.ctl configure', 'birdc -s /run/bird/bird.ctl configure']);
+      t0 += 10_000;
+      await a.sync(wanted);
+      expect(calls).toHaveLength(2);
+      a.close();
+      now.mockRestore();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('host commands', () => {
+  it('a command that does not answer is killed after the timeout and named in the error', async () => {
+    const started = Date.now();
+    await expect(commandRunner(300)(['sleep', '30'])).rejects.toThrow('sleep 30: no answer within 0.3 s (killed)');
+    expect(Date.now() - started).toBeLessThan(5000);
+    await expect(commandRunner(300)(['sh', '-c', 'echo no >&2; exit 3'])).rejects.toThrow('sh -c echo no >&2; exit 3: no');
+    expect(await systemRunner(['sh', '-c', 'cat'], 'in')).toEqual({ stdout: 'in' });
   });
 });
