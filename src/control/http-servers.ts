@@ -65,7 +65,7 @@ const INTENT_VERBS: Record<string, IntentChange> = {
 /** The HTTP status for a DaemonError code. */
 function statusOf(code: string): number {
   if (code.startsWith('UNKNOWN')) return 404;
-  if (code === 'STATE_NOT_SAVED') return 503;
+  if (code === 'STATE_NOT_SAVED' || code === 'LOOP_UNANSWERED') return 503;
   if (code === 'INTERNAL') return 500;
   return 400;
 }

@@ -8,7 +8,11 @@ import { Worker } from 'node:worker_threads';
 import { COUNTER_SLOTS, Counter, createCounters } from '../dataplane/counters.js';
 import { monotonicMs } from '../dataplane/monotonic-clock.js';
 import { LoopRunner, type LoopEvent, type LoopRequest, type LoopSettings } from '../dataplane/loop-runner.js';
+import { DaemonError } from './daemon-error.js';
 import type { Logger } from './logger.js';
+
+/** How long ask() waits for a loop that still runs; a loop answers within one wake-up (a few ms). */
+export const ASK_TIMEOUT_MS = 5_000;
 
 /**
  * Switches V8's memory reducer off for isolates created from now on, the packet loops' workers
@@ -38,9 +42,18 @@ interface Loop {
   active: Int32Array;
   inactive: Int32Array;
   running: boolean;
+  /** Its worker thread ended (stop() must not wait for an 'exit' that already came). */
+  exited: boolean;
   post(m: LoopRequest): void;
   worker: Worker | null;
   inline: LoopRunner | null;
+}
+
+interface Pending {
+  readonly waiting: Set<Loop>;
+  readonly events: LoopEvent[];
+  readonly done: (e: LoopEvent[]) => void;
+  readonly timer: NodeJS.Timeout;
 }
 
 export type LoopBase = Omit<LoopSettings, 'counters' | 'fanoutGroupId' | 'cpu'>;
@@ -49,7 +62,9 @@ export class LoopGroup {
   private loops: Loop[] = [];
   private readonly sum = new Float64Array(COUNTER_SLOTS);
   private seq = 0;
-  private readonly pending = new Map<number, { left: number; events: LoopEvent[]; done: (e: LoopEvent[]) => void }>();
+  // Per request: the loops that still owe an answer. A loop that ends is taken out of every
+  // request (its flows ended with it, so the living loops' answers are the whole truth).
+  private readonly pending = new Map<number, Pending>();
   localMac: Uint8Array = new Uint8Array(6);
   mtu = 1500;
 
@@ -71,6 +86,7 @@ export class LoopGroup {
         active: new Int32Array(0),
         inactive: new Int32Array(0),
         running: false,
+        exited: false,
         post: () => undefined,
         worker: null,
         inline: null,
@@ -95,16 +111,14 @@ export class LoopGroup {
           case 'explained':
           case 'flows': {
             const p = this.pending.get(e.id);
-            if (!p) break;
+            if (!p || !p.waiting.delete(loop)) break;
             p.events.push(e);
-            if (--p.left === 0) {
-              this.pending.delete(e.id);
-              p.done(p.events);
-            }
+            this.settleIfAnswered(e.id, p);
             break;
           }
           case 'stopped':
             loop.running = false;
+            this.forgetLoop(loop);
             break;
         }
       };
@@ -117,20 +131,28 @@ export class LoopGroup {
         return;
       }
       disableMemoryReducerForNewIsolates();
-      const worker = new Worker(new URL('../dataplane/loop-worker.js', import.meta.url), { workerData: settings });
+      const worker = this.createWorker(settings);
       loop.worker = worker;
       loop.post = (m) => worker.postMessage(m);
       worker.on('message', onEvent);
       worker.on('error', (err) => {
         loop.running = false;
+        this.forgetLoop(loop);
         this.log.error('packet loop crashed', { error: err.message });
         reject(err);
       });
       worker.on('exit', (code) => {
         if (loop.running) this.log.warn('packet loop exited', { code });
         loop.running = false;
+        loop.exited = true;
+        this.forgetLoop(loop);
       });
     });
+  }
+
+  /** The thread that runs one loop (a seam: tests give a worker that speaks the same messages). */
+  protected createWorker(settings: LoopSettings): Worker {
+    return new Worker(new URL('../dataplane/loop-worker.js', import.meta.url), { workerData: settings });
   }
 
   get size(): number {
@@ -154,14 +176,36 @@ export class LoopGroup {
     for (const l of this.loops) l.post(m);
   }
 
-  /** Asks every loop (explain, flows) and resolves with all their answers. */
-  ask(make: (id: number) => LoopRequest): Promise<LoopEvent[]> {
+  /**
+   * Asks every running loop (explain, flows) and resolves with their answers; a loop that ends
+   * meanwhile is not waited for. Rejects (LOOP_UNANSWERED) when a running loop has not answered
+   * within timeoutMs: a stalled loop must not hang the admin request that asked.
+   */
+  ask(make: (id: number) => LoopRequest, timeoutMs = ASK_TIMEOUT_MS): Promise<LoopEvent[]> {
     const id = ++this.seq;
-    return new Promise((resolve) => {
-      if (this.loops.length === 0) return resolve([]);
-      this.pending.set(id, { left: this.loops.length, events: [], done: resolve });
-      this.broadcast(make(id));
+    const asked = this.loops.filter((l) => l.running);
+    return new Promise((resolve, reject) => {
+      if (asked.length === 0) return resolve([]);
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new DaemonError('LOOP_UNANSWERED', `${p.waiting.size} of ${asked.length} packet loops did not answer within ${timeoutMs / 1000} s`));
+      }, timeoutMs);
+      const p: Pending = { waiting: new Set(asked), events: [], done: resolve, timer };
+      this.pending.set(id, p);
+      const m = make(id);
+      for (const l of asked) l.post(m);
     });
+  }
+
+  private settleIfAnswered(id: number, p: Pending): void {
+    if (p.waiting.size > 0) return;
+    this.pending.delete(id);
+    clearTimeout(p.timer);
+    p.done(p.events);
+  }
+
+  private forgetLoop(loop: Loop): void {
+    for (const [id, p] of this.pending) if (p.waiting.delete(loop)) this.settleIfAnswered(id, p);
   }
 
   /** The counters summed over the loops (gauge-like slots such as the heartbeat are not summed). */
@@ -198,11 +242,13 @@ export class LoopGroup {
     await Promise.all(
       loops.map(async (l) => {
         l.running = false;
+        this.forgetLoop(l);
         if (l.inline) {
           l.inline.handle({ type: 'stop' });
           return;
         }
         const w = l.worker!;
+        if (l.exited) return;
         const exited = new Promise((r) => w.once('exit', r));
         w.postMessage({ type: 'stop' } satisfies LoopRequest);
         const timer = setTimeout(() => void w.terminate(), timeoutMs);
