@@ -8,7 +8,8 @@ export { formatProblems, parseConfigText, validateAdminSettings, type AdminSetti
 
 /**
  * Loads and validates the config at `path`. A file that cannot be read is one problem at `(file)`;
- * the default stateFile is `dsrlb.state.json` beside the config.
+ * the default stateFile is `dsrlb.state.json` in systemd's state directory when the daemon runs
+ * under a unit with StateDirectory=, else beside the config.
  */
 export async function loadConfigFile(path: string): Promise<ConfigResult> {
   return (await readConfigFile(path)).result;
@@ -18,7 +19,13 @@ export async function loadConfigFile(path: string): Promise<ConfigResult> {
 export async function readConfigFile(path: string): Promise<{ text: string | null; result: ConfigResult }> {
   const read = await readText(path);
   if (!read.ok) return { text: null, result: { ok: false, problems: [read.problem] } };
-  return { text: read.text, result: parseConfigText(read.text, { sourcePath: path }) };
+  return { text: read.text, result: parseConfigText(read.text, { sourcePath: path, ...stateDirectoryOf(process.env) }) };
+}
+
+/** The first of systemd's $STATE_DIRECTORY (a colon-separated list of absolute paths), if set. */
+export function stateDirectoryOf(env: NodeJS.ProcessEnv): { stateDirectory?: string } {
+  const first = env.STATE_DIRECTORY?.split(':')[0];
+  return first !== undefined && first.startsWith('/') ? { stateDirectory: first } : {};
 }
 
 /**

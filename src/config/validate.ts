@@ -29,6 +29,11 @@ export type ConfigResult = { ok: true; config: Config } | { ok: false; problems:
 export interface ParseOptions {
   /** The file the text came from: relative stateFile/tokenFile paths and the default stateFile are resolved against its directory. */
   readonly sourcePath?: string;
+  /**
+   * Where the default stateFile goes instead of beside the config: systemd's $STATE_DIRECTORY
+   * (the shipped unit sets StateDirectory=dsrlb and makes /etc read-only to the daemon).
+   */
+  readonly stateDirectory?: string;
 }
 
 export const DEFAULT_METRICS_LISTEN: ListenAddress = Object.freeze({ host: '127.0.0.1', port: 9742 });
@@ -224,7 +229,8 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
     p.add('admin.listen', `${formatListen(adminListen)} clashes with metrics.listen (${formatListen(metricsListen)}); they need different ports`);
   }
   const explicitStateFile = filePath(p, raw, 'stateFile', '', configDir);
-  const stateFile = explicitStateFile ?? (configDir === null ? null : join(configDir, STATE_FILE_NAME));
+  const defaultStateDir = opts.stateDirectory ?? configDir;
+  const stateFile = explicitStateFile ?? (defaultStateDir === null ? null : join(defaultStateDir, STATE_FILE_NAME));
   const announce = announceSection(p, raw, configDir);
   const services = serviceList(p, raw, vipOwners);
 

@@ -685,6 +685,8 @@ export class Daemon {
     // The swap, up to the new snapshot, has no await in it: a timer (tick, a queued rebuild, the
     // announce check) must never see the new config with the old reals.
     this.removedServices = removed;
+    // A new stateFile gets the intent in force at once, or a restart would start without it.
+    const stateFileMoved = next.stateFile !== this.config.stateFile;
     this.config = next;
     this.configText = text!;
     this.adminToken = token;
@@ -699,7 +701,7 @@ export class Daemon {
     this.metrics.lastReloadSuccess.set(Date.now() / 1000);
     this.log.info('reload taken', { services: next.services.map((s) => s.name) });
     // Taken: what follows only follows the new config, and says so in the log when it cannot.
-    if (pruned) await this.saveStateOrWarn();
+    if (pruned || stateFileMoved) await this.saveStateOrWarn();
     if (next.announce.enabled) await this.startAnnouncing();
     else await this.stopAnnouncing();
     return { ok: true, problems: [] };
@@ -814,8 +816,9 @@ export class Daemon {
   /**
    * Drops every override whose real the config itself changed (state or weight differ from the
    * values it overrode) or no longer has: the contract keeps intent "until the config file itself
-   * changes that real", so a later revert of the config must not bring it back. True when any
-   * went: the caller saves the state file.
+   * changes that real", so a later revert of the config must not bring it back. A withdrawal
+   * goes with its service's removal from the config, for the same reason. True when any went: the
+   * caller saves the state file.
    */
   private pruneOverrides(): boolean {
     const configReals = new Map<string, RealConfig>();
@@ -827,6 +830,13 @@ export class Daemon {
       this.overrides.delete(key);
       pruned = true;
       this.log.info('operator intent dropped: the config changed this real', { real: key, override: o });
+    }
+    const services = new Set(this.config.services.map((s) => serviceIdentity(s)));
+    for (const sid of this.withdrawn) {
+      if (services.has(sid)) continue;
+      this.withdrawn.delete(sid);
+      pruned = true;
+      this.log.info('withdrawal dropped: the service left the config', { service: sid });
     }
     return pruned;
   }
@@ -895,6 +905,10 @@ export class Daemon {
         await fh.close();
       }
       await rename(tmp, file);
+      // The rename itself is on disk only once the directory is: after a power cut, an
+      // acknowledged drain must not come back as the old file. Best effort: the new file is in
+      // place already, so a directory that cannot be synced must not turn this into "not saved".
+      await syncDirectory(dirname(file));
     } catch (err) {
       throw new DaemonError('STATE_NOT_SAVED', `nothing changed: the state file ${file} cannot be written (${(err as Error).message})`);
     }
@@ -1093,4 +1107,12 @@ function droppingReason(view: ServiceView | undefined): string {
   }
   if (wanted.length === 0) return 'no real is active with a weight above 0';
   return 'no wanted real is up';
+}
+
+/** fsync of a directory (its entries, a rename among them); errors ignored (not every filesystem allows it). */
+async function syncDirectory(dir: string): Promise<void> {
+  const fh = await open(dir, 'r').catch(() => null);
+  if (!fh) return;
+  await fh.sync().catch(() => undefined);
+  await fh.close();
 }

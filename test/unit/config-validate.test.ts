@@ -4,9 +4,9 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { formatDurationMs, parseDurationMs } from '../../src/config/duration.js';
-import { loadConfigFile } from '../../src/config/load.js';
+import { loadConfigFile, stateDirectoryOf } from '../../src/config/load.js';
 import type { Config } from '../../src/config/types.js';
 import {
   closestKey,
@@ -891,8 +891,28 @@ describe('loadConfigFile', () => {
   it('defaults stateFile to dsrlb.state.json beside the config', async () => {
     const file = join(dir, 'a.yaml');
     await writeFile(file, JSON.stringify(minimal()));
+    vi.stubEnv('STATE_DIRECTORY', undefined);
     const result = await loadConfigFile(file);
+    vi.unstubAllEnvs();
     expect(result.ok && result.config.stateFile).toBe(join(dir, 'dsrlb.state.json'));
+  });
+
+  it('puts the default stateFile in systemd\'s $STATE_DIRECTORY when set (/etc is read-only to the shipped unit); an explicit one wins', async () => {
+    const file = join(dir, 'a2.yaml');
+    await writeFile(file, JSON.stringify(minimal()));
+    vi.stubEnv('STATE_DIRECTORY', '/var/lib/dsrlb:/var/lib/other');
+    try {
+      const result = await loadConfigFile(file);
+      expect(result.ok && result.config.stateFile).toBe('/var/lib/dsrlb/dsrlb.state.json');
+      await writeFile(file, JSON.stringify({ ...minimal(), stateFile: 'mine.json' }));
+      const explicit = await loadConfigFile(file);
+      expect(explicit.ok && explicit.config.stateFile).toBe(join(dir, 'mine.json'));
+    } finally {
+      vi.unstubAllEnvs();
+    }
+    expect(stateDirectoryOf({ STATE_DIRECTORY: '' })).toEqual({});
+    expect(stateDirectoryOf({ STATE_DIRECTORY: 'relative' })).toEqual({});
+    expect(stateDirectoryOf({})).toEqual({});
   });
 
   it('resolves relative stateFile and tokenFile against the config directory', async () => {

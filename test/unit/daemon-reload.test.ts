@@ -3,7 +3,7 @@
 // timer sees the new config with the old reals. A reload that turns announcing off closes every
 // VIP's device and stops the checks. No root, no loop: the host, loops and neighbours stood in for.
 
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -19,16 +19,16 @@ beforeEach(() => {
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
 /** A config with explicit tunnel sources (no `ip addr` asked) and `reals` reals from 10.<base>.0.1 up. */
-function configText(opts: { base?: number; reals?: number; announce?: boolean; iface?: string; tunnel?: boolean; weight?: number } = {}): string {
+function configText(opts: { base?: number; reals?: number; announce?: boolean; iface?: string; tunnel?: boolean; weight?: number; state?: string; port?: number } = {}): string {
   const n = opts.reals ?? 2;
   const reals = Array.from({ length: n }, (_, i) => `{ address: 10.${opts.base ?? 93}.${Math.floor(i / 250)}.${(i % 250) + 1}, weight: ${opts.weight ?? 1} }`);
   return `interface: ${opts.iface ?? 'eth0'}
 ${opts.tunnel === false ? '' : 'tunnel: { sourceV4: 10.93.255.1, sourceV6: "fd00::1" }\n'}announce: { enabled: ${opts.announce ?? false} }
-stateFile: ${join(dir, 'state.json')}
+stateFile: ${join(dir, opts.state ?? 'state.json')}
 services:
   - name: web
     vip: 10.99.0.100
-    port: 80
+    port: ${opts.port ?? 80}
     healthCheck: { type: none }
     reals: [${reals.join(', ')}]
 `;
@@ -143,6 +143,35 @@ describe('reload: announcing turned off', () => {
     expect(syncs).toEqual([new Map()]);
     await (d.inside.syncAnnouncements as () => Promise<void>).call(d.daemon);
     expect(syncs).toHaveLength(1);
+    d.daemon.health.stop();
+  });
+});
+
+describe('reload: the state file', () => {
+  const saved = (name: string) => JSON.parse(readFileSync(join(dir, name), 'utf8')) as { intent: Record<string, { state: string }>; withdrawn: string[] };
+
+  it('writes the intent in force to a new stateFile at once (a restart would otherwise start without it)', async () => {
+    const d = daemonRunning(configText());
+    await d.daemon.setIntent('web', '10.93.0.1', { state: 'drain' });
+    expect(saved('state.json').intent['tcp|10.99.0.100|80#10.93.0.1']).toMatchObject({ state: 'drain' });
+    const result = await d.reload(configText({ state: 'moved.json' }));
+    expect(result.ok).toBe(true);
+    expect(saved('moved.json').intent['tcp|10.99.0.100|80#10.93.0.1']).toMatchObject({ state: 'drain' });
+    d.daemon.health.stop();
+  });
+
+  it('drops a withdrawal when its service leaves the config, so a later service of that name starts announced', async () => {
+    const d = daemonRunning(configText({ announce: true }));
+    d.inside.announcer = { sync: async () => undefined, setFiles: () => undefined, isAnnounced: () => false };
+    await d.daemon.setAnnounce('web', false);
+    expect(saved('state.json').withdrawn).toEqual(['tcp|10.99.0.100|80']);
+    // Port 81: another service (identity) under the same name; web on port 80 is gone.
+    const result = await d.reload(configText({ announce: true, port: 81 }));
+    expect(result.ok).toBe(true);
+    expect(saved('state.json').withdrawn).toEqual([]);
+    expect(d.logs).toContainEqual(expect.objectContaining({ msg: 'withdrawal dropped: the service left the config' }));
+    expect(existsSync(join(dir, 'state.json.tmp'))).toBe(false);
+    await (d.inside.stopAnnouncing as () => Promise<void>).call(d.daemon);
     d.daemon.health.stop();
   });
 });
