@@ -45,6 +45,22 @@ interface HostState {
   interface: string;
   addedAddresses: string[]; // "VIP/32" (on lo) or "VIP/128" (on the interface)
   groDisabled: boolean;
+  /** GRO and LRO as they were before groDisabled (LRO null: fixed, not ours to set); absent in older records. */
+  offloadsBefore?: Offloads;
+}
+
+export interface Offloads {
+  gro: boolean;
+  lro: boolean | null;
+}
+
+/** GRO and LRO from `ethtool -k` output; a feature marked [fixed] (or missing) is null. */
+export function parseOffloads(text: string): { gro: boolean | null; lro: boolean | null } {
+  const feature = (name: string): boolean | null => {
+    const m = new RegExp(`^${name}: (on|off)( \\[fixed\\])?$`, 'm').exec(text);
+    return m && !m[2] ? m[1] === 'on' : null;
+  };
+  return { gro: feature('generic-receive-offload'), lro: feature('large-receive-offload') };
 }
 
 export class HostSetup {
@@ -100,11 +116,18 @@ export class HostSetup {
     }
     await this.runner(['nft', '-f', '-'], nftRuleset(vips));
     if (opts.disableGro && !this.state.groDisabled) {
-      // libpcap gives no GSO metadata: keep the kernel from merging frames beyond the MTU.
-      await this.runner(['ethtool', '-K', this.ifname, 'gro', 'off', 'lro', 'off']).catch((e: Error) =>
-        this.log.warn('could not turn GRO/LRO off', { error: e.message }),
+      // libpcap gives no GSO metadata: keep the kernel from merging frames beyond the MTU. What
+      // was set before is recorded, so stop puts it back as it was (GRO off stays off).
+      const before = await this.runner(['ethtool', '-k', this.ifname]).then(
+        (r) => parseOffloads(r.stdout),
+        () => ({ gro: null, lro: null }),
       );
+      const off = [...(before.gro === true ? ['gro', 'off'] : []), ...(before.lro === true ? ['lro', 'off'] : [])];
+      if (off.length > 0) {
+        await this.runner(['ethtool', '-K', this.ifname, ...off]).catch((e: Error) => this.log.warn('could not turn GRO/LRO off', { error: e.message }));
+      }
       this.state.groDisabled = true;
+      this.state.offloadsBefore = { gro: before.gro === true, lro: before.lro };
       this.ownGroDisabled = true;
     }
     await this.save();
@@ -116,9 +139,7 @@ export class HostSetup {
     for (const cidr of this.state.addedAddresses) {
       await this.runner(this.addressCommand('del', cidr)).catch(() => undefined);
     }
-    if (this.state.groDisabled) {
-      await this.runner(['ethtool', '-K', this.ifname, 'gro', 'on']).catch(() => undefined);
-    }
+    if (this.state.groDisabled) await this.restoreOffloads(this.state.offloadsBefore);
     this.log.info('host changes undone', { addresses: this.state.addedAddresses });
     this.state = { interface: this.ifname, addedAddresses: [], groDisabled: false };
     this.ownAdded.clear();
@@ -134,12 +155,10 @@ export class HostSetup {
       await this.runner(this.addressCommand('del', cidr)).catch(() => undefined);
     }
     const kept = this.state.addedAddresses.filter((a) => !this.ownAdded.has(a));
-    if (this.ownGroDisabled && !(this.adopted?.groDisabled ?? false)) {
-      await this.runner(['ethtool', '-K', this.ifname, 'gro', 'on']).catch(() => undefined);
-    }
+    if (this.ownGroDisabled && !(this.adopted?.groDisabled ?? false)) await this.restoreOffloads(this.state.offloadsBefore);
     if (this.adopted) {
       await this.runner(['nft', '-f', '-'], nftRuleset(kept.map((c) => c.slice(0, c.lastIndexOf('/'))))).catch(() => undefined);
-      this.state = { interface: this.ifname, addedAddresses: kept, groDisabled: this.adopted.groDisabled };
+      this.state = { interface: this.ifname, addedAddresses: kept, groDisabled: this.adopted.groDisabled, offloadsBefore: this.adopted.offloadsBefore };
       await this.save().catch(() => undefined);
     } else {
       await this.runner(['nft', 'delete', 'table', 'inet', NFT_TABLE]).catch(() => undefined);
@@ -147,6 +166,12 @@ export class HostSetup {
     }
     this.log.info('host changes of this start undone', { addresses: [...this.ownAdded], keptFromPreviousRun: kept });
     this.ownAdded.clear();
+  }
+
+  /** GRO and LRO back as recorded; a record from before they were recorded meant GRO on. */
+  private async restoreOffloads(before: Offloads | undefined): Promise<void> {
+    const on = before === undefined ? ['gro', 'on'] : [...(before.gro ? ['gro', 'on'] : []), ...(before.lro === true ? ['lro', 'on'] : [])];
+    if (on.length > 0) await this.runner(['ethtool', '-K', this.ifname, ...on]).catch(() => undefined);
   }
 
   private devFor(cidr: string): string {

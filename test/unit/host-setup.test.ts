@@ -6,14 +6,15 @@ import { statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { HostSetup, type CommandRunner } from '../../src/control/host-setup.js';
+import { HostSetup, parseOffloads, type CommandRunner } from '../../src/control/host-setup.js';
 import { createLogger } from '../../src/control/logger.js';
 
-function fakeHost(onLo: string[]) {
+function fakeHost(onLo: string[], offloads = ETHTOOL_K) {
   const calls: string[] = [];
   const lo = new Set(onLo);
   const runner: CommandRunner = async (argv, stdin) => {
     calls.push(argv.join(' ') + (stdin ? ` <<${stdin.match(/daddr \{ ([^}]*) \}/)?.[1] ?? ''}` : ''));
+    if (argv[0] === 'ethtool' && argv[1] === '-k') return { stdout: offloads };
     if (argv[1] === '-j') {
       const info = argv[5] === 'lo' ? [...lo].map((c) => ({ local: c.split('/')[0], prefixlen: Number(c.split('/')[1]) })) : [];
       return { stdout: JSON.stringify([{ addr_info: info }]) };
@@ -26,6 +27,16 @@ function fakeHost(onLo: string[]) {
 }
 
 const quiet = createLogger(() => undefined);
+
+/** `ethtool -k` of a NIC (trimmed), GRO on and LRO settable. */
+const ETHTOOL_K = `Features for eth0:
+rx-checksumming: on
+tx-checksumming: on
+generic-segmentation-offload: on
+generic-receive-offload: on
+large-receive-offload: off
+rx-vlan-offload: on [fixed]
+`;
 
 async function runDir(prev: object | null): Promise<{ dir: string; file: string }> {
   const dir = await mkdtemp(join(tmpdir(), 'dsrlb-host-'));
@@ -74,5 +85,45 @@ describe('HostSetup', () => {
     await setup.undo();
     expect([...host.lo]).toEqual([]);
     expect(await readdir(dir)).toEqual([]);
+  });
+
+  it('turns GRO/LRO off for io: pcap and puts back, on stop, exactly what was on before', async () => {
+    for (const [name, text, off, on] of [
+      ['GRO on, LRO off', ETHTOOL_K, 'ethtool -K eth0 gro off', 'ethtool -K eth0 gro on'],
+      ['both on', ETHTOOL_K.replace('large-receive-offload: off', 'large-receive-offload: on'), 'ethtool -K eth0 gro off lro off', 'ethtool -K eth0 gro on lro on'],
+      ['GRO off, LRO fixed (veth)', 'generic-receive-offload: off\nlarge-receive-offload: off [fixed]\n', null, null],
+    ] as const) {
+      const { dir } = await runDir(null);
+      const host = fakeHost([], text);
+      const setup = new HostSetup('eth0', quiet, host.runner, dir);
+      await setup.adopt();
+      await setup.apply(['198.51.100.2'], { disableGro: true });
+      const set = host.calls.filter((c) => c.startsWith('ethtool -K'));
+      expect(set, name).toEqual(off ? [off] : []);
+      host.calls.length = 0;
+      await setup.undo();
+      expect(host.calls.filter((c) => c.startsWith('ethtool -K')), name).toEqual(on ? [on] : []);
+    }
+  });
+
+  it('restores GRO from an adopted record of a crashed run, older records (no offloads recorded) meaning GRO on', async () => {
+    for (const [prev, on] of [
+      [{ interface: 'eth0', addedAddresses: [], groDisabled: true }, ['ethtool -K eth0 gro on']],
+      [{ interface: 'eth0', addedAddresses: [], groDisabled: true, offloadsBefore: { gro: false, lro: true } }, ['ethtool -K eth0 lro on']],
+    ] as const) {
+      const { dir } = await runDir(prev);
+      const host = fakeHost([], 'generic-receive-offload: off\nlarge-receive-offload: off\n');
+      const setup = new HostSetup('eth0', quiet, host.runner, dir);
+      await setup.adopt();
+      await setup.apply([], { disableGro: true });
+      await setup.undo();
+      expect(host.calls.filter((c) => c.startsWith('ethtool -K'))).toEqual(on);
+    }
+  });
+
+  it('reads GRO and LRO from ethtool -k, a [fixed] feature as not ours to set', () => {
+    expect(parseOffloads(ETHTOOL_K)).toEqual({ gro: true, lro: false });
+    expect(parseOffloads('generic-receive-offload: off\nlarge-receive-offload: off [fixed]\n')).toEqual({ gro: false, lro: null });
+    expect(parseOffloads('')).toEqual({ gro: null, lro: null });
   });
 });
