@@ -92,7 +92,7 @@ export async function superviseDaemon(deps: SupervisorDeps): Promise<number> {
     if (err instanceof DaemonError && err.problems.length > 0) {
       deps.stderr(formatProblems(err.problems) + '\n');
       log.error('refusing to start', { code: err.code, problems: problemLines(err.problems) });
-      code = 1;
+      code = err.refusedBy === 'system' ? 2 : 1;
     } else {
       const e = err as Error & { code?: string };
       deps.stderr(`dsrlb: ${e.message}\n`);

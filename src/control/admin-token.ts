@@ -24,13 +24,16 @@ export async function readAdminToken(config: Pick<Config, 'admin'>): Promise<Buf
   try {
     text = await readFile(tokenFile, 'utf8');
   } catch (err) {
-    throw new DaemonError('ADMIN_TOKEN_UNREADABLE', `admin.tokenFile ${tokenFile}: ${(err as Error).message}`, [
-      { path: 'admin.tokenFile', message: `cannot read ${tokenFile}: ${(err as Error).message}` },
-    ]);
+    throw new DaemonError(
+      'ADMIN_TOKEN_UNREADABLE',
+      `admin.tokenFile ${tokenFile}: ${(err as Error).message}`,
+      [{ path: 'admin.tokenFile', message: `cannot read ${tokenFile}: ${(err as Error).message}` }],
+      'system',
+    );
   }
   const token = Buffer.from(text.trim());
   if (token.length === 0) {
-    throw new DaemonError('ADMIN_TOKEN_EMPTY', `admin.tokenFile ${tokenFile} is empty`, [{ path: 'admin.tokenFile', message: `${tokenFile} is empty` }]);
+    throw new DaemonError('ADMIN_TOKEN_EMPTY', `admin.tokenFile ${tokenFile} is empty`, [{ path: 'admin.tokenFile', message: `${tokenFile} is empty` }], 'system');
   }
   return token;
 }

@@ -641,7 +641,7 @@ export class Daemon {
       const problems = (err as DaemonError).problems ?? [{ path: 'admin.tokenFile', message: (err as Error).message }];
       this.metrics.reloads.inc({ result: 'failure' });
       this.log.error('reload refused', { problems: problemLines(problems) });
-      return { ok: false, problems, refusedBy: 'system' };
+      return { ok: false, problems, refusedBy: err instanceof DaemonError ? err.refusedBy : 'system' };
     }
     // Services this reload removes drain (see removedServices); one it brings back is configured
     // again. Taken only with the reload, like the config.

@@ -214,7 +214,7 @@ export class DaemonMetrics {
     });
     new client.Gauge({
       name: 'dsrlb_drain_finished',
-      help: '1 when a draining (or removed, or weight 0) real has no flow left.',
+      help: '1 when a draining (or removed, or weight 0) real has no established flow left (half-open and closing entries may remain, as ActiveConn 0 in ipvsadm).',
       labelNames: ['service', 'real'],
       registers: [registry],
       collect() {

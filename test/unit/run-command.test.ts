@@ -2,9 +2,13 @@
 // start to end, then undoes and exits as after a clean run; a refused start undoes only its own.
 
 import { EventEmitter } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { superviseDaemon, type SupervisedDaemon } from '../../src/cli/run-command.js';
 import type { Config } from '../../src/config/types.js';
+import { readAdminToken } from '../../src/control/admin-token.js';
 import { DaemonError } from '../../src/control/daemon-error.js';
 import type { Logger } from '../../src/control/logger.js';
 
@@ -77,6 +81,29 @@ describe('dsrlb run: signals and start', () => {
     h.starting.reject(new DaemonError('LOOP_FAILED', 'no such interface'));
     expect(await h.run).toBe(2);
     expect(h.events).toEqual(['start', 'stop(startFailed)', 'exit 2']);
+  });
+
+  it('a start refused by the config exits 1; one refused because a file it names cannot be read (token) exits 2, as reload does', async () => {
+    const h = harness();
+    await tick();
+    h.starting.reject(new DaemonError('NO_INTERFACE', 'interface: "eth9" does not exist', [{ path: 'interface', message: '"eth9" does not exist' }]));
+    expect(await h.run).toBe(1);
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-token-'));
+    try {
+      const unreadable = await readAdminToken({ admin: { listen: { host: '127.0.0.1', port: 9743 }, tokenFile: join(dir, 'missing') } }).catch((e: unknown) => e);
+      const h2 = harness();
+      await tick();
+      h2.starting.reject(unreadable as Error);
+      expect(await h2.run).toBe(2);
+      writeFileSync(join(dir, 'empty'), '\n');
+      const empty = await readAdminToken({ admin: { listen: { host: '127.0.0.1', port: 9743 }, tokenFile: join(dir, 'empty') } }).catch((e: unknown) => e);
+      const h3 = harness();
+      await tick();
+      h3.starting.reject(empty as Error);
+      expect(await h3.run).toBe(2);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('a SIGHUP during start reloads once started; after start, SIGTERM stops at once', async () => {
