@@ -24,6 +24,8 @@ export interface AdminTarget {
   token: string | null;
   /** The config file whose admin.listen gave baseUrl; absent when it came from --admin or the default address. */
   configFile?: string;
+  /** Why the token file could not be read (loopback: tried without a token), said if the daemon then asks for one. */
+  tokenProblem?: string;
 }
 
 /**
@@ -56,6 +58,7 @@ export async function resolveAdminTarget(
     }
   }
   let token: string | null = null;
+  let tokenProblem: string | undefined;
   if (tokenFile) {
     try {
       token = (await readFile(tokenFile, 'utf8')).trim();
@@ -64,10 +67,12 @@ export async function resolveAdminTarget(
       token = null;
       const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
       if (!/^http:\/\/(127\.|\[::1\])/.test(baseUrl!)) throw new CliError(`cannot read token file ${tokenFile}: ${code}`, 1);
+      tokenProblem = `cannot read token file ${tokenFile}: ${code}`;
     }
   }
   const target: AdminTarget = { baseUrl: baseUrl!.replace(/\/$/, ''), token };
   if (configFile !== undefined) target.configFile = configFile;
+  if (tokenProblem !== undefined) target.tokenProblem = tokenProblem;
   return target;
 }
 
@@ -117,7 +122,7 @@ export async function adminRequest(
   }
   const said = data !== null && typeof data.message === 'string' ? data.message : pageText(text) || `HTTP ${status}`;
   if (data === null) throw new CliError(`${target.baseUrl} is not a dsrlb admin API: HTTP ${status} ${said}`, 2);
-  if (status === 401 || status === 403) throw new CliError(`the daemon refused: ${said} (check --token-file)`, 2);
+  if (status === 401 || status === 403) throw new CliError(`the daemon refused: ${said} (${target.tokenProblem ?? 'check --token-file'})`, 2);
   if (status === 404 || status === 400) throw new CliError(said, 1);
   // 422: a refused reload, whose problems the caller prints.
   if ((status < 200 || status > 299) && status !== 422) throw new CliError(`the daemon failed: HTTP ${status} ${said}`, 2);

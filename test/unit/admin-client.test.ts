@@ -157,6 +157,12 @@ describe('adminRequest', () => {
     const target = { baseUrl: `http://127.0.0.1:${port}`, token: null };
     const refused = await failure(adminRequest(target, 'GET', '/401'));
     expect([refused.exitCode, refused.message]).toEqual([2, 'the daemon refused: a bearer token is required (check --token-file)']);
+    // A loopback daemon is tried without the token the CLI could not read; if it wants one, say why there was none.
+    const file = await scratch('unreadable-token.yaml', `admin: { listen: "127.0.0.1:${port}", tokenFile: ${join(tmpdir(), 'no-such-dir-dsrlb', 'admin.token')} }\n`);
+    const resolved = await resolveAdminTarget({ config: file });
+    expect(resolved.token).toBeNull();
+    const noToken = await failure(adminRequest(resolved, 'GET', '/401'));
+    expect([noToken.exitCode, noToken.message]).toEqual([2, `the daemon refused: a bearer token is required (cannot read token file ${join(tmpdir(), 'no-such-dir-dsrlb', 'admin.token')}: ENOENT)`]);
     const unknown = await failure(adminRequest(target, 'POST', '/404'));
     expect([unknown.exitCode, unknown.message]).toEqual([1, 'unknown service "nosuch"']);
     expect((await failure(adminRequest(target, 'PUT', '/400', { weight: 1 }))).exitCode).toBe(1);
