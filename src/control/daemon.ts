@@ -22,6 +22,7 @@ import { isWanted, type HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
 import { addressWords, formatMac } from './addresses.js';
 import { HostSetup } from './host-setup.js';
+import { checkHostBeforeChanges } from './start-checks.js';
 import type { Logger } from './logger.js';
 import { DaemonMetrics, type MetricsRealView } from './metrics.js';
 import { NeighborWatcher } from './neighbors.js';
@@ -200,10 +201,14 @@ export class Daemon {
     if (!(await systemRunner(['ip', '-j', 'link', 'show', 'dev', ifname]).then(() => true, () => false))) {
       throw new DaemonError('NO_INTERFACE', `interface: "${ifname}" does not exist in this network namespace`, [{ path: 'interface', message: `"${ifname}" does not exist in this network namespace` }]);
     }
+    const host = new HostSetup(this.config.interface, this.log);
+    const clashes = vipClashProblems(this.config, await host.interfaceAddressesAmong(this.vips()));
+    if (clashes.length > 0) throw new DaemonError('VIP_IS_HOST_ADDRESS', 'a VIP is an address of this host', clashes);
+    await checkHostBeforeChanges(this.config);
     await this.loadOverrides();
     if (this.pruneOverrides()) await this.saveStateOrWarn();
     await this.checkStateFileWritable();
-    this.host = new HostSetup(this.config.interface, this.log);
+    this.host = host;
     this.neighbors = new NeighborWatcher(this.config.interface, this.log);
     await this.host.adopt();
     await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' });
@@ -656,6 +661,12 @@ export class Daemon {
       this.log.error('reload refused', { problems: problemLines([idProblem]) });
       return { ok: false, problems: [idProblem], refusedBy: 'config' };
     }
+    const clashes = vipClashProblems(next, await this.host.interfaceAddressesAmong(this.vips(next, removed)).catch(() => new Map<string, string>()));
+    if (clashes.length > 0) {
+      this.metrics.reloads.inc({ result: 'failure' });
+      this.log.error('reload refused', { problems: problemLines(clashes) });
+      return { ok: false, problems: clashes, refusedBy: 'config' };
+    }
     let tunnel: Awaited<ReturnType<Daemon['resolveTunnelRoutes']>>;
     try {
       tunnel = await this.resolveTunnelRoutes(next);
@@ -1095,6 +1106,14 @@ export class Daemon {
     this.lock = null;
     this.log.info('dsrlb stopped');
   }
+}
+
+/** A problem at services[i].vip for each service whose VIP is an interface's own address. */
+function vipClashProblems(config: Config, holders: ReadonlyMap<string, string>): ConfigProblem[] {
+  return config.services.flatMap((s, i) => {
+    const where = holders.get(s.vip);
+    return where === undefined ? [] : [{ path: `services[${i}].vip`, message: `${s.vip} is an address of this host: ${where}; as a VIP all traffic to it is dropped at the host (SSH, BGP, probe replies): give the service an address of its own` }];
+  });
 }
 
 /** Why a service drops new flows: its wanted reals have no MAC yet, or none may take flows. */

@@ -184,6 +184,16 @@ export class HostSetup {
     return argv;
   }
 
+  /**
+   * VIPs that are an interface's own address (a subnet address, not a /32 or /128 host address):
+   * VIP -> "eth0 (10.99.0.2/24)". Such a VIP would take the host's own address away (the nftables
+   * table drops everything to a VIP), SSH, BGP and the probes' replies with it.
+   */
+  async interfaceAddressesAmong(vips: readonly string[]): Promise<Map<string, string>> {
+    const { stdout } = await this.runner(['ip', '-j', 'addr', 'show']);
+    return interfaceAddressesAmong(stdout, vips);
+  }
+
   private async addressesOn(dev: string): Promise<Set<string>> {
     const { stdout } = await this.runner(['ip', '-j', 'addr', 'show', 'dev', dev]);
     const parsed = JSON.parse(stdout || '[]') as { addr_info?: { local: string; prefixlen: number }[] }[];
@@ -223,4 +233,18 @@ export function nftRuleset(vips: readonly string[]): string {
   if (v6.length > 0) lines.push(`    ip6 daddr { ${v6.join(', ')} } drop`);
   lines.push('  }', '}');
   return lines.join('\n') + '\n';
+}
+
+/** See HostSetup.interfaceAddressesAmong; `ipAddrJson` is `ip -j addr show` output. */
+export function interfaceAddressesAmong(ipAddrJson: string, vips: readonly string[]): Map<string, string> {
+  const wanted = new Set(vips);
+  const out = new Map<string, string>();
+  const links = JSON.parse(ipAddrJson || '[]') as { ifname?: string; addr_info?: { family?: string; local: string; prefixlen: number }[] }[];
+  for (const link of links) {
+    for (const a of link.addr_info ?? []) {
+      const hostRoute = a.local.includes(':') ? 128 : 32;
+      if (wanted.has(a.local) && a.prefixlen < hostRoute) out.set(a.local, `${link.ifname ?? '?'} (${a.local}/${a.prefixlen})`);
+    }
+  }
+  return out;
 }

@@ -309,17 +309,18 @@ describe('admin API input', () => {
 });
 
 describe('start-up failures', () => {
-  it('a packet loop that cannot be pinned (cpus: [1023]) stops the daemon at once with exit 2, the CPU named and the host undone', async () => {
+  it('a CPU this process may not run on (cpus: [1023]) is a config problem: exit 1, cpus[0] named, before any host change', async () => {
     await inBareNamespace('pin', async (_ns, inNs) => {
       const cfg = join(dir, 'pinned.yaml');
       await writeFile(cfg, ['interface: eth0', 'cpus: [1023]', 'services:', '  - { name: web, vip: 198.51.100.7, port: 80, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
       const started = Date.now();
       const r = await inNs(...dsrlbArgv(ROOT), 'run', '-c', cfg).then(
-        () => ({ code: 0, stdout: '' }),
-        (e: { code: number; stdout: string }) => e,
+        () => ({ code: 0, stdout: '', stderr: '' }),
+        (e: { code: number; stdout: string; stderr: string }) => e,
       );
-      expect(r.code).toBe(2);
-      expect(r.stdout).toContain('pinning the packet loop to CPU 1023');
+      expect(r.code, r.stdout).toBe(1);
+      expect(r.stderr).toMatch(/^cpus\[0\]: CPU 1023 is not one this process may run on \(\S+\)$/m);
+      expect(r.stdout).not.toContain('added VIP');
       expect(Date.now() - started).toBeLessThan(15_000);
       expect((await inNs('ip', '-o', 'addr', 'show', 'dev', 'lo')).stdout).not.toContain('198.51.100.7');
       expect((await inNs('nft', 'list', 'tables')).stdout).not.toContain('dsrlb');
@@ -357,6 +358,8 @@ describe('start-up failure after the packet loop started', () => {
         );
         expect(r.code, r.stdout).toBe(2);
         expect(r.stdout).toContain('EADDRINUSE');
+        // Found before any host change (the listen addresses are tried first).
+        expect(r.stdout).not.toContain('added VIP');
         expect(Date.now() - started).toBeLessThan(15_000);
         expect((await inNs('ip', '-o', 'addr', 'show', 'dev', 'lo')).stdout).not.toContain('198.51.100.8');
         expect((await inNs('nft', 'list', 'tables')).stdout).not.toContain('dsrlb');
@@ -365,6 +368,38 @@ describe('start-up failure after the packet loop started', () => {
       }
     });
   }, 40_000);
+
+  it('refuses, as config problems (exit 1, before any host change), a VIP that is the host\'s own address and a listen address the host does not have', async () => {
+    await inBareNamespace('own', async (ns, inNs) => {
+      // Something on the host's own address (as SSH or BGP would be) must stay reachable.
+      const holder = lab.spawn(ns, [process.execPath, '-e', "require('net').createServer((c) => c.end('up')).listen(2222, '192.0.2.1', () => console.log('ready'))"], { stdio: ['ignore', 'pipe', 'inherit'] });
+      try {
+        await new Promise<void>((res) => holder.stdout!.once('data', () => res()));
+        const cfg = join(dir, 'own-address.yaml');
+        await writeFile(cfg, ['interface: eth0', 'metrics: { listen: "10.9.9.9:9742" }', 'services:', '  - { name: web, vip: 192.0.2.1, port: 80, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
+        const r = await inNs('timeout', '30', ...dsrlbArgv(ROOT), 'run', '-c', cfg).then(
+          () => ({ code: 0, stdout: '', stderr: '' }),
+          (e: { code: number; stdout: string; stderr: string }) => e,
+        );
+        expect(r.code, r.stdout).toBe(1);
+        expect(r.stderr).toContain('services[0].vip: 192.0.2.1 is an address of this host: eth0 (192.0.2.1/24)');
+        expect((await inNs('nft', 'list', 'tables')).stdout).not.toContain('dsrlb');
+        await writeFile(cfg, ['interface: eth0', 'metrics: { listen: "10.9.9.9:9742" }', 'services:', '  - { name: web, vip: 198.51.100.10, port: 80, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
+        const listen = await inNs('timeout', '30', ...dsrlbArgv(ROOT), 'run', '-c', cfg).then(
+          () => ({ code: 0, stdout: '', stderr: '' }),
+          (e: { code: number; stdout: string; stderr: string }) => e,
+        );
+        expect(listen.code, listen.stdout).toBe(1);
+        expect(listen.stderr).toContain('metrics.listen: 10.9.9.9:9742: 10.9.9.9 is not an address of this host');
+        expect(listen.stdout).not.toContain('added VIP');
+        expect((await inNs('ip', '-o', 'addr', 'show', 'dev', 'lo')).stdout).not.toContain('198.51.100.10');
+        const reach = await inNs('timeout', '5', process.execPath, '-e', "require('net').connect(2222, '192.0.2.1').on('data', (d) => process.stdout.write(d))");
+        expect(reach.stdout).toBe('up');
+      } finally {
+        holder.kill('SIGTERM');
+      }
+    });
+  }, 60_000);
 
   it('undoes its host changes and exits 0 on a SIGTERM that arrives during start', async () => {
     await inBareNamespace('sig', async (ns, inNs) => {

@@ -56,7 +56,9 @@ function daemonRunning(text: string) {
     active: () => 1,
     inactive: () => 0,
   };
-  inside.host = { apply: async (vips: string[]) => void hostApplied.push(vips) };
+  // The interface's own addresses: what `ip -j addr show` would list (none is a VIP unless a test says so).
+  const interfaceAddresses = new Map<string, string>();
+  inside.host = { apply: async (vips: string[]) => void hostApplied.push(vips), interfaceAddressesAmong: async (vips: string[]) => new Map([...interfaceAddresses].filter(([a]) => vips.includes(a))) };
   inside.neighbors = { setWanted: () => undefined, macOf: () => new Uint8Array(6) };
   (inside.syncReals as () => void).call(daemon);
   daemon.rebuild('start');
@@ -64,7 +66,7 @@ function daemonRunning(text: string) {
     writeFileSync(path, next);
     return daemon.reload();
   };
-  return { daemon, inside, reload, logs, hostApplied, sent };
+  return { daemon, inside, reload, logs, hostApplied, sent, interfaceAddresses };
 }
 
 describe('reload: all or nothing', () => {
@@ -127,6 +129,22 @@ describe('reload: all or nothing', () => {
     expect(result.ok).toBe(true);
     expect(viewDuringSave).toBe('whole');
     expect((d.inside.overrides as Map<string, unknown>).size).toBe(0);
+    d.daemon.health.stop();
+  });
+});
+
+describe('reload: a VIP that is the host\'s own address', () => {
+  it('is refused as a config problem before any host change, naming the interface', async () => {
+    const d = daemonRunning(configText());
+    const config = d.daemon.config;
+    d.interfaceAddresses.set('10.99.0.7', 'eth0 (10.99.0.7/24)');
+    const result = await d.reload(configText().replace('vip: 10.99.0.100', 'vip: 10.99.0.7'));
+    expect(result).toMatchObject({ ok: false, refusedBy: 'config' });
+    expect(result.problems).toEqual([
+      { path: 'services[0].vip', message: '10.99.0.7 is an address of this host: eth0 (10.99.0.7/24); as a VIP all traffic to it is dropped at the host (SSH, BGP, probe replies): give the service an address of its own' },
+    ]);
+    expect(d.hostApplied).toEqual([]);
+    expect(d.daemon.config).toBe(config);
     d.daemon.health.stop();
   });
 });
