@@ -493,9 +493,11 @@ export class Daemon {
     this.health.setTargets(targets);
   }
 
-  /** The damped health fact of a real (no health check: up). */
+  /** The damped health fact of a real (no health check: up; probes not decided yet: unknown). */
   private healthOf(key: string): HealthFact {
-    return this.health.fact(key)?.state ?? 'down';
+    const fact = this.health.fact(key);
+    if (fact === undefined) return 'down';
+    return fact.state === 'down' && !fact.settled ? 'unknown' : fact.state;
   }
 
   private intentOf(key: string, cfgState: RealIntent, cfgWeight: number): { state: RealIntent; weight: number } {

@@ -6,7 +6,10 @@ import type { RealIntent } from '../config/types.js';
 /** What a real may do: take new flows, keep only the flows it has, or nothing at all. */
 export type Eligibility = 'new' | 'existing' | 'none';
 
-/** Observed health: 'unknown' until the first rise/fall decision (treated as down). */
+/**
+ * Observed health: 'unknown' until the probes decide (at start, and when a reload changes the
+ * probe): no new flows, as down, but the flows it has stay, as a real never seen failing.
+ */
 export type HealthFact = 'up' | 'down' | 'unknown';
 
 export interface RealStanding {
@@ -20,8 +23,10 @@ export interface RealStanding {
 export function eligibility(r: RealStanding): Eligibility {
   if (r.intent === 'disabled') return 'none';
   // A dead real's connections are already broken: move them rather than black-hole them.
-  if (r.health !== 'up') return 'none';
-  if (r.removed || r.intent === 'drain' || r.weight === 0) return 'existing';
+  if (r.health === 'down') return 'none';
+  // Not proven up yet: moving its flows would break them for certain (the first real to prove up
+  // took every other real's connections); if it is dead, `fall` failures confirm it and they move.
+  if (r.health === 'unknown' || r.removed || r.intent === 'drain' || r.weight === 0) return 'existing';
   return 'new';
 }
 

@@ -331,8 +331,8 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       const wait = `until ${hc1.rise} probe${hc1.rise === 1 ? '' : 's'} ${hc1.rise === 1 ? 'passes' : `${formatDurationMs(hc1.intervalMs)} apart pass`}`;
       const meanwhile =
         cfg1.whenAllDown === 'failOpen'
-          ? 'the service fails open (panic) until one is up; then the flows of reals still down move to the reals that are up, and those connections break'
-          : 'new and existing flows are dropped (whenAllDown: drop) until one is up; then the flows of reals still down move to the reals that are up, and those connections break';
+          ? 'new flows go to every wanted real (panic) until one is up, then to the reals proven up; existing flows stay on their reals unless probes confirm one down'
+          : 'new flows are dropped (whenAllDown: drop) until one is up, then go to the reals proven up; existing flows stay on their reals unless probes confirm one down';
       if (hc0.type === 'none') {
         warn('HEALTH_CHECK_ENABLED', name, `healthCheck of ${name} none -> ${hc1.type}: every real starts down ${wait}; ${meanwhile}`);
       } else {

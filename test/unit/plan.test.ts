@@ -328,7 +328,7 @@ describe('plan: what else an edit changes, one line each', () => {
 live flows: not known (no running daemon asked)
 warnings:
   FORWARDING_CHANGED: forwarding in web l2 -> ipip for 10.0.1.1, 10.0.1.2: their new and existing flows arrive IPIP-encapsulated, so each must decapsulate them (kernel tunnel or dsrlb decap; dsrlb-realserver check --vip 203.0.113.10 --mode ipip shows what is missing), or those connections break
-  HEALTH_CHECK_ENABLED: healthCheck of web none -> http: every real starts down until 2 probes 2s apart pass; new and existing flows are dropped (whenAllDown: drop) until one is up; then the flows of reals still down move to the reals that are up, and those connections break
+  HEALTH_CHECK_ENABLED: healthCheck of web none -> http: every real starts down until 2 probes 2s apart pass; new flows are dropped (whenAllDown: drop) until one is up, then go to the reals proven up; existing flows stay on their reals unless probes confirm one down
 `);
     // The JSON carries the same, structured.
     const active = { weight: 100, state: 'active' };
@@ -368,7 +368,7 @@ warnings:
   hash space moving: 16.7% (10924 of 65537 Maglev slots)
 live flows: not known (no running daemon asked)
 warnings:
-  HEALTH_CHECK_RESTARTS: the probe of www changes (path "/" -> "/healthz"): every real starts over from down until 2 probes 5s apart pass; the service fails open (panic) until one is up; then the flows of reals still down move to the reals that are up, and those connections break
+  HEALTH_CHECK_RESTARTS: the probe of www changes (path "/" -> "/healthz"): every real starts over from down until 2 probes 5s apart pass; new flows go to every wanted real (panic) until one is up, then to the reals proven up; existing flows stay on their reals unless probes confirm one down
 `);
     expect(report.services[0]).toMatchObject({
       settingsChanged: [

@@ -1,0 +1,156 @@
+// A real whose probes have not decided yet (at start, or after a reload changed its probe) is
+// 'unknown': it takes no new flows, but keeps the flows it has. As 'down', the first real to prove
+// up took every other real's established connections (rescheduled: broken), and with
+// whenAllDown: drop their packets were dropped until then. No root, no loop: the daemon with a
+// manual clock, a fake prober and the loops stood in for.
+
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { parseConfigText } from '../../src/config/validate.js';
+import { Daemon } from '../../src/control/daemon.js';
+import { createLogger } from '../../src/control/logger.js';
+import { createCounters } from '../../src/dataplane/counters.js';
+import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
+import { eligibility } from '../../src/health/eligibility.js';
+import { HealthMonitor } from '../../src/health/health-monitor.js';
+import { OK, type Clock, type Prober } from '../../src/health/probe.js';
+
+describe('eligibility', () => {
+  it('keeps the flows of a real not proven up yet, gives it no new ones, and moves a confirmed-down real\'s', () => {
+    const active = { intent: 'active', weight: 1, removed: false } as const;
+    expect(eligibility({ ...active, health: 'up' })).toBe('new');
+    expect(eligibility({ ...active, health: 'unknown' })).toBe('existing');
+    expect(eligibility({ ...active, health: 'down' })).toBe('none');
+    expect(eligibility({ ...active, intent: 'drain', health: 'unknown' })).toBe('existing');
+    expect(eligibility({ ...active, intent: 'disabled', health: 'unknown' })).toBe('none');
+  });
+});
+
+class ManualClock implements Clock {
+  t = 1_000_000;
+  private timers: { at: number; fn: () => void; id: number }[] = [];
+  private n = 0;
+  now(): number {
+    return this.t;
+  }
+  setTimeout(fn: () => void, delayMs: number): number {
+    const id = ++this.n;
+    this.timers.push({ at: this.t + delayMs, fn, id });
+    return id;
+  }
+  clearTimeout(h: unknown): void {
+    this.timers = this.timers.filter((x) => x.id !== h);
+  }
+  async advance(ms: number): Promise<void> {
+    const end = this.t + ms;
+    for (;;) {
+      this.timers.sort((a, b) => a.at - b.at);
+      const next = this.timers[0];
+      if (!next || next.at > end) break;
+      this.timers.shift();
+      this.t = next.at;
+      next.fn();
+      for (let i = 0; i < 10; i++) await Promise.resolve();
+    }
+    this.t = end;
+  }
+}
+
+let dir: string;
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'dsrlb-unknown-'));
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+function configText(path: string, whenAllDown: string): string {
+  return `interface: eth0
+stateFile: ${join(dir, 'state.json')}
+services:
+  - name: web
+    vip: 10.99.0.100
+    port: 80
+    whenAllDown: ${whenAllDown}
+    healthCheck: { type: http, path: ${path}, interval: 1s, timeout: 500ms, rise: 2, fall: 3 }
+    reals: [{ address: 10.0.0.1 }, { address: 10.0.0.2 }, { address: 10.0.0.3 }]
+`;
+}
+
+/** A daemon whose three reals all answer their probes, first probes at 0, 0.5 and 0.9 of the interval. */
+function daemonWithHealthyReals(whenAllDown: string) {
+  const file = join(dir, 'dsrlb.yaml');
+  const text = configText('/healthz', whenAllDown);
+  writeFileSync(file, text);
+  const parsed = parseConfigText(text);
+  if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
+  const daemon = new Daemon(file, createLogger(() => undefined));
+  daemon.config = parsed.config;
+  daemon.configText = text;
+  const inside = daemon as unknown as Record<string, unknown> & { health: HealthMonitor; reals: Map<string, { id: number }> };
+  const snapshots: ForwardingSnapshot[] = [];
+  const counters = createCounters();
+  inside.loops = {
+    running: true,
+    heartbeatAgeMs: () => 0,
+    broadcast: (m: { type: string; snapshot?: ForwardingSnapshot }) => void (m.snapshot && snapshots.push(m.snapshot)),
+    counters: () => counters,
+    active: () => 1,
+    inactive: () => 0,
+  };
+  inside.host = { apply: async () => undefined, interfaceAddressesAmong: async () => new Map() };
+  inside.neighbors = { setWanted: () => undefined, macOf: () => new Uint8Array(6) };
+  const clock = new ManualClock();
+  const offsets = [0, 0.5, 0.9];
+  let k = 0;
+  const prober: Prober = { probe: async () => OK };
+  inside.health.stop();
+  inside.health = new HealthMonitor({ clock, random: () => offsets[k++ % 3]!, probers: { http: prober } });
+  inside.health.on('change', () => daemon.rebuild('health'));
+  (inside.syncReals as () => void).call(daemon);
+  daemon.rebuild('start');
+  const ids = [...inside.reals.values()].map((r) => r.id);
+  /** realKeepExisting of the three reals in the last snapshot, e.g. "111", and the service's new-flow candidates and drop flag. */
+  const view = () => {
+    const s = snapshots.at(-1)!;
+    return { keep: ids.map((i) => s.realKeepExisting[i]).join(''), candidates: s.svcCandCount[0], dropAll: s.svcDropAll[0] };
+  };
+  /** Every distinct view over `ms`, in 100 ms steps. */
+  const watch = async (ms: number) => {
+    const seen: string[] = [];
+    for (let t = 0; t < ms; t += 100) {
+      await clock.advance(100);
+      const v = JSON.stringify(view());
+      if (seen.at(-1) !== v) seen.push(v);
+    }
+    return seen.map((v) => JSON.parse(v) as ReturnType<typeof view>);
+  };
+  const reloadWithPath = async (path: string) => {
+    writeFileSync(file, configText(path, whenAllDown));
+    k = 0;
+    return daemon.reload();
+  };
+  return { daemon, inside, view, watch, reloadWithPath };
+}
+
+describe('reals whose probes have not decided yet', () => {
+  for (const whenAllDown of ['failOpen', 'drop']) {
+    it(`keep their flows at start and after a reload restarts their probe (whenAllDown: ${whenAllDown})`, async () => {
+      const d = daemonWithHealthyReals(whenAllDown);
+      try {
+        const start = await d.watch(3000);
+        // Every real keeps its flows throughout; new flows go to the reals proven up as they prove up.
+        expect(start.every((v) => v.keep === '111'), JSON.stringify(start)).toBe(true);
+        expect(start.at(-1)).toEqual({ keep: '111', candidates: 3, dropAll: 0 });
+        expect((await d.reloadWithPath('/health')).ok).toBe(true);
+        const after = await d.watch(3000);
+        expect(after.every((v) => v.keep === '111'), JSON.stringify(after)).toBe(true);
+        expect(after.at(-1)).toEqual({ keep: '111', candidates: 3, dropAll: 0 });
+        // Before: the first real up left the others at keep 0 ("100", then "110").
+        expect(after.map((v) => v.candidates)).toContain(1);
+      } finally {
+        d.inside.health.stop();
+      }
+    });
+  }
+});
