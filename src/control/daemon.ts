@@ -89,6 +89,11 @@ interface RealRuntime {
   /** As last configured: a removed real's draining flows keep going the way they went. */
   forwarding: RealConfig['forwarding'];
   removed: boolean;
+  /**
+   * The first snapshot generation in which it takes no new flows (removed): until every loop runs
+   * that one, a new flow may still be placed on its id, so the id is not released before.
+   */
+  removedGeneration: number;
 }
 
 /** The longest a service waits for its reals to settle before it may be announced anyway. */
@@ -466,7 +471,7 @@ export class Daemon {
         }
         const id = this.registry.idFor(key);
         this.rebaseCounters(id);
-        this.reals.set(key, { key, id, service: sid, serviceName: s.name, address: r.address, forwarding: r.forwarding, removed: false });
+        this.reals.set(key, { key, id, service: sid, serviceName: s.name, address: r.address, forwarding: r.forwarding, removed: false, removedGeneration: 0 });
       }
     }
     for (const r of this.reals.values()) {
@@ -479,10 +484,15 @@ export class Daemon {
       }
       if (!present.has(r.key) && !r.removed) {
         r.removed = true;
+        r.removedGeneration = this.builder.lastGeneration + 1;
         this.log.info('real removed from config: draining', { service: r.serviceName, real: r.address });
       }
     }
-    // Removed (draining) reals stay probed: if one dies, its flows move instead of black-holing.
+    this.syncHealthTargets();
+  }
+
+  /** Probes for every real known (removed, draining ones too: if one dies, its flows move instead of black-holing). */
+  private syncHealthTargets(): void {
     const targets: HealthTarget[] = [];
     const draining = this.drainingServices();
     for (const r of this.reals.values()) {
@@ -588,12 +598,14 @@ export class Daemon {
   private tick(): void {
     let forget = false;
     const counters = this.loops.counters();
+    // The oldest snapshot a loop still runs: a removed real's id is free only once none runs one that schedules onto it.
+    const applied = counters[Counter.snapshotGeneration]!;
     for (const r of [...this.reals.values()]) {
       const packets = this.realCount(counters, r.id, RealCounter.forwardedPackets);
       const bytes = this.realCount(counters, r.id, RealCounter.forwardedBytes);
       const prev = this.rates.get(r.id);
       this.rates.set(r.id, { packets, bytes, pps: prev ? packets - prev.packets : 0, bps: prev ? bytes - prev.bytes : 0 });
-      if (r.removed && this.loops.active(r.id) === 0 && this.loops.inactive(r.id) === 0) {
+      if (r.removed && applied >= r.removedGeneration && this.loops.active(r.id) === 0 && this.loops.inactive(r.id) === 0) {
         this.reals.delete(r.key);
         this.registry.release(r.key);
         this.metrics.forgetReal(r.serviceName, r.address);
@@ -616,6 +628,8 @@ export class Daemon {
         );
       }
       this.neighbors.setWanted(this.l2RealAddresses());
+      // Forgotten reals are probed no more.
+      this.syncHealthTargets();
       this.rebuild('removed real drained');
     }
   }

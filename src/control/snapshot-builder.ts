@@ -74,6 +74,10 @@ function serviceIdentity(s: ServiceConfig): string {
 /** Keeps the previous tables so unchanged services reuse them and moved slots can be counted. */
 export class SnapshotBuilder {
   private generation = 0;
+  /** The generation of the last snapshot built (0: none yet). */
+  get lastGeneration(): number {
+    return this.generation;
+  }
   private tables = new Map<string, { inputs: string; table: Int32Array }>();
 
   build(services: readonly ServiceView[], hashSeed: number, maxRealIds: number, tunnel: TunnelSources = { v4: null, v6: null }): BuildResult {

@@ -1,0 +1,74 @@
+// A real removed by a reload drains, then is forgotten once no loop holds a flow on it. Forgotten,
+// it is probed no more (its probes went on until the next reload), and its id is released only once
+// every loop runs a snapshot in which it takes no new flows (a SYN placed on it by a loop still on
+// the older snapshot would land on whichever real reuses the id). No root, no loop.
+
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { parseConfigText } from '../../src/config/validate.js';
+import { Daemon } from '../../src/control/daemon.js';
+import { createLogger } from '../../src/control/logger.js';
+import { Counter, createCounters } from '../../src/dataplane/counters.js';
+import { HealthMonitor } from '../../src/health/health-monitor.js';
+import { OK, type Prober } from '../../src/health/probe.js';
+
+let dir: string;
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'dsrlb-forget-'));
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+const service = (name: string, vip: string, reals: string[]): string =>
+  `  - { name: ${name}, vip: ${vip}, port: 80, healthCheck: { type: tcp, interval: 100ms, timeout: 50ms }, reals: [${reals.map((a) => `{ address: ${a} }`).join(', ')}] }\n`;
+const configText = (services: string): string => `interface: eth0\nstateFile: ${join(dir, 'state.json')}\nservices:\n${services}`;
+
+describe('forgetting a removed real', () => {
+  it('waits for every loop to run the snapshot that removed it, then stops probing it', async () => {
+    const file = join(dir, 'dsrlb.yaml');
+    const text = configText(service('web', '10.99.0.100', ['10.0.0.1', '10.0.0.2']) + service('old', '10.99.0.101', ['10.0.1.1']));
+    writeFileSync(file, text);
+    const parsed = parseConfigText(text);
+    if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
+    const daemon = new Daemon(file, createLogger(() => undefined));
+    daemon.config = parsed.config;
+    daemon.configText = text;
+    const inside = daemon as unknown as Record<string, unknown> & { health: HealthMonitor; reals: Map<string, unknown>; tick(): void };
+    // The loops: no flow on any real; the generation they run is what the test says.
+    const counters = createCounters();
+    let generationSent = 0;
+    inside.loops = {
+      running: true,
+      heartbeatAgeMs: () => 0,
+      broadcast: (m: { type: string; snapshot?: { generation: number } }) => void (m.snapshot && (generationSent = m.snapshot.generation)),
+      counters: () => counters,
+      active: () => 0,
+      inactive: () => 0,
+    };
+    inside.host = { apply: async () => undefined, interfaceAddressesAmong: async () => new Map() };
+    inside.neighbors = { setWanted: () => undefined, macOf: () => new Uint8Array(6) };
+    const probed = new Set<string>();
+    const prober: Prober = { probe: async (t) => (probed.add(t.address), OK) };
+    inside.health.stop();
+    inside.health = new HealthMonitor({ probers: { tcp: prober } });
+    (inside.syncReals as () => void).call(daemon);
+    daemon.rebuild('start');
+    counters[Counter.snapshotGeneration] = generationSent;
+    try {
+      writeFileSync(file, configText(service('web', '10.99.0.100', ['10.0.0.1'])));
+      expect((await daemon.reload()).ok).toBe(true);
+      // The loops still run the snapshot from before the reload: nothing is forgotten yet.
+      inside.tick.call(daemon);
+      expect(inside.reals.size).toBe(3);
+      counters[Counter.snapshotGeneration] = generationSent;
+      inside.tick.call(daemon);
+      expect([...inside.reals.keys()]).toEqual(['tcp|10.99.0.100|80#10.0.0.1']);
+      probed.clear();
+      await new Promise((r) => setTimeout(r, 500));
+      expect([...probed]).toEqual(['10.0.0.1']);
+    } finally {
+      inside.health.stop();
+    }
+  });
+});
