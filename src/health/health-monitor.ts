@@ -70,6 +70,8 @@ interface Watch {
   readonly prober: Prober | null;
   timer: TimerHandle | null;
   running: RunningProbe | null;
+  /** A slot came while the probe ran (timeout near the interval): the next probe starts when it ends. */
+  slotMissed: boolean;
   nextStartMs: number;
   lastDurationMs: number | null;
   stopped: boolean;
@@ -153,11 +155,12 @@ export class HealthMonitor extends EventEmitter {
       prober,
       timer: null,
       running: null,
-      nextStartMs: now,
+      slotMissed: false,
+      nextStartMs: this.mono(),
       lastDurationMs: null,
       stopped: false,
     };
-    if (prober !== null) this.schedule(watch, now + this.startOffsetMs(check.intervalMs));
+    if (prober !== null) this.schedule(watch, this.mono() + this.startOffsetMs(check.intervalMs));
     return watch;
   }
 
@@ -167,7 +170,7 @@ export class HealthMonitor extends EventEmitter {
     if (watch.timer !== null) this.clock.clearTimeout(watch.timer);
     watch.timer = null;
     watch.target = target;
-    this.schedule(watch, this.clock.now() + this.startOffsetMs(target.check.intervalMs));
+    this.schedule(watch, this.mono() + this.startOffsetMs(target.check.intervalMs));
   }
 
   private startOffsetMs(intervalMs: number): number {
@@ -175,20 +178,32 @@ export class HealthMonitor extends EventEmitter {
     return Math.floor(Math.min(Math.max(r, 0), 0.999999) * intervalMs);
   }
 
+  /**
+   * The clock probes are scheduled on: monotonic, so a step of the system time (NTP, date -s)
+   * neither stops the probes for the size of a backward step nor fires a burst; damper times
+   * (`since`) stay on the wall clock, as status shows them.
+   */
+  private mono(): number {
+    return this.clock.monotonicMs ? this.clock.monotonicMs() : this.clock.now();
+  }
+
   private schedule(watch: Watch, atMs: number): void {
     watch.nextStartMs = atMs;
-    watch.timer = this.clock.setTimeout(() => this.tick(watch), Math.max(0, atMs - this.clock.now()));
+    watch.timer = this.clock.setTimeout(() => this.tick(watch), Math.max(0, atMs - this.mono()));
   }
 
   private tick(watch: Watch): void {
     watch.timer = null;
     if (watch.stopped) return;
-    // A probe never overlaps itself: if the last one is still running, this slot is skipped.
+    // A probe never overlaps itself: if the last one is still running, this slot's probe starts
+    // as it ends (skipped, a timeout equal to the interval halved the probe rate: a dead real
+    // took twice `fall` intervals to go down).
     if (watch.running === null) this.startProbe(watch);
+    else watch.slotMissed = true;
     // Fixed rate from the planned start, so the spread of first probes is kept; slots missed
     // while the event loop was busy are skipped rather than fired in a burst.
     const intervalMs = watch.target.check.intervalMs;
-    const now = this.clock.now();
+    const now = this.mono();
     let next = watch.nextStartMs + intervalMs;
     if (next <= now) next += Math.ceil((now - next + 1) / intervalMs) * intervalMs;
     this.schedule(watch, next);
@@ -201,7 +216,12 @@ export class HealthMonitor extends EventEmitter {
       if (!watch.stopped) this.onResult(watch, result);
     });
     void running.finished.then(() => {
-      if (watch.running === running) watch.running = null;
+      if (watch.running !== running) return;
+      watch.running = null;
+      if (watch.slotMissed && !watch.stopped) {
+        watch.slotMissed = false;
+        this.startProbe(watch);
+      }
     });
   }
 

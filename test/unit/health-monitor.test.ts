@@ -214,7 +214,7 @@ describe('HealthMonitor bookkeeping', () => {
     let inFlight = 0;
     let maxInFlight = 0;
     const startedAt: number[] = [];
-    // Ignores the abort signal and takes 250 ms: slots that come while it runs are skipped.
+    // Ignores the abort signal and takes 250 ms: a slot that comes while it runs starts its probe as it ends.
     const slow: Prober = {
       async probe(): Promise<ProbeOutcome> {
         startedAt.push(performance.now());
@@ -236,13 +236,32 @@ describe('HealthMonitor bookkeeping', () => {
     expect(results[0]!.durationMs).toBeLessThan(100);
     await sleep(900);
     expect(maxInFlight).toBe(1);
-    // Starts at 0, 300, 600, 900 (each waits for the 250 ms prober, next free slot): 3 to 4 in 980 ms
+    // Starts at 0, 250, 500, 750 (each as the 250 ms prober before it ends): 3 to 4 in 980 ms
     // where a free-running schedule would have made 10.
     expect(startedAt.length).toBeGreaterThanOrEqual(3);
     expect(startedAt.length).toBeLessThanOrEqual(4);
     const gaps = startedAt.slice(1).map((t, i) => t - startedAt[i]!);
     expect(gaps.every((g) => g >= 250)).toBe(true);
     expect(results.every((r) => !r.ok && r.reason === 'timeout')).toBe(true);
+  });
+
+  it('with the timeout equal to the interval, a dead real still goes down after fall probes, not twice as many intervals', async () => {
+    let started = 0;
+    // A blackholed real: never answers, gives up at the timeout.
+    const blackhole: Prober = {
+      probe: (_t, signal) => {
+        started++;
+        return new Promise((resolve) => signal.addEventListener('abort', () => resolve(timedOut()), { once: true }));
+      },
+    };
+    const monitor = new HealthMonitor({ random: () => 0, probers: { tcp: blackhole } });
+    cleanups.push(() => monitor.stop());
+    monitor.setTargets([{ key: 'k', service: 'web', address: '127.0.0.1', vip: '10.0.0.100', check: check({ intervalMs: 100, timeoutMs: 100, rise: 1, fall: 3 }) }]);
+    await sleep(1000);
+    // About 10 in a second, back to back; skipping the slot that finds the probe still running
+    // made it one probe per two intervals (5).
+    expect(started).toBeGreaterThanOrEqual(8);
+    expect(monitor.fact('k')).toMatchObject({ state: 'down', settled: true });
   });
 
   it('stop() aborts probes in flight and nothing runs or changes afterwards', async () => {
