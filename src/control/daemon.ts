@@ -161,7 +161,7 @@ export class Daemon {
       reals: () => this.metricsView(),
       activeFlows: (id) => this.loops.active(id),
       inactiveFlows: (id) => this.loops.inactive(id),
-      flowTableCapacity: () => this.config.flowTable.capacity,
+      flowTableCapacity: () => this.loops.flowCapacity || this.config.flowTable.capacity,
       panic: () => this.lastReports.map((r) => ({ service: r.name, panic: r.panic })),
       services: () =>
         this.lastReports.map((r) => {
@@ -1020,7 +1020,7 @@ export class Daemon {
       io: this.config.io,
       mac: formatMac(this.loops.localMac),
       loop: { running: this.loops.running, loops: this.loops.size, healthy: this.loopHealthy(), snapshotGeneration: counters[Counter.snapshotGeneration] },
-      flowTable: { entries: counters[Counter.flowTableEntries], capacity: this.config.flowTable.capacity },
+      flowTable: { entries: counters[Counter.flowTableEntries], capacity: this.loops.flowCapacity || this.config.flowTable.capacity },
       services: views.map((v) => {
         const report = this.lastReports.find((r) => r.name === v.config.name);
         return {

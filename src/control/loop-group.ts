@@ -67,6 +67,8 @@ export class LoopGroup {
   private readonly pending = new Map<number, Pending>();
   localMac: Uint8Array = new Uint8Array(6);
   mtu = 1500;
+  /** Flow-table entries over all loops (each holds its share of flowTable.capacity); 0 before start. */
+  flowCapacity = 0;
 
   constructor(private readonly log: Logger) {}
 
@@ -76,7 +78,11 @@ export class LoopGroup {
     // One fanout group per daemon process; 0 (no fanout) for a single loop.
     const fanoutGroupId = n > 1 ? (process.pid & 0xfffe) + 1 : 0;
     const cpuOf = (i: number): number | null => (cpus.length > 0 ? cpus[i % cpus.length]! : null);
-    await Promise.all(Array.from({ length: n }, (_, i) => this.startOne({ ...base, counters: createCounters(), fanoutGroupId, cpu: cpuOf(i) })));
+    // flowTable.capacity is the daemon's, as memory is: each loop holds its share (fanout spreads
+    // flows evenly by hash), not a whole table each.
+    const flowCapacity = Math.ceil(base.flowCapacity / n);
+    this.flowCapacity = flowCapacity * n;
+    await Promise.all(Array.from({ length: n }, (_, i) => this.startOne({ ...base, flowCapacity, counters: createCounters(), fanoutGroupId, cpu: cpuOf(i) })));
   }
 
   private startOne(settings: LoopSettings): Promise<void> {

@@ -131,7 +131,7 @@ export class DaemonMetrics {
     });
     new client.Gauge({
       name: 'dsrlb_flow_table_capacity',
-      help: 'Capacity of the flow table (flowTable.capacity).',
+      help: 'Capacity of the flow tables of all packet loops together (flowTable.capacity, shared out over the loops).',
       registers: [registry],
       collect() {
         this.set(src.flowTableCapacity());

@@ -24,10 +24,12 @@ const FAKE_LOOP = `
 
 class FakeLoops extends LoopGroup {
   private next = 0;
+  readonly settings: LoopSettings[] = [];
   constructor(private readonly behaviours: Behaviour[]) {
     super(createLogger(() => undefined));
   }
-  protected override createWorker(_settings: LoopSettings): Worker {
+  protected override createWorker(settings: LoopSettings): Worker {
+    this.settings.push(settings);
     const i = this.next++;
     return new Worker(FAKE_LOOP, { eval: true, workerData: { behaviour: this.behaviours[i], real: i } });
   }
@@ -87,5 +89,18 @@ describe('LoopGroup.ask', () => {
     const asked = g.ask((id) => ({ type: 'flows', id, limit: 10 }), 30_000);
     await g.stop(1000);
     expect(await asked).toEqual([]);
+  });
+});
+
+describe('LoopGroup.start', () => {
+  it('shares flowTable.capacity out over the loops (the memory bound is the daemon\'s) and reports the total', async () => {
+    const g = new FakeLoops(['answer', 'answer', 'answer']);
+    await g.start({ ...base, flowCapacity: 100 }, 3);
+    try {
+      expect(g.settings.map((s) => s.flowCapacity)).toEqual([34, 34, 34]);
+      expect(g.flowCapacity).toBe(102);
+    } finally {
+      await g.stop(1000);
+    }
   });
 });
