@@ -241,7 +241,8 @@ describe('HealthMonitor bookkeeping', () => {
     expect(startedAt.length).toBeGreaterThanOrEqual(3);
     expect(startedAt.length).toBeLessThanOrEqual(4);
     const gaps = startedAt.slice(1).map((t, i) => t - startedAt[i]!);
-    expect(gaps.every((g) => g >= 250)).toBe(true);
+    // Back to back at most: a timer may fire a millisecond early against performance.now().
+    expect(gaps.every((g) => g >= 245), JSON.stringify(gaps)).toBe(true);
     expect(results.every((r) => !r.ok && r.reason === 'timeout')).toBe(true);
   });
 
