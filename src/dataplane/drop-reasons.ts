@@ -31,6 +31,7 @@ export const DropReason = {
   ipipUnsupported: 23, // an ipip real in a build that cannot encapsulate yet
   packetTooBig: 24, // encapsulated packet would exceed the MTU
   ttlExceeded: 25,
+  batchFull: 26, // the batch's extra frames (GSO segments, outer fragments) are used up: dropped whole
 } as const;
 
 export type DropReasonName = keyof typeof DropReason;

@@ -294,6 +294,8 @@ export class Engine {
     const frag = this.fragOut;
     const n = fragmentOuter(buf, out[0]!, out[1]!, batch.headroom - overhead, plainFlags, mtu, id, batch.extraBuf, this.extraPos, gap, frag);
     if (n < 0) return n;
+    // All fragments or none: a datagram missing its tail can never be reassembled.
+    if (n - 1 > batch.extraOffsets.length - batch.extraCount) return -DropReason.batchFull;
     batch.txOffsets[i] = frag[1]!;
     batch.txLengths[i] = frag[2]!;
     for (let k = 1; k < n; k++) {
@@ -329,7 +331,7 @@ export class Engine {
     if (n < 0) return n;
     // All segments or none: they must all fit the batch's extra slots, and a failure half-way takes
     // back the ones already queued (their bytes are then free for the next frame to reuse).
-    if (n > batch.extraOffsets.length - batch.extraCount) return -DropReason.gsoUnsupported;
+    if (n > batch.extraOffsets.length - batch.extraCount) return -DropReason.batchFull;
     const queuedBefore = batch.extraCount;
     const snap = this.snap;
     const tpl = real * TUNNEL_TEMPLATE_BYTES;

@@ -217,7 +217,7 @@ describe('engine: GSO frames beyond a batch\'s extra frames, and the IPv6 flow l
     // 10 frames of 60 segments against 512 extra frames: 8 fit (480), the 9th and 10th do not.
     const frames = Array.from({ length: 10 }, (_, i) => gso(5000 + i, 6000, 100));
     const out = io.inject(frames, frames.map(() => FRAME_HAS_VNET_HDR | FRAME_GSO | FRAME_CSUM_PARTIAL));
-    expect(Array.from(io.lastVerdicts().slice(0, 10))).toEqual([...Array(8).fill(VERDICT_CONSUMED), -DropReason.gsoUnsupported, -DropReason.gsoUnsupported]);
+    expect(Array.from(io.lastVerdicts().slice(0, 10))).toEqual([...Array(8).fill(VERDICT_CONSUMED), -DropReason.batchFull, -DropReason.batchFull]);
     expect(out).toHaveLength(480);
     expect(counters[Counter.gsoSegmented]).toBe(8);
     const segmentsBySport = new Map<number, number>();
@@ -230,6 +230,20 @@ describe('engine: GSO frames beyond a batch\'s extra frames, and the IPv6 flow l
       segmentsBySport.set(p.srcPort, (segmentsBySport.get(p.srcPort) ?? 0) + 1);
     }
     expect([...segmentsBySport.entries()].sort((a, b) => a[0] - b[0])).toEqual(Array.from({ length: 8 }, (_, i) => [5000 + i, 60]));
+  });
+
+  it('sends a DF-clear packet as all its outer fragments or drops it whole (batch_full) when the extra frames are used up', () => {
+    const { io, counters } = setup(1500, 64);
+    // 8 GSO frames take 480 of the 512 extra frames; each DF-clear 1500-byte packet needs one more
+    // (its second fragment): 32 fit, the rest are dropped whole, never sent as a first fragment alone.
+    const frames = [...Array.from({ length: 8 }, (_, i) => gso(5000 + i, 6000, 100)), ...Array.from({ length: 40 }, (_, i) => tcp4(7000 + i, 0x10, new Uint8Array(1460), false))];
+    const out = io.inject(frames, frames.map((_, i) => (i < 8 ? FRAME_HAS_VNET_HDR | FRAME_GSO | FRAME_CSUM_PARTIAL : 0)));
+    const verdicts = Array.from(io.lastVerdicts().slice(8, 48));
+    expect(verdicts).toEqual([...Array(32).fill(VERDICT_TX), ...Array(8).fill(-DropReason.batchFull)]);
+    const firsts = out.map((f) => parsed(f)).filter((p) => p.moreFragments === 1).length;
+    const tails = out.map((f) => parsed(f)).filter((p) => p.fragmentOffset > 0).length;
+    expect([firsts, tails]).toEqual([32, 32]);
+    expect(counters[Counter.dropBase + DropReason.batchFull]).toBe(8);
   });
 
   it('cuts a frame of more than 64 segments (a client MSS of 536), and a DF-clear frame too big for the tunnel into segments that fit', () => {
