@@ -28,6 +28,7 @@ import {
   PARSE_NOT_IP,
   ParsedPacket,
   TCP_ACK,
+  TCP_FIN,
   TCP_RST,
   TCP_SYN,
 } from './parsed-packet.js';
@@ -522,9 +523,10 @@ export class Engine {
     }
     if (real < 0) return -1;
     if (isTcp && (flags & TCP_RST) !== 0) return real; // never create state for a reset
-    // Mid-stream, the flags say where the connection is: a FIN starts the entry in fin (its short
-    // timeout), not established for 900 s.
-    const state = isTcp ? (opensConnection ? FlowState.syn : nextTcpState(FlowState.established, flags)) : FlowState.udp;
+    // Mid-stream, one packet proves little: the entry starts in syn (its short timeout, counted
+    // inactive) and a second packet of the connection makes it established, so stray or spoofed
+    // ACKs cannot fill the table with 900 s entries or load wlc's active counts. A FIN starts it in fin.
+    const state = isTcp ? (opensConnection || (flags & TCP_FIN) === 0 ? FlowState.syn : FlowState.fin) : FlowState.udp;
     this.flows.insert(bucketHash, real, state, nowMs);
     this.counters[REAL_BASE + real * REAL_STRIDE + RealCounter.flowsCreated]++;
     return real;

@@ -202,10 +202,11 @@ describe('engine: L2 DSR packet vectors', () => {
     }
   });
 
-  it('starts the entry of a mid-stream packet in the state its flags say: a FIN in fin, not established', () => {
+  it('starts the entry of a mid-stream packet unproven (syn, inactive) until a second packet, a FIN in fin, never established for one ACK', () => {
     const { io, engine } = setup();
     io.inject([tcpFrame(41000, ACK | 0x01)]); // FIN|ACK, no entry: another LB's closing flow
     io.inject([tcpFrame(41001, ACK, [1])]);
+    io.inject([tcpFrame(41002, ACK, [1])]); // one stray (or spoofed) ACK, nothing after it
     const state = (port: number): number => {
       const p = new ParsedPacket();
       p.family = 4;
@@ -217,9 +218,14 @@ describe('engine: L2 DSR packet vectors', () => {
       return engine.explainFlowState;
     };
     expect(state(41000)).toBe(FlowState.fin);
+    expect(state(41001)).toBe(FlowState.syn);
+    expect(state(41002)).toBe(FlowState.syn);
+    expect(engine.flows.activeByReal.reduce((a, b) => a + b, 0)).toBe(0);
+    // The connection's next packet: established (and active) from then on.
+    io.inject([tcpFrame(41001, ACK, [2])]);
     expect(state(41001)).toBe(FlowState.established);
     expect(engine.flows.activeByReal.reduce((a, b) => a + b, 0)).toBe(1);
-    expect(engine.flows.inactiveByReal.reduce((a, b) => a + b, 0)).toBe(1);
+    expect(engine.flows.inactiveByReal.reduce((a, b) => a + b, 0)).toBe(2);
   });
 
   it('wlc sends new flows to the least loaded real and mid-stream strays to the consistent hash', () => {
