@@ -201,22 +201,23 @@ export class Engine {
       if (pkt.isFragment === 1 && proto === IPPROTO_ICMP) return VERDICT_PASS;
       return this.icmpToVip(batch, i, buf, off, len, flags, nowMs);
     }
-    if (proto !== IPPROTO_TCP && proto !== IPPROTO_UDP) return VERDICT_PASS;
-    if (pkt.l4Offset < 0) {
-      // A later fragment carries no ports: it follows the first fragment of its datagram.
+    if (pkt.fragmentOffset !== 0) {
+      // A later fragment carries no ports: it follows the first fragment of its datagram, keyed by
+      // what all its fragments name alike (its own ipProtocol may be an IPv6 extension header).
       if (!isVip(snap, pkt.family, pkt.addr)) return VERDICT_PASS;
       const frags = this.fragments;
-      frags.setKey(proto, pkt.family, pkt.addr, pkt.fragmentId);
+      frags.setKey(pkt.fragmentProtocol, pkt.family, pkt.addr, pkt.fragmentId);
       const real = frags.lookup(nowMs);
       if (real < 0 || real >= snap.realIdLimit || snap.realService[real] !== frags.lastService) return -DropReason.fragmentUnplaceable;
       return this.forward(batch, i, buf, off, len, flags, real, nowMs);
     }
+    if (proto !== IPPROTO_TCP && proto !== IPPROTO_UDP) return VERDICT_PASS;
     const svc = findService(snap, pkt.family, proto, pkt.addr, pkt.dstPort);
     if (svc < 0) return VERDICT_PASS;
     const real = this.place(svc, pkt, nowMs);
     if (real < 0) return -DropReason.noRealAvailable;
     if (pkt.isFragment === 1) {
-      this.fragments.setKey(proto, pkt.family, pkt.addr, pkt.fragmentId);
+      this.fragments.setKey(pkt.fragmentProtocol, pkt.family, pkt.addr, pkt.fragmentId);
       this.fragments.record(real, svc, nowMs);
     }
     return this.forward(batch, i, buf, off, len, flags, real, nowMs);

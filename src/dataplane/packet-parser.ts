@@ -127,6 +127,7 @@ function parseIpv4(buf: Uint8Array, l3: number, end: number, out: ParsedPacket):
     out.moreFragments = moreFragments;
     out.fragmentOffset = fragmentOffsetBytes;
     out.fragmentId = (buf[l3 + 4] << 8) | buf[l3 + 5];
+    out.fragmentProtocol = protocol;
   }
   out.addr[0] = readWord32(buf, l3 + 12);
   out.addr[4] = readWord32(buf, l3 + 16);
@@ -174,6 +175,7 @@ function parseIpv6(buf: Uint8Array, l3: number, end: number, out: ParsedPacket):
       out.fragmentOffset = offsetFlags & 0xfff8;
       out.moreFragments = offsetFlags & 1;
       out.fragmentId = readWord32(buf, pos + 4) >>> 0;
+      out.fragmentProtocol = buf[pos];
     } else if (nextHeader === IPV6_AH) {
       headerBytes = (buf[pos + 1] + 2) << 2; // RFC 4302: length in 4-byte units, minus 2
     } else {

@@ -58,6 +58,12 @@ export class ParsedPacket {
   /** IPv4 identification (16 bits) or IPv6 fragment identification (32 bits); 0 when not fragmented. */
   fragmentId = 0;
   /**
+   * What every fragment of the datagram names the same: the IPv4 protocol, or the IPv6 Fragment
+   * header's next header (a later fragment's ipProtocol is that too, which may be an extension
+   * header such as destination options where the first fragment's is TCP or UDP). 0 when not fragmented.
+   */
+  fragmentProtocol = 0;
+  /**
    * Source and destination addresses as big-endian 32-bit words: [src0..3, dst0..3].
    * IPv4 uses word 0 only (src = addr[0], dst = addr[4]) and leaves words 1..3 and 5..7 zero.
    */
@@ -91,6 +97,7 @@ export class ParsedPacket {
     this.fragmentOffset = 0;
     this.moreFragments = 0;
     this.fragmentId = 0;
+    this.fragmentProtocol = 0;
     // Word by word: fill() is a builtin call the optimiser does not inline on this hot path.
     const a = this.addr;
     a[0] = 0;

@@ -15,7 +15,7 @@ import { MemoryIo } from '../../src/io/memory-io.js';
 import { FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX } from '../../src/io/packet-io.js';
 import { SnapshotBuilder, type ServiceView } from '../../src/control/snapshot-builder.js';
 import { parseMac } from '../../src/control/addresses.js';
-import { ETH_IPV4, ETH_IPV6, ethernet, hex, icmp, icmpEcho, icmpv6, ipv4, ipv6, ipv6Fragment, tcp, udp } from '../support/packet-builder.js';
+import { ETH_IPV4, ETH_IPV6, ethernet, hex, icmp, icmpEcho, icmpv6, ipv4, ipv6, ipv6Fragment, ipv6Options, tcp, udp } from '../support/packet-builder.js';
 
 const LB_MAC = '02:00:00:00:00:01';
 const CLIENT_MAC = '02:00:00:00:00:0c';
@@ -352,5 +352,20 @@ describe('engine: IP fragments', () => {
     const f2 = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 6, extensionHeaders: [ipv6Fragment({ offset: 32, more: false, id: 9 })] }, seg.subarray(32)));
     io.inject([f1, f2]);
     expect([...io.lastVerdicts()]).toEqual([VERDICT_TX, VERDICT_TX]);
+  });
+
+  it('follows IPv6 later fragments whose first fragment has destination options after the fragment header', () => {
+    const { io, counters } = setup();
+    const segment = tcp({ sport: 5000, dport: 80, flags: 0x10 }, new Uint8Array(100), { src: CLIENT6, dst: VIP6 });
+    // The fragmentable part: destination options (next header TCP), then the TCP segment. Every
+    // fragment's Fragment header names destination options (60); only the first shows TCP.
+    const fragmentable = Uint8Array.from([...(ipv6Options(60).bytes as Uint8Array), ...segment]);
+    fragmentable[0] = 6;
+    const frame = (offset: number, more: boolean, bytes: Uint8Array) =>
+      ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 60, extensionHeaders: [ipv6Fragment({ offset, more, id: 77 })] }, bytes));
+    const out = io.inject([frame(0, true, fragmentable.subarray(0, 64)), frame(64, false, fragmentable.subarray(64))]);
+    expect([...io.lastVerdicts()]).toEqual([VERDICT_TX, VERDICT_TX]);
+    expect(out).toHaveLength(2);
+    expect(counters[Counter.dropBase + DropReason.fragmentUnplaceable]).toBe(0);
   });
 });
