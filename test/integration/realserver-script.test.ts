@@ -303,6 +303,10 @@ describe('dsrlb-realserver in a network namespace', () => {
     expect(rules).toContain(`ip saddr ${VIP}`);
     expect(rules).toContain('maxseg size set 1440');
     expect((await script(['check', '--vip', VIP, '--mss', '1440'])).code).toBe(0);
+    // Unprivileged (a monitoring check): nft cannot read the ruleset, which is no missing clamp.
+    const asNobody = await run('ip', ['netns', 'exec', NS, 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', 'dash', SCRIPT, 'check', '--vip', VIP, '--mss', '1440']);
+    expect(asNobody.stdout).not.toContain('not clamped');
+    expect(asNobody.stderr).toContain(`cannot verify the TCP MSS clamp from ${VIP} to 1440: nft cannot read the ruleset (not root?)`);
     expect((await script(['setup', '--vip', VIP, '--mss', '1440'])).stdout).toContain('nothing to change');
     // The clamp setup recorded is checked without --mss.
     await mustRun('ip', ['netns', 'exec', NS, 'nft', 'delete', 'table', 'inet', 'dsrlb_realserver']);
