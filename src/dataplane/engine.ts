@@ -9,7 +9,7 @@ import { completePartialChecksum } from './checksum.js';
 import { FragmentTable } from './fragment-table.js';
 import { DropReason } from './drop-reasons.js';
 import { flowHashInt32, tunnelFlowLabel } from './flow-hash.js';
-import { FlowState, FlowTable, nextTcpState, type FlowTimeouts } from './flow-table.js';
+import { FlowState, FlowTable, type FlowTimeouts } from './flow-table.js';
 import {
   FWD_L2,
   SCHED_RENDEZVOUS,
