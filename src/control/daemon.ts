@@ -430,8 +430,10 @@ export class Daemon {
     const hops = new Map<string, string>();
     // this.reals: the pairs a reload would mark removed drain their flows the way they went.
     const reals: Pick<RealConfig, 'address' | 'forwarding'>[] = [...config.services.flatMap((s) => s.reals), ...this.reals.values()];
+    const asked = new Set<string>(); // once per address, found or not (it is in the config and in this.reals)
     for (const r of reals) {
-      if (r.forwarding !== 'ipip' || hops.has(r.address)) continue;
+      if (r.forwarding !== 'ipip' || asked.has(r.address)) continue;
+      asked.add(r.address);
       try {
         const { stdout } = await systemRunner(['ip', '-j', 'route', 'get', r.address]);
         const route = (JSON.parse(stdout) as { gateway?: string; dev?: string }[])[0];
@@ -642,7 +644,7 @@ export class Daemon {
   private async reloadNow(): Promise<ReloadResult> {
     const { text, result: loaded } = await readConfigFile(this.configPath);
     if (!loaded.ok) {
-      this.metrics.reloads.inc({ result: 'failure' });
+      this.metrics.reloadRefused();
       this.log.error('reload refused: config invalid, the running config stays', {
         problems: problemLines(loaded.problems),
       });
@@ -651,7 +653,7 @@ export class Daemon {
     const next = loaded.config;
     const refusals = this.unreloadable(next);
     if (refusals.length > 0) {
-      this.metrics.reloads.inc({ result: 'failure' });
+      this.metrics.reloadRefused();
       this.log.error('reload refused', { problems: problemLines(refusals) });
       return { ok: false, problems: refusals, refusedBy: 'config' };
     }
@@ -660,7 +662,7 @@ export class Daemon {
       token = await readAdminToken(next);
     } catch (err) {
       const problems = (err as DaemonError).problems ?? [{ path: 'admin.tokenFile', message: (err as Error).message }];
-      this.metrics.reloads.inc({ result: 'failure' });
+      this.metrics.reloadRefused();
       this.log.error('reload refused', { problems: problemLines(problems) });
       return { ok: false, problems, refusedBy: err instanceof DaemonError ? err.refusedBy : 'system' };
     }
@@ -673,13 +675,13 @@ export class Daemon {
     // Everything that can fail runs before the config is swapped: a reload is all or nothing.
     const idProblem = this.realIdShortage(next);
     if (idProblem !== null) {
-      this.metrics.reloads.inc({ result: 'failure' });
+      this.metrics.reloadRefused();
       this.log.error('reload refused', { problems: problemLines([idProblem]) });
       return { ok: false, problems: [idProblem], refusedBy: 'config' };
     }
     const clashes = vipClashProblems(next, await this.host.interfaceAddressesAmong(this.vips(next, removed)).catch(() => new Map<string, string>()));
     if (clashes.length > 0) {
-      this.metrics.reloads.inc({ result: 'failure' });
+      this.metrics.reloadRefused();
       this.log.error('reload refused', { problems: problemLines(clashes) });
       return { ok: false, problems: clashes, refusedBy: 'config' };
     }
@@ -687,7 +689,7 @@ export class Daemon {
     try {
       tunnel = await this.resolveTunnelRoutes(next);
     } catch (err) {
-      this.metrics.reloads.inc({ result: 'failure' });
+      this.metrics.reloadRefused();
       const p = { path: '(host)', message: `reading the addresses of ${next.interface}: ${(err as Error).message}` };
       this.log.error('reload refused', { problems: problemLines([p]) });
       return { ok: false, problems: [p], refusedBy: 'system' };
@@ -695,7 +697,7 @@ export class Daemon {
     try {
       await this.host.apply(this.vips(next, removed), { disableGro: next.io === 'pcap' });
     } catch (err) {
-      this.metrics.reloads.inc({ result: 'failure' });
+      this.metrics.reloadRefused();
       const p = { path: '(host)', message: (err as Error).message };
       this.log.error('reload refused: host change failed', { problems: problemLines([p]) });
       await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
@@ -724,8 +726,7 @@ export class Daemon {
     this.tunnelSources = tunnel.sources;
     this.neighbors.setWanted(this.l2RealAddresses());
     this.rebuild('reload');
-    this.metrics.reloads.inc({ result: 'success' });
-    this.metrics.lastReloadSuccess.set(Date.now() / 1000);
+    this.metrics.reloadTaken();
     this.log.info('reload taken', { services: next.services.map((s) => s.name) });
     // Taken: what follows only follows the new config, and says so in the log when it cannot.
     if (pruned || stateFileMoved) await this.saveStateOrWarn();

@@ -34,6 +34,12 @@ export async function startMetricsServer(daemon: Daemon): Promise<Server> {
         });
       return;
     }
+    if (req.url?.split('?')[0] === '/metrics') {
+      // HEAD as GET without a body would need the whole scrape; Prometheus only GETs.
+      res.writeHead(405, { 'content-type': 'text/plain', allow: 'GET' });
+      res.end(`method ${req.method ?? '?'} not allowed here: use GET\n`);
+      return;
+    }
     res.writeHead(404, { 'content-type': 'text/plain' });
     res.end('not found: try /metrics\n');
   });

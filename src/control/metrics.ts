@@ -35,6 +35,7 @@ export class DaemonMetrics {
   readonly registry = new client.Registry();
   readonly reloads: client.Counter<'result'>;
   readonly lastReloadSuccess: client.Gauge;
+  private readonly lastReloadSuccessful: client.Gauge;
   readonly tableMovedSlots: client.Counter<'service'>;
   private readonly probeDuration: client.Histogram<'service' | 'real'>;
   private readonly probeFailures: client.Counter<'service' | 'real' | 'reason'>;
@@ -182,6 +183,13 @@ export class DaemonMetrics {
       help: 'When the configuration in force was loaded.',
       registers: [registry],
     });
+    // As prometheus_config_last_reload_successful: an alert on it clears with the next good reload.
+    this.lastReloadSuccessful = new client.Gauge({
+      name: 'dsrlb_config_last_reload_successful',
+      help: '1 when the last configuration reload (or the start) was taken, 0 when it was refused.',
+      registers: [registry],
+    });
+    this.lastReloadSuccessful.set(1);
     new client.Gauge({
       name: 'dsrlb_service_panic',
       help: '1 while no wanted real (active, weight > 0) is up and whenAllDown: failOpen sends new flows to all wanted reals.',
@@ -253,6 +261,19 @@ export class DaemonMetrics {
    * Drops the event-driven series of a real under a service name (a forgotten real, or the old name
    * of a renamed service); the scrape-time series follow the daemon's view by themselves.
    */
+  /** A reload (or the start) taken: counted, timestamped, and the last one marked successful. */
+  reloadTaken(): void {
+    this.reloads.inc({ result: 'success' });
+    this.lastReloadSuccess.set(Date.now() / 1000);
+    this.lastReloadSuccessful.set(1);
+  }
+
+  /** A reload refused: counted, and the last one marked failed (the config in force stays). */
+  reloadRefused(): void {
+    this.reloads.inc({ result: 'failure' });
+    this.lastReloadSuccessful.set(0);
+  }
+
   forgetReal(service: string, real: string): void {
     this.probeDuration.remove({ service, real });
     for (const reason of PROBE_REASONS) this.probeFailures.remove({ service, real, reason });

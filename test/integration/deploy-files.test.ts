@@ -656,6 +656,8 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             { series: `dsrlb_flow_table_evictions_total{${at}}`, values: '0 0 0 10x8' },
             { series: `dsrlb_config_reloads_total{${at}, result="failure"}`, values: '0 0 1x20' },
             { series: `dsrlb_config_reloads_total{${at}, result="success"}`, values: '0x22' },
+            // Refused at 2m, taken again at 6m.
+            { series: `dsrlb_config_last_reload_successful{${at}}`, values: '1 1 0 0 0 0 1x16' },
             // Two LBs: the same web table throughout; for api lb2's table differs from 3m on.
             { series: `dsrlb_table_fingerprint{${at}, service="web", fingerprint="aaaa"}`, values: '1x10' },
             { series: `dsrlb_table_fingerprint{job="dsrlb", instance="lb2:9742", service="web", fingerprint="aaaa"}`, values: '1x10' },
@@ -700,8 +702,8 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             { eval_time: '4m', alertname: 'DsrlbFlowTableEvicting', exp_alerts: [alert({ severity: 'warning' })] },
             { eval_time: '10m', alertname: 'DsrlbFlowTableEvicting', exp_alerts: [] },
             { eval_time: '1m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [] },
-            { eval_time: '3m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [alert({ severity: 'warning', result: 'failure' })] },
-            { eval_time: '20m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [] },
+            { eval_time: '3m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [alert({ severity: 'warning' })] },
+            { eval_time: '7m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [] },
             { eval_time: '3m', alertname: 'DsrlbTableFingerprintMismatch', exp_alerts: [] },
             { eval_time: '6m', alertname: 'DsrlbTableFingerprintMismatch', exp_alerts: [{ exp_labels: { job: 'dsrlb', service: 'api', severity: 'critical' } }] },
             { eval_time: '5m', alertname: 'DsrlbVipNoLongerAnnounced', exp_alerts: [] },

@@ -301,6 +301,11 @@ describe('admin API input', () => {
     const method = await adminCurl([`http://127.0.0.1:9743/services/web/reals/${addresses()[0]}/drain`]);
     expect(method.status).toBe(405);
     expect(method.headers).toMatch(/^allow: POST$/im);
+    // The metrics listener too: /metrics is GET only.
+    const scrapePost = await adminCurl(['-X', 'POST', 'http://127.0.0.1:9742/metrics']);
+    expect([scrapePost.status, scrapePost.body]).toEqual([405, 'method POST not allowed here: use GET\n']);
+    expect(scrapePost.headers).toMatch(/^allow: GET$/im);
+    expect((await adminCurl(['http://127.0.0.1:9742/other'])).status).toBe(404);
     const spelled = await daemon.cli(['undrain', `tcp://${lab.vip}:080`, addresses()[0]!]);
     expect(spelled.code, spelled.stderr).toBe(0);
     // The answer names the service and real as the daemon knows them, not as typed.
@@ -460,7 +465,11 @@ describe('reload', () => {
     const pinned = await daemon.cli(['reload']);
     expect(pinned.code).toBe(1);
     expect(pinned.stderr).toMatch(/cpus: changing the packet loops' CPUs \(\[\] -> \[0\]\) needs a restart/);
+    expect(/^dsrlb_config_last_reload_successful (\S+)$/m.exec(await daemon.metrics())?.[1]).toBe('0');
     await writeFile(configPath, configText(addresses()));
+    expect((await daemon.cli(['reload'])).code).toBe(0);
+    // The next reload taken clears it (an alert on it too).
+    expect(/^dsrlb_config_last_reload_successful (\S+)$/m.exec(await daemon.metrics())?.[1]).toBe('1');
   }, 60_000);
 
   it('drains a real removed by a reload: its live transfer completes, new flows avoid it', async () => {
@@ -604,6 +613,7 @@ describe('metrics', () => {
       'dsrlb_icmp_too_big_sent_total',
       'dsrlb_config_reloads_total',
       'dsrlb_config_last_reload_success_timestamp_seconds',
+      'dsrlb_config_last_reload_successful',
       'process_cpu_seconds_total',
     ]) {
       expect(text, name).toContain(`# TYPE ${name.replace(/_total$/, '')}`);
