@@ -65,7 +65,10 @@ export class HealthDamper {
     this.settings = settings;
   }
 
-  /** Records one probe result; returns true when it flipped the state. */
+  /**
+   * Records one probe result; returns true when it changed the fact: the state flipped, or a real
+   * not proven up yet was confirmed down (unknown -> down: its kept flows must move now).
+   */
   record(ok: boolean, nowMs: number, error: string | null = null): boolean {
     if (ok) {
       this.successCount++;
@@ -76,8 +79,12 @@ export class HealthDamper {
       this.failureCount++;
       this.successCount = 0;
       this.lastErrorText = error ?? 'failed';
-      if (this.failureCount >= this.settings.fall) this.settledValue = true;
       if (this.stateValue === 'up' && this.failureCount >= this.settings.fall) return this.flip('down', nowMs);
+      if (!this.settledValue && this.failureCount >= this.settings.fall) {
+        this.settledValue = true;
+        this.sinceMs = nowMs;
+        return true;
+      }
     }
     return false;
   }

@@ -149,7 +149,8 @@ describe('damping through the monitor, manual clock', () => {
     expect(fact().state).toBe('down');
     await clock.advanceTo(4000);
     expect(fact().state).toBe('up');
-    expect(changes.map((c) => c.atMs - 2000)).toEqual([2000]); // recovery = rise x interval
+    // Confirmed down at the 3rd failure (a change: its kept flows move), then up: rise x interval later.
+    expect(changes.map((c) => [c.atMs - 2000, c.fact.state])).toEqual([[0, 'down'], [2000, 'up']]);
   });
 
   it('fall 3, interval 1 s: a 2 s outage never takes the real out; a 3 s one does, at the 3rd failure', async () => {
@@ -204,10 +205,12 @@ describe('HealthDamper: settled', () => {
     down.record(false, 1);
     down.record(true, 2); // a success resets the failures
     down.record(false, 3);
-    down.record(false, 4);
+    expect(down.record(false, 4)).toBe(false);
     expect(down.settled).toBe(false);
-    down.record(false, 5);
-    expect([down.state, down.settled]).toEqual(['down', true]);
+    // Confirmed down: a change of fact (unknown -> down), reported as one, since then.
+    expect(down.record(false, 5)).toBe(true);
+    expect([down.state, down.settled, down.since]).toEqual(['down', true, 5]);
+    expect(down.record(false, 6)).toBe(false);
     // Settled stays settled: later results change the state, not this.
     down.record(true, 6);
     expect(down.settled).toBe(true);

@@ -78,7 +78,7 @@ services:
 }
 
 /** A daemon whose three reals all answer their probes, first probes at 0, 0.5 and 0.9 of the interval. */
-function daemonWithHealthyReals(whenAllDown: string) {
+function daemonWithHealthyReals(whenAllDown: string, dead: readonly string[] = []) {
   const file = join(dir, 'dsrlb.yaml');
   const text = configText('/healthz', whenAllDown);
   writeFileSync(file, text);
@@ -103,7 +103,7 @@ function daemonWithHealthyReals(whenAllDown: string) {
   const clock = new ManualClock();
   const offsets = [0, 0.5, 0.9];
   let k = 0;
-  const prober: Prober = { probe: async () => OK };
+  const prober: Prober = { probe: async (t) => (dead.includes(t.address) ? { ok: false, reason: 'refused', detail: 'connection refused' } : OK) };
   inside.health.stop();
   inside.health = new HealthMonitor({ clock, random: () => offsets[k++ % 3]!, probers: { http: prober } });
   inside.health.on('change', () => daemon.rebuild('health'));
@@ -153,4 +153,16 @@ describe('reals whose probes have not decided yet', () => {
       }
     });
   }
+
+  it('lose them once fall failures confirm the real down (unknown -> down is a change, the snapshot follows)', async () => {
+    const d = daemonWithHealthyReals('failOpen', ['10.0.0.3']);
+    try {
+      const views = await d.watch(5000);
+      expect(views.at(-1)).toEqual({ keep: '110', candidates: 2, dropAll: 0 });
+      // Kept while unproven, moved only once confirmed down (3 failures, 1 s apart).
+      expect(views[0]!.keep).toBe('111');
+    } finally {
+      d.inside.health.stop();
+    }
+  });
 });
