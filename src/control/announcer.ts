@@ -8,6 +8,7 @@ import { closeSync } from 'node:fs';
 import { chmod, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { stringHash } from '../dataplane/flow-hash.js';
+import { monotonicMs } from '../dataplane/monotonic-clock.js';
 import { loadNative } from '../io/native-binding.js';
 import { systemRunner, type CommandRunner } from './host-setup.js';
 import type { Logger } from './logger.js';
@@ -78,7 +79,7 @@ export class VipAnnouncer {
   private routesStale = false;
   /** BIRD has not been told of the last routes file (birdc failed); when it was last tried. */
   private birdStale = false;
-  private birdTriedMs = 0;
+  private birdTriedMs = -Infinity;
   /** The last failure said per VIP (or 'routes', 'birdc'): each is logged once, and once when it ends. */
   private readonly failures = new Map<string, string>();
 
@@ -88,11 +89,18 @@ export class VipAnnouncer {
     private birdSocket: string | null,
     private readonly runner: CommandRunner = systemRunner,
     private readonly tun: TunControl = nativeTun,
+    /** The birdc retry clock: monotonic, so a step of the system time neither stops nor hurries it. */
+    private readonly nowMs: () => number = monotonicMs,
   ) {}
 
   /** A reload's routesFile and birdSocket: a new file is written at the next sync. */
   setFiles(routesFile: string, birdSocket: string | null): void {
     if (routesFile !== this.routesFile || birdSocket !== this.birdSocket) this.routesStale = true;
+    // A new BIRD must read the file even where its text is unchanged (no write, so no configure otherwise).
+    if (birdSocket !== this.birdSocket && birdSocket !== null) {
+      this.birdStale = true;
+      this.birdTriedMs = -Infinity;
+    }
     this.routesFile = routesFile;
     this.birdSocket = birdSocket;
   }
@@ -128,7 +136,7 @@ export class VipAnnouncer {
     // A VIP no longer wanted has no failure left to report.
     for (const key of [...this.failures.keys()]) if (key !== 'routes' && key !== 'birdc' && !wanted.has(key)) this.failures.delete(key);
     if (this.routesStale) await this.writeRoutes();
-    if (this.birdStale && Date.now() - this.birdTriedMs >= BIRDC_RETRY_MS) await this.tellBird();
+    if (this.birdStale && this.nowMs() - this.birdTriedMs >= BIRDC_RETRY_MS) await this.tellBird();
     for (const [vip, on] of wanted) {
       const gate = this.gates.get(vip);
       if (gate === undefined || gate.carrier === on) continue;
@@ -139,6 +147,7 @@ export class VipAnnouncer {
         continue;
       }
       gate.carrier = on;
+      this.succeeded(vip);
       this.log[on ? 'info' : 'warn'](on ? 'VIP announced' : 'VIP withdrawn', { vip, device: gate.name });
     }
   }
@@ -212,7 +221,7 @@ export class VipAnnouncer {
       this.birdStale = false;
       return;
     }
-    this.birdTriedMs = Date.now();
+    this.birdTriedMs = this.nowMs();
     try {
       await this.runner(['birdc', '-s', this.birdSocket, 'configure']);
       this.birdStale = false;

@@ -120,14 +120,18 @@ export class HostSetup {
       // was set before is recorded, so stop puts it back as it was (GRO off stays off).
       const before = await this.runner(['ethtool', '-k', this.ifname]).then(
         (r) => parseOffloads(r.stdout),
-        () => ({ gro: null, lro: null }),
+        (e: Error) => {
+          // Unknown: turn both off all the same, and put GRO back on at stop (the usual default).
+          this.log.warn('could not read GRO/LRO', { error: e.message });
+          return { gro: true, lro: true, unknown: true };
+        },
       );
       const off = [...(before.gro === true ? ['gro', 'off'] : []), ...(before.lro === true ? ['lro', 'off'] : [])];
       if (off.length > 0) {
         await this.runner(['ethtool', '-K', this.ifname, ...off]).catch((e: Error) => this.log.warn('could not turn GRO/LRO off', { error: e.message }));
       }
       this.state.groDisabled = true;
-      this.state.offloadsBefore = { gro: before.gro === true, lro: before.lro };
+      this.state.offloadsBefore = 'unknown' in before ? { gro: true, lro: null } : { gro: before.gro === true, lro: before.lro };
       this.ownGroDisabled = true;
     }
     await this.save();

@@ -225,20 +225,23 @@ export class LoopGroup {
       let oldest = Infinity;
       for (const l of this.loops) oldest = Math.min(oldest, l.counters[Counter.loopHeartbeatMs]!);
       sum[Counter.loopHeartbeatMs] = oldest;
-      sum[Counter.snapshotGeneration] = Math.min(...this.loops.map((l) => l.counters[Counter.snapshotGeneration]!));
+      // The snapshot every living loop runs: an ended loop's is frozen and its flows are gone.
+      const living = this.loops.filter((l) => !l.exited);
+      sum[Counter.snapshotGeneration] = Math.min(...(living.length > 0 ? living : this.loops).map((l) => l.counters[Counter.snapshotGeneration]!));
     }
     return sum;
   }
 
+  /** Flows on real `id` in the loops that run (an ended loop's flows ended with it). */
   active(id: number): number {
     let n = 0;
-    for (const l of this.loops) n += l.active[id] ?? 0;
+    for (const l of this.loops) if (!l.exited) n += l.active[id] ?? 0;
     return n;
   }
 
   inactive(id: number): number {
     let n = 0;
-    for (const l of this.loops) n += l.inactive[id] ?? 0;
+    for (const l of this.loops) if (!l.exited) n += l.inactive[id] ?? 0;
     return n;
   }
 

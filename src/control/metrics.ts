@@ -257,10 +257,6 @@ export class DaemonMetrics {
     if (failureReason) this.probeFailures.inc({ service, real, reason: failureReason });
   }
 
-  /**
-   * Drops the event-driven series of a real under a service name (a forgotten real, or the old name
-   * of a renamed service); the scrape-time series follow the daemon's view by themselves.
-   */
   /** A reload (or the start) taken: counted, timestamped, and the last one marked successful. */
   reloadTaken(): void {
     this.reloads.inc({ result: 'success' });
@@ -274,6 +270,10 @@ export class DaemonMetrics {
     this.lastReloadSuccessful.set(0);
   }
 
+  /**
+   * Drops the event-driven series of a real under a service name (a forgotten real, or the old name
+   * of a renamed service); the scrape-time series follow the daemon's view by themselves.
+   */
   forgetReal(service: string, real: string): void {
     this.probeDuration.remove({ service, real });
     for (const reason of PROBE_REASONS) this.probeFailures.remove({ service, real, reason });

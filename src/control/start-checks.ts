@@ -42,11 +42,15 @@ export function parseCpuList(text: string): Set<number> {
   return out;
 }
 
-/** A problem per `cpus` entry this process may not run on (its affinity mask and cpuset). */
-export function cpuProblems(config: Pick<Config, 'cpus'>, allowedList: string): ConfigProblem[] {
+/**
+ * A problem per `cpus` entry a loop would run on (loop i on cpus[i % length], `workers` loops) that
+ * this process may not run on (its affinity mask and cpuset). Entries no loop uses are not asked.
+ */
+export function cpuProblems(config: Pick<Config, 'cpus' | 'workers'>, allowedList: string): ConfigProblem[] {
   const allowed = parseCpuList(allowedList);
   if (allowed.size === 0) return [];
-  return config.cpus.flatMap((cpu, i) => (allowed.has(cpu) ? [] : [{ path: `cpus[${i}]`, message: `CPU ${cpu} is not one this process may run on (${allowedList.trim()})` }]));
+  const used = Math.min(config.cpus.length, Math.max(config.workers, 1));
+  return config.cpus.slice(0, used).flatMap((cpu, i) => (allowed.has(cpu) ? [] : [{ path: `cpus[${i}]`, message: `CPU ${cpu} is not one this process may run on (${allowedList.trim()})` }]));
 }
 
 /** Both checks; throws a DaemonError naming every problem (exit 1; 2 when only the system refused, as a port in use). */

@@ -4,7 +4,7 @@
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it, vi } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { announceDeviceName, birdRoutes, VipAnnouncer, writeRoutesFile, type TunControl } from '../../src/control/announcer.js';
 import { commandRunner, systemRunner, type CommandRunner } from '../../src/control/host-setup.js';
 import { createLogger } from '../../src/control/logger.js';
@@ -144,10 +144,8 @@ describe('VIP announcer: one failure stops nothing else', () => {
         }
         return { stdout: '' };
       };
-      const now = vi.spyOn(Date, 'now');
       let t0 = 1_000_000;
-      now.mockImplementation(() => t0);
-      const a = new VipAnnouncer(logLines().log, join(dir, 'routes.conf'), '/run/bird/bird.ctl', runner, fakeTun().tun);
+      const a = new VipAnnouncer(logLines().log, join(dir, 'routes.conf'), '/run/bird/bird.ctl', runner, fakeTun().tun, () => t0);
       const wanted = new Map([['10.77.0.1', true]]);
       await a.sync(wanted);
       expect(calls).toHaveLength(1);
@@ -161,8 +159,11 @@ describe('VIP announcer: one failure stops nothing else', () => {
       t0 += 10_000;
       await a.sync(wanted);
       expect(calls).toHaveLength(2);
+      // A reload that points at another BIRD socket tells that BIRD at once, the file unchanged.
+      a.setFiles(join(dir, 'routes.conf'), '/run/bird2/bird.ctl');
+      await a.sync(wanted);
+      expect(calls.at(-1)).toBe('birdc -s /run/bird2/bird.ctl configure');
       a.close();
-      now.mockRestore();
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -176,5 +177,28 @@ describe('host commands', () => {
     expect(Date.now() - started).toBeLessThan(5000);
     await expect(commandRunner(300)(['sh', '-c', 'echo no >&2; exit 3'])).rejects.toThrow('sh -c echo no >&2; exit 3: no');
     expect(await systemRunner(['sh', '-c', 'cat'], 'in')).toEqual({ stdout: 'in' });
+  });
+
+  it('logs a carrier that cannot be set once, and its recovery, so the next failure is logged again', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-announce-'));
+    try {
+      const { tun } = fakeTun();
+      let carrierWorks = false;
+      const flaky: TunControl = { ...tun, setCarrier: (fd, on) => (carrierWorks ? tun.setCarrier(fd, on) : (() => { throw new Error('EIO'); })()) };
+      const { lines, log } = logLines();
+      const a = new VipAnnouncer(log, join(dir, 'routes.conf'), null, async () => ({ stdout: '' }), flaky);
+      const wanted = new Map([['10.77.0.1', false]]);
+      await a.sync(wanted);
+      await a.sync(wanted);
+      carrierWorks = true;
+      await a.sync(wanted);
+      carrierWorks = false;
+      await a.sync(new Map([['10.77.0.1', true]]));
+      const msgs = lines.map((l) => l.msg).filter((m) => m.startsWith('announcement update'));
+      expect(msgs).toEqual(['announcement update failed', 'announcement update works again', 'announcement update failed']);
+      a.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

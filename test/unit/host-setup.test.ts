@@ -121,6 +121,24 @@ describe('HostSetup', () => {
     }
   });
 
+  it('turns GRO/LRO off anyway when ethtool -k fails, says so, and puts GRO back at stop', async () => {
+    const { dir } = await runDir(null);
+    const host = fakeHost([]);
+    const runner: CommandRunner = async (argv, stdin) => {
+      if (argv[0] === 'ethtool' && argv[1] === '-k') throw new Error('ethtool: no such device');
+      return host.runner(argv, stdin);
+    };
+    const lines: string[] = [];
+    const setup = new HostSetup('eth0', createLogger((l) => lines.push(l)), runner, dir);
+    await setup.adopt();
+    await setup.apply([], { disableGro: true });
+    expect(host.calls.filter((c) => c.startsWith('ethtool -K'))).toEqual(['ethtool -K eth0 gro off lro off']);
+    expect(lines.some((l) => l.includes('could not read GRO/LRO'))).toBe(true);
+    host.calls.length = 0;
+    await setup.undo();
+    expect(host.calls.filter((c) => c.startsWith('ethtool -K'))).toEqual(['ethtool -K eth0 gro on']);
+  });
+
   it('reads GRO and LRO from ethtool -k, a [fixed] feature as not ours to set', () => {
     expect(parseOffloads(ETHTOOL_K)).toEqual({ gro: true, lro: false });
     expect(parseOffloads('generic-receive-offload: off\nlarge-receive-offload: off [fixed]\n')).toEqual({ gro: false, lro: null });

@@ -14,7 +14,10 @@ type Behaviour = 'answer' | 'exit' | 'silent';
 /** A worker that says ready, then answers 'flows' with one flow, exits, or stays silent. */
 const FAKE_LOOP = `
   const { parentPort, workerData } = require('node:worker_threads');
-  parentPort.postMessage({ type: 'ready', localMac: new Uint8Array(6), mtu: 1500, activeByReal: new Int32Array(4), inactiveByReal: new Int32Array(4) });
+  // Shared, as a loop's per-real flow counts are: 5 active flows on real 0 in every loop.
+  const active = new Int32Array(new SharedArrayBuffer(16));
+  active[0] = 5;
+  parentPort.postMessage({ type: 'ready', localMac: new Uint8Array(6), mtu: 1500, activeByReal: active, inactiveByReal: new Int32Array(new SharedArrayBuffer(16)) });
   parentPort.on('message', (m) => {
     if (m.type === 'stop') { parentPort.postMessage({ type: 'stopped' }); process.exit(0); }
     if (m.type !== 'flows') return;
@@ -63,6 +66,8 @@ describe('LoopGroup.ask', () => {
       expect(Date.now() - started).toBeLessThan(5_000);
       expect(realsOf(answers)).toEqual([0, 2]);
       expect(g.running).toBe(false);
+      // Its flows ended with it: only the living loops' count.
+      expect(g.active(0)).toBe(10);
       // The next question goes to the living loops only and is answered at once.
       expect(realsOf(await g.ask((id) => ({ type: 'flows', id, limit: 10 }), 30_000))).toEqual([0, 2]);
     } finally {

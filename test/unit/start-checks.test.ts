@@ -39,13 +39,15 @@ describe('cpus', () => {
   });
 
   it('names each configured CPU outside the allowed list', () => {
-    expect(cpuProblems({ cpus: [0, 1] }, '0-1')).toEqual([]);
-    expect(cpuProblems({ cpus: [1, 99, 4] }, '0-1\n')).toEqual([
+    expect(cpuProblems({ cpus: [0, 1], workers: 2 }, '0-1')).toEqual([]);
+    // One loop runs on cpus[0] only: an entry no loop uses is not refused.
+    expect(cpuProblems({ cpus: [1, 99], workers: 1 }, '0-1')).toEqual([]);
+    expect(cpuProblems({ cpus: [1, 99, 4], workers: 3 }, '0-1\n')).toEqual([
       { path: 'cpus[1]', message: 'CPU 99 is not one this process may run on (0-1)' },
       { path: 'cpus[2]', message: 'CPU 4 is not one this process may run on (0-1)' },
     ]);
     // Unknown (no /proc): nothing refused here; the loop's own pinning still reports a failure.
-    expect(cpuProblems({ cpus: [99] }, '')).toEqual([]);
+    expect(cpuProblems({ cpus: [99], workers: 1 }, '')).toEqual([]);
   });
 });
 
