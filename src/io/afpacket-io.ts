@@ -480,6 +480,10 @@ export class AfPacketIo implements PacketIo {
     const frameCount = this.frameCount;
     let cursor = this.cursor;
     let released = cursor;
+    // Frames taken and not given back yet, counted: a walk over the whole ring ends where it began,
+    // so a [from, to) range could not tell all frames from none (the ring stalled for good, and
+    // every wake-up replayed the same frames).
+    let held = 0;
     batch.count = 0;
     this.batchHeadroom = frameSize;
     try {
@@ -488,12 +492,14 @@ export class AfPacketIo implements PacketIo {
         const status = u32[frame >>> 2]!;
         if ((status & TP_STATUS_USER) === 0) break;
         cursor = cursor + 1 === frameCount ? 0 : cursor + 1;
+        held++;
         if ((status & TP_STATUS_COPY) !== 0) {
           // Cut short in the ring, whole in the socket queue: keep the order of what came before.
           if (batch.count > 0) this.flush(this.batchHeadroom);
           if (this.closed) return;
           this.receiveCopy(frame);
-          released = this.release(released, cursor);
+          released = this.release(released, held);
+          held = 0;
           batch.count = 0;
           this.batchHeadroom = frameSize;
           continue;
@@ -501,7 +507,8 @@ export class AfPacketIo implements PacketIo {
         if (this.admit(frame, frame + frameSize)) {
           this.flush(this.batchHeadroom);
           if (this.closed) return;
-          released = this.release(released, cursor);
+          released = this.release(released, held);
+          held = 0;
           batch.count = 0;
           this.batchHeadroom = frameSize;
         }
@@ -509,18 +516,22 @@ export class AfPacketIo implements PacketIo {
       if (batch.count > 0) this.flush(this.batchHeadroom);
     } finally {
       // Frames never released stall the ring, even when the engine throws.
-      if (!this.closed) this.release(released, cursor);
+      if (!this.closed) this.release(released, held);
       this.cursor = cursor;
     }
   }
 
-  /** Gives V2 frames [from, to) back to the kernel; returns `to`. */
-  private release(from: number, to: number): number {
+  /** Gives `count` V2 frames from slot `from` on back to the kernel; returns the slot after them. */
+  private release(from: number, count: number): number {
     const u32 = this.ringWords;
     const frameSize = this.frameSizeBytes;
     const frameCount = this.frameCount;
-    for (let i = from; i !== to; i = i + 1 === frameCount ? 0 : i + 1) u32[(i * frameSize) >>> 2] = 0;
-    return to;
+    let i = from;
+    for (let k = 0; k < count; k++) {
+      u32[(i * frameSize) >>> 2] = 0;
+      i = i + 1 === frameCount ? 0 : i + 1;
+    }
+    return i;
   }
 
   /** V2: the frame at ring slot `frame` was too large for it: read it whole and process it alone. */
