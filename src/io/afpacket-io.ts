@@ -497,7 +497,7 @@ export class AfPacketIo implements PacketIo {
           // Cut short in the ring, whole in the socket queue: keep the order of what came before.
           if (batch.count > 0) this.flush(this.batchHeadroom);
           if (this.closed) return;
-          this.receiveCopy(frame);
+          this.receiveCopy(frame, status);
           released = this.release(released, held);
           held = 0;
           batch.count = 0;
@@ -534,8 +534,12 @@ export class AfPacketIo implements PacketIo {
     return i;
   }
 
-  /** V2: the frame at ring slot `frame` was too large for it: read it whole and process it alone. */
-  private receiveCopy(frame: number): void {
+  /**
+   * V2: the frame at ring slot `frame` was too large for it: read it whole and process it alone.
+   * A VLAN tag the kernel had moved out of the frame is in the slot's header only, not in the
+   * bytes the socket queue gives: it is put back as for a frame in the ring.
+   */
+  private receiveCopy(frame: number, status: number): void {
     const pktType = this.ringBytes[frame + this.fieldPacketType];
     const buf = this.copyBuf;
     const at = AFPACKET_DEFAULTS.reserveBytes;
@@ -555,14 +559,19 @@ export class AfPacketIo implements PacketIo {
     }
     this.rxCopied++;
     const batch = this.batch;
-    const mac = at + this.vnetLen;
+    let mac = at + this.vnetLen;
+    let length = n - this.vnetLen;
     batch.buf = buf;
+    if ((status & TP_STATUS_VLAN_VALID) !== 0) {
+      mac = this.restoreVlanTag(buf, frame, mac, status);
+      length += VLAN_TAG_BYTES;
+    }
     batch.count = 1;
     batch.offsets[0] = mac;
-    batch.lengths[0] = n - this.vnetLen;
-    batch.flags[0] = this.frameFlags(mac, 0, n - this.vnetLen);
+    batch.lengths[0] = length;
+    batch.flags[0] = this.frameFlags(mac, 0, length);
     try {
-      this.flush(at);
+      this.flush(mac - this.vnetLen);
     } finally {
       batch.buf = this.ringBytes;
     }
@@ -607,7 +616,7 @@ export class AfPacketIo implements PacketIo {
         this.rxMalformed++;
         return false;
       }
-      mac = this.restoreVlanTag(frame, mac, status);
+      mac = this.restoreVlanTag(this.ringBytes, frame, mac, status);
       length += VLAN_TAG_BYTES;
     }
     const slot = batch.count++;
@@ -636,11 +645,11 @@ export class AfPacketIo implements PacketIo {
   }
 
   /**
-   * Moves the virtio_net_hdr and both MAC addresses 4 bytes back into the headroom and writes the
-   * tag (TPID, TCI) the kernel had moved into tp_vlan_tci. Returns the new frame start.
+   * Moves the virtio_net_hdr and both MAC addresses in `u8` (the ring, or the copy buffer) 4 bytes
+   * back into the headroom and writes the tag (TPID, TCI) the kernel had moved into the header of
+   * ring slot `frame`. Returns the new frame start.
    */
-  private restoreVlanTag(frame: number, mac: number, status: number): number {
-    const u8 = this.ringBytes;
+  private restoreVlanTag(u8: Uint8Array, frame: number, mac: number, status: number): number {
     const vnetLen = this.vnetLen;
     const from = mac - vnetLen;
     const end = mac + MAC_ADDRESSES_BYTES;

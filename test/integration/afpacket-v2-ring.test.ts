@@ -1,6 +1,7 @@
 // The `ring: v2` RX ring handed back whole: a walk over every slot ends where it began, and the
 // ring must still be given back (it stalled for good, and every wake-up replayed the same frames to
-// the engine). A veth pair in a namespace of our own; needs root, fails loudly otherwise.
+// the engine). And a frame too large for its slot, read whole from the socket queue, keeps its VLAN
+// tag. A veth pair in a namespace of our own; needs root, fails loudly otherwise.
 
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
@@ -11,6 +12,7 @@ import { requireRoot } from '../support/lab-daemon.js';
 const run = promisify(execFile);
 const NS = `dsrt-v2r-${process.pid}`;
 const SCRIPT = join(import.meta.dirname, '..', 'support', 'v2-ring-walk.mjs');
+const VLAN_COPY_SCRIPT = join(import.meta.dirname, '..', 'support', 'v2-ring-vlan-copy.mjs');
 
 interface Phase {
   phase: string;
@@ -54,5 +56,12 @@ describe('ring: v2, a wake-up that walks the whole ring', () => {
     expect(filled!.rxOtherHost).toBeLessThanOrEqual(9000);
     expect(after!.rxOtherHost).toBe(filled!.rxOtherHost);
     expect(after!.frames - filled!.frames).toBe(4);
+  });
+
+  it('puts back the VLAN tag of a frame too large for its slot (read whole from the socket queue)', async () => {
+    const { stdout } = await run('ip', ['netns', 'exec', NS, process.execPath, VLAN_COPY_SCRIPT], { timeout: 30_000 });
+    const report = JSON.parse(stdout.trim()) as { seen: { length: number; tpid: number; tci: number; ethertype: number }[]; copied: number };
+    expect(report.copied).toBe(1);
+    expect(report.seen).toEqual([{ length: 4000, tpid: 0x8100, tci: 100, ethertype: 0x88b5 }]);
   });
 });
