@@ -5,6 +5,7 @@
 // for edits that are easy to regret.
 
 import { consistentPick } from '../dataplane/consistent-pick.js';
+import { findService } from '../dataplane/forwarding-snapshot.js';
 import type { Config, ConfigProblem, RealIntent, ServiceConfig } from '../config/types.js';
 import { formatDurationMs } from '../config/duration.js';
 import { loadConfigFile } from '../config/load.js';
@@ -84,6 +85,11 @@ export interface LiveFlowImpact {
    * flow entry, as after an LB restart or on another LB of an ECMP group.
    */
   readonly landingElsewhereWithoutEntry: number;
+  /**
+   * Flows the engine matches to another service after the change (an exact port added beside the
+   * VIP's port-0 service takes that port's packets): counted in both figures above, and they break.
+   */
+  readonly takenByAnotherService: number;
 }
 
 export interface ServicePlan {
@@ -130,6 +136,7 @@ export type PlanWarningCode =
   | 'ALL_REALS_REMOVED'
   | 'SERVICE_REMOVED'
   | 'LIVE_FLOWS_BREAK'
+  | 'LIVE_FLOWS_TAKEN'
   | 'HASH_SEED_CHANGED'
   | 'TABLE_SIZE_CHANGED'
   | 'SCHEDULER_CHANGED'
@@ -298,8 +305,13 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       const only = registryAddress(report1!.candidates[0]!, after[i1]!, registry);
       warn('SINGLE_ELIGIBLE_REAL', name, `${name} is left with one real taking new flows (${only}); no peer takes over if it fails`);
     }
-    if (liveFlowImpact !== null && liveFlowImpact.changingRealNow > 0) {
-      const n = liveFlowImpact.changingRealNow;
+    if (liveFlowImpact !== null && liveFlowImpact.takenByAnotherService > 0) {
+      const n = liveFlowImpact.takenByAnotherService;
+      warn('LIVE_FLOWS_TAKEN', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'goes' : 'go'} to another service of ${cfg1!.vip} after this change (a service on their exact port takes precedence over the port-0 one): their packets go to that service's reals and their connections break`);
+    }
+    const disabledNow = liveFlowImpact === null ? 0 : liveFlowImpact.changingRealNow - liveFlowImpact.takenByAnotherService;
+    if (liveFlowImpact !== null && disabledNow > 0) {
+      const n = disabledNow;
       // With no real taking new flows, the engine finds none to move them to either (failOpen's
       // down reals aside): their packets are dropped.
       const fate =
@@ -480,25 +492,37 @@ function liveImpact(
   seed1: number,
   drains = false,
 ): LiveFlowImpact {
-  if (live === undefined || live.realAddresses.length === 0) return { total: 0, changingRealNow: 0, landingElsewhereWithoutEntry: 0 };
+  if (live === undefined || live.realAddresses.length === 0) return { total: 0, changingRealNow: 0, landingElsewhereWithoutEntry: 0, takenByAnotherService: 0 };
   const total = live.realAddresses.length;
   if (live.keys.length < total * FLOW_KEY_WORDS) throw new RangeError(`live flows of ${identity}: ${total} reals but ${live.keys.length / FLOW_KEY_WORDS} keys`);
   // A removed service: flows with an entry stay on their reals while it drains, else all change;
   // a flow without an entry (another LB's) is dropped either way.
-  if (i1 < 0) return { total, changingRealNow: drains ? 0 : total, landingElsewhereWithoutEntry: total };
+  if (i1 < 0) return { total, changingRealNow: drains ? 0 : total, landingElsewhereWithoutEntry: total, takenByAnotherService: 0 };
   const snap1 = b1.snapshot;
   let changingRealNow = 0;
   let landingElsewhere = 0;
+  let taken = 0;
+  const addr = new Uint32Array(8);
   for (let f = 0; f < total; f++) {
+    const key = live.keys.subarray(f * FLOW_KEY_WORDS, (f + 1) * FLOW_KEY_WORDS);
+    // The service the engine matches after the change: an exact port added beside a port-0
+    // service takes that port's packets, flow entries or not (key: family << 8 | protocol, source
+    // and destination words, client port << 16 | VIP port).
+    addr.set(key.subarray(1, 9));
+    if (findService(snap1, key[0]! >>> 8, key[0]! & 0xff, addr, key[9]! & 0xffff) !== i1) {
+      taken++;
+      changingRealNow++;
+      landingElsewhere++;
+      continue;
+    }
     const id = registry.idFor(RealRegistry.keyOf(identity, live.realAddresses[f]!));
     // Only what this change does: flows the daemon already moves (a real down or disabled now) do not count.
     if (keepsFlows(b0, i0, id) && !keepsFlows(b1, i1, id)) changingRealNow++;
-    const key = live.keys.subarray(f * FLOW_KEY_WORDS, (f + 1) * FLOW_KEY_WORDS);
     const before = i0 < 0 ? -1 : consistentPick(b0.snapshot, i0, flowHash(key, seed0));
     const after = consistentPick(snap1, i1, flowHash(key, seed1));
     if (before !== after) landingElsewhere++;
   }
-  return { total, changingRealNow, landingElsewhereWithoutEntry: landingElsewhere };
+  return { total, changingRealNow, landingElsewhereWithoutEntry: landingElsewhere, takenByAnotherService: taken };
 }
 
 /**

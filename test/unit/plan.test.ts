@@ -17,6 +17,7 @@ import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot
 import { buildMaglevTable, countMovedSlots } from '../../src/dataplane/maglev-table.js';
 import { MemoryIo } from '../../src/io/memory-io.js';
 import { formatPlanJson, formatPlanText, planChange, runPlanCommand, type LiveFlows, type LiveReal, type PlanReport } from '../../src/sim/plan.js';
+import { flowKeyOf, prepareTuple } from '../../src/sim/frames.js';
 import { ETH_IPV4, ethernet, ipv4, tcp } from '../support/packet-builder.js';
 
 const VIP = '203.0.113.10';
@@ -207,6 +208,26 @@ describe('plan: live flows, checked against an engine holding them', () => {
     expect(elsewhere).toBeGreaterThan(impact.changingRealNow);
   });
 
+  it('counts the live flows of a port-0 service that an exact-port service added beside it takes (the engine matches the exact port first)', () => {
+    const any = '  - { name: any, vip: 203.0.113.50, port: 0, reals: [ { address: 10.0.0.31 } ] }';
+    const exact = '  - { name: alt, vip: 203.0.113.50, port: 8080, reals: [ { address: 10.0.0.32 } ] }';
+    // Two live flows of the port-0 service: one to port 8080, one to port 9090.
+    const keys = new Uint32Array(FLOW_KEY_WORDS * 2);
+    for (const [i, vipPort] of [8080, 9090].entries()) {
+      flowKeyOf(prepareTuple({ family: 4, protocol: 'tcp', clientAddress: '192.0.2.9', clientPort: 40000 + i, vip: '203.0.113.50', vipPort }), keys, i * FLOW_KEY_WORDS);
+    }
+    const live: LiveFlows = new Map([['tcp|203.0.113.50|0', { keys, realAddresses: ['10.0.0.31', '10.0.0.31'] }]]);
+    const report = planChange(config({ reals: four(), more: any }), config({ reals: four(), more: `${any}\n${exact}` }), live);
+    expect(report.services.find((s) => s.name === 'any')!.liveFlows).toEqual({ total: 2, changingRealNow: 1, landingElsewhereWithoutEntry: 1, takenByAnotherService: 1 });
+    expect(report.warnings.filter((w) => w.code.startsWith('LIVE_FLOWS'))).toEqual([
+      {
+        code: 'LIVE_FLOWS_TAKEN',
+        service: 'any',
+        message: "1 live flow of any goes to another service of 203.0.113.50 after this change (a service on their exact port takes precedence over the port-0 one): their packets go to that service's reals and their connections break",
+      },
+    ]);
+  });
+
   it('lets the live flows of a removed service drain, as the daemon does, unless a port-0 service of its VIP takes them', () => {
     const withOld = config({ reals: four(), more: '  - { name: old, vip: 203.0.113.99, port: 80, reals: [ { address: 10.0.0.31 } ] }' });
     const key = new Uint32Array(FLOW_KEY_WORDS * 2).fill(7);
@@ -217,7 +238,7 @@ describe('plan: live flows, checked against an engine holding them', () => {
     expect(report.warnings).toEqual([
       { code: 'SERVICE_REMOVED', service: 'old', message: 'service old (tcp://203.0.113.99:80) is removed; 2 live flows drain on their reals, new connections to it are dropped' },
     ]);
-    expect(web(report).liveFlows).toEqual({ total: 0, changingRealNow: 0, landingElsewhereWithoutEntry: 0 });
+    expect(web(report).liveFlows).toEqual({ total: 0, changingRealNow: 0, landingElsewhereWithoutEntry: 0, takenByAnotherService: 0 });
     // A port-0 service of the VIP in the candidate would lose port 80's new flows to a draining one: cut.
     const cut = planChange(withOld, config({ reals: four(), more: '  - { name: any, vip: 203.0.113.99, port: 0, reals: [ { address: 10.0.0.32 } ] }' }), live);
     expect(cut.services.find((s) => s.name === 'old')).toMatchObject({ liveFlows: { total: 2, changingRealNow: 2 }, removal: { drains: false, cutBecause: 'the port-0 service of 203.0.113.99 takes its port\'s new flows' } });
