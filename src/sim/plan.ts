@@ -248,7 +248,7 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
     const cutBecause = cfg1 === null ? removalBlocker(candidate.services, cfg0!) : null;
     let liveFlowImpact: LiveFlowImpact | null = null;
     if (liveFlows !== undefined) {
-      liveFlowImpact = liveImpact(live, identity, registry, built0, i0, current.hashSeed, built1, i1, candidate.hashSeed, cfg1 === null && cutBecause === null);
+      liveFlowImpact = liveImpact(live, identity, registry, built0, i0, built1, i1, candidate.hashSeed, cfg1 === null && cutBecause === null);
     }
 
     const both = cfg0 !== null && cfg1 !== null;
@@ -486,7 +486,6 @@ function liveImpact(
   registry: RealRegistry,
   b0: BuildResult,
   i0: number,
-  seed0: number,
   b1: BuildResult,
   i1: number,
   seed1: number,
@@ -518,9 +517,9 @@ function liveImpact(
     const id = registry.idFor(RealRegistry.keyOf(identity, live.realAddresses[f]!));
     // Only what this change does: flows the daemon already moves (a real down or disabled now) do not count.
     if (keepsFlows(b0, i0, id) && !keepsFlows(b1, i1, id)) changingRealNow++;
-    const before = i0 < 0 ? -1 : consistentPick(b0.snapshot, i0, flowHash(key, seed0));
-    const after = consistentPick(snap1, i1, flowHash(key, seed1));
-    if (before !== after) landingElsewhere++;
+    // Against the real the flow is on, not the old table's pick: a wlc flow, or one placed under an
+    // older table, lands elsewhere without its entry even when this change moves no slot.
+    if (consistentPick(snap1, i1, flowHash(key, seed1)) !== id) landingElsewhere++;
   }
   return { total, changingRealNow, landingElsewhereWithoutEntry: landingElsewhere, takenByAnotherService: taken };
 }

@@ -208,6 +208,21 @@ describe('plan: live flows, checked against an engine holding them', () => {
     expect(elsewhere).toBeGreaterThan(impact.changingRealNow);
   });
 
+  it('counts as landing elsewhere the wlc flows whose real is not the consistent hash\'s pick, though the change moves no slot', () => {
+    const cfg = config({ reals: four(), scheduler: 'wlc' });
+    const a = lb(snapshotOf(cfg));
+    const fresh = lb(snapshotOf(cfg)); // a restarted LB: no entries, mid-stream packets by the consistent hash
+    let elsewhere = 0;
+    for (let f = 0; f < 200; f++) {
+      const onWlc = a.send(f, SYN);
+      a.send(f, ACK);
+      if (fresh.send(f, ACK) !== onWlc) elsewhere++;
+    }
+    const impact = web(planChange(cfg, cfg, a.liveFlows())).liveFlows!;
+    expect(elsewhere).toBeGreaterThan(0);
+    expect(impact).toEqual({ total: 200, changingRealNow: 0, landingElsewhereWithoutEntry: elsewhere, takenByAnotherService: 0 });
+  });
+
   it('counts the live flows of a port-0 service that an exact-port service added beside it takes (the engine matches the exact port first)', () => {
     const any = '  - { name: any, vip: 203.0.113.50, port: 0, reals: [ { address: 10.0.0.31 } ] }';
     const exact = '  - { name: alt, vip: 203.0.113.50, port: 8080, reals: [ { address: 10.0.0.32 } ] }';
