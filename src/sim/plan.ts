@@ -310,17 +310,23 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       warn('LIVE_FLOWS_TAKEN', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'goes' : 'go'} to another service of ${cfg1!.vip} after this change (a service on their exact port takes precedence over the port-0 one): their packets go to that service's reals and their connections break`);
     }
     const disabledNow = liveFlowImpact === null ? 0 : liveFlowImpact.changingRealNow - liveFlowImpact.takenByAnotherService;
+    // With no real taking new flows, the engine finds none to move them to either (failOpen's
+    // down reals aside): their packets are dropped.
+    const fate =
+      eligibleAfter > 0
+        ? 'they move to other reals and their connections break'
+        : report1!.panic
+          ? 'they move to active reals that are down (failOpen) and their connections break'
+          : 'no real is left to take them: their packets are dropped and their connections break';
     if (liveFlowImpact !== null && disabledNow > 0) {
       const n = disabledNow;
-      // With no real taking new flows, the engine finds none to move them to either (failOpen's
-      // down reals aside): their packets are dropped.
-      const fate =
-        eligibleAfter > 0
-          ? 'they move to other reals and their connections break'
-          : report1!.panic
-            ? 'they move to active reals that are down (failOpen) and their connections break'
-            : 'no real is left to take them: their packets are dropped and their connections break';
       warn('LIVE_FLOWS_BREAK', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'is' : 'are'} on reals this change disables; ${fate} (drain instead to keep them)`);
+    } else if (liveFlows === undefined && cfg0 !== null) {
+      // --against two files: the flows are not known, the reals this change disables are.
+      const disabled = diff.realsChanged.filter((r) => r.before.state !== 'disabled' && r.after.state === 'disabled').map((r) => r.address);
+      if (disabled.length > 0) {
+        warn('LIVE_FLOWS_BREAK', name, `${name}: ${disabled.join(', ')} ${disabled.length === 1 ? 'is' : 'are'} disabled by this change; for the live flows on ${disabled.length === 1 ? 'it' : 'them'} (not known here), ${fate} (drain instead to keep them)`);
+      }
     }
     // A service at a new address is the same service by name: already wlc and announced, nothing new.
     if (wlcAnnounced(candidate, cfg1) && !wlcAnnounced(current, cfg0 ?? twin ?? null)) {

@@ -280,8 +280,19 @@ describe('plan: warnings for risky edits', () => {
         service: 'web',
         message: 'web is left with no real that takes new flows (every real is removed, drained, disabled or at weight 0): new flows are dropped',
       },
+      {
+        // Two files (--against): the flows are not known, the reals this change disables are.
+        code: 'LIVE_FLOWS_BREAK',
+        service: 'web',
+        message:
+          'web: 10.0.0.11, 10.0.0.12, 10.0.0.13, 10.0.0.14 are disabled by this change; for the live flows on them (not known here), no real is left to take them: their packets are dropped and their connections break (drain instead to keep them)',
+      },
     ]);
     expect(web(none).eligibleReals).toEqual({ before: 4, after: 0 });
+    const oneDisabled = planChange(config({ reals: four() }), config({ reals: four().map((r, i) => (i === 1 ? { ...r, state: 'disabled' as RealIntent } : r)) }));
+    expect(oneDisabled.warnings.map((w) => w.message)).toEqual([
+      'web: 10.0.0.12 is disabled by this change; for the live flows on it (not known here), they move to other reals and their connections break (drain instead to keep them)',
+    ]);
     const one = planChange(config({ reals: four() }), config({ reals: [{ address: '10.0.0.11' }, { address: '10.0.0.12', weight: 0 }, { address: '10.0.0.13', state: 'drain' }] }));
     expect(one.warnings).toEqual([
       { code: 'SINGLE_ELIGIBLE_REAL', service: 'web', message: 'web is left with one real taking new flows (10.0.0.11); no peer takes over if it fails' },
