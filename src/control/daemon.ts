@@ -1002,9 +1002,9 @@ export class Daemon {
    * Plan's view of every real (removed ones that still drain too): the intent in force (config or
    * operator override) and the health fact, by service identity and address.
    */
-  planReals(): { identity: string; service: string; address: string; state: RealIntent; weight: number; up: boolean; removed: boolean }[] {
+  planReals(): { identity: string; service: string; address: string; state: RealIntent; weight: number; up: boolean; health: HealthFact; removed: boolean }[] {
     return this.serviceViews().flatMap((v) =>
-      v.reals.map((r) => ({ identity: serviceIdentity(v.config), service: v.config.name, address: r.address, state: r.intent, weight: r.weight, up: r.health === 'up', removed: r.removed })),
+      v.reals.map((r) => ({ identity: serviceIdentity(v.config), service: v.config.name, address: r.address, state: r.intent, weight: r.weight, up: r.health === 'up', health: r.health, removed: r.removed })),
     );
   }
 

@@ -342,6 +342,12 @@ export class FlowTable {
     return this.seen[entry * SEEN_STRIDE + SEEN_OFFSET]!;
   }
 
+  /** True for a live entry idle past its state's timeout (removed by the next lookup or sweep). */
+  isExpired(entry: number, nowMs: number): boolean {
+    if (!this.isLive(entry)) return false;
+    return nowMs - this.seen[entry * SEEN_STRIDE + SEEN_OFFSET]! >= this.timeoutByStateMs[this.rec[entry * STRIDE + R_STATE]!]!;
+  }
+
   /** True for fin/closed tcp entries: a new SYN on that tuple is a new connection (port reuse). */
   isReusable(entry: number): boolean {
     const state = this.stateOf(entry);

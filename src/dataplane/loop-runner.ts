@@ -7,7 +7,7 @@ import { performance } from 'node:perf_hooks';
 import { performanceNowToMonotonicMs } from './monotonic-clock.js';
 import { Counter } from './counters.js';
 import { Engine, Placement } from './engine.js';
-import type { FlowTimeouts } from './flow-table.js';
+import { FlowState, type FlowTimeouts } from './flow-table.js';
 import type { ForwardingSnapshot } from './forwarding-snapshot.js';
 import { ParsedPacket } from './parsed-packet.js';
 import type { PacketIo } from '../io/packet-io.js';
@@ -153,7 +153,10 @@ export class LoopRunner {
         const reals = new Int32Array(limit);
         const k = new Uint32Array(10);
         let count = 0;
+        const now = this.origin + performance.now();
         for (let e = flows.next(-1); e >= 0 && count < limit; e = flows.next(e)) {
+          // Flows, not leftovers: an entry idle past its timeout or reset (closed) carries no connection.
+          if (flows.isExpired(e, now) || flows.stateOf(e) === FlowState.closed) continue;
           flows.readKey(e, k);
           keys.set(k, count * 10);
           reals[count] = flows.realOf(e);

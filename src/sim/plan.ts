@@ -20,6 +20,7 @@ import { flowKeyOf, prepareTuple } from './frames.js';
 import { diffService, isEmptyDiff, probeChanges, type AddedReal, type HealthOnApply, type RealChange, type SettingChange, type SettingValue } from './service-diff.js';
 import { initialServiceStates, serviceIdentity, viewsOf, type ServiceState } from './service-views.js';
 import type { CommandOutput } from './simulate.js';
+import type { HealthFact } from '../health/eligibility.js';
 
 /** Live flows of one service, as the packet loop's flow table holds them. */
 export interface LiveFlowSet {
@@ -43,6 +44,8 @@ export interface LiveReal {
   readonly weight: number;
   /** The damped health fact (no health check: up). */
   readonly up: boolean;
+  /** The fact itself, 'unknown' for a real whose probes have not decided (it keeps its flows); older daemons send only `up`. */
+  readonly health?: HealthFact;
   /** Removed from the config by a reload and still draining its flows. */
   readonly removed: boolean;
 }
@@ -333,7 +336,8 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       warn('WLC_ANNOUNCED', name, `${name} uses wlc and its VIP is announced: each LB picks new flows by its own connection counts, so a flow that ECMP moves to another LB (one failing, a route change) lands on that LB's Maglev pick and its connection breaks; use maglev or rendezvous behind several LBs`);
     }
     if (cfg0 === null) continue;
-    if (cfg0.tableSize !== cfg1.tableSize && (cfg0.scheduler !== 'rendezvous' || cfg1.scheduler !== 'rendezvous')) {
+    // Only a Maglev table after the change (maglev, wlc) is built anew; to rendezvous, SCHEDULER_CHANGED says it.
+    if (cfg0.tableSize !== cfg1.tableSize && cfg1.scheduler !== 'rendezvous') {
       warn('TABLE_SIZE_CHANGED', name, `tableSize of ${name} ${cfg0.tableSize} -> ${cfg1.tableSize} builds a new Maglev table: ${percent(hashSpaceMoved!.share)} of its consistent-hash picks move (about (N-1)/N with N equal reals); every LB of a group must change it together`);
     }
     if (cfg0.scheduler !== cfg1.scheduler) {
@@ -412,6 +416,10 @@ function keepsFlows(b: BuildResult, serviceIndex: number, id: number): boolean {
  * (HealthOnApply). A real the daemon has no health for yet (new, or its probe restarts) counts as
  * up: HEALTH_CHECK_* warnings tell the wait. Returns the overrides dropped, by service identity.
  */
+function healthOfLive(l: LiveReal): HealthFact {
+  return l.health ?? (l.up ? 'up' : 'down');
+}
+
 function applyLiveReals(before: readonly ServiceState[], after: readonly ServiceState[], live: readonly LiveReal[]): Map<string, DroppedIntent[]> {
   const byKey = new Map(live.map((r) => [RealRegistry.keyOf(r.identity, r.address), r]));
   for (const s of before) {
@@ -422,7 +430,7 @@ function applyLiveReals(before: readonly ServiceState[], after: readonly Service
         r.intent = l.state;
         r.weight = l.weight;
       }
-      r.health = l.up ? 'up' : 'down';
+      r.health = healthOfLive(l);
     }
   }
   const dropped = new Map<string, DroppedIntent[]>();
@@ -433,7 +441,7 @@ function applyLiveReals(before: readonly ServiceState[], after: readonly Service
     for (const r of s.reals) {
       const l = byKey.get(RealRegistry.keyOf(s.identity, r.address));
       if (l === undefined) continue;
-      if (healthKept) r.health = l.up ? 'up' : 'down';
+      if (healthKept) r.health = healthOfLive(l);
       const was = old.config.reals.find((o) => o.address === r.address);
       if (r.removed || was === undefined || (l.state === was.state && l.weight === was.weight)) continue;
       if (r.intent === was.state && r.weight === was.weight) {
@@ -481,7 +489,8 @@ function sampledShare(cfg: ServiceConfig, b0: BuildResult, i0: number, b1: Build
     key[9] = (((1024 + (mix32(r) % 64512)) << 16) | vipPort) >>> 0;
     const before = consistentPick(b0.snapshot, i0, flowHash(key, b0.snapshot.hashSeed));
     const after = consistentPick(b1.snapshot, i1, flowHash(key, b1.snapshot.hashSeed));
-    if (before !== after) moved++;
+    // As the slot count: a flow with no real before (no eligible real) has nothing to move from.
+    if (before !== -1 && before !== after) moved++;
   }
   return moved / PLAN_SAMPLES;
 }

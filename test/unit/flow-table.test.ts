@@ -289,6 +289,8 @@ describe('FlowTable expiry with an injected clock', () => {
       const protocol = state === FlowState.udp ? IPPROTO_UDP : IPPROTO_TCP;
       const e = put(t, strongHash, 1, 0, state, 1000);
       t.touch(e, 0, 2000); // refresh: the timeout counts from here
+      // isExpired (the flow dump's filter) agrees with lookup, and changes nothing.
+      expect([t.isExpired(e, 2000 + timeoutMs - 1), t.isExpired(e, 2000 + timeoutMs)]).toEqual([false, true]);
       expect(find(t, strongHash, 1, 2000 + timeoutMs - 1, protocol)).toBe(e);
       expect(t.expirations).toBe(0);
       expect(find(t, strongHash, 1, 2000 + timeoutMs, protocol)).toBe(-1);

@@ -302,6 +302,17 @@ describe('plan: warnings for risky edits', () => {
     expect(removedService.warnings[0]!.message).toBe('service old (tcp://203.0.113.99:80) is removed; its live flows (not known here) drain on their reals, new connections to it are dropped');
   });
 
+  it('says no TABLE_SIZE_CHANGED for a move to rendezvous (no Maglev table after it), and counts no move out of an empty table', () => {
+    const toRendezvous = planChange(config({ reals: four(), tableSize: 251 }), config({ reals: four(), scheduler: 'rendezvous' }));
+    expect(codes(toRendezvous)).toContain('SCHEDULER_CHANGED');
+    expect(codes(toRendezvous)).not.toContain('TABLE_SIZE_CHANGED');
+    // No real eligible before: nothing moves, by slots (maglev) and by samples (rendezvous) alike.
+    const drained = four().map((r) => ({ ...r, state: 'drain' as RealIntent }));
+    for (const scheduler of ['maglev', 'rendezvous']) {
+      expect(web(planChange(config({ reals: drained, scheduler }), config({ reals: four(), scheduler }))).hashSpaceMoved!.share, scheduler).toBe(0);
+    }
+  });
+
   it('warns on a new hashSeed, a new table size and a new scheduler', () => {
     expect(codes(planChange(config({ reals: four() }), config({ reals: four(), hashSeed: 1 })))).toEqual(['HASH_SEED_CHANGED']);
     const resized = planChange(config({ reals: four() }), config({ reals: four(), tableSize: 251 }));
@@ -661,5 +672,11 @@ describe('plan against the daemon view: the intent and health in force', () => {
     expect(web(planChange(cfg, candidate, flows, view)).liveFlows!.changingRealNow).toBe(onSecond);
     expect(web(planChange(cfg, candidate, flows)).liveFlows!.changingRealNow).toBe(onSecond);
     expect(onFirst).toBeGreaterThan(0);
+    // 10.0.0.12 not proven up yet (health unknown): it keeps its flows, so disabling it moves them.
+    const unproven = [live(ADDRS[0]!, 'active', 100, false), { ...live(ADDRS[1]!, 'active', 100, false), health: 'unknown' as const }, ...fourUp().slice(2)];
+    expect(web(planChange(cfg, candidate, flows, unproven)).liveFlows!.changingRealNow).toBe(onSecond);
+    // Without the fact (a daemon that sends only `up`), it counts as down: already moving, none.
+    const upOnly = [live(ADDRS[0]!, 'active', 100, false), live(ADDRS[1]!, 'active', 100, false), ...fourUp().slice(2)];
+    expect(web(planChange(cfg, candidate, flows, upOnly)).liveFlows!.changingRealNow).toBe(0);
   });
 });
