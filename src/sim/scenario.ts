@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import type { Config, ConfigProblem, Protocol, RealIntent, ServiceConfig } from '../config/types.js';
-import { describe, isMapping, listWords, parseConfigText, parseIpAddress, parseListenAddress, serviceAddressName, validateConfig, keyPath, unknownKeyMessage, yamlProblem } from '../config/validate.js';
+import { describe, isMapping, listWords, parseConfigText, parseIpAddress, parseListenAddress, serviceAddressName, unicastProblem, validateConfig, keyPath, unknownKeyMessage, yamlProblem } from '../config/validate.js';
 import type { SimTuple } from './frames.js';
 
 /** Events of a scenario are applied in file order; `at` never goes backwards. */
@@ -309,6 +309,13 @@ function eventList(add: Add, problems: readonly ConfigProblem[], events: readonl
           if (entry !== undefined && !entry.removed) add(`${at}.address`, `${address} is already a real of service ${service.name}`);
           else if (parsed.address === service.vip) add(`${at}.address`, `${address} is the VIP of service ${service.name}; a real must be another host`);
           else if (parsed.family !== service.family) add(`${at}.address`, `${address} is IPv${parsed.family} but the VIP of service ${service.name} is IPv${service.family}`);
+          else {
+            // As the config refuses them: not a unicast host, or another service's VIP.
+            const why = unicastProblem(address, 'a real');
+            const owner = config.services.find((s) => s.vip === parsed.address);
+            if (why !== null) add(`${at}.address`, why);
+            else if (owner !== undefined) add(`${at}.address`, `${address} is the VIP of service ${owner.name}; traffic to a VIP goes to the load balancer, so this real could never be reached`);
+          }
         } else if (action === 'health') {
           // A removed real still drains its flows, so its health still matters.
           if (entry === undefined) add(`${at}.address`, `${address} is not a real of service ${service.name}`);

@@ -298,6 +298,8 @@ events:
   - { at: 7s, health: { service: web, address: 10.0.0.11, state: down } }
   - { at: 8s, weight: { service: web, address: 10.0.0.12, weight: 70000 } }
   - { at: 9s, addReal: { service: web, address: 10.0.0.11, weight: 50 } }
+  - { at: 10s, addReal: { service: web, address: 0.0.0.0 } }
+  - { at: 11s, addReal: { service: web, address: 224.0.0.1 } }
 `),
     ).toEqual([
       'events[1].removeReal.address: 10.0.0.11 is not a real of service web',
@@ -307,7 +309,22 @@ events:
       'events[5].removeReal.address: 10.0.0.9 is not a real of service web',
       'events[6].intent.state: "sleeping" is not active, drain or disabled',
       'events[8].weight.weight: 70000 is not a weight (0..65535)',
+      'events[10].addReal.address: "0.0.0.0" is the unspecified address; a real must be a unicast address reachable on the network',
+      'events[11].addReal.address: "224.0.0.1" is a multicast address; a real must be a unicast address reachable on the network',
     ]);
+  });
+
+  it('refuses to add another service\'s VIP as a real, as the config does', () => {
+    expect(
+      problems(`${CONFIG}    - name: dns
+      vip: 203.0.113.20
+      port: 53
+      protocol: udp
+      reals: [ { address: 10.0.0.21 } ]
+events:
+  - { at: 0s, addReal: { service: web, address: 203.0.113.20 } }
+`),
+    ).toEqual(['events[0].addReal.address: 203.0.113.20 is the VIP of service dns; traffic to a VIP goes to the load balancer, so this real could never be reached']);
   });
 
   it('words a bad intent or health state as the config words its one-of errors, with a hint for a wrong case', () => {
