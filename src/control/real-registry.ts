@@ -35,6 +35,11 @@ export class RealRegistry {
     return this.free.length + Math.max(0, this.maxIds - this.nextId);
   }
 
+  /** Pairs holding an id. */
+  get size(): number {
+    return this.ids.size;
+  }
+
   has(key: string): boolean {
     return this.ids.has(key);
   }

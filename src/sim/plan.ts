@@ -15,6 +15,9 @@ import { RealRegistry } from '../control/real-registry.js';
 import { removalBlocker } from '../control/service-removal.js';
 import { SnapshotBuilder, type BuildResult, type ServiceBuildReport } from '../control/snapshot-builder.js';
 import { MAX_REAL_IDS } from '../dataplane/counters.js';
+
+/** Real ids a plan may hand out: the current side's and the candidate's, MAX_REAL_IDS each at most. */
+const PLAN_REAL_IDS = 2 * MAX_REAL_IDS + 1;
 import { FLOW_KEY_WORDS, flowHash, mix32 } from '../dataplane/flow-hash.js';
 import { flowKeyOf, prepareTuple } from './frames.js';
 import { diffService, isEmptyDiff, probeChanges, type AddedReal, type HealthOnApply, type RealChange, type SettingChange, type SettingValue } from './service-diff.js';
@@ -147,7 +150,8 @@ export type PlanWarningCode =
   | 'HEALTH_CHECK_ENABLED'
   | 'HEALTH_CHECK_RESTARTS'
   | 'WLC_ANNOUNCED'
-  | 'RESTART_NEEDED';
+  | 'RESTART_NEEDED'
+  | 'REAL_IDS_SHORT';
 
 export interface PlanWarning {
   readonly code: PlanWarningCode;
@@ -179,7 +183,9 @@ function wlcAnnounced(config: Config, service: ServiceConfig | null): boolean {
  * candidate as a reload would (see applyLiveReals). Deterministic and free of I/O.
  */
 export function planChange(current: Config, candidate: Config, liveFlows?: LiveFlows, liveReals?: readonly LiveReal[]): PlanReport {
-  const registry = new RealRegistry(MAX_REAL_IDS);
+  // Room for both sides: each config holds at most MAX_REAL_IDS pairs, the daemon's view no more.
+  // Whether the daemon could take them together is REAL_IDS_SHORT's question, not a crash here.
+  const registry = new RealRegistry(PLAN_REAL_IDS);
   const builder = new SnapshotBuilder();
   const before = initialServiceStates(current.services);
   const after = initialServiceStates(candidate.services);
@@ -196,8 +202,12 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
   // Every real counts as resolved: a plan asks where flows would go, not whether ARP has run yet.
   const resolvedMac = Uint8Array.of(2, 0, 0, 0, 0, 1);
   const viewOpts = { macOf: () => resolvedMac, forceL2: false };
-  const built0 = builder.build(viewsOf(before, registry, viewOpts), current.hashSeed, MAX_REAL_IDS);
-  const built1 = builder.build(viewsOf(after, registry, viewOpts), candidate.hashSeed, MAX_REAL_IDS);
+  const built0 = builder.build(viewsOf(before, registry, viewOpts), current.hashSeed, PLAN_REAL_IDS);
+  const heldBefore = registry.size;
+  const built1 = builder.build(viewsOf(after, registry, viewOpts), candidate.hashSeed, PLAN_REAL_IDS);
+  // The daemon gives each new (service, real) pair an id, while the pairs it has keep theirs
+  // (removed ones until their flows end): past MAX_REAL_IDS in all, it refuses the reload.
+  const newPairs = registry.size - heldBefore;
   const seedChanged = current.hashSeed !== candidate.hashSeed;
 
   const services: ServicePlan[] = [];
@@ -374,6 +384,13 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       code: 'HASH_SEED_CHANGED',
       service: null,
       message: `hashSeed ${current.hashSeed} -> ${candidate.hashSeed} re-hashes every flow: a consistent-hash pick stays on its real only by chance, so about (N-1)/N of them move with N equal reals${measured}; every LB of a group must change it together, and the daemon takes it only on a restart`,
+    });
+  }
+  if (heldBefore + newPairs > MAX_REAL_IDS) {
+    global.push({
+      code: 'REAL_IDS_SHORT',
+      service: null,
+      message: `this change adds ${newPairs} (service, real) pairs to the ${heldBefore} the daemon holds (the reals it removes keep their ids while their flows drain): past ${MAX_REAL_IDS} in all the daemon refuses the reload; make it in two steps, the second once the removed reals' flows have ended, or restart`,
     });
   }
   // hashSeed has its own warning above.

@@ -302,6 +302,20 @@ describe('plan: warnings for risky edits', () => {
     expect(removedService.warnings[0]!.message).toBe('service old (tcp://203.0.113.99:80) is removed; its live flows (not known here) drain on their reals, new connections to it are dropped');
   });
 
+  it('plans two configs that hold more than 8192 (service, real) pairs together, and says the daemon would refuse that reload', () => {
+    const many = (second: number) => Array.from({ length: 4100 }, (_, i) => ({ address: `10.${second}.${Math.floor(i / 250)}.${(i % 250) + 1}` }));
+    const report = planChange(config({ reals: many(1) }), config({ reals: many(2) }));
+    expect(web(report).realsAdded).toHaveLength(4100);
+    expect(report.warnings[0]).toEqual({
+      code: 'REAL_IDS_SHORT',
+      service: null,
+      message:
+        "this change adds 4100 (service, real) pairs to the 4100 the daemon holds (the reals it removes keep their ids while their flows drain): past 8192 in all the daemon refuses the reload; make it in two steps, the second once the removed reals' flows have ended, or restart",
+    });
+    // Within the ids: no such warning.
+    expect(codes(planChange(config({ reals: many(1) }), config({ reals: many(1).slice(0, 4000) })))).not.toContain('REAL_IDS_SHORT');
+  });
+
   it('says no TABLE_SIZE_CHANGED for a move to rendezvous (no Maglev table after it), and counts no move out of an empty table', () => {
     const toRendezvous = planChange(config({ reals: four(), tableSize: 251 }), config({ reals: four(), scheduler: 'rendezvous' }));
     expect(codes(toRendezvous)).toContain('SCHEDULER_CHANGED');
