@@ -212,7 +212,7 @@ export class VipAnnouncer {
     this.routesStale = false;
     if (!written) return;
     this.log.info('BIRD routes file written', { file: this.routesFile, vips });
-    if (this.birdSocket) await this.tellBird();
+    await this.tellBird();
   }
 
   /** `birdc configure`: BIRD reads the routes file again. A failure is retried every BIRDC_RETRY_MS. */

@@ -161,7 +161,7 @@ export class Daemon {
       reals: () => this.metricsView(),
       activeFlows: (id) => this.loops.active(id),
       inactiveFlows: (id) => this.loops.inactive(id),
-      flowTableCapacity: () => this.loops.flowCapacity || this.config.flowTable.capacity,
+      flowTableCapacity: () => this.flowTableCapacity(),
       panic: () => this.lastReports.map((r) => ({ service: r.name, panic: r.panic })),
       services: () =>
         this.lastReports.map((r) => {
@@ -505,6 +505,11 @@ export class Daemon {
     this.health.setTargets(targets);
   }
 
+  /** Flow-table entries over all loops (each holds its share); the config's before the loops start. */
+  private flowTableCapacity(): number {
+    return this.loops.flowCapacity || this.config.flowTable.capacity;
+  }
+
   /** The damped health fact of a real (no health check: up; probes not decided yet: unknown). */
   private healthOf(key: string): HealthFact {
     const fact = this.health.fact(key);
@@ -641,30 +646,25 @@ export class Daemon {
     return this.exclusive(() => this.reloadNow());
   }
 
+  /** A reload refused: counted (the config in force stays), logged with every problem. */
+  private refuseReload(problems: readonly ConfigProblem[], refusedBy: 'config' | 'system', message = 'reload refused'): ReloadResult {
+    this.metrics.reloadRefused();
+    this.log.error(message, { problems: problemLines(problems) });
+    return { ok: false, problems, refusedBy };
+  }
+
   private async reloadNow(): Promise<ReloadResult> {
     const { text, result: loaded } = await readConfigFile(this.configPath);
-    if (!loaded.ok) {
-      this.metrics.reloadRefused();
-      this.log.error('reload refused: config invalid, the running config stays', {
-        problems: problemLines(loaded.problems),
-      });
-      return { ok: false, problems: loaded.problems, refusedBy: 'config' };
-    }
+    if (!loaded.ok) return this.refuseReload(loaded.problems, 'config', 'reload refused: config invalid, the running config stays');
     const next = loaded.config;
     const refusals = this.unreloadable(next);
-    if (refusals.length > 0) {
-      this.metrics.reloadRefused();
-      this.log.error('reload refused', { problems: problemLines(refusals) });
-      return { ok: false, problems: refusals, refusedBy: 'config' };
-    }
+    if (refusals.length > 0) return this.refuseReload(refusals, 'config');
     let token: Buffer | null;
     try {
       token = await readAdminToken(next);
     } catch (err) {
       const problems = (err as DaemonError).problems ?? [{ path: 'admin.tokenFile', message: (err as Error).message }];
-      this.metrics.reloadRefused();
-      this.log.error('reload refused', { problems: problemLines(problems) });
-      return { ok: false, problems, refusedBy: err instanceof DaemonError ? err.refusedBy : 'system' };
+      return this.refuseReload(problems, err instanceof DaemonError ? err.refusedBy : 'system');
     }
     // Services this reload removes drain (see removedServices); one it brings back is configured
     // again. Taken only with the reload, like the config.
@@ -674,34 +674,21 @@ export class Daemon {
     for (const sid of nextIds) removed.delete(sid);
     // Everything that can fail runs before the config is swapped: a reload is all or nothing.
     const idProblem = this.realIdShortage(next);
-    if (idProblem !== null) {
-      this.metrics.reloadRefused();
-      this.log.error('reload refused', { problems: problemLines([idProblem]) });
-      return { ok: false, problems: [idProblem], refusedBy: 'config' };
-    }
+    if (idProblem !== null) return this.refuseReload([idProblem], 'config');
     const clashes = vipClashProblems(next, await this.host.interfaceAddressesAmong(this.vips(next, removed)).catch(() => new Map<string, string>()));
-    if (clashes.length > 0) {
-      this.metrics.reloadRefused();
-      this.log.error('reload refused', { problems: problemLines(clashes) });
-      return { ok: false, problems: clashes, refusedBy: 'config' };
-    }
+    if (clashes.length > 0) return this.refuseReload(clashes, 'config');
     let tunnel: Awaited<ReturnType<Daemon['resolveTunnelRoutes']>>;
     try {
       tunnel = await this.resolveTunnelRoutes(next);
     } catch (err) {
-      this.metrics.reloadRefused();
-      const p = { path: '(host)', message: `reading the addresses of ${next.interface}: ${(err as Error).message}` };
-      this.log.error('reload refused', { problems: problemLines([p]) });
-      return { ok: false, problems: [p], refusedBy: 'system' };
+      return this.refuseReload([{ path: '(host)', message: `reading the addresses of ${next.interface}: ${(err as Error).message}` }], 'system');
     }
     try {
       await this.host.apply(this.vips(next, removed), { disableGro: next.io === 'pcap' });
     } catch (err) {
-      this.metrics.reloadRefused();
-      const p = { path: '(host)', message: (err as Error).message };
-      this.log.error('reload refused: host change failed', { problems: problemLines([p]) });
+      const refused = this.refuseReload([{ path: '(host)', message: (err as Error).message }], 'system', 'reload refused: host change failed');
       await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
-      return { ok: false, problems: [p], refusedBy: 'system' };
+      return refused;
     }
     const draining = this.drainingServices(next, removed);
     for (const [sid, s] of removed) {
@@ -1021,7 +1008,7 @@ export class Daemon {
       io: this.config.io,
       mac: formatMac(this.loops.localMac),
       loop: { running: this.loops.running, loops: this.loops.size, healthy: this.loopHealthy(), snapshotGeneration: counters[Counter.snapshotGeneration] },
-      flowTable: { entries: counters[Counter.flowTableEntries], capacity: this.loops.flowCapacity || this.config.flowTable.capacity },
+      flowTable: { entries: counters[Counter.flowTableEntries], capacity: this.flowTableCapacity() },
       services: views.map((v) => {
         const report = this.lastReports.find((r) => r.name === v.config.name);
         return {

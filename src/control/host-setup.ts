@@ -200,10 +200,7 @@ export class HostSetup {
 
   private async addressesOn(dev: string): Promise<Set<string>> {
     const { stdout } = await this.runner(['ip', '-j', 'addr', 'show', 'dev', dev]);
-    const parsed = JSON.parse(stdout || '[]') as { addr_info?: { local: string; prefixlen: number }[] }[];
-    const out = new Set<string>();
-    for (const link of parsed) for (const a of link.addr_info ?? []) out.add(`${a.local}/${a.prefixlen}`);
-    return out;
+    return new Set(ipAddresses(stdout).map((a) => `${a.local}/${a.prefixlen}`));
   }
 
   private async save(): Promise<void> {
@@ -243,12 +240,15 @@ export function nftRuleset(vips: readonly string[]): string {
 export function interfaceAddressesAmong(ipAddrJson: string, vips: readonly string[]): Map<string, string> {
   const wanted = new Set(vips);
   const out = new Map<string, string>();
-  const links = JSON.parse(ipAddrJson || '[]') as { ifname?: string; addr_info?: { family?: string; local: string; prefixlen: number }[] }[];
-  for (const link of links) {
-    for (const a of link.addr_info ?? []) {
-      const hostRoute = a.local.includes(':') ? 128 : 32;
-      if (wanted.has(a.local) && a.prefixlen < hostRoute) out.set(a.local, `${link.ifname ?? '?'} (${a.local}/${a.prefixlen})`);
-    }
+  for (const a of ipAddresses(ipAddrJson)) {
+    const hostRoute = a.local.includes(':') ? 128 : 32;
+    if (wanted.has(a.local) && a.prefixlen < hostRoute) out.set(a.local, `${a.ifname} (${a.local}/${a.prefixlen})`);
   }
   return out;
+}
+
+/** Every address of `ip -j addr show` output, with its interface. */
+function ipAddresses(ipAddrJson: string): { ifname: string; local: string; prefixlen: number }[] {
+  const links = JSON.parse(ipAddrJson || '[]') as { ifname?: string; addr_info?: { local: string; prefixlen: number }[] }[];
+  return links.flatMap((link) => (link.addr_info ?? []).map((a) => ({ ifname: link.ifname ?? '?', local: a.local, prefixlen: a.prefixlen })));
 }

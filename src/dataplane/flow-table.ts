@@ -240,8 +240,8 @@ export class FlowTable {
   /**
    * Insert this.key (the caller guarantees it is absent) -> entry index. When full, the least
    * recently seen entry goes first (counted as an expiration if already idle past its timeout, else
-   * as an eviction). The initial state is the caller's to choose from the packet: syn for a SYN,
-   * established or fin for tcp seen mid-stream, udp for udp. `hash` as for lookup().
+   * as an eviction). The initial state is the caller's to choose from the packet: syn for a SYN
+   * and for tcp seen mid-stream (fin if it carries a FIN), udp for udp. `hash` as for lookup().
    */
   insert(hash: number, realId: number, state: number, nowMs: number): number {
     this.checkReal(realId);
@@ -251,7 +251,7 @@ export class FlowTable {
     const rec = this.rec;
     if (this.freeHead === -1 && this.unused === this.capacity) {
       const oldest = this.head;
-      if (nowMs - this.seen[oldest * SEEN_STRIDE + SEEN_OFFSET]! >= this.timeoutByStateMs[rec[oldest * STRIDE + R_STATE]!]!) {
+      if (this.idlePastTimeout(oldest, nowMs)) {
         this.expirations++;
       } else {
         this.evictions++;
@@ -344,7 +344,11 @@ export class FlowTable {
 
   /** True for a live entry idle past its state's timeout (removed by the next lookup or sweep). */
   isExpired(entry: number, nowMs: number): boolean {
-    if (!this.isLive(entry)) return false;
+    return this.isLive(entry) && this.idlePastTimeout(entry, nowMs);
+  }
+
+  /** A live entry idle for at least its state's timeout (lookup() writes this test out: see there). */
+  private idlePastTimeout(entry: number, nowMs: number): boolean {
     return nowMs - this.seen[entry * SEEN_STRIDE + SEEN_OFFSET]! >= this.timeoutByStateMs[this.rec[entry * STRIDE + R_STATE]!]!;
   }
 

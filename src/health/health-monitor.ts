@@ -146,6 +146,7 @@ export class HealthMonitor extends EventEmitter {
   private startWatch(target: HealthTarget): Watch {
     const { check } = target;
     const now = this.clock.now();
+    const startMs = this.mono();
     const prober = check.type === 'none' ? null : (this.probers[check.type] ?? null);
     if (check.type !== 'none' && prober === null) throw new Error(`no prober for health-check type ${check.type}`);
     const watch: Watch = {
@@ -156,11 +157,11 @@ export class HealthMonitor extends EventEmitter {
       timer: null,
       running: null,
       slotMissed: false,
-      nextStartMs: this.mono(),
+      nextStartMs: startMs,
       lastDurationMs: null,
       stopped: false,
     };
-    if (prober !== null) this.schedule(watch, this.mono() + this.startOffsetMs(check.intervalMs));
+    if (prober !== null) this.schedule(watch, startMs + this.startOffsetMs(check.intervalMs));
     return watch;
   }
 
