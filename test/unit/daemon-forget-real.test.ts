@@ -7,10 +7,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { parseConfigText } from '../../src/config/validate.js';
-import { Daemon } from '../../src/control/daemon.js';
-import { createLogger } from '../../src/control/logger.js';
-import { Counter, createCounters } from '../../src/dataplane/counters.js';
+import { stubbedDaemon } from '../support/stubbed-daemon.js';
+import { Counter } from '../../src/dataplane/counters.js';
 import { HealthMonitor } from '../../src/health/health-monitor.js';
 import { OK, type Prober } from '../../src/health/probe.js';
 
@@ -28,26 +26,13 @@ describe('forgetting a removed real', () => {
   it('waits for every loop to run the snapshot that removed it, then stops probing it', async () => {
     const file = join(dir, 'dsrlb.yaml');
     const text = configText(service('web', '10.99.0.100', ['10.0.0.1', '10.0.0.2']) + service('old', '10.99.0.101', ['10.0.1.1']));
-    writeFileSync(file, text);
-    const parsed = parseConfigText(text);
-    if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
-    const daemon = new Daemon(file, createLogger(() => undefined));
-    daemon.config = parsed.config;
-    daemon.configText = text;
-    const inside = daemon as unknown as Record<string, unknown> & { health: HealthMonitor; reals: Map<string, unknown>; tick(): void };
     // The loops: no flow on any real; the generation they run is what the test says.
-    const counters = createCounters();
     let generationSent = 0;
-    inside.loops = {
-      running: true,
-      heartbeatAgeMs: () => 0,
-      broadcast: (m: { type: string; snapshot?: { generation: number } }) => void (m.snapshot && (generationSent = m.snapshot.generation)),
-      counters: () => counters,
-      active: () => 0,
-      inactive: () => 0,
-    };
-    inside.host = { apply: async () => undefined, interfaceAddressesAmong: async () => new Map() };
-    inside.neighbors = { setWanted: () => undefined, macOf: () => new Uint8Array(6) };
+    const { daemon, inside: stubbed, counters } = stubbedDaemon(file, text, {
+      activeFlows: 0,
+      broadcast: (m) => void (m.type === 'snapshot' && (generationSent = m.snapshot.generation)),
+    });
+    const inside = stubbed as typeof stubbed & { health: HealthMonitor; reals: Map<string, unknown>; tick(): void };
     const probed = new Set<string>();
     const prober: Prober = { probe: async (t) => (probed.add(t.address), OK) };
     inside.health.stop();

@@ -7,10 +7,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'no
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { parseConfigText } from '../../src/config/validate.js';
-import { Daemon } from '../../src/control/daemon.js';
-import { createLogger } from '../../src/control/logger.js';
-import { createCounters, MAX_REAL_IDS } from '../../src/dataplane/counters.js';
+import { stubbedDaemon } from '../support/stubbed-daemon.js';
+import { MAX_REAL_IDS } from '../../src/dataplane/counters.js';
 
 let dir: string;
 beforeEach(() => {
@@ -35,31 +33,19 @@ services:
 }
 
 function daemonRunning(text: string) {
-  const parsed = parseConfigText(text);
-  if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
   const path = join(dir, 'dsrlb.yaml');
-  writeFileSync(path, text);
   const logs: { level: string; msg: string }[] = [];
-  const daemon = new Daemon(path, createLogger((l) => logs.push(JSON.parse(l) as { level: string; msg: string })));
-  daemon.config = parsed.config;
-  daemon.configText = text;
   const hostApplied: string[][] = [];
   const sent: { type: string }[] = [];
-  const inside = daemon as unknown as Record<string, unknown>;
-  const counters = createCounters();
-  inside.loops = {
-    running: true,
-    heartbeatAgeMs: () => 0,
-    broadcast: (m: { type: string }) => void sent.push(m),
-    counters: () => counters,
-    // Every real holds a flow: removed reals keep their ids.
-    active: () => 1,
-    inactive: () => 0,
-  };
   // The interface's own addresses: what `ip -j addr show` would list (none is a VIP unless a test says so).
   const interfaceAddresses = new Map<string, string>();
-  inside.host = { apply: async (vips: string[]) => void hostApplied.push(vips), interfaceAddressesAmong: async (vips: string[]) => new Map([...interfaceAddresses].filter(([a]) => vips.includes(a))) };
-  inside.neighbors = { setWanted: () => undefined, macOf: () => new Uint8Array(6) };
+  const { daemon, inside } = stubbedDaemon(path, text, {
+    // Every real holds a flow: removed reals keep their ids.
+    activeFlows: 1,
+    broadcast: (m) => void sent.push(m),
+    host: { apply: async (vips: string[]) => void hostApplied.push(vips), interfaceAddressesAmong: async (vips: string[]) => new Map([...interfaceAddresses].filter(([a]) => vips.includes(a))) },
+    log: (l) => logs.push(JSON.parse(l) as { level: string; msg: string }),
+  });
   (inside.syncReals as () => void).call(daemon);
   daemon.rebuild('start');
   const reload = (next: string) => {

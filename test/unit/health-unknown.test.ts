@@ -8,10 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { parseConfigText } from '../../src/config/validate.js';
-import { Daemon } from '../../src/control/daemon.js';
-import { createLogger } from '../../src/control/logger.js';
-import { createCounters } from '../../src/dataplane/counters.js';
+import { stubbedDaemon } from '../support/stubbed-daemon.js';
 import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
 import { eligibility } from '../../src/health/eligibility.js';
 import { HealthMonitor } from '../../src/health/health-monitor.js';
@@ -80,26 +77,12 @@ services:
 /** A daemon whose three reals all answer their probes, first probes at 0, 0.5 and 0.9 of the interval. */
 function daemonWithHealthyReals(whenAllDown: string, dead: readonly string[] = []) {
   const file = join(dir, 'dsrlb.yaml');
-  const text = configText('/healthz', whenAllDown);
-  writeFileSync(file, text);
-  const parsed = parseConfigText(text);
-  if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
-  const daemon = new Daemon(file, createLogger(() => undefined));
-  daemon.config = parsed.config;
-  daemon.configText = text;
-  const inside = daemon as unknown as Record<string, unknown> & { health: HealthMonitor; reals: Map<string, { id: number }> };
   const snapshots: ForwardingSnapshot[] = [];
-  const counters = createCounters();
-  inside.loops = {
-    running: true,
-    heartbeatAgeMs: () => 0,
-    broadcast: (m: { type: string; snapshot?: ForwardingSnapshot }) => void (m.snapshot && snapshots.push(m.snapshot)),
-    counters: () => counters,
-    active: () => 1,
-    inactive: () => 0,
-  };
-  inside.host = { apply: async () => undefined, interfaceAddressesAmong: async () => new Map() };
-  inside.neighbors = { setWanted: () => undefined, macOf: () => new Uint8Array(6) };
+  const { daemon, inside: stubbed } = stubbedDaemon(file, configText('/healthz', whenAllDown), {
+    activeFlows: 1,
+    broadcast: (m) => void (m.type === 'snapshot' && snapshots.push(m.snapshot)),
+  });
+  const inside = stubbed as typeof stubbed & { health: HealthMonitor; reals: Map<string, { id: number }> };
   const clock = new ManualClock();
   const offsets = [0, 0.5, 0.9];
   let k = 0;
