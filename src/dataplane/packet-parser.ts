@@ -43,6 +43,7 @@ const ERR_TRUNCATED_IPV4 = -DropReason.truncatedIpv4;
 const ERR_BAD_IPV4_VERSION = -DropReason.badIpv4Version;
 const ERR_BAD_IPV4_HEADER_LENGTH = -DropReason.badIpv4HeaderLength;
 const ERR_BAD_IPV4_TOTAL_LENGTH = -DropReason.badIpv4TotalLength;
+const ERR_BAD_IPV4_CHECKSUM = -DropReason.badIpv4Checksum;
 const ERR_TRUNCATED_IPV6 = -DropReason.truncatedIpv6;
 const ERR_BAD_IPV6_PAYLOAD_LENGTH = -DropReason.badIpv6PayloadLength;
 const ERR_IPV6_EXTENSION_HEADER_LIMIT = -DropReason.ipv6ExtensionHeaderLimit;
@@ -65,6 +66,8 @@ const ERR_TRUNCATED_ICMP = -DropReason.truncatedIcmp;
  *   kernel keeps those frames.
  * - An IPv6 ethertype whose version nibble is not 6 is PARSE_NOT_IP (there is no drop reason for
  *   it; the kernel still gets its copy and drops it).
+ * - An IPv4 header whose checksum does not verify is badIpv4Checksum (checked after the length
+ *   fields, so a frame with a lying length keeps that more telling reason).
  * - IP length fields bound the packet: bytes after l3End are Ethernet padding, and the L4 header
  *   must fit before l3End, not merely before the end of the frame.
  * - The L4 header is read only for first fragments; for IPv6 non-first fragments ipProtocol is the
@@ -109,6 +112,8 @@ function parseIpv4(buf: Uint8Array, l3: number, end: number, out: ParsedPacket):
   // The header claims bytes the packet does not have: the IHL is the field that lies.
   if (totalLength < headerBytes) return ERR_BAD_IPV4_HEADER_LENGTH;
   if (totalLength > available) return ERR_BAD_IPV4_TOTAL_LENGTH;
+  // AF_PACKET sees frames before ip_rcv verifies this: a damaged header must not make a flow entry.
+  if (!ipv4HeaderVerifies(buf, l3, headerBytes)) return ERR_BAD_IPV4_CHECKSUM;
 
   out.family = 4;
   out.l3Offset = l3;
@@ -234,6 +239,19 @@ function parseL4(
     return PARSE_OK;
   }
   return PARSE_OK;
+}
+
+/**
+ * True when the one's-complement sum of the header, checksum field included, is 0xffff (RFC 1071).
+ * The header is at most 60 bytes, so the unfolded sum stays far below 2^31.
+ */
+function ipv4HeaderVerifies(buf: Uint8Array, l3: number, headerBytes: number): boolean {
+  let sum = 0;
+  const end = l3 + headerBytes;
+  for (let i = l3; i < end; i += 2) sum += (buf[i] << 8) | buf[i + 1];
+  sum = (sum & 0xffff) + (sum >>> 16);
+  sum = (sum & 0xffff) + (sum >>> 16);
+  return sum === 0xffff;
 }
 
 /**

@@ -73,6 +73,18 @@ export function onesSum(...parts: Uint8Array[]): number {
   return sum;
 }
 
+/**
+ * Rewrites the IPv4 header checksum of the header at buf[l3] in place (for tests that change header
+ * fields after building); does nothing when the bytes there are not an IPv4 header that fits.
+ */
+export function refreshIpv4Checksum(buf: Uint8Array, l3: number): Uint8Array {
+  const headerBytes = (buf[l3] & 0x0f) << 2;
+  if (buf[l3] >> 4 !== 4 || headerBytes < 20 || l3 + headerBytes > buf.length) return buf;
+  put16(buf, l3 + 10, 0);
+  put16(buf, l3 + 10, ~onesSum(buf.subarray(l3, l3 + headerBytes)) & 0xffff);
+  return buf;
+}
+
 function put16(buf: Uint8Array, pos: number, value: number): void {
   buf[pos] = (value >> 8) & 0xff;
   buf[pos + 1] = value & 0xff;

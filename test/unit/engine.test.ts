@@ -141,16 +141,27 @@ describe('engine: L2 DSR packet vectors', () => {
   });
 
   it('drops malformed frames and counts them per reason, forwarding the good ones of the same batch', () => {
-    const { io, counters } = setup();
+    const { engine, io, counters } = setup();
     const good = tcpFrame(40002, SYN);
     const truncated = good.subarray(0, 30);
     const badIhl = Uint8Array.from(good);
     badIhl[14] = 0x44;
     const badOffset = Uint8Array.from(good);
     badOffset[14 + 20 + 12] = 0x40; // data offset 4
-    const out = io.inject([truncated, good, badIhl, badOffset]);
+    const damagedSource = Uint8Array.from(good);
+    damagedSource[14 + 12] ^= 0x10; // the IPv4 header checksum no longer verifies
+    const out = io.inject([truncated, good, badIhl, badOffset, damagedSource]);
     expect(out).toHaveLength(1);
-    expect([...io.lastVerdicts()]).toEqual([-DropReason.truncatedIpv4, VERDICT_TX, -DropReason.badIpv4HeaderLength, -DropReason.badTcpDataOffset]);
+    expect([...io.lastVerdicts()]).toEqual([
+      -DropReason.truncatedIpv4,
+      VERDICT_TX,
+      -DropReason.badIpv4HeaderLength,
+      -DropReason.badTcpDataOffset,
+      -DropReason.badIpv4Checksum,
+    ]);
+    expect(counters[Counter.dropBase + DropReason.badIpv4Checksum]).toBe(1);
+    engine.housekeeping(1_000_000, 0);
+    expect(counters[Counter.flowTableEntries]).toBe(1); // the damaged header made no entry
     expect(counters[Counter.dropBase + DropReason.truncatedIpv4]).toBe(1);
     expect(counters[Counter.dropBase + DropReason.badIpv4HeaderLength]).toBe(1);
     expect(counters[Counter.dropBase + DropReason.badTcpDataOffset]).toBe(1);
@@ -365,6 +376,7 @@ describe('drop reason labels', () => {
     expect(dropReasonLabels[DropReason.badIpv4HeaderLength]).toBe('bad_ipv4_header_length');
     expect(dropReasonLabels[DropReason.ipv6ExtensionHeaderLimit]).toBe('ipv6_extension_header_limit');
     expect(dropReasonLabels[DropReason.neighborUnknown]).toBe('neighbor_unknown');
+    expect(dropReasonLabels[DropReason.badIpv4Checksum]).toBe('bad_ipv4_checksum');
   });
 });
 

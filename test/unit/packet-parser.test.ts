@@ -33,6 +33,7 @@ import {
   ipv6Fragment,
   ipv6Options,
   patch,
+  refreshIpv4Checksum,
   tcp,
   udp,
 } from '../support/packet-builder.js';
@@ -294,6 +295,14 @@ const vectors: Vector[] = [
   { name: 'An IPv4 total length past the end of the frame', frame: patch(SYN_V4, 16, 0x00, 0x3d), verdict: bad('badIpv4TotalLength') },
   { name: 'An IPv4 total length of 0', frame: patch(SYN_V4, 16, 0x00, 0x00), verdict: bad('badIpv4TotalLength') },
   { name: 'An IPv4 total length of 19, below the minimum header', frame: patch(SYN_V4, 16, 0x00, 0x13), verdict: bad('badIpv4TotalLength') },
+  { name: 'An IPv4 header checksum with one bit flipped', frame: patch(SYN_V4, 24, SYN_V4[24] ^ 0x01), verdict: bad('badIpv4Checksum') },
+  { name: 'An IPv4 source address changed after the checksum was made', frame: patch(SYN_V4, 29, SYN_V4[29] + 1), verdict: bad('badIpv4Checksum') },
+  { name: 'An IPv4 header checksum of 0 (the field is not optional in IPv4)', frame: patch(SYN_V4, 24, 0, 0), verdict: bad('badIpv4Checksum') },
+  {
+    name: 'An IPv4 option changed after the checksum was made (the check covers the options)',
+    frame: patch(frame4(ipv4({ ...V4, proto: 17, options: [0x94, 0x04, 0, 0] }, udp({ sport: 1, dport: 2 }, 'ab', V4))), 14 + 22, 1),
+    verdict: bad('badIpv4Checksum'),
+  },
   { name: 'An IPv6 payload length of 0 (a jumbogram)', frame: patch(TCP_V6_EXT, 18, 0, 0), verdict: bad('badIpv6PayloadLength') },
   { name: 'An IPv6 payload length one byte past the frame', frame: patch(TCP_V6_EXT, 18, 0, TCP_V6_EXT[19] + 1), verdict: bad('badIpv6PayloadLength') },
   {
@@ -363,6 +372,7 @@ function shortenIp(ip: Uint8Array, keep: number): Uint8Array {
   if (ip[0] >> 4 === 4) {
     out[2] = keep >> 8;
     out[3] = keep & 0xff;
+    refreshIpv4Checksum(out, 0);
   } else {
     out[4] = (keep - 40) >> 8;
     out[5] = (keep - 40) & 0xff;
@@ -534,7 +544,7 @@ describe('parseFrame fuzz', () => {
   const PARSE_REASONS = new Set(
     (['truncatedEthernet', 'truncatedVlan', 'truncatedIpv4', 'badIpv4Version', 'badIpv4HeaderLength', 'badIpv4TotalLength',
       'truncatedIpv6', 'badIpv6PayloadLength', 'ipv6ExtensionHeaderLimit', 'truncatedIpv6ExtensionHeader', 'truncatedTcp',
-      'badTcpDataOffset', 'truncatedUdp', 'badUdpLength', 'truncatedIcmp'] as const).map((r) => -DropReason[r]),
+      'badTcpDataOffset', 'truncatedUdp', 'badUdpLength', 'truncatedIcmp', 'badIpv4Checksum'] as const).map((r) => -DropReason[r]),
   );
 
   it('20,000 seeded random mutations of valid frames never throw, return a known verdict and keep offsets in bounds', () => {
@@ -557,6 +567,11 @@ describe('parseFrame fuzz', () => {
         const at = headroom + (pick(3) === 0 ? pick(base.length) : pick(Math.min(base.length, 110)));
         if (pick(2) === 0) buf[at] = pick(256);
         else buf[at] ^= 1 << pick(8);
+      }
+      // Mostly with the IPv4 checksum made right again, so the mutations reach past that check.
+      if (pick(4) !== 0) {
+        const vlan = buf[headroom + 12] === 0x81 && buf[headroom + 13] === 0x00 ? 4 : 0;
+        if (buf[headroom + 12 + vlan] === 0x08 && buf[headroom + 13 + vlan] === 0x00) refreshIpv4Checksum(buf, headroom + 14 + vlan);
       }
       const length = pick(5) === 0 ? pick(buf.length + 20) : buf.length - headroom;
       const verdict = parseFrame(buf, headroom, length, pkt);
