@@ -6,6 +6,7 @@
 #define _GNU_SOURCE  // sched_setaffinity, CPU_SET
 #endif
 #include <errno.h>
+#include <linux/filter.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
@@ -424,6 +425,17 @@ static napi_value interface_info(napi_env env, napi_callback_info info) {
   return result;
 }
 
+// A bound socket takes every frame of the interface until it joins its fanout group; the sockets
+// already in the group take the same frames, so each would be forwarded twice. The socket drops
+// everything (a one-instruction filter: return 0 bytes) from before bind until it has joined.
+static int set_drop_all_filter(int fd, int on) {
+  int unused = 0; // SOL_SOCKET options take at least an int, even those that read none
+  if (!on) return setsockopt(fd, SOL_SOCKET, SO_DETACH_FILTER, &unused, sizeof unused);
+  struct sock_filter drop_all = BPF_STMT(BPF_RET | BPF_K, 0);
+  struct sock_fprog program = { .len = 1, .filter = &drop_all };
+  return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof program);
+}
+
 static int join_fanout(int fd, uint32_t group_id, uint32_t type_flags) {
   int fanout = (int)(group_id | (type_flags << 16));
   return setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &fanout, sizeof fanout);
@@ -575,6 +587,9 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   if (ring == MAP_FAILED) { call = "mmap(PACKET_RX_RING)"; err = errno; goto fail; }
   s->ring = ring;
 
+  if (fanout_id > 0 && set_drop_all_filter(s->fd, 1) < 0) {
+    call = "setsockopt(SO_ATTACH_FILTER)"; err = errno; goto fail;
+  }
   struct sockaddr_ll sll;
   memset(&sll, 0, sizeof sll);
   sll.sll_family = AF_PACKET;
@@ -612,6 +627,8 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
     int r = join_fanout(s->fd, fanout_id, type_flags);
     if (r < 0 && errno == EINVAL) r = join_fanout(s->fd, fanout_id, type_flags & ~PACKET_FANOUT_FLAG_IGNORE_OUTGOING);
     if (r < 0) { call = "setsockopt(PACKET_FANOUT)"; err = errno; goto fail; }
+    // From here the group's hash decides which frames are ours.
+    if (set_drop_all_filter(s->fd, 0) < 0) { call = "setsockopt(SO_DETACH_FILTER)"; err = errno; goto fail; }
   }
 
   napi_value handle, ring_buffer;
