@@ -92,6 +92,10 @@ export class SnapshotBuilder {
     const svcTableSize = new Int32Array(n);
     const svcCandStart = new Int32Array(n);
     const svcCandCount = new Int32Array(n);
+    const svcMidTables: Int32Array[] = [];
+    const svcMidCandStart = new Int32Array(n);
+    const svcMidCandCount = new Int32Array(n);
+    const svcMidDropAll = new Uint8Array(n);
     const candIds: number[] = [];
     const candSeeds: number[] = [];
     const candWeights: number[] = [];
@@ -107,6 +111,16 @@ export class SnapshotBuilder {
     const realTunnelTemplates = new Uint8Array(realIdLimit * TUNNEL_TEMPLATE_BYTES);
     const vips: { family: number; words: Uint32Array; text: string }[] = [];
 
+    /** Appends reals (sorted) to the candidate arrays; returns where they start. */
+    const pushCandidates = (reals: readonly RealView[]): number => {
+      const start = candIds.length;
+      for (const r of reals) {
+        candIds.push(r.id);
+        candSeeds.push(stringHash(r.address, hashSeed));
+        candWeights.push(r.weight);
+      }
+      return start;
+    };
     const reports: ServiceBuildReport[] = [];
     const nextTables = new Map<string, { inputs: string; table: Int32Array }>();
 
@@ -141,24 +155,28 @@ export class SnapshotBuilder {
         }
       }
       svcDropAll[si] = candidates.length === 0 ? 1 : 0;
-      svcCandStart[si] = candIds.length;
       svcCandCount[si] = candidates.length;
       // Candidates sorted by address: the order other LBs see too.
-      const sorted = [...candidates].sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
-      for (const r of sorted) {
-        candIds.push(r.id);
-        candSeeds.push(stringHash(r.address, hashSeed));
-        candWeights.push(r.weight);
-      }
-
-      const maglevReals: MaglevReal[] = sorted.map((r) => ({ id: r.id, key: r.address, weight: r.weight }));
-      const inputs = `${cfg.tableSize}|${hashSeed}|` + maglevReals.map((r) => `${r.key}=${r.weight}@${r.id}`).join(',');
+      const sorted = sortedByAddress(candidates);
+      svcCandStart[si] = pushCandidates(sorted);
       const identity = serviceIdentity(cfg);
       const prev = this.tables.get(identity);
-      const table = prev && prev.inputs === inputs ? prev.table : buildMaglevTable(maglevReals, cfg.tableSize, hashSeed);
-      nextTables.set(identity, { inputs, table });
+      const table = this.maglevTable(identity, sorted, cfg.tableSize, hashSeed, nextTables);
       svcTables.push(table);
       svcTableSize[si] = cfg.tableSize;
+      // Mid-stream packets without an entry also reach the wanted reals not proven up or down yet.
+      const unproven = panic ? [] : sv.reals.filter((r) => r.health === 'unknown' && isWanted(r));
+      if (unproven.length === 0) {
+        svcMidTables.push(table);
+        svcMidCandStart[si] = svcCandStart[si]!;
+        svcMidCandCount[si] = candidates.length;
+      } else {
+        const mid = sortedByAddress([...candidates, ...unproven]);
+        svcMidCandStart[si] = pushCandidates(mid);
+        svcMidCandCount[si] = mid.length;
+        svcMidTables.push(this.maglevTable(`${identity}|mid`, mid, cfg.tableSize, hashSeed, nextTables));
+      }
+      svcMidDropAll[si] = svcMidCandCount[si] === 0 ? 1 : 0;
       const movedSlots = prev && prev.table.length === table.length ? countMovedSlots(prev.table, table) : prev ? table.length : 0;
       reports.push({
         name: cfg.name,
@@ -199,6 +217,10 @@ export class SnapshotBuilder {
       candIds: Int32Array.from(candIds),
       candSeeds: Uint32Array.from(candSeeds),
       candWeights: Float64Array.from(candWeights),
+      svcMidTables,
+      svcMidCandStart,
+      svcMidCandCount,
+      svcMidDropAll,
       lookupBuckets,
       lookupMask: buckets - 1,
       realIdLimit,
@@ -214,6 +236,26 @@ export class SnapshotBuilder {
     };
     return { snapshot, services: reports };
   }
+
+  /** The Maglev table over `sorted`, reused from the previous build when its inputs are the same. */
+  private maglevTable(
+    cacheKey: string,
+    sorted: readonly RealView[],
+    tableSize: number,
+    hashSeed: number,
+    nextTables: Map<string, { inputs: string; table: Int32Array }>,
+  ): Int32Array {
+    const maglevReals: MaglevReal[] = sorted.map((r) => ({ id: r.id, key: r.address, weight: r.weight }));
+    const inputs = `${tableSize}|${hashSeed}|` + maglevReals.map((r) => `${r.key}=${r.weight}@${r.id}`).join(',');
+    const prev = this.tables.get(cacheKey);
+    const table = prev && prev.inputs === inputs ? prev.table : buildMaglevTable(maglevReals, tableSize, hashSeed);
+    nextTables.set(cacheKey, { inputs, table });
+    return table;
+  }
+}
+
+function sortedByAddress(reals: readonly RealView[]): RealView[] {
+  return [...reals].sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
 }
 
 /** Table contents named by real address (not by local id), so two LBs with the same config agree. */

@@ -1,5 +1,6 @@
-// The consistent-hash pick of a service: what a mid-stream packet without a flow entry gets, on
-// this LB or any other with the same config. Shared by the engine, plan and simulate.
+// The consistent-hash picks of a service: a new flow's (Maglev, rendezvous, wlc's stand-in) and a
+// mid-stream packet's without a flow entry, which lands where it would on any LB with the same
+// config that has seen the same reals up. Shared by the engine, plan and simulate.
 
 import { SCHED_RENDEZVOUS, type ForwardingSnapshot } from './forwarding-snapshot.js';
 import { rendezvousPick } from './rendezvous.js';
@@ -14,5 +15,19 @@ export function consistentPick(snap: ForwardingSnapshot, svc: number, hash: numb
     return rendezvousPick(hash, snap.candIds, snap.candSeeds, snap.candWeights, snap.svcCandStart[svc]!, snap.svcCandCount[svc]!);
   }
   const table = snap.svcTables[svc]!;
+  return table[(hash >>> 0) % snap.svcTableSize[svc]!]!;
+}
+
+/**
+ * Where a mid-stream packet without a flow entry goes: as consistentPick, over the candidates and
+ * the wanted reals not proven up or down yet (right after a start, a restart or a probe change,
+ * their connections are alive on them and other LBs still send there); -1 when none.
+ */
+export function midStreamPick(snap: ForwardingSnapshot, svc: number, hash: number): number {
+  if (snap.svcMidDropAll[svc] === 1) return -1;
+  if (snap.svcScheduler[svc] === SCHED_RENDEZVOUS) {
+    return rendezvousPick(hash, snap.candIds, snap.candSeeds, snap.candWeights, snap.svcMidCandStart[svc]!, snap.svcMidCandCount[svc]!);
+  }
+  const table = snap.svcMidTables[svc]!;
   return table[(hash >>> 0) % snap.svcTableSize[svc]!]!;
 }

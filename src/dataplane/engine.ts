@@ -3,7 +3,7 @@
 // of one packet loop; reads the forwarding snapshot, which the control plane swaps between batches.
 
 import { randomBytes } from 'node:crypto';
-import { consistentPick } from './consistent-pick.js';
+import { consistentPick, midStreamPick } from './consistent-pick.js';
 import { Counter, REAL_BASE, REAL_STRIDE, RealCounter } from './counters.js';
 import { completePartialChecksum } from './checksum.js';
 import { FragmentTable } from './fragment-table.js';
@@ -423,7 +423,7 @@ export class Engine {
     if (svc < 0) return -DropReason.icmpToVip;
     const entry = flows.lookup(flows.indexHash(), nowMs);
     let real = entry >= 0 ? flows.realOf(entry) : -1;
-    if (real < 0 || snap.realKeepExisting[real] !== 1) real = this.consistentPick(svc, flowHashInt32(key, snap.hashSeed));
+    if (real < 0 || snap.realKeepExisting[real] !== 1) real = midStreamPick(snap, svc, flowHashInt32(key, snap.hashSeed));
     if (real < 0) return -DropReason.noRealAvailable;
     return this.forward(batch, i, buf, off, len, flags, real, nowMs);
   }
@@ -518,8 +518,8 @@ export class Engine {
       this.lastPlacement = Placement.scheduled;
     } else {
       // Mid-stream without entry (LB restart, or the flow came from another LB): the consistent
-      // hash puts it where every LB with the same config put it.
-      real = this.consistentPick(svc, hash);
+      // hash puts it where every LB with the same config put it, unproven reals included.
+      real = midStreamPick(this.snap, svc, hash);
       this.lastPlacement = Placement.consistentHash;
     }
     if (real < 0) return -1;

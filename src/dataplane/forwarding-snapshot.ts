@@ -32,6 +32,16 @@ export interface ForwardingSnapshot {
   readonly candIds: Int32Array;
   readonly candSeeds: Uint32Array; // rendezvous per-real seed
   readonly candWeights: Float64Array;
+  /**
+   * Where a mid-stream packet without an entry goes (an LB restarted, or the flow came from another
+   * LB): the candidates plus the wanted reals whose probes have not decided yet, as on an LB that
+   * has seen them up. The same table and candidate range as above when no real is unproven.
+   */
+  readonly svcMidTables: readonly Int32Array[];
+  readonly svcMidCandStart: Int32Array;
+  readonly svcMidCandCount: Int32Array;
+  /** 1 when that set is empty too. */
+  readonly svcMidDropAll: Uint8Array;
 
   /** Open-addressing index: bucket -> service index or -1; size lookupMask + 1 (a power of two). */
   readonly lookupBuckets: Int32Array;
@@ -128,6 +138,10 @@ export function emptySnapshot(): ForwardingSnapshot {
     candIds: new Int32Array(0),
     candSeeds: new Uint32Array(0),
     candWeights: new Float64Array(0),
+    svcMidTables: [],
+    svcMidCandStart: new Int32Array(0),
+    svcMidCandCount: new Int32Array(0),
+    svcMidDropAll: new Uint8Array(0),
     lookupBuckets: new Int32Array(1).fill(-1),
     lookupMask: 0,
     realIdLimit: 0,

@@ -4,7 +4,7 @@
 // that would change real and every other setting the edit changes (service-diff.ts), plus warnings
 // for edits that are easy to regret.
 
-import { consistentPick } from '../dataplane/consistent-pick.js';
+import { consistentPick, midStreamPick } from '../dataplane/consistent-pick.js';
 import { findService } from '../dataplane/forwarding-snapshot.js';
 import type { Config, ConfigProblem, RealIntent, ServiceConfig } from '../config/types.js';
 import { formatDurationMs } from '../config/duration.js';
@@ -551,7 +551,7 @@ function liveImpact(
     if (keepsFlows(b0, i0, id) && !keepsFlows(b1, i1, id)) changingRealNow++;
     // Against the real the flow is on, not the old table's pick: a wlc flow, or one placed under an
     // older table, lands elsewhere without its entry even when this change moves no slot.
-    if (consistentPick(snap1, i1, flowHash(key, seed1)) !== id) landingElsewhere++;
+    if (midStreamPick(snap1, i1, flowHash(key, seed1)) !== id) landingElsewhere++;
   }
   return { total, changingRealNow, landingElsewhereWithoutEntry: landingElsewhere, takenByAnotherService: taken };
 }

@@ -213,6 +213,46 @@ describe('engine: L2 DSR packet vectors', () => {
     }
   });
 
+  it.each(['maglev', 'rendezvous', 'wlc'])(
+    '%s: while reals are unproven (just started), mid-stream packets land where an LB that saw all reals up puts them; new flows only on proven reals',
+    (scheduler) => {
+      const allUp = setup(baseConfig(scheduler)); // another LB, long running
+      // This LB just restarted: 10.0.0.11 proved up, the other two not yet.
+      const unproven = (r: RealView): RealView => (r.address === '10.0.0.11' ? r : { ...r, health: 'unknown' });
+      const restarted = setup(baseConfig(scheduler), unproven);
+      let onUnproven = 0;
+      for (let port = 34000; port < 34300; port++) {
+        const there = realOf(allUp.io.inject([tcpFrame(port, SYN)])[0]!);
+        const here = realOf(restarted.io.inject([tcpFrame(port, ACK, [1])])[0]!);
+        if (scheduler !== 'wlc') expect(here).toBe(there);
+        if (here !== 0) onUnproven++;
+      }
+      // wlc's new flows follow load, not the hash; its strays still reach the unproven reals.
+      expect(onUnproven).toBeGreaterThan(150);
+      for (let port = 35000; port < 35100; port++) expect(realOf(restarted.io.inject([tcpFrame(port, SYN)])[0]!)).toBe(0);
+    },
+  );
+
+  it('with whenAllDown: drop and no real proven yet, drops new flows but forwards mid-stream packets to their consistent-hash real', () => {
+    const drop = baseConfig('maglev', REALS.slice(0, 3), '    whenAllDown: drop');
+    const allUp = setup(drop);
+    const { io, counters } = setup(drop, (r) => ({ ...r, health: 'unknown' }));
+    expect(io.inject([tcpFrame(36000, SYN)])).toHaveLength(0);
+    expect(counters[Counter.dropBase + DropReason.noRealAvailable]).toBe(1);
+    for (let port = 36001; port < 36100; port++) {
+      expect(realOf(io.inject([tcpFrame(port, ACK, [1])])[0]!)).toBe(realOf(allUp.io.inject([tcpFrame(port, SYN)])[0]!));
+    }
+  });
+
+  it('leaves the mid-stream table alone when every real is proven: the same table, no second build', () => {
+    const { build } = setup();
+    const { snapshot } = build(baseConfig());
+    expect(snapshot.svcMidTables[0]).toBe(snapshot.svcTables[0]);
+    expect(snapshot.svcMidCandStart[0]).toBe(snapshot.svcCandStart[0]);
+    const down = build(baseConfig(), (r) => (r.address === '10.0.0.12' ? { ...r, health: 'down' } : r)).snapshot;
+    expect(down.svcMidTables[0]).toBe(down.svcTables[0]); // a real proven down is no candidate for either
+  });
+
   it('starts the entry of a mid-stream packet unproven (syn, inactive) until a second packet, a FIN in fin, never established for one ACK', () => {
     const { io, engine } = setup();
     io.inject([tcpFrame(41000, ACK | 0x01)]); // FIN|ACK, no entry: another LB's closing flow
