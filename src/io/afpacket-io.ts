@@ -403,6 +403,10 @@ export class AfPacketIo implements PacketIo {
    * TP_STATUS_USER, and goes back to the kernel (status 0) once every frame of it was processed and
    * sent, for the engine rewrites frames in place and sendmmsg reads them there.
    */
+  // The status words are the only handshake with the kernel, so they are read with acquire and
+  // written with release order (Atomics): on weakly ordered CPUs (arm64) a plain read could see
+  // TP_STATUS_USER before the frame bytes, and a plain write hand a block back before our last
+  // reads of it. On x86 both are plain moves but for the store's fence, once per block.
   private processBlocks(): void {
     const u32 = this.ringWords;
     const batch = this.batch;
@@ -415,7 +419,7 @@ export class AfPacketIo implements PacketIo {
       for (let budget = blockCount; budget > 0; budget--) {
         let block = this.cursor + this.heldBlocks;
         if (block >= blockCount) block -= blockCount;
-        if ((u32[(block * blockSize + LAYOUT.blockStatus) >>> 2]! & TP_STATUS_USER) === 0) break;
+        if ((Atomics.load(u32, (block * blockSize + LAYOUT.blockStatus) >>> 2) & TP_STATUS_USER) === 0) break;
         this.heldBlocks++;
         this.admitBlock(block);
         if (this.closed) return;
@@ -462,7 +466,7 @@ export class AfPacketIo implements PacketIo {
     const blockCount = this.blockCount;
     for (let k = 0; k < n; k++) {
       const block = this.cursor;
-      u32[(block * this.blockSizeBytes + LAYOUT.blockStatus) >>> 2] = TP_STATUS_KERNEL;
+      Atomics.store(u32, (block * this.blockSizeBytes + LAYOUT.blockStatus) >>> 2, TP_STATUS_KERNEL);
       this.cursor = block + 1 === blockCount ? 0 : block + 1;
     }
     this.heldBlocks -= n;
@@ -489,7 +493,7 @@ export class AfPacketIo implements PacketIo {
     try {
       for (let budget = frameCount; budget > 0; budget--) {
         const frame = cursor * frameSize;
-        const status = u32[frame >>> 2]!;
+        const status = Atomics.load(u32, frame >>> 2);
         if ((status & TP_STATUS_USER) === 0) break;
         cursor = cursor + 1 === frameCount ? 0 : cursor + 1;
         held++;
@@ -528,7 +532,7 @@ export class AfPacketIo implements PacketIo {
     const frameCount = this.frameCount;
     let i = from;
     for (let k = 0; k < count; k++) {
-      u32[(i * frameSize) >>> 2] = 0;
+      Atomics.store(u32, (i * frameSize) >>> 2, 0);
       i = i + 1 === frameCount ? 0 : i + 1;
     }
     return i;
