@@ -435,7 +435,13 @@ function flowEvent(add: Add, body: Raw, at: string, config: Config, index: numbe
     } else if (service !== null && service.port !== 0 && portValue !== service.port) {
       fail(`${at}.port`, `${portValue} is not the port of service ${service.name} (${service.port})`);
     } else {
-      vipPort = portValue;
+      // As the engine matches: a service with this exact port wins over the port-0 one.
+      const exact = service?.port === 0 ? config.services.find((o) => o.vip === service.vip && o.protocol === service.protocol && o.port === portValue) : undefined;
+      if (exact !== undefined && service !== null) {
+        fail(`${at}.port`, `${portValue} of ${service.vip} belongs to service ${exact.name} (an exact port wins over service ${service.name}'s every port); name ${exact.name}`);
+      } else {
+        vipPort = portValue;
+      }
     }
   } else if (service !== null && service.port === 0) {
     fail(`${at}.port`, `missing; service ${service.name} takes every port, so the flow needs a destination port`);

@@ -327,6 +327,24 @@ events:
     ).toEqual(['events[0].addReal.address: 203.0.113.20 is the VIP of service dns; traffic to a VIP goes to the load balancer, so this real could never be reached']);
   });
 
+  it('refuses a flow named for a port-0 service on a port that another service has exactly (the engine gives it to that one)', () => {
+    const twoOnOneVip = `${CONFIG}    - name: rest
+      vip: 203.0.113.10
+      port: 0
+      reals: [ { address: 10.0.0.21 } ]
+`;
+    expect(
+      problems(`${twoOnOneVip}events:
+  - { at: 0s, flow: { id: a, service: rest, client: 198.51.100.7:40000, port: 80, duration: 1s } }
+`),
+    ).toEqual(["events[0].flow.port: 80 of 203.0.113.10 belongs to service web (an exact port wins over service rest's every port); name web"]);
+    // Any other port is the port-0 service's, and its flows say so.
+    const result = run(`${twoOnOneVip}events:
+  - { at: 0s, flow: { id: a, service: rest, client: 198.51.100.7:40000, port: 8080, duration: 1s } }
+`);
+    expect(result.summary.services.find((s) => s.name === 'rest')!.reals[0]!.flowsStarted).toBe(1);
+  });
+
   it('words a bad intent or health state as the config words its one-of errors, with a hint for a wrong case', () => {
     expect(
       problems(`${CONFIG}
