@@ -17,6 +17,7 @@ import {
   emptySnapshot,
   findService,
   isVip,
+  realServesVip,
   type ForwardingSnapshot,
 } from './forwarding-snapshot.js';
 import { leastConnectionsPick } from './least-connections.js';
@@ -208,7 +209,9 @@ export class Engine {
       const frags = this.fragments;
       frags.setKey(pkt.fragmentProtocol, pkt.family, pkt.addr, pkt.fragmentId);
       const real = frags.lookup(nowMs);
-      if (real < 0 || real >= snap.realIdLimit || snap.realService[real] !== frags.lastService) return -DropReason.fragmentUnplaceable;
+      // The real must still serve this VIP: its id may have been freed and reused meanwhile. Not
+      // the service index, which a reload that reorders services changes under the fragment.
+      if (real < 0 || real >= snap.realIdLimit || !realServesVip(snap, real, pkt.family, pkt.addr)) return -DropReason.fragmentUnplaceable;
       return this.forward(batch, i, buf, off, len, flags, real, nowMs);
     }
     if (proto !== IPPROTO_TCP && proto !== IPPROTO_UDP) return VERDICT_PASS;
@@ -218,7 +221,7 @@ export class Engine {
     if (real < 0) return -DropReason.noRealAvailable;
     if (pkt.isFragment === 1) {
       this.fragments.setKey(pkt.fragmentProtocol, pkt.family, pkt.addr, pkt.fragmentId);
-      this.fragments.record(real, svc, nowMs);
+      this.fragments.record(real, nowMs);
     }
     return this.forward(batch, i, buf, off, len, flags, real, nowMs);
   }

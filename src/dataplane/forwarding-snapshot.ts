@@ -74,6 +74,14 @@ export function isVip(s: ForwardingSnapshot, family: number, addr: Uint32Array):
   return false;
 }
 
+/** True when real id `real` belongs to a service whose VIP is the packet's destination (addr words 4..7). */
+export function realServesVip(s: ForwardingSnapshot, real: number, family: number, addr: Uint32Array): boolean {
+  const svc = s.realService[real]!;
+  if (svc < 0 || s.svcFamily[svc] !== family) return false;
+  const v = svc * 4;
+  return s.svcVip[v] === addr[4] && s.svcVip[v + 1] === addr[5] && s.svcVip[v + 2] === addr[6] && s.svcVip[v + 3] === addr[7];
+}
+
 /** Hash of (family, protocol, VIP, port) for the service index; the builder uses the same function. */
 export function serviceKeyHash(family: number, protocol: number, vip: Uint32Array, vipOffset: number, port: number): number {
   let h = Math.imul(family * 256 + protocol, 0x9e3779b1) ^ port;

@@ -17,7 +17,6 @@ export class FragmentTable {
   private readonly slotSeed = randomBytes(4).readInt32LE(0);
   private readonly keys = new Uint32Array(FRAGMENT_SLOTS * KEY_WORDS);
   private readonly reals = new Int32Array(FRAGMENT_SLOTS).fill(-1);
-  private readonly services = new Int32Array(FRAGMENT_SLOTS).fill(-1);
   private readonly seenMs = new Float64Array(FRAGMENT_SLOTS);
 
   /** Fill the scratch key from a parsed packet's addresses. */
@@ -32,24 +31,20 @@ export class FragmentTable {
     return flowIndexHash(this.key, this.slotSeed) & (FRAGMENT_SLOTS - 1);
   }
 
-  record(real: number, service: number, nowMs: number): void {
+  record(real: number, nowMs: number): void {
     const slot = this.slotOfKey();
     this.keys.set(this.key, slot * KEY_WORDS);
     this.reals[slot] = real;
-    this.services[slot] = service;
     this.seenMs[slot] = nowMs;
   }
 
-  /** The real of the datagram in the scratch key, or -1; the service index goes to lastService. */
+  /** The real of the datagram in the scratch key, or -1. */
   lookup(nowMs: number): number {
     const slot = this.slotOfKey();
     if (this.reals[slot] === -1 || nowMs - this.seenMs[slot]! > FRAGMENT_TTL_MS) return -1;
     const base = slot * KEY_WORDS;
     const k = this.key;
     for (let i = 0; i < KEY_WORDS; i++) if (this.keys[base + i] !== k[i]) return -1;
-    this.lastService = this.services[slot]!;
     return this.reals[slot]!;
   }
-
-  lastService = -1;
 }

@@ -345,6 +345,32 @@ describe('engine: IP fragments', () => {
     expect(counters[Counter.dropBase + DropReason.fragmentUnplaceable]).toBe(1);
   });
 
+  it('sends a later fragment after its first across a reload that reorders the services, and never to a reused id of another VIP', () => {
+    const { engine, io, counters } = setup();
+    const data = udp({ sport: 5000, dport: 53 }, new Uint8Array(64), { src: CLIENT, dst: VIP });
+    const fragment = (id: number, offset: number) =>
+      ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 17, id, mf: offset === 0, fragOffset: offset }, offset === 0 ? data.subarray(0, 40) : data.subarray(40)));
+    io.inject([fragment(90, 0), fragment(91, 0)]);
+    // The reload: the same reals with the same ids, services in the opposite order.
+    const cfg = config();
+    const idOf: Record<string, number> = { '10.1.0.11': 0, '10.1.0.12': 1, 'fd01::11': 2 };
+    const view = (s: Config['services'][number], address: (a: string) => number): ServiceView => ({
+      config: s,
+      reals: s.reals.map((r) => ({ id: address(r.address), address: r.address, weight: r.weight, intent: r.state, forwarding: r.forwarding, health: 'up', removed: false, mac: parseMac(HOP_MAC) })),
+    });
+    const builder = new SnapshotBuilder();
+    engine.setSnapshot(builder.build([...cfg.services].reverse().map((s) => view(s, (a) => idOf[a]!)), 0, MAX_REAL_IDS, { v4: '10.0.0.2', v6: 'fd00::2' }).snapshot);
+    const [out] = io.inject([fragment(90, 40)]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_TX);
+    expect(hex(out!.subarray(30, 34))).toBe('0a01000c'); // outer destination 10.1.0.12, as the first fragment's
+    // dns's real removed and its id 1 reused by web6's real: the other VIP's real never gets the fragment.
+    const swapped: Record<string, number> = { '10.1.0.11': 0, 'fd01::11': 1 };
+    const withoutDns = cfg.services.filter((s) => s.name !== 'dns');
+    engine.setSnapshot(builder.build(withoutDns.map((s) => view(s, (a) => swapped[a]!)), 0, MAX_REAL_IDS, { v4: '10.0.0.2', v6: 'fd00::2' }).snapshot);
+    expect(io.inject([fragment(91, 40)])).toHaveLength(0);
+    expect(counters[Counter.dropBase + DropReason.fragmentUnplaceable]).toBe(1);
+  });
+
   it('handles IPv6 fragments with a fragment header the same way', () => {
     const { io } = setup();
     const seg = tcp({ sport: 7, dport: 80, flags: 0x10 }, new Uint8Array(40), { src: CLIENT6, dst: VIP6 });
