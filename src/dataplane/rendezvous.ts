@@ -8,7 +8,8 @@ const TWO_POW_32 = 4294967296;
 
 /**
  * Id of the real with the highest score for this flow hash among candidates start..start+count-1
- * with weight > 0; equal scores go to the lower id. seeds[i] = stringHash(key_i, seed), computed by
+ * with weight > 0; equal scores go to the earlier candidate: the snapshot builder lists them by
+ * address, the same order on every LB, where local ids differ from LB to LB. seeds[i] = stringHash(key_i, seed), computed by
  * the control plane. `hash` may be the flow hash as uint32 or int32 (same bits, same pick). Returns -1
  * when no candidate has weight > 0 or the range exceeds any array.
  */
@@ -31,9 +32,8 @@ export function rendezvousPick(
     // +0.5 keeps u strictly inside (0, 1), so ln(u) is finite and negative and the score positive.
     const u = ((mix32Int32(hash ^ seeds[i]!) >>> 0) + 0.5) / TWO_POW_32;
     const score = -weight / Math.log(u);
-    const id = ids[i]!;
-    if (score > bestScore || (score === bestScore && id < bestId)) {
-      bestId = id;
+    if (score > bestScore) {
+      bestId = ids[i]!;
       bestScore = score;
     }
   }

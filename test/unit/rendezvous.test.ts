@@ -136,12 +136,15 @@ describe('rendezvousPick', () => {
     for (const count of counts.values()) expect(Math.abs(count - 4000)).toBeLessThan(4000 * 0.08);
   });
 
-  it('breaks equal scores by the lower id, whatever the candidate order', () => {
+  it('breaks equal scores by candidate order (by address, as every LB lists them), not by the local ids that differ between LBs', () => {
     const seeds = Uint32Array.from([123, 123, 123]);
     const weights = Float64Array.from([5, 5, 5]);
+    // The same three reals in address order on two LBs that gave them different local ids.
+    const lbA = Int32Array.from([8, 3, 6]);
+    const lbB = Int32Array.from([0, 1, 2]);
     for (const hash of [0, 1, 0xffffffff, 0x12345678]) {
-      expect(rendezvousPick(hash, Int32Array.from([8, 3, 6]), seeds, weights, 0, 3)).toBe(3);
-      expect(rendezvousPick(hash, Int32Array.from([6, 8, 3]), seeds, weights, 0, 3)).toBe(3);
+      expect(rendezvousPick(hash, lbA, seeds, weights, 0, 3)).toBe(8);
+      expect(rendezvousPick(hash, lbB, seeds, weights, 0, 3)).toBe(0);
     }
   });
 
