@@ -112,18 +112,31 @@ function parseIpv4(buf: Uint8Array, l3: number, end: number, out: ParsedPacket):
   // The header claims bytes the packet does not have: the IHL is the field that lies.
   if (totalLength < headerBytes) return ERR_BAD_IPV4_HEADER_LENGTH;
   if (totalLength > available) return ERR_BAD_IPV4_TOTAL_LENGTH;
-  // AF_PACKET sees frames before ip_rcv verifies this: a damaged header must not make a flow entry.
-  if (!ipv4HeaderVerifies(buf, l3, headerBytes)) return ERR_BAD_IPV4_CHECKSUM;
+
+  const trafficClass = buf[l3 + 1];
+  const fragmentId = (buf[l3 + 4] << 8) | buf[l3 + 5];
+  const flagsFragment = (buf[l3 + 6] << 8) | buf[l3 + 7];
+  const ttlProtocol = (buf[l3 + 8] << 8) | buf[l3 + 9];
+  const source = readWord32(buf, l3 + 12);
+  const destination = readWord32(buf, l3 + 16);
+  // AF_PACKET sees frames before ip_rcv verifies the header checksum: a damaged header must not
+  // make a flow entry. The sum (RFC 1071) reuses the fields read anyway; it is 0xffff when right.
+  let sum =
+    ((versionIhl << 8) | trafficClass) + totalLength + fragmentId + flagsFragment + ttlProtocol +
+    ((buf[l3 + 10] << 8) | buf[l3 + 11]) + (source >>> 16) + (source & 0xffff) + (destination >>> 16) + (destination & 0xffff);
+  for (let i = l3 + IPV4_MIN_HEADER_BYTES; i < l3 + headerBytes; i += 2) sum += (buf[i] << 8) | buf[i + 1];
+  sum = (sum & 0xffff) + (sum >>> 16);
+  sum = (sum & 0xffff) + (sum >>> 16);
+  if (sum !== 0xffff) return ERR_BAD_IPV4_CHECKSUM;
 
   out.family = 4;
   out.l3Offset = l3;
   out.l3End = l3 + totalLength;
   out.l3HeaderLength = headerBytes;
-  out.trafficClass = buf[l3 + 1];
-  out.ttl = buf[l3 + 8];
-  const protocol = buf[l3 + 9];
+  out.trafficClass = trafficClass;
+  out.ttl = ttlProtocol >> 8;
+  const protocol = ttlProtocol & 0xff;
   out.ipProtocol = protocol;
-  const flagsFragment = (buf[l3 + 6] << 8) | buf[l3 + 7];
   out.dontFragment = (flagsFragment >> 14) & 1;
   const moreFragments = (flagsFragment >> 13) & 1;
   const fragmentOffsetBytes = (flagsFragment & 0x1fff) << 3;
@@ -131,11 +144,11 @@ function parseIpv4(buf: Uint8Array, l3: number, end: number, out: ParsedPacket):
     out.isFragment = 1;
     out.moreFragments = moreFragments;
     out.fragmentOffset = fragmentOffsetBytes;
-    out.fragmentId = (buf[l3 + 4] << 8) | buf[l3 + 5];
+    out.fragmentId = fragmentId;
     out.fragmentProtocol = protocol;
   }
-  out.addr[0] = readWord32(buf, l3 + 12);
-  out.addr[4] = readWord32(buf, l3 + 16);
+  out.addr[0] = source;
+  out.addr[4] = destination;
   if (fragmentOffsetBytes !== 0) return PARSE_OK;
   return parseL4(buf, l3 + headerBytes, out.l3End, protocol, IPPROTO_ICMP, out);
 }
@@ -239,19 +252,6 @@ function parseL4(
     return PARSE_OK;
   }
   return PARSE_OK;
-}
-
-/**
- * True when the one's-complement sum of the header, checksum field included, is 0xffff (RFC 1071).
- * The header is at most 60 bytes, so the unfolded sum stays far below 2^31.
- */
-function ipv4HeaderVerifies(buf: Uint8Array, l3: number, headerBytes: number): boolean {
-  let sum = 0;
-  const end = l3 + headerBytes;
-  for (let i = l3; i < end; i += 2) sum += (buf[i] << 8) | buf[i + 1];
-  sum = (sum & 0xffff) + (sum >>> 16);
-  sum = (sum & 0xffff) + (sum >>> 16);
-  return sum === 0xffff;
 }
 
 /**
