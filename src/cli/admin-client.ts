@@ -62,7 +62,10 @@ export async function resolveAdminTarget(
   if (tokenFile) {
     try {
       token = (await readFile(tokenFile, 'utf8')).trim();
+      // An HTTP header cannot carry it, and the daemon refuses such a file at start and reload.
+      if (/\s/.test(token)) throw new CliError(`token file ${tokenFile}: the token contains whitespace; a bearer token is one word (e.g. openssl rand -hex 32)`, 1);
     } catch (err) {
+      if (err instanceof CliError) throw err;
       // A loopback admin API needs no token: only fail when the daemon asks for one.
       token = null;
       const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
@@ -108,6 +111,9 @@ export async function adminRequest(
   try {
     answer = await send(new URL(target.baseUrl + path), method, headers, payload, opts.timeoutMs ?? ADMIN_TIMEOUT_MS);
   } catch (err) {
+    if ((err as { sentWhole?: boolean }).sentWhole === true && method !== 'GET') {
+      throw new CliError(`the daemon at ${target.baseUrl} took the request but gave no answer within ${(opts.timeoutMs ?? ADMIN_TIMEOUT_MS) / 1000} s: it may still be carried out; see dsrlb status and the daemon's log`, 2);
+    }
     // The errno name when there is one (ECONNREFUSED, ENOTFOUND, EPROTO), else what went wrong.
     const reason = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
     throw new CliError(`cannot reach the daemon at ${target.baseUrl}: ${oneLine(reason, 200)}${reason === 'ECONNREFUSED' ? movedHint(target) : ''}`, 2);
@@ -122,11 +128,17 @@ export async function adminRequest(
   }
   const said = data !== null && typeof data.message === 'string' ? data.message : pageText(text) || `HTTP ${status}`;
   if (data === null) throw new CliError(`${target.baseUrl} is not a dsrlb admin API: HTTP ${status} ${said}`, 2);
-  if (status === 401 || status === 403) throw new CliError(`the daemon refused: ${said} (${target.tokenProblem ?? 'check --token-file'})`, 2);
+  if (status === 401 || status === 403) throw new CliError(`the daemon refused: ${said} (${target.tokenProblem ?? tokenHint(target, path)})`, 2);
   if (status === 404 || status === 400) throw new CliError(said, 1);
   // 422: a refused reload, whose problems the caller prints.
   if ((status < 200 || status > 299) && status !== 422) throw new CliError(`the daemon failed: HTTP ${status} ${said}`, 2);
   return { status, data };
+}
+
+/** What to check after a 401: for a reload, the token file may have changed in the config it loads. */
+function tokenHint(target: AdminTarget, path: string): string {
+  if (path !== '/reload' || target.configFile === undefined) return 'check --token-file';
+  return `check --token-file; if admin.tokenFile in ${target.configFile} changed since the last reload, the daemon still wants the old file's token: pass it with --token-file OLD, or send the daemon SIGHUP`;
 }
 
 /**
@@ -151,7 +163,10 @@ function send(url: URL, method: string, headers: Record<string, string>, payload
         resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') });
       });
     });
-    const timer = setTimeout(() => fail(new Error(`no answer within ${timeoutMs / 1000} s`)), timeoutMs);
+    // A request the daemon has whole but does not answer in time may still be carried out.
+    let sent = false;
+    req.on('finish', () => (sent = true));
+    const timer = setTimeout(() => fail(Object.assign(new Error(`no answer within ${timeoutMs / 1000} s`), { sentWhole: sent })), timeoutMs);
     function fail(err: Error): void {
       clearTimeout(timer);
       req.destroy();

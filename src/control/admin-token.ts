@@ -35,5 +35,14 @@ export async function readAdminToken(config: Pick<Config, 'admin'>): Promise<Buf
   if (token.length === 0) {
     throw new DaemonError('ADMIN_TOKEN_EMPTY', `admin.tokenFile ${tokenFile} is empty`, [{ path: 'admin.tokenFile', message: `${tokenFile} is empty` }], 'system');
   }
+  // A bearer token is one word (RFC 6750): no client could send one with a space or newline in it.
+  if (/\s/.test(text.trim())) {
+    throw new DaemonError(
+      'ADMIN_TOKEN_WHITESPACE',
+      `admin.tokenFile ${tokenFile}: the token contains whitespace`,
+      [{ path: 'admin.tokenFile', message: `${tokenFile}: the token contains whitespace; a bearer token is one word (e.g. openssl rand -hex 32)` }],
+      'system',
+    );
+  }
   return token;
 }

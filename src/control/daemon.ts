@@ -677,6 +677,20 @@ export class Daemon {
     if (idProblem !== null) return this.refuseReload([idProblem], 'config');
     const clashes = vipClashProblems(next, await this.host.interfaceAddressesAmong(this.vips(next, removed)).catch(() => new Map<string, string>()));
     if (clashes.length > 0) return this.refuseReload(clashes, 'config');
+    // A new stateFile gets the intent in force before the swap. One that cannot take it refuses the
+    // reload: the intent would be on disk nowhere (a restart loses it) and every later change refused.
+    const stateFileMoved = next.stateFile !== this.config.stateFile;
+    if (stateFileMoved && next.stateFile) {
+      try {
+        await this.saveState(this.overrides, this.withdrawn, next.stateFile);
+      } catch (err) {
+        const why = (err as Error).message.replace(/^nothing changed: /, '');
+        if (this.overrides.size > 0 || this.withdrawn.size > 0) {
+          return this.refuseReload([{ path: 'stateFile', message: `${why}: the operator intent in force (drains, weights, withdrawals) would be lost` }], 'system');
+        }
+        this.log.warn('the state file cannot be written: operator intent changes will be refused', { stateFile: next.stateFile, error: why });
+      }
+    }
     let tunnel: Awaited<ReturnType<Daemon['resolveTunnelRoutes']>>;
     try {
       tunnel = await this.resolveTunnelRoutes(next);
@@ -701,8 +715,6 @@ export class Daemon {
     // The swap, up to the new snapshot, has no await in it: a timer (tick, a queued rebuild, the
     // announce check) must never see the new config with the old reals.
     this.removedServices = removed;
-    // A new stateFile gets the intent in force at once, or a restart would start without it.
-    const stateFileMoved = next.stateFile !== this.config.stateFile;
     this.config = next;
     this.configText = text!;
     this.adminToken = token;
@@ -716,9 +728,13 @@ export class Daemon {
     this.metrics.reloadTaken();
     this.log.info('reload taken', { services: next.services.map((s) => s.name) });
     // Taken: what follows only follows the new config, and says so in the log when it cannot.
-    if (pruned || stateFileMoved) await this.saveStateOrWarn();
-    if (next.announce.enabled) await this.startAnnouncing();
-    else await this.stopAnnouncing();
+    if (pruned) await this.saveStateOrWarn();
+    // Announcing follows the new config without holding the answer: a BIRD that does not answer
+    // (birdc is killed after 10 s, twice for two VIPs) made a reload already taken look failed.
+    // Both log their own failures; the 200 ms announce check retries.
+    void (next.announce.enabled ? this.startAnnouncing() : this.stopAnnouncing()).catch((err: Error) =>
+      this.log.error('announcement update failed', { error: err.message }),
+    );
     return { ok: true, problems: [] };
   }
 
@@ -906,8 +922,7 @@ export class Daemon {
   }
 
   /** Writes the state file aside and renames it; throws STATE_NOT_SAVED (nothing changed) on failure. */
-  private async saveState(overrides: ReadonlyMap<string, IntentOverride>, withdrawn: ReadonlySet<string>): Promise<void> {
-    const file = this.config.stateFile;
+  private async saveState(overrides: ReadonlyMap<string, IntentOverride>, withdrawn: ReadonlySet<string>, file = this.config.stateFile): Promise<void> {
     if (!file) return;
     const tmp = `${file}.tmp`;
     try {

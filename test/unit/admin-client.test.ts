@@ -182,6 +182,35 @@ describe('adminRequest', () => {
     const err = await failure(adminRequest(target, 'GET', '/status', undefined, { timeoutMs: 200 }));
     expect(err.exitCode).toBe(2);
     expect(err.message).toBe(`cannot reach the daemon at ${target.baseUrl}: no answer within 0.2 s`);
+    // A change the daemon took whole but did not answer (a reload held up): it may still be carried out.
+    const change = await failure(adminRequest(target, 'POST', '/reload', undefined, { timeoutMs: 200 }));
+    expect([change.exitCode, change.message]).toEqual([
+      2,
+      `the daemon at ${target.baseUrl} took the request but gave no answer within 0.2 s: it may still be carried out; see dsrlb status and the daemon's log`,
+    ]);
+  });
+
+  it('refuses a token file whose token has whitespace in it (a header cannot carry it) as a token-file problem', async () => {
+    const tokenFile = await scratch('two-line.token', 'abc\ndef\n');
+    const file = await scratch('two-line-token.yaml', `admin: { listen: "127.0.0.1:9743", tokenFile: ${tokenFile} }\n`);
+    const err = await failure(resolveAdminTarget({ config: file }));
+    expect([err.exitCode, err.message]).toEqual([1, `token file ${tokenFile}: the token contains whitespace; a bearer token is one word (e.g. openssl rand -hex 32)`]);
+  });
+
+  it('after a 401 to a reload, says the daemon may still want the token of the file named before the edit', async () => {
+    const { server, port } = await adminServer([0], (_req, res) => {
+      res.statusCode = 401;
+      res.end('{"message":"a valid bearer token is required"}');
+    });
+    servers.push(server);
+    const tokenFile = await scratch('new.token', 'n3w\n');
+    const file = await scratch('moved-token.yaml', `admin: { listen: "127.0.0.1:${port}", tokenFile: ${tokenFile} }\n`);
+    const target = await resolveAdminTarget({ config: file });
+    const err = await failure(adminRequest(target, 'POST', '/reload'));
+    expect(err.message).toBe(
+      `the daemon refused: a valid bearer token is required (check --token-file; if admin.tokenFile in ${file} changed since the last reload, the daemon still wants the old file's token: pass it with --token-file OLD, or send the daemon SIGHUP)`,
+    );
+    expect((await failure(adminRequest(target, 'GET', '/status'))).message).toBe('the daemon refused: a valid bearer token is required (check --token-file)');
   });
 
   it('names the reason when nothing listens, in one line', async () => {

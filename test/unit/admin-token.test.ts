@@ -27,6 +27,13 @@ describe('readAdminToken', () => {
       expect((await readAdminToken(admin(host, join(dir, 'admin.token'))))?.toString(), host).toBe('s3cret');
     }
     await expect(readAdminToken(admin('127.0.0.1', join(dir, 'missing')))).rejects.toMatchObject({ code: 'ADMIN_TOKEN_UNREADABLE' });
+    // `openssl rand -base64 64` writes two lines: no client could send that as one bearer token.
+    await writeFile(join(dir, 'two-lines.token'), 'aGVsbG8g\nd29ybGQ=\n');
+    await expect(readAdminToken(admin('127.0.0.1', join(dir, 'two-lines.token')))).rejects.toMatchObject({
+      code: 'ADMIN_TOKEN_WHITESPACE',
+      refusedBy: 'system',
+      problems: [{ path: 'admin.tokenFile', message: `${join(dir, 'two-lines.token')}: the token contains whitespace; a bearer token is one word (e.g. openssl rand -hex 32)` }],
+    });
   });
 });
 

@@ -151,6 +151,19 @@ describe('reload: announcing turned off', () => {
   });
 });
 
+describe('reload: announcing held up', () => {
+  it('answers once the config is swapped, while a BIRD that does not answer still holds the announcement', async () => {
+    const d = daemonRunning(configText({ announce: true }));
+    let syncs = 0;
+    d.inside.announcer = { sync: () => (syncs++, new Promise(() => undefined)), setFiles: () => undefined, isAnnounced: () => false };
+    const answered = await Promise.race([d.reload(configText({ announce: true, reals: 3 })), new Promise((r) => setTimeout(() => r('no answer'), 2000))]);
+    expect(answered).toEqual({ ok: true, problems: [] });
+    expect(syncs).toBe(1);
+    expect(d.daemon.config.services[0]!.reals).toHaveLength(3);
+    d.daemon.health.stop();
+  });
+});
+
 describe('reload: the state file', () => {
   const saved = (name: string) => JSON.parse(readFileSync(join(dir, name), 'utf8')) as { intent: Record<string, { state: string }>; withdrawn: string[] };
 
@@ -162,6 +175,22 @@ describe('reload: the state file', () => {
     expect(result.ok).toBe(true);
     expect(saved('moved.json').intent['tcp|10.99.0.100|80#10.93.0.1']).toMatchObject({ state: 'drain' });
     d.daemon.health.stop();
+  });
+
+  it('refuses a reload that moves stateFile where it cannot be written while intent is in force, and changes nothing', async () => {
+    const d = daemonRunning(configText());
+    await d.daemon.setIntent('web', '10.93.0.1', { state: 'drain' });
+    const unwritable = join('no-such-dir', 'state.json');
+    const result = await d.reload(configText({ state: unwritable }));
+    expect(result).toMatchObject({ ok: false, refusedBy: 'system', problems: [{ path: 'stateFile', message: expect.stringMatching(/cannot be written .*: the operator intent in force \(drains, weights, withdrawals\) would be lost$/) }] });
+    expect(d.daemon.config.stateFile).toBe(join(dir, 'state.json'));
+    expect(d.hostApplied).toEqual([]); // refused before any host change
+    d.daemon.health.stop();
+    // No intent in force, nothing to lose: taken, with a warning (as at start).
+    const fresh = daemonRunning(configText());
+    expect((await fresh.reload(configText({ state: unwritable }))).ok).toBe(true);
+    expect(fresh.logs).toContainEqual(expect.objectContaining({ level: 'warn', msg: 'the state file cannot be written: operator intent changes will be refused' }));
+    fresh.daemon.health.stop();
   });
 
   it('drops a withdrawal when its service leaves the config, so a later service of that name starts announced', async () => {
