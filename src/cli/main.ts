@@ -112,6 +112,11 @@ function parseWeight(text: string): number {
   return Number(text);
 }
 
+function parseRequestCount(text: string): number {
+  if (!/^\d{1,5}$/.test(text) || Number(text) < 1 || Number(text) > 10_000) throw new CliError(`--requests ${JSON.stringify(text)} is not a whole number 1..10000`, 1);
+  return Number(text);
+}
+
 const NO_COMMAND = 'name a command (dsrlb --help lists them)';
 
 export async function main(args: string[]): Promise<number> {
@@ -288,7 +293,10 @@ export async function main(args: string[]): Promise<number> {
     .command(
       'demo',
       'build a lab of network namespaces, run dsrlb in it, send traffic and show where it went',
-      (y) => y.option('down', { type: 'boolean', default: false, describe: 'remove the demo lab' }).option('requests', { type: 'number', default: 60, describe: 'HTTP requests the demo client sends' }),
+      (y) =>
+        y
+          .option('down', { type: 'boolean', default: false, describe: 'remove the demo lab' })
+          .option('requests', { type: 'string', default: '60', coerce: parseRequestCount, describe: 'HTTP requests the demo client sends (1..10000)' }),
       (a) => setExit(import('./demo.js').then((m) => (a.down ? m.demoDown() : m.demoUp({ requests: a.requests })))),
     )
     .fail((msg, err) => {

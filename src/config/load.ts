@@ -1,7 +1,7 @@
 // Reads a config file from disk and validates it; the only config code that touches the filesystem.
 
 import { readFile } from 'node:fs/promises';
-import { parseConfigText, parseConfigYaml, validateAdminSettings, type ConfigResult } from './validate.js';
+import { adminSectionDespiteErrors, parseConfigText, parseConfigYaml, validateAdminSettings, type ConfigResult } from './validate.js';
 import type { ConfigProblem } from './types.js';
 
 export { formatProblems, parseConfigText, validateAdminSettings, type AdminSettingsResult, type ConfigResult } from './validate.js';
@@ -32,13 +32,16 @@ export function stateDirectoryOf(env: NodeJS.ProcessEnv): { stateDirectory?: str
  * Only the admin section of the config at `path` (see validateAdminSettings): the CLI's admin
  * commands use it, so a mistake elsewhere in the file does not cut the operator off from the
  * daemon. A file that does not exist is `ok: false` with `missing: true`, so the caller can fall
- * back to the default admin address; any other read or YAML error is a plain problem.
+ * back to the default admin address. YAML errors outside the admin section leave it usable; any
+ * other read or YAML error is a plain problem.
  */
 export async function loadAdminSettings(path: string): Promise<ReturnType<typeof validateAdminSettings> & { missing?: boolean }> {
   const read = await readText(path);
   if (!read.ok) return read.missing ? { ok: false, problems: [read.problem], missing: true } : { ok: false, problems: [read.problem] };
   const parsed = parseConfigYaml(read.text);
-  return parsed.ok ? validateAdminSettings(parsed.raw, { sourcePath: path }) : parsed;
+  if (parsed.ok) return validateAdminSettings(parsed.raw, { sourcePath: path });
+  const admin = adminSectionDespiteErrors(read.text);
+  return admin === undefined ? parsed : validateAdminSettings(admin, { sourcePath: path });
 }
 
 async function readText(path: string): Promise<{ ok: true; text: string } | { ok: false; problem: ConfigProblem; missing: boolean }> {

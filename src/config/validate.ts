@@ -3,7 +3,7 @@
 
 import { dirname, join, resolve } from 'node:path';
 import ipaddr from 'ipaddr.js';
-import { parseDocument } from 'yaml';
+import { isMap, isScalar, parseDocument } from 'yaml';
 import { MAX_REAL_IDS } from '../dataplane/counters.js';
 import { formatDurationMs, parseDurationMs } from './duration.js';
 import type {
@@ -192,6 +192,35 @@ export function parseConfigYaml(text: string): { ok: true; raw: unknown } | { ok
     return { ok: true, raw: doc.toJS({ maxAliasCount: 100 }) };
   } catch (error) {
     return { ok: false, problems: [yamlProblem(error instanceof Error ? error.message : String(error), undefined)] };
+  }
+}
+
+/**
+ * The admin section of a file with YAML errors, when the errors are all outside it: `{ admin }`
+ * (`{}` when the file has no admin key at all, so the defaults apply), or undefined when the
+ * section itself may be what is broken. The CLI finds the daemon with it, so a syntax error
+ * elsewhere in the file does not cut the operator off (reload can still say why it refuses).
+ */
+export function adminSectionDespiteErrors(text: string): { admin?: unknown } | undefined {
+  const doc = parseDocument(text.startsWith('\uFEFF') ? text.slice(1) : text, { uniqueKeys: true, merge: true });
+  if (!isMap(doc.contents)) return undefined;
+  const pairs = doc.contents.items.filter((item) => isScalar(item.key) && item.key.value === 'admin');
+  // No admin key parsed: the defaults, unless a line that looks like one was lost in the errors.
+  if (pairs.length === 0) return /^admin\s*:/m.test(text) ? undefined : {};
+  if (pairs.length > 1) return undefined;
+  // The section runs from its key to the next top-level key: an error in between (a bad line the
+  // parser left out of the section) may have taken part of it.
+  const items = doc.contents.items;
+  const at = items.indexOf(pairs[0]!);
+  const rangeOf = (node: unknown): [number, number, number] | undefined => (node as { range?: [number, number, number] } | null)?.range;
+  const start = rangeOf(items[at]!.key)?.[0];
+  const end = at + 1 < items.length ? rangeOf(items[at + 1]!.key)?.[0] : text.length;
+  if (start === undefined || end === undefined) return undefined;
+  if (doc.errors.some((e) => e.pos[0] < end && e.pos[1] > start)) return undefined;
+  try {
+    return { admin: doc.get('admin') === undefined ? null : (doc.toJS({ maxAliasCount: 100 }) as Record<string, unknown>)['admin'] };
+  } catch {
+    return undefined;
   }
 }
 

@@ -98,6 +98,14 @@ describe('dsrlb CLI', () => {
     }
   });
 
+  it('refuses a demo request count that is not a whole number 1..10000 before building anything', async () => {
+    for (const n of ['abc', '0', '1.5', '-3', '20000']) {
+      const r = await dsrlb(['demo', '--requests', n]);
+      expect(r.code, n).toBe(1);
+      expect(r.stderr.trim()).toBe(`dsrlb: --requests ${JSON.stringify(n)} is not a whole number 1..10000`);
+    }
+  });
+
   it('refuses repeated, empty and malformed options as user errors (exit 1, one line)', async () => {
     const cases: [string[], RegExp][] = [
       [['validate', '-c', 'a.yaml', '-c', 'b.yaml'], /--config is given 2 times; give it once/],

@@ -104,6 +104,25 @@ describe('loadAdminSettings', () => {
     expect(await loadAdminSettings(file)).toEqual({ ok: false, problems: [{ path: '(yaml) line 2, column 1', message: 'Map keys must be unique' }] });
   });
 
+  it('finds the admin section past a YAML syntax error elsewhere in the file, and refuses when the error may be in it', async () => {
+    const load = async (text: string) => {
+      const file = join(dir, 'tabs.yaml');
+      await writeFile(file, text);
+      return loadAdminSettings(file);
+    };
+    const tabbedService = 'services:\n  - name: web\n\tvip: 203.0.113.10\n';
+    // A tab-indented line in services, after or before the admin section: the operator still reaches the daemon.
+    expect(await load(`interface: eth0\nadmin:\n  listen: 127.0.0.1:9800\n${tabbedService}`)).toEqual({ ok: true, listen: { host: '127.0.0.1', port: 9800 }, tokenFile: null });
+    expect(await load(`interface: eth0\n${tabbedService}admin:\n  listen: 127.0.0.1:9801\n`)).toEqual({ ok: true, listen: { host: '127.0.0.1', port: 9801 }, tokenFile: null });
+    // No admin section at all: the defaults.
+    expect(await load(`interface: eth0\n${tabbedService}`)).toEqual({ ok: true, listen: { host: '127.0.0.1', port: 9743 }, tokenFile: null });
+    // The bad line sits in the admin section (its tokenFile would be lost): the YAML error, as before.
+    expect(await load('interface: eth0\nadmin:\n  listen: 127.0.0.1:9802\n\ttokenFile: /etc/dsrlb/admin.token\nservices: []\n')).toEqual({
+      ok: false,
+      problems: [{ path: '(yaml) line 4, column 1', message: 'Tabs are not allowed as indentation' }],
+    });
+  });
+
   it('reports a broken admin section with its paths', async () => {
     const file = join(dir, 'bad-admin.yaml');
     await writeFile(file, 'interface: eth0\nadmin:\n  listen: localhost:9743\nservices: []\n');
