@@ -31,7 +31,7 @@ export const DropReason = {
   ipipUnsupported: 23, // an ipip real in a build that cannot encapsulate yet
   packetTooBig: 24, // encapsulated packet would exceed the MTU
   ttlExceeded: 25,
-  batchFull: 26, // the batch's extra frames (GSO segments, outer fragments) are used up: dropped whole
+  batchFull: 26, // the batch's extra frames or bytes (GSO segments, outer fragments) are used up: dropped whole
   badIpv4Checksum: 27, // the IPv4 header checksum does not verify (the kernel's ip_rcv drops these too)
 } as const;
 

@@ -319,7 +319,9 @@ export class Engine {
     let gsoSize = buf[vnet + 4]! | (buf[vnet + 5]! << 8);
     const headerL3Bytes = pkt.payloadOffset - pkt.l3Offset;
     if (headerL3Bytes + gsoSize + overhead > this.mtu) {
-      if (pkt.family === 6 || pkt.dontFragment !== 0) {
+      // Too big is said only when the client can go below its segments: an IPv6 client is never
+      // told less than 1280, so at 1280 (a tunnel MTU under 1320) its segments are cut smaller here.
+      if ((pkt.family === 6 || pkt.dontFragment !== 0) && headerL3Bytes + gsoSize > tooBigMtu(pkt.family, overhead, this.mtu)) {
         this.sendTooBig(batch, buf, overhead, nowMs);
         return -DropReason.packetTooBig;
       }
@@ -368,6 +370,8 @@ export class Engine {
   /** ICMP fragmentation-needed / ICMPv6 packet-too-big back to the client, rate-limited. */
   private sendTooBig(batch: PacketBatch, buf: Uint8Array, overhead: number, nowMs: number): void {
     const pkt = this.pkt;
+    // Never about a non-initial fragment (RFC 1122 3.2.2): it quotes no ports. IPv6 may (RFC 4443).
+    if (pkt.family === 4 && pkt.fragmentOffset !== 0) return;
     const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
     const pos = this.extraPos + gap;
     const scratch = batch.extraBuf;
@@ -595,5 +599,8 @@ export class Engine {
  */
 function flowLabelOf(pkt: ParsedPacket, overhead: number): number {
   if (overhead !== IPV6_OUTER_HEADER_BYTES) return 0;
-  return tunnelFlowLabel(pkt.addr, pkt.ipProtocol, pkt.isFragment === 0 ? ((pkt.srcPort << 16) | pkt.dstPort) : 0);
+  // Fragments by the protocol every fragment of the datagram names (the first one's ipProtocol is
+  // the upper layer's, a later one's may be an IPv6 extension header): one label per datagram.
+  if (pkt.isFragment !== 0) return tunnelFlowLabel(pkt.addr, pkt.fragmentProtocol, 0);
+  return tunnelFlowLabel(pkt.addr, pkt.ipProtocol, (pkt.srcPort << 16) | pkt.dstPort);
 }

@@ -178,7 +178,11 @@ export function buildEchoReply(buf: Uint8Array, pkt: ParsedPacket): number {
   const replyType = family === 4 ? ICMP_ECHO_REPLY : ICMPV6_ECHO_REPLY;
   buf[l4] = replyType;
   // The code byte is 0 in both: the type/code word changes from requestType << 8 to replyType << 8.
-  const checksum = incrementalUpdate16((buf[l4 + 2] << 8) | buf[l4 + 3], requestType << 8, replyType << 8);
+  let checksum = incrementalUpdate16((buf[l4 + 2] << 8) | buf[l4 + 3], requestType << 8, replyType << 8);
+  // An all-zero ICMPv4 reply (id 0, seq 0, no data) sums to 0: only 0xffff verifies then (RFC 1071),
+  // and 0xffff verifies whatever the sum, so a 0 result is always stored as 0xffff. (ICMPv6's
+  // pseudo-header never sums to 0.)
+  if (checksum === 0) checksum = 0xffff;
   buf[l4 + 2] = checksum >> 8;
   buf[l4 + 3] = checksum & 0xff;
   return pkt.l3End - frame;

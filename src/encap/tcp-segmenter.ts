@@ -48,7 +48,7 @@ export function segmentTcp(
     const chunk = i === count - 1 ? payloadBytes - i * segmentBytes : segmentBytes;
     const start = pos + headroomBytes;
     const length = headerBytes + chunk;
-    if (start + length > scratch.length) return -DropReason.gsoUnsupported;
+    if (start + length > scratch.length) return -DropReason.batchFull; // the batch's extra bytes are used up
     copyBytes(buf, frame, pkt.payloadOffset, scratch, start);
     copyBytes(buf, pkt.payloadOffset + i * segmentBytes, pkt.payloadOffset + i * segmentBytes + chunk, scratch, start + headerBytes);
     const ip = start + l3Rel;

@@ -55,8 +55,8 @@ const IPV4_MF = 0x2000;
 
 // Negated once here so the per-packet code returns plain constants.
 const ERR_TOO_BIG = -DropReason.packetTooBig;
-/** Scratch buffer or out array too small, or no headroom for the IPv6 fragment header. No closer reason exists yet. */
-const ERR_NO_ROOM = -DropReason.packetTooBig;
+/** Scratch buffer or out array too small, or no headroom for the IPv6 fragment header: the batch's extra room is used up. */
+const ERR_NO_ROOM = -DropReason.batchFull;
 const ERR_TRUNCATED_ETHERNET = -DropReason.truncatedEthernet;
 const ERR_TRUNCATED_IPV4 = -DropReason.truncatedIpv4;
 const ERR_TRUNCATED_IPV6 = -DropReason.truncatedIpv6;

@@ -131,10 +131,10 @@ describe('buildFragNeeded', () => {
     });
   }
 
-  it('refuses an IPv6 packet and a scratch buffer one byte short, writing nothing', () => {
+  it('refuses an IPv6 packet and a scratch buffer one byte short (batch_full), writing nothing', () => {
     const { buf, pkt } = place(toLb(ETH_IPV4, BIG4_DF));
     const scratch = new Uint8Array(14 + 576 - 1);
-    expect(buildFragNeeded(buf, pkt, 1480, LOCAL, scratch, 0)).toBe(-DropReason.packetTooBig);
+    expect(buildFragNeeded(buf, pkt, 1480, LOCAL, scratch, 0)).toBe(-DropReason.batchFull);
     expect(scratch.every((b) => b === 0)).toBe(true);
     const v6 = place(toLb(ETH_IPV6, BIG6));
     expect(buildFragNeeded(v6.buf, v6.pkt, 1480, LOCAL, new Uint8Array(2000), 0)).toBe(-DropReason.truncatedIpv4);
@@ -367,32 +367,38 @@ describe('fragmentOuter', () => {
     expect(hex(e.buf)).toBe(hex(before));
   });
 
-  const refusals: { name: string; call: () => { result: number; changed: boolean } }[] = [
+  // Too big for the path, or no room left in the batch's extra buffer (batch_full).
+  const refusals: { name: string; reason: 'packetTooBig' | 'batchFull'; call: () => { result: number; changed: boolean } }[] = [
     {
       name: 'an outer IPv4 header with DF (an inner packet that had DF)',
+      reason: 'packetTooBig',
       call: () => tryFragment(encapsulated(BIG4_DF, [SOURCE4, REAL4, 4], 0), 1500, 256, 5, HEADROOM),
     },
     {
       name: 'a scratch buffer one byte short of the second fragment',
+      reason: 'batchFull',
       call: () => tryFragment(encapsulated(BIG4, [SOURCE4, REAL4, 4], 1), 1500, 14 + 40 - 1, 5, HEADROOM),
     },
     {
       name: 'an out array without room for every fragment',
+      reason: 'batchFull',
       call: () => tryFragment(encapsulated(BIG4, [SOURCE4, REAL4, 4], 1), 576, 4096, 5, HEADROOM),
     },
     {
       name: 'IPv6 with 7 bytes of headroom for the 8-byte fragment header',
+      reason: 'batchFull',
       call: () => tryFragment(encapsulated(BIG4, [SOURCE6, REAL6, 4], 1), 1500, 256, 5, 7),
     },
     {
       name: 'IPv6 at an MTU below 1280',
+      reason: 'packetTooBig',
       call: () => tryFragment(encapsulated(BIG4, [SOURCE6, REAL6, 4], 1), 1279, 4096, 9, HEADROOM),
     },
   ];
   for (const r of refusals) {
-    it(`refuses ${r.name} with packetTooBig and changes nothing`, () => {
+    it(`refuses ${r.name} with ${r.reason} and changes nothing`, () => {
       const { result, changed } = r.call();
-      expect(result).toBe(-DropReason.packetTooBig);
+      expect(result).toBe(-DropReason[r.reason]);
       expect(changed).toBe(false);
     });
   }
