@@ -32,8 +32,10 @@ the checkout changed.
 Options:
   --root DIR   install under DIR instead of / (image builds, tests). Then no user
                is created (systemd-sysusers does at the image's first boot), no
-               ownership is set and systemctl is not run: do those on the
-               target system. Needs no root.
+               ownership is set (systemd-tmpfiles sets it at boot from the
+               installed tmpfiles.d entry, or: chown root:dsrlb /etc/dsrlb
+               /etc/dsrlb/dsrlb.yaml /etc/dsrlb/admin.token) and systemctl is
+               not run. Needs no root.
   -h, --help   this text
 EOF
 }
@@ -78,6 +80,7 @@ CONF=$CONF_DIR/dsrlb.yaml
 UNIT=/etc/systemd/system/dsrlb.service
 DECAP_UNIT=/etc/systemd/system/dsrlb-decap@.service
 SYSUSERS=/usr/local/lib/sysusers.d/dsrlb.conf
+TMPFILES=/usr/local/lib/tmpfiles.d/dsrlb.conf
 REALSERVER=/usr/local/sbin/dsrlb-realserver
 STATE_FILE=/var/lib/dsrlb/dsrlb.state.json
 ADDON=native/build/Release/dsrlb_native.node
@@ -219,6 +222,7 @@ install_token() {
 }
 
 install_file 0644 "$SRC/deploy/linux/dsrlb.sysusers.conf" "$ROOT$SYSUSERS"
+install_file 0644 "$SRC/deploy/linux/dsrlb.tmpfiles.conf" "$ROOT$TMPFILES"
 [ -n "$ROOT" ] || create_user
 install_app
 install_link

@@ -214,8 +214,8 @@ describe('dsrlb.service', () => {
   it('dsrlb-decap@.service runs `dsrlb decap` on the instance interface with the VIPs of its EnvironmentFile, as dsrlb with two capabilities', () => {
     const install = readFileSync(INSTALL, 'utf8');
     const bin = /^BIN_LINK=(\S+)$/m.exec(install)![1]!;
-    expect(decapOne('EnvironmentFile')).toBe('/etc/dsrlb/decap-%i.env');
-    expect(decapOne('ExecStart')).toBe(`${bin} decap --interface %i --vip \${VIPS}`);
+    expect(decapOne('EnvironmentFile')).toBe('/etc/dsrlb/decap-%I.env');
+    expect(decapOne('ExecStart')).toBe(`${bin} decap --interface %I --vip \${VIPS}`);
     expect(decapOne('User')).toBe('dsrlb');
     expect(decapOne('AmbientCapabilities')).toBe(one('AmbientCapabilities'));
     expect(decapOne('CapabilityBoundingSet')).toBe(one('CapabilityBoundingSet'));
@@ -336,6 +336,16 @@ describe('install.sh --root', () => {
       expect(passwd).toMatch(/^dsrlb:x:\d+:\d+:dsrlb load balancer:\/var\/lib\/dsrlb:\/usr\/sbin\/nologin$/m);
       expect(await readFile(join(sysroot, 'etc/group'), 'utf8')).toMatch(/^dsrlb:x:\d+:$/m);
       for (const u of [unit, unitSettings(decapUnitText)]) expect(u.get('User')).toEqual(['dsrlb']);
+      // Then systemd-tmpfiles, from the installed entry, gives the config and the token to group
+      // dsrlb: as built with --root they belong to the builder, and the daemon could not read the token.
+      await cp(join(root, 'etc/dsrlb'), join(sysroot, 'etc/dsrlb'), { recursive: true });
+      await cp(join(root, 'usr/local/lib/tmpfiles.d'), join(sysroot, 'usr/local/lib/tmpfiles.d'), { recursive: true });
+      await mustRun('systemd-tmpfiles', [`--root=${sysroot}`, '--create']);
+      const gid = Number(/^dsrlb:x:(\d+):$/m.exec(await readFile(join(sysroot, 'etc/group'), 'utf8'))![1]);
+      for (const [path, mode] of [['etc/dsrlb', 0o750], ['etc/dsrlb/dsrlb.yaml', 0o640], ['etc/dsrlb/admin.token', 0o640]] as const) {
+        const st = await lstat(join(sysroot, path));
+        expect([st.uid, st.gid, st.mode & 0o777], path).toEqual([0, gid, mode]);
+      }
     } finally {
       await rm(sysroot, { recursive: true, force: true });
     }
@@ -471,7 +481,7 @@ describe('install.sh --root', () => {
     const bin = /^BIN_LINK=(\S+)$/m.exec(await readFile(INSTALL, 'utf8'))![1]!;
     const execStart = decapOne('ExecStart')
       .replace(bin, `${process.execPath} ${join(root, 'opt/dsrlb/bin/dsrlb.js')}`)
-      .replaceAll('%i', 'eth0')
+      .replaceAll('%I', 'eth0')
       .replace('${VIPS}', fromEnv);
     const post = /^\/bin\/sh -c '(.*)'$/.exec(decapOne('ExecStartPost'))![1]!.replaceAll('$$', '$');
     // Where udev runs, /dev/net/tun is 0666 (50-udev-default.rules); here it is 0600: a node with

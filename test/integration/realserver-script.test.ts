@@ -877,4 +877,26 @@ describe('--persist', () => {
       expect((await readdir(join(h.root, 'etc/systemd/system'))).sort()).toEqual(['dsrlb-decap@.service']);
     });
   });
+
+  it('names the decap unit of an interface with a dash as systemd does (br\\x2dlan), so it binds to the device, and reads br-lan\'s env file back', async () => {
+    await withHost('p3', async (h) => {
+      await h.sh('ip link set eth0 name br-lan');
+      await h.sh('ip link set br-lan up && ip link set eth1 up && ip addr add 192.0.2.2/24 dev br-lan && ip route add default via 192.0.2.1 && ip link set br-lan mtu 1540');
+      await mkdir(join(h.root, 'etc/systemd/system'), { recursive: true });
+      await copyFile(DECAP_UNIT, join(h.root, 'etc/systemd/system/dsrlb-decap@.service'));
+      await standIn(h, 'dsrlb-decap0');
+      const setup = await h.script(['setup', '--vip', VIP, '--mode', 'ipip', '--interface', 'br-lan', '--persist']);
+      expect(setup.stderr).toBe('');
+      expect(setup.code).toBe(0);
+      const unit = await readFile(join(h.root, 'etc/systemd/system/dsrlb-realserver.service'), 'utf8');
+      expect(unit).toContain('Wants=network-pre.target dsrlb-decap@br\\x2dlan.service\n');
+      expect(lines(await readFile(join(h.root, 'etc/dsrlb/decap-br-lan.env'), 'utf8')).filter((l) => !l.startsWith('#'))).toEqual([`VIPS=${VIP}`]);
+      expect((await h.script(['check', '--vip', VIP, '--persist'])).code).toBe(0);
+      // The template turns the instance back into the interface name: %I, not %i.
+      const template = await readFile(DECAP_UNIT, 'utf8');
+      expect(template).toContain('ExecStart=/usr/local/bin/dsrlb decap --interface %I ');
+      expect(template).toContain('EnvironmentFile=/etc/dsrlb/decap-%I.env\n');
+      expect(template).toContain('BindsTo=sys-subsystem-net-devices-%i.device\n');
+    });
+  });
 });
