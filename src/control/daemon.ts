@@ -166,7 +166,9 @@ export class Daemon {
       services: () =>
         this.lastReports.map((r) => {
           const s = this.config.services.find((x) => x.name === r.name);
-          return { service: r.name, fingerprint: r.tableFingerprint, announced: s ? (this.announcer?.isAnnounced(s.vip) ?? false) : false };
+          // null with announce off: no series, so a VIP never meant to be announced raises no alert.
+          const announced = !this.config.announce.enabled ? null : s ? (this.announcer?.isAnnounced(s.vip) ?? false) : false;
+          return { service: r.name, fingerprint: r.tableFingerprint, announced };
         }),
     });
     this.health = new HealthMonitor({

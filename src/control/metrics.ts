@@ -28,7 +28,8 @@ export interface MetricsSource {
   inactiveFlows(id: number): number;
   flowTableCapacity(): number;
   panic(): readonly { service: string; panic: boolean }[];
-  services(): readonly { service: string; fingerprint: string; announced: boolean }[];
+  /** announced: null while announce.enabled is false (the gauge then has no series). */
+  services(): readonly { service: string; fingerprint: string; announced: boolean | null }[];
 }
 
 export class DaemonMetrics {
@@ -212,12 +213,12 @@ export class DaemonMetrics {
     });
     new client.Gauge({
       name: 'dsrlb_vip_announced',
-      help: '1 while the service VIP is announced to BIRD (announce.enabled), else 0.',
+      help: '1 while the service VIP is announced to BIRD, else 0; no series while announce.enabled is false.',
       labelNames: ['service'],
       registers: [registry],
       collect() {
         this.reset();
-        for (const s of src.services()) this.set({ service: s.service }, s.announced ? 1 : 0);
+        for (const s of src.services()) if (s.announced !== null) this.set({ service: s.service }, s.announced ? 1 : 0);
       },
     });
     new client.Gauge({

@@ -110,7 +110,11 @@ function fakeMetrics(): DaemonMetrics {
     reals: () => reals,
     activeFlows: (id) => (id === 0 ? 7 : 0),
     inactiveFlows: (id) => (id === 0 ? 2 : 0),
-    services: () => [{ service: 'web', fingerprint: '0a1b2c3d', announced: true }],
+    // dns: announce off for it would be announce off for the daemon; one daemon suffices to show no series.
+    services: () => [
+      { service: 'web', fingerprint: '0a1b2c3d', announced: true },
+      { service: 'dns', fingerprint: '4e5f6a7b', announced: null },
+    ],
     flowTableCapacity: () => 1000,
     panic: () => [{ service: 'web', panic: false }],
   });
@@ -152,6 +156,9 @@ describe('metric names', () => {
     expect(families).toContain('dsrlb_forwarded_bytes_total');
     expect(exposition).toContain('dsrlb_flows_active{service="web",real="10.0.1.11"} 7');
     expect(exposition).toContain('dsrlb_drain_finished{service="web",real="10.0.1.12"} 1');
+    // No announce: no series (an alert on 0 would fire for a VIP never meant to be announced).
+    expect(exposition).toContain('dsrlb_vip_announced{service="web"} 1');
+    expect(exposition).not.toContain('dsrlb_vip_announced{service="dns"}');
   });
 
   it('promtool check metrics finds no problem in a scrape of DaemonMetrics', async () => {
@@ -674,9 +681,8 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             { series: `dsrlb_table_fingerprint{${at}, service="api", fingerprint="bbbb"}`, values: '1x10' },
             { series: `dsrlb_table_fingerprint{job="dsrlb", instance="lb2:9742", service="api", fingerprint="bbbb"}`, values: '1 1 1 _x8' },
             { series: `dsrlb_table_fingerprint{job="dsrlb", instance="lb2:9742", service="api", fingerprint="cccc"}`, values: '_ _ _ 1x7' },
-            // web announced, withdrawn from 2m on; dns never announced (announce off): no alert.
-            { series: `dsrlb_vip_announced{${at}, service="web"}`, values: '1 1 0x10' },
-            { series: `dsrlb_vip_announced{${at}, service="dns"}`, values: '0x12' },
+            // web announced, withdrawn from 2m on and still withdrawn 2 h later (announce off: no series).
+            { series: `dsrlb_vip_announced{${at}, service="web"}`, values: '1 1 0x130' },
           ],
           alert_rule_test: [
             { eval_time: '1m', alertname: 'DsrlbDown', exp_alerts: [] },
@@ -718,6 +724,8 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             { eval_time: '6m', alertname: 'DsrlbTableFingerprintMismatch', exp_alerts: [{ exp_labels: { job: 'dsrlb', service: 'api', severity: 'critical' } }] },
             { eval_time: '5m', alertname: 'DsrlbVipNoLongerAnnounced', exp_alerts: [] },
             { eval_time: '8m', alertname: 'DsrlbVipNoLongerAnnounced', exp_alerts: [alert({ severity: 'warning', service: 'web' })] },
+            // It cleared about an hour after the withdrawal, though the VIP was still withdrawn.
+            { eval_time: '90m', alertname: 'DsrlbVipNoLongerAnnounced', exp_alerts: [alert({ severity: 'warning', service: 'web' })] },
           ],
         },
       ],
