@@ -5,7 +5,7 @@
 // remove restoring only what setup changed, state per network namespace, and --persist under
 // DSRLB_ROOT. Needs root, `ip netns`, nft, unshare and systemd-analyze; fails (never skips) without them.
 
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { chmod, copyFile, mkdir, mkdtemp, readFile, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 const SCRIPT = fileURLToPath(new URL('../../deploy/linux/dsrlb-realserver', import.meta.url));
 const DECAP_UNIT = fileURLToPath(new URL('../../deploy/linux/dsrlb-decap@.service', import.meta.url));
+const DSRLB = fileURLToPath(new URL('../../bin/dsrlb.js', import.meta.url));
 const PREFIX = `dsrt-rs-${process.pid}-`;
 const NS = `${PREFIX}a`;
 const VIP = '10.0.0.100';
@@ -372,6 +373,31 @@ describe('mode ipip', () => {
       const setup = await h.script(['setup', '--vip', vips, '--mode', 'ipip']);
       expect(setup.code).toBe(2);
       expect(lines(setup.stderr)).toEqual([hint, `dsrlb-realserver: setup incomplete (mode ipip, VIPs ${vips})`]);
+    });
+  });
+
+  it('says when the running dsrlb decap does not decapsulate for an ipip VIP (its packets would be dropped)', async () => {
+    await withHost('ip2', async (h) => {
+      await routed(h);
+      await h.sh('ip link set eth0 mtu 1540'); // room for the outer header: no MSS clamp needed
+      const decap = spawn('ip', ['netns', 'exec', h.ns, process.execPath, DSRLB, 'decap', '--interface', 'eth0', '--vip', VIP], { stdio: 'ignore' });
+      try {
+        for (let i = 0; i < 100 && (await run('ip', ['-n', h.ns, 'link', 'show', 'dev', 'dsrlb-decap0', 'up'])).stdout === ''; i++) await new Promise((r) => setTimeout(r, 100));
+        const other = '10.0.0.101';
+        const taken = await h.script(['setup', '--vip', VIP, '--mode', 'ipip']);
+        expect([taken.code, taken.stderr]).toEqual([0, '']);
+        const ok = await h.script(['check', '--vip', VIP]);
+        expect([ok.code, ok.stdout]).toEqual([0, expect.stringMatching(/^ok: /)]);
+        const missing = `the running dsrlb decap does not decapsulate for ${other} (not among its --vip): their packets are dropped: add them to VIPS= in /etc/dsrlb/decap-eth0.env and run: systemctl restart dsrlb-decap@eth0.service (or restart dsrlb decap with them)`;
+        const setup = await h.script(['setup', '--vip', other, '--mode', 'ipip']);
+        expect(setup.code).toBe(0);
+        expect(setup.stderr).toBe(`dsrlb-realserver: warning: ${missing}\n`);
+        const check = await h.script(['check', '--vip', `${VIP},${other}`]);
+        expect([check.code, check.stdout]).toEqual([1, `${missing}\n`]);
+      } finally {
+        decap.kill('SIGTERM');
+        await new Promise((r) => decap.once('exit', r));
+      }
     });
   });
 
