@@ -687,7 +687,7 @@ export class Daemon {
         await this.saveState(this.overrides, this.withdrawn, next.stateFile);
       } catch (err) {
         const why = (err as Error).message.replace(/^nothing changed: /, '');
-        if (this.overrides.size > 0 || this.withdrawn.size > 0) {
+        if (this.intentKeptBy(next)) {
           return this.refuseReload([{ path: 'stateFile', message: `${why}: the operator intent in force (drains, weights, withdrawals) would be lost` }], 'system');
         }
         this.log.warn('the state file cannot be written: operator intent changes will be refused', { stateFile: next.stateFile, error: why });
@@ -872,6 +872,23 @@ export class Daemon {
       this.log.info('withdrawal dropped: the service left the config', { service: sid });
     }
     return pruned;
+  }
+
+  /**
+   * True when operator intent that `next` keeps (pruneOverrides would not drop it) differs from
+   * what `next` says: a drain, disable or weight of a real it keeps unchanged, or a withdrawal of a
+   * service it keeps. An undrain back to the config's own state is no intent to lose.
+   */
+  private intentKeptBy(next: Config): boolean {
+    const configReals = new Map<string, RealConfig>();
+    for (const s of next.services) for (const r of s.reals) configReals.set(RealRegistry.keyOf(serviceIdentity(s), r.address), r);
+    for (const [key, o] of this.overrides) {
+      const r = configReals.get(key);
+      if (!r || o.configState !== r.state || o.configWeight !== r.weight) continue;
+      if ((o.state !== undefined && o.state !== r.state) || (o.weight !== undefined && o.weight !== r.weight)) return true;
+    }
+    const services = new Set(next.services.map((s) => serviceIdentity(s)));
+    return [...this.withdrawn].some((sid) => services.has(sid));
   }
 
   /** Writes the state file as it stands, a failure only logged (the change it records is made). */

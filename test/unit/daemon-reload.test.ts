@@ -185,6 +185,9 @@ describe('reload: the state file', () => {
     expect(result).toMatchObject({ ok: false, refusedBy: 'system', problems: [{ path: 'stateFile', message: expect.stringMatching(/cannot be written .*: the operator intent in force \(drains, weights, withdrawals\) would be lost$/) }] });
     expect(d.daemon.config.stateFile).toBe(join(dir, 'state.json'));
     expect(d.hostApplied).toEqual([]); // refused before any host change
+    // Undrained back to what the config says: nothing left to lose, so it is taken.
+    await d.daemon.setIntent('web', '10.93.0.1', { state: 'active' });
+    expect((await d.reload(configText({ state: unwritable }))).ok).toBe(true);
     d.daemon.health.stop();
     // No intent in force, nothing to lose: taken, with a warning (as at start).
     const fresh = daemonRunning(configText());
