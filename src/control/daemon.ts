@@ -26,6 +26,7 @@ import { checkHostBeforeChanges } from './start-checks.js';
 import type { Logger } from './logger.js';
 import { DaemonMetrics, type MetricsRealView } from './metrics.js';
 import { NeighborWatcher } from './neighbors.js';
+import { monotonicMs } from '../dataplane/monotonic-clock.js';
 import { RealRegistry, serviceIdentity } from './real-registry.js';
 import { removalBlocker } from './service-removal.js';
 import { SnapshotBuilder, type RealView, type ServiceBuildReport, type ServiceView, type TunnelSources } from './snapshot-builder.js';
@@ -347,8 +348,9 @@ export class Daemon {
     const sid = serviceIdentity(s);
     if (this.settledServices.has(sid)) return true;
     const unsettled = s.reals.filter((r) => !this.realSettled(sid, r)).map((r) => r.address);
-    if (!this.firstSeenMs.has(sid)) this.firstSeenMs.set(sid, Date.now());
-    const waitedMs = Date.now() - this.firstSeenMs.get(sid)!;
+    // The monotonic clock: a step of the system time must neither hold the VIP back nor announce it half-built.
+    if (!this.firstSeenMs.has(sid)) this.firstSeenMs.set(sid, monotonicMs());
+    const waitedMs = Math.round(monotonicMs() - this.firstSeenMs.get(sid)!);
     if (unsettled.length > 0 && waitedMs < SETTLE_CAP_MS) return false;
     this.settledServices.add(sid);
     if (unsettled.length > 0) this.log.warn('settled before every real did (the wait is capped)', { service: s.name, unsettled, waitedMs });

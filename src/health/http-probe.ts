@@ -23,9 +23,14 @@ export class HttpProber implements Prober {
         host: target.address,
         port: target.port,
         method: 'GET',
-        path: check.path,
+        // Bytes outside printable ASCII go as UTF-8 percent-escapes (/café -> /caf%C3%A9): Node
+        // refuses some raw (/健康) and sends others as Latin-1.
+        path: check.path.replace(/[^\x21-\x7e]+/g, encodeURIComponent),
         // A fresh connection per probe: a kept-alive socket would hide a real that stopped accepting.
         agent: false as const,
+        // Read as HAProxy, keepalived and curl read: bare-LF line ends (nc and busybox health
+        // endpoints) and folded headers are fine. Only the status and the body are looked at.
+        insecureHTTPParser: true,
         headers: {
           host: check.host ?? hostHeader(target.address, target.port, defaultPort),
           'user-agent': 'dsrlb-health',

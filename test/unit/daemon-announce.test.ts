@@ -3,7 +3,7 @@
 // first real up) and resets the connections the router moves to it. No root, no BIRD: the
 // daemon's announce decision with its loop and health monitor stood in for.
 
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { parseConfigText } from '../../src/config/validate.js';
 import { Daemon } from '../../src/control/daemon.js';
 import { createLogger } from '../../src/control/logger.js';
@@ -58,6 +58,22 @@ describe('announcing after a start', () => {
     // A probe restarted later (a reload on every LB at once) does not withdraw the VIP everywhere.
     facts.set(b, { state: 'down', settled: false });
     expect(wanted().get('10.93.0.100')).toBe(true);
+  });
+
+  it('waits its 30 s cap on the monotonic clock: a step of the system time neither announces a half-built view nor holds the VIP back', () => {
+    const facts = new Map([
+      [a, { state: 'up' as const, settled: true }],
+      [b, { state: 'down' as const, settled: false }],
+    ]);
+    const wanted = daemonWith(facts, { panic: false });
+    expect(wanted().get('10.93.0.100')).toBe(false);
+    const realNow = Date.now();
+    const step = vi.spyOn(Date, 'now').mockReturnValue(realNow + 3_600_000); // `date -s` an hour ahead
+    try {
+      expect(wanted().get('10.93.0.100')).toBe(false);
+    } finally {
+      step.mockRestore();
+    }
   });
 
   it('waits for the MAC of a real proven up (its peers send to it), not for a real confirmed down', () => {

@@ -141,6 +141,21 @@ describe('http probe', () => {
     expect(finishedMs).toBeLessThan(400);
   });
 
+  it('sends a path with non-ASCII characters percent-encoded as UTF-8', async () => {
+    expect((await probe(http, target(port, { type: 'http', path: '/café/健康' }))).ok).toBe(false); // 404 from the handler
+    expect(seen.at(-1)!.path).toBe('/caf%C3%A9/%E5%81%A5%E5%BA%B7');
+  });
+
+  it('reads what curl and HAProxy read: bare-LF line ends and a folded header (nc or busybox health endpoints)', async () => {
+    const raw = createTcpServer((socket) => {
+      socket.once('data', () => socket.end('HTTP/1.0 200 OK\nContent-Type: text/plain\nX-Note: one\n  two\n\nREADY\n'));
+    });
+    servers.push(raw);
+    const rawPort = await listenTcp(raw);
+    const r = await probe(http, target(rawPort, { type: 'http', path: '/', expectBody: 'READY' }));
+    expect(r).toMatchObject({ ok: true });
+  });
+
   it('refused when nobody listens', async () => {
     const r = await probe(http, target(await closedTcpPort(), { type: 'http' }));
     expect(r).toMatchObject({ ok: false, reason: 'refused' });
