@@ -1,8 +1,10 @@
 // The exec probe: run the check command through /bin/sh -c with DSRLB_REAL, DSRLB_PORT, DSRLB_VIP
 // and DSRLB_SERVICE set; exit status 0 means up. The command runs in its own process group, which
-// is killed (SIGKILL) at the timeout, or when the shell exits leaving children that hold its pipes.
+// is killed (SIGKILL) at the timeout, or when the shell exits leaving children that hold its pipes,
+// together with every process below the shell (some, like timeout(1), leave its group).
 
 import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { OK, fail, failFromError, oneLine, timedOut, type ProbeOutcome, type ProbeTarget, type Prober } from './probe.js';
 
 /** How much of the command's output is kept for lastError. */
@@ -45,7 +47,7 @@ export class ExecProber implements Prober {
         signal.removeEventListener('abort', onAbort);
         // Open pipes mean the shell, or a child it left behind, still runs: its process group is
         // alive, so the id cannot have been reused. After 'close' there is nothing left to kill.
-        if (!pipesClosed) killGroup(child.pid);
+        if (!pipesClosed) killTree(child.pid);
         child.stdout.destroy();
         child.stderr.destroy();
         resolve(outcome);
@@ -72,11 +74,56 @@ export class ExecProber implements Prober {
   }
 }
 
-function killGroup(pid: number | undefined): void {
+/**
+ * SIGKILL the shell's process group and every process below the shell, with the groups they lead:
+ * `timeout 5 curl ...` (GNU timeout) moves itself and its child into a group of their own, which
+ * the shell's group no longer holds.
+ */
+function killTree(pid: number | undefined): void {
   if (pid === undefined) return;
-  try {
-    process.kill(-pid, 'SIGKILL');
-  } catch {
-    // ESRCH: the group is already gone, which is the usual case after a clean exit.
+  const below = descendants(pid);
+  kill(-pid);
+  for (const p of below) {
+    kill(-p);
+    kill(p);
   }
+}
+
+function kill(target: number): void {
+  try {
+    process.kill(target, 'SIGKILL');
+  } catch {
+    // ESRCH: gone already (or not a group leader), the usual case.
+  }
+}
+
+/** Every process below pid, read from /proc/PID/task/TID/children (none when /proc cannot tell). */
+function descendants(pid: number): number[] {
+  const found: number[] = [];
+  const pending = [pid];
+  while (pending.length > 0 && found.length < 10_000) {
+    const p = pending.pop()!;
+    let tasks: string[];
+    try {
+      tasks = readdirSync(`/proc/${p}/task`);
+    } catch {
+      continue;
+    }
+    for (const t of tasks) {
+      let text = '';
+      try {
+        text = readFileSync(`/proc/${p}/task/${t}/children`, 'utf8');
+      } catch {
+        continue;
+      }
+      for (const word of text.split(' ')) {
+        const child = Number(word);
+        if (Number.isInteger(child) && child > 0) {
+          found.push(child);
+          pending.push(child);
+        }
+      }
+    }
+  }
+  return found;
 }

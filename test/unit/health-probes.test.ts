@@ -268,6 +268,17 @@ describe('exec probe', () => {
     }
   });
 
+  it('a timeout also kills what left the shell\'s group: timeout(1) wrapping the check (timeout 30 curl ...)', async () => {
+    const marker = `4${Math.floor(Math.random() * 1e6)}.5`; // an argument no other sleep has
+    const r = await probe(exec, execTarget(`timeout 30 sleep ${marker}; true`), 300);
+    expect(r).toMatchObject({ ok: false, reason: 'timeout' });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const left = execFileSync('ps', ['-eo', 'stat=,args='], { encoding: 'utf8' })
+      .split('\n')
+      .filter((l) => l.includes(marker) && !/^\s*Z/.test(l));
+    expect(left).toEqual([]);
+  });
+
   it('a child left running in the background does not delay the verdict and is killed', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'dsrlb-health-exec-'));
     try {
