@@ -5,7 +5,9 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE  // sched_setaffinity, CPU_SET
 #endif
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
@@ -22,6 +24,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -998,6 +1001,38 @@ static napi_value pin_thread(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+// closeOnExecAll(): sets FD_CLOEXEC on every descriptor above 2 of the process. Packages that open
+// sockets without SOCK_CLOEXEC (raw-socket's ICMP probe socket, cap's packet socket) would hand
+// them to every command the daemon runs (exec health checks), which kept receiving on them. libuv
+// passes a child's stdio by dup2, so nothing a spawn means to give is lost.
+static napi_value close_on_exec_all(napi_env env, napi_callback_info info) {
+  (void)info;
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return NULL;
+#endif
+  // Before Linux 5.11: one fcntl per descriptor listed in /proc/self/fd.
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == NULL) {
+    dsrlb_throw_errno(env, "opendir(/proc/self/fd)", errno, NULL);
+    return NULL;
+  }
+  int own = dirfd(dir);
+  struct dirent* entry;
+  while ((entry = readdir(dir)) != NULL) {
+    char* end;
+    long fd = strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || end == entry->d_name || fd < 3 || fd == own) continue;
+    int flags = fcntl((int)fd, F_GETFD);
+    if (flags >= 0 && (flags & FD_CLOEXEC) == 0) fcntl((int)fd, F_SETFD, flags | FD_CLOEXEC);
+  }
+  closedir(dir);
+  return NULL;
+}
+
 napi_status tun_device_init(napi_env env, napi_value exports);  // tun_device.c
 
 NAPI_MODULE_INIT() {
@@ -1012,6 +1047,7 @@ NAPI_MODULE_INIT() {
       {"close", NULL, close_socket, NULL, NULL, NULL, napi_enumerable, NULL},
       {"interfaceInfo", NULL, interface_info, NULL, NULL, NULL, napi_enumerable, NULL},
       {"pinThread", NULL, pin_thread, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"closeOnExecAll", NULL, close_on_exec_all, NULL, NULL, NULL, napi_enumerable, NULL},
       {"layout", NULL, NULL, NULL, NULL, make_layout(env), napi_enumerable, NULL},
       {"layoutV2", NULL, NULL, NULL, NULL, make_layout_v2(env), napi_enumerable, NULL},
   };

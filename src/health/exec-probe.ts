@@ -5,6 +5,7 @@
 
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
+import { loadNative } from '../io/native-binding.js';
 import { OK, fail, failFromError, oneLine, timedOut, type ProbeOutcome, type ProbeTarget, type Prober } from './probe.js';
 
 /** How much of the command's output is kept for lastError. */
@@ -20,6 +21,8 @@ export class ExecProber implements Prober {
       if (signal.aborted) return resolve(timedOut());
       const command = target.check.command;
       if (command === null) return resolve(fail('error', 'exec check without a command'));
+      // Sockets that packages opened without close-on-exec must not live on in the command.
+      closeOnExecAll();
       const child = spawn(this.shell, ['-c', command], {
         // detached: setsid(), so the shell leads a process group we can kill as a whole.
         detached: true,
@@ -86,6 +89,15 @@ function killTree(pid: number | undefined): void {
   for (const p of below) {
     kill(-p);
     kill(p);
+  }
+}
+
+/** Best effort: without the addon (never in a daemon, which needs it) a command may inherit descriptors. */
+function closeOnExecAll(): void {
+  try {
+    loadNative().closeOnExecAll();
+  } catch {
+    // no addon: nothing to do
   }
 }
 

@@ -132,6 +132,8 @@ export interface DsrlbNative {
   interfaceInfo(ifname: string): InterfaceInfo;
   /** Runs the calling thread on `cpu` only (sched_setaffinity of this thread). */
   pinThread(cpu: number): void;
+  /** FD_CLOEXEC on every descriptor above 2 (close_range, else /proc/self/fd): none leaks into a spawned command. */
+  closeOnExecAll(): void;
   readonly layout: RingLayout;
   readonly layoutV2: FrameLayout;
   /**

@@ -3,7 +3,8 @@
 
 import { execFileSync } from 'node:child_process';
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { createServer as createHttpServer, type RequestListener, type Server as HttpServer } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import { createServer as createTcpServer, type AddressInfo, type Server as TcpServer } from 'node:net';
@@ -32,6 +33,14 @@ async function probe(prober: Prober, t: ProbeTarget, timeoutMs = 1000): Promise<
 }
 
 const portOf = (server: { address(): AddressInfo | string | null }): number => (server.address() as AddressInfo).port;
+
+function readlinkSafe(path: string): string {
+  try {
+    return readlinkSync(path);
+  } catch {
+    return '';
+  }
+}
 
 async function listenTcp(server: TcpServer | HttpServer): Promise<number> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -277,6 +286,22 @@ describe('exec probe', () => {
       .split('\n')
       .filter((l) => l.includes(marker) && !/^\s*Z/.test(l));
     expect(left).toEqual([]);
+  });
+
+  it('the command inherits no descriptor the daemon holds: a raw socket opened without close-on-exec stays behind', async () => {
+    const raw = createRequire(import.meta.url)('raw-socket') as { createSocket(o: { protocol: number }): { close(): void } };
+    // By target, not by number: the listing's own directory descriptor takes a number that the socket reuses.
+    const sockets = () => readdirSync('/proc/self/fd').map((fd) => readlinkSafe(`/proc/self/fd/${fd}`)).filter((l) => l.startsWith('socket:'));
+    const before = new Set(sockets());
+    const icmp = raw.createSocket({ protocol: 1 }); // as the icmp probe opens it (needs root, as the tests do)
+    try {
+      const opened = sockets().filter((l) => !before.has(l));
+      expect(opened).toHaveLength(1);
+      const r = await probe(exec, execTarget(`ls -l /proc/$$/fd | grep -cF '${opened[0]}' ; exit 7`));
+      expect(r).toMatchObject({ ok: false, reason: 'exit', detail: 'exit status 7: 0' });
+    } finally {
+      icmp.close();
+    }
   });
 
   it('a child left running in the background does not delay the verdict and is killed', async () => {
