@@ -137,6 +137,8 @@ export class Daemon {
   private announcer: VipAnnouncer | null = null;
   private announceTimer: NodeJS.Timeout | null = null;
   private announceBusy = false;
+  /** Set when stop begins: announcing must not come back after its withdrawal. */
+  private stopping = false;
   /** Services the operator withdrew (`dsrlb withdraw`), by service identity. */
   private withdrawn = new Set<string>();
   /** This network namespace's one-daemon lock, held from before the first host change to the end of stop(). */
@@ -289,10 +291,11 @@ export class Daemon {
   /** Scale-out: VIP gates for BIRD, re-evaluated every 200 ms (loop stalls are seen within ~1 s). */
   private async startAnnouncing(): Promise<void> {
     const a = this.config.announce;
-    if (!a.enabled) return;
+    if (!a.enabled || this.stopping) return;
     this.announcer ??= new VipAnnouncer(this.log, a.routesFile, a.birdSocket);
     this.announcer.setFiles(a.routesFile, a.birdSocket);
     await this.syncAnnouncements();
+    if (this.stopping) return;
     this.announceTimer ??= setInterval(() => void this.syncAnnouncements(), 200);
   }
 
@@ -371,7 +374,7 @@ export class Daemon {
   }
 
   private async syncAnnouncements(): Promise<void> {
-    if (!this.announcer || this.announceBusy || !this.config.announce.enabled) return;
+    if (!this.announcer || this.announceBusy || !this.config.announce.enabled || this.stopping) return;
     this.announceBusy = true;
     try {
       await this.announcer.sync(this.announceWanted());
@@ -619,6 +622,8 @@ export class Daemon {
       if (r.removed && applied >= r.removedGeneration && this.loops.active(r.id) === 0 && this.loops.inactive(r.id) === 0) {
         this.reals.delete(r.key);
         this.registry.release(r.key);
+        // The id's next owner starts its rates afresh (its counters start from a new base).
+        this.rates.delete(r.id);
         this.metrics.forgetReal(r.serviceName, r.address);
         this.log.info('removed real drained: forgotten', { service: r.serviceName, real: r.address });
         forget = true;
@@ -1126,6 +1131,9 @@ export class Daemon {
   }
 
   private async stopNow(ownOnly: boolean): Promise<void> {
+    // From here nothing announces again: a reload's background announcing that ends later must
+    // neither re-announce a withdrawn VIP nor start the 200 ms check anew.
+    this.stopping = true;
     if (this.housekeeping) clearInterval(this.housekeeping);
     if (this.announceTimer) clearInterval(this.announceTimer);
     this.announceTimer = null;

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { stubbedDaemon } from '../support/stubbed-daemon.js';
-import { Counter } from '../../src/dataplane/counters.js';
+import { Counter, REAL_BASE, REAL_STRIDE, RealCounter } from '../../src/dataplane/counters.js';
 import { HealthMonitor } from '../../src/health/health-monitor.js';
 import { OK, type Prober } from '../../src/health/probe.js';
 
@@ -55,5 +55,38 @@ describe('forgetting a removed real', () => {
     } finally {
       inside.health.stop();
     }
+  });
+});
+
+const rateConfig = (dir: string, reals: string[]) => `interface: eth0
+tunnel: { sourceV4: 10.93.255.1, sourceV6: "fd00::1" }
+stateFile: ${dir}/state.json
+services:
+  - { name: web, vip: 10.99.0.100, port: 80, healthCheck: { type: none }, reals: [${reals.map((a) => `{ address: ${a} }`).join(', ')}] }
+`;
+
+describe('a real given the id of a forgotten one', () => {
+  it('a real given a reused id starts at 0 packets/s, not minus the previous owner\'s total', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'rv-'));
+    const path = join(dir, 'dsrlb.yaml');
+    const { daemon, inside, counters } = stubbedDaemon(path, rateConfig(dir, ['10.93.0.1', '10.93.0.2']), { activeFlows: 0 });
+    (inside.syncReals as () => void).call(daemon);
+    daemon.rebuild('start');
+    Object.assign(inside.loops as object, { localMac: new Uint8Array(6), size: 1 });
+    const tick = () => (inside.tick as () => void).call(daemon);
+    counters[REAL_BASE + 0 * REAL_STRIDE + RealCounter.forwardedPackets] = 5000; // 10.93.0.1 had id 0
+    counters[Counter.snapshotGeneration] = 99;
+    tick();
+    writeFileSync(path, rateConfig(dir, ['10.93.0.2']));
+    expect((await daemon.reload()).ok).toBe(true);
+    tick(); // 10.93.0.1 drained: forgotten, id 0 free
+    writeFileSync(path, rateConfig(dir, ['10.93.0.2', '10.93.0.3']));
+    expect((await daemon.reload()).ok).toBe(true);
+    tick();
+    const s = daemon.status() as { services: { reals: { address: string; packets: number; pps: number }[] }[] };
+    const r3 = s.services[0]!.reals.find((r) => r.address === '10.93.0.3')!;
+    daemon.health.stop();
+    rmSync(dir, { recursive: true, force: true });
+    expect(r3.pps).toBe(0);
   });
 });

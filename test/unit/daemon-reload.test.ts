@@ -164,6 +164,63 @@ describe('reload: announcing held up', () => {
   });
 });
 
+describe('reload: a stop queued behind it (SIGHUP, then SIGTERM)', () => {
+  it('does not re-announce a VIP during the withdraw delay of a stop queued behind a reload, nor leave the 200 ms check running', async () => {
+    const text = `interface: eth0
+tunnel: { sourceV4: 10.93.255.1, sourceV6: "fd00::1" }
+announce: { enabled: true, routesFile: ${dir}/routes.conf, withdrawDelay: 1s }
+stateFile: ${dir}/state.json
+services:
+  - { name: web, vip: 10.99.0.100, port: 80, healthCheck: { type: none }, reals: [{ address: 10.93.0.1 }] }
+`;
+    const path = join(dir, 'dsrlb.yaml');
+    const { daemon, inside } = stubbedDaemon(path, text, { activeFlows: 0 });
+    const events: string[] = [];
+    const t0 = Date.now();
+    const carrier = new Map<string, boolean>();
+    inside.announcer = {
+      setFiles: () => undefined,
+      isAnnounced: (v: string) => carrier.get(v) === true,
+      deviceOf: () => null,
+      // as VipAnnouncer.sync: a routes-file write takes a few ms of I/O
+      sync: async (wanted: Map<string, boolean>) => {
+        await new Promise((r) => setTimeout(r, 5));
+        for (const [vip, on] of wanted) {
+          if (carrier.get(vip) !== on) events.push(`${Date.now() - t0}ms ${on ? 'ANNOUNCE' : 'withdraw'} ${vip}`);
+          carrier.set(vip, on);
+        }
+      },
+      withdrawAll: async () => {
+        for (const vip of carrier.keys()) carrier.set(vip, false);
+        events.push(`${Date.now() - t0}ms withdrawAll`);
+      },
+      close: () => events.push(`${Date.now() - t0}ms close`),
+    };
+    (inside.loops as Record<string, unknown>).stop = async () => void events.push(`${Date.now() - t0}ms loops stopped`);
+    (inside.neighbors as Record<string, unknown>).stop = () => undefined;
+    inside.host = { ...(inside.host as object), undo: async () => undefined };
+    (inside.syncReals as () => void).call(daemon);
+    daemon.rebuild('start');
+    await (inside.startAnnouncing as () => Promise<void>).call(daemon);
+    inside.started = true;
+    await new Promise((r) => setTimeout(r, 300));
+    expect(carrier.get('10.99.0.100')).toBe(true);
+    // SIGHUP, then SIGTERM while the reload runs (systemctl reload; systemctl stop)
+    writeFileSync(path, text.replace('port: 80', 'port: 81'));
+    const reload = daemon.reload();
+    const stop = daemon.stop();
+    await reload;
+    await stop;
+    const timerLeft = inside.announceTimer !== null;
+    await new Promise((r) => setTimeout(r, 500));
+    clearInterval(inside.announceTimer as NodeJS.Timeout);
+    daemon.health.stop();
+    const afterWithdraw = events.slice(events.findIndex((e) => e.endsWith('withdrawAll')));
+    expect(afterWithdraw.filter((e) => e.includes('ANNOUNCE'))).toEqual([]);
+    expect(timerLeft).toBe(false);
+  });
+});
+
 describe('reload: the state file', () => {
   const saved = (name: string) => JSON.parse(readFileSync(join(dir, name), 'utf8')) as { intent: Record<string, { state: string }>; withdrawn: string[] };
 
