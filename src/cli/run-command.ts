@@ -13,6 +13,8 @@ export interface SupervisedDaemon {
   start(): Promise<void>;
   stop(opts?: { startFailed?: boolean }): Promise<void>;
   reload(): Promise<unknown>;
+  /** Set by the supervisor: a packet loop ended by itself. */
+  onLoopLost: ((reason: string) => void) | null;
 }
 
 export interface SupervisorDeps {
@@ -52,13 +54,21 @@ export async function superviseDaemon(deps: SupervisorDeps): Promise<number> {
   let phase: 'starting' | 'running' | 'stopping' = 'starting';
   let stopSignal: string | null = null;
   let reloadPending = false;
-  const stop = async (signal: string): Promise<number> => {
+  const stop = async (signal: string, code = 0): Promise<number> => {
     phase = 'stopping';
     log.info('stopping', { signal });
     for (const s of servers) s.close();
     await daemon.stop().catch((e: Error) => log.error('stop failed', { error: e.message }));
-    deps.exit(0);
-    return 0;
+    deps.exit(code);
+    return code;
+  };
+  // A packet loop that ends by itself leaves the VIPs dropped at the host with nothing forwarding
+  // them (or a share of the flows to a dead socket): stop whole and exit 2, so that systemd's
+  // Restart=on-failure starts a daemon whose every loop runs.
+  daemon.onLoopLost = (reason) => {
+    if (phase !== 'running') return;
+    log.error('a packet loop ended: stopping so that the supervisor restarts dsrlb', { reason });
+    void stop('packet loop lost', 2);
   };
   const onStop = (signal: string): void => {
     if (phase === 'running') void stop(signal);

@@ -147,6 +147,8 @@ export class Daemon {
   private started = false;
   /** The tail of the queue of changes (reload, intent, announce): each runs after the previous. */
   private serial: Promise<unknown> = Promise.resolve();
+  /** Told when a packet loop ends by itself after start (see LoopGroup.onLost); `dsrlb run` stops then. */
+  onLoopLost: ((reason: string) => void) | null = null;
   /** The bearer token the admin API requires (null: none, admin on loopback); re-read on reload. */
   adminToken: Buffer | null = null;
   /** The token file's mtime, size and inode when an unmatched token last made it be read again. */
@@ -158,6 +160,7 @@ export class Daemon {
     readonly log: Logger,
   ) {
     this.loops = new LoopGroup(log);
+    this.loops.onLost = (reason) => this.onLoopLost?.(reason);
     this.metrics = new DaemonMetrics({
       counters: () => this.loops.counters(),
       realCount: (counters, id, which) => this.realCount(counters, id, which),

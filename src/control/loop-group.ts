@@ -70,6 +70,12 @@ export class LoopGroup {
   /** Flow-table entries over all loops (each holds its share of flowTable.capacity); 0 before start. */
   flowCapacity = 0;
 
+  /**
+   * Called once for each loop that ends without being told to stop (a crash, an exit): the daemon
+   * stops, so that its supervisor (systemd's Restart=on-failure) starts it whole again.
+   */
+  onLost: ((reason: string) => void) | null = null;
+
   constructor(private readonly log: Logger) {}
 
   /** Starts `count` loops (1 for pcap), loop i pinned to cpus[i % length], and resolves when all are ready. */
@@ -142,16 +148,20 @@ export class LoopGroup {
       loop.post = (m) => worker.postMessage(m);
       worker.on('message', onEvent);
       worker.on('error', (err) => {
+        const lost = loop.running;
         loop.running = false;
         this.forgetLoop(loop);
         this.log.error('packet loop crashed', { error: err.message });
         reject(err);
+        if (lost) this.onLost?.(`packet loop crashed: ${err.message}`);
       });
       worker.on('exit', (code) => {
-        if (loop.running) this.log.warn('packet loop exited', { code });
+        const lost = loop.running;
+        if (lost) this.log.warn('packet loop exited', { code });
         loop.running = false;
         loop.exited = true;
         this.forgetLoop(loop);
+        if (lost) this.onLost?.(`packet loop exited with code ${code}`);
       });
     });
   }

@@ -48,6 +48,23 @@ async function group(behaviours: Behaviour[]): Promise<FakeLoops> {
 
 const realsOf = (events: LoopEvent[]): number[] => events.flatMap((e) => (e.type === 'flows' ? [...e.reals] : [])).sort();
 
+describe('LoopGroup.onLost', () => {
+  it('is told once for a loop that exits by itself after start, and never for loops told to stop', async () => {
+    const g = await group(['exit', 'answer']);
+    const lost: string[] = [];
+    g.onLost = (reason) => void lost.push(reason);
+    try {
+      await g.ask((id) => ({ type: 'flows', id, limit: 10 })).catch(() => undefined); // makes the first loop exit 3
+      for (let i = 0; i < 50 && lost.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+      expect(lost).toEqual(['packet loop exited with code 3']);
+      expect(g.running).toBe(false);
+    } finally {
+      await g.stop(1000);
+    }
+    expect(lost).toHaveLength(1);
+  });
+});
+
 describe('LoopGroup.ask', () => {
   it('resolves with every loop answer', async () => {
     const g = await group(['answer', 'answer', 'answer']);

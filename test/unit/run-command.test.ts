@@ -40,6 +40,7 @@ function harness(reload: () => Promise<void> = async () => undefined) {
       events.push('reload');
       await reload();
     },
+    onLoopLost: null,
   };
   const log: Logger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: (msg, fields) => void errors.push(`${msg} ${JSON.stringify(fields)}`) };
   const signals = new EventEmitter();
@@ -55,7 +56,7 @@ function harness(reload: () => Promise<void> = async () => undefined) {
     },
     stderr: () => undefined,
   });
-  return { events, errors, starting, signals, exits, run };
+  return { events, errors, starting, signals, exits, run, daemon };
 }
 
 describe('dsrlb run: signals and start', () => {
@@ -118,6 +119,21 @@ describe('dsrlb run: signals and start', () => {
     await tick();
     expect(h.events.slice(5)).toEqual(['close metrics', 'close admin', 'stop', 'exit 0']);
     expect(h.exits).toEqual([0]);
+  });
+
+  it('a packet loop that ends by itself stops the daemon whole and exits 2 (systemd restarts it); one lost during start is start\'s to report', async () => {
+    const h = harness();
+    await tick();
+    h.daemon.onLoopLost!('packet loop exited with code 1'); // during start: start's own failure says it
+    expect(h.events).toEqual(['start']);
+    h.starting.resolve();
+    await tick();
+    await tick();
+    h.daemon.onLoopLost!('packet loop crashed: boom');
+    h.daemon.onLoopLost!('packet loop exited with code 1'); // the second loop of two: one stop
+    await tick();
+    expect(h.events.slice(4)).toEqual(['close metrics', 'close admin', 'stop', 'exit 2']);
+    expect(h.errors).toEqual(['a packet loop ended: stopping so that the supervisor restarts dsrlb {"reason":"packet loop crashed: boom"}']);
   });
 
   it('a SIGHUP whose reload throws is logged and the daemon runs on (no unhandled rejection)', async () => {
