@@ -1,6 +1,7 @@
 // Real servers' MAC addresses for L2 DSR, taken from the kernel's neighbour table of the
 // forwarding interface. A real with no entry is made resolvable by sending it one UDP datagram
-// (the kernel then ARPs / solicits for it); until then its frames are dropped and counted.
+// (the kernel then ARPs / solicits for it); until then its frames are dropped and counted. One
+// with an entry gets such a datagram every 30 s, so the kernel revalidates it and a changed MAC is seen.
 // IPv4 entries come from /proc/net/arp: running `ip` every 2 s forks the whole daemon, whose
 // copy-on-write faults cost it more CPU than the rest of its idle time. `ip -6 neigh` runs only
 // when there are IPv6 reals.
@@ -8,11 +9,20 @@
 import { createSocket } from 'node:dgram';
 import { readFile } from 'node:fs/promises';
 import { EventEmitter } from 'node:events';
+import { monotonicMs } from '../dataplane/monotonic-clock.js';
 import { formatMac, parseMac } from './addresses.js';
 import { systemRunner, type CommandRunner } from './host-setup.js';
 import type { Logger } from './logger.js';
 
 const USABLE_STATES = new Set(['REACHABLE', 'STALE', 'DELAY', 'PROBE', 'PERMANENT', 'NOARP']);
+/**
+ * How often a real that has an entry is sent a datagram anyway. The data path never goes through
+ * the kernel's neighbour table, so without it a STALE entry is never revalidated: a real whose MAC
+ * changed (a new NIC, a VM moved) kept getting frames at the old one for good.
+ */
+export const REVALIDATE_MS = 30_000;
+/** After the wanted set changes, unresolved reals are looked for every 250 ms this long, then every 2 s. */
+const FAST_POLL_MS = 10_000;
 // /proc/net/arp flags (linux/if_arp.h): a complete or a permanent entry has a usable address.
 const ATF_COM = 0x02;
 const ATF_PERM = 0x04;
@@ -41,19 +51,26 @@ export class NeighborWatcher extends EventEmitter {
   private wanted = new Set<string>();
   private timer: NodeJS.Timeout | null = null;
   private lastKick = new Map<string, number>();
+  /** Until when (monotonic ms) unresolved reals are polled every 250 ms; then every 2 s. */
+  private fastUntil = 0;
+  /** Datagrams sent to make the kernel resolve or revalidate a real (for tests). */
+  kicks = 0;
 
   constructor(
     private readonly ifname: string,
     private readonly log: Logger,
     private readonly runner: CommandRunner = systemRunner,
     private readonly readArp: () => Promise<string> = () => readFile('/proc/net/arp', 'utf8'),
+    private readonly clock: () => number = monotonicMs,
   ) {
     super();
   }
 
   /** The addresses whose MACs the data plane needs. */
   setWanted(addresses: Iterable<string>): void {
-    this.wanted = new Set(addresses);
+    const next = new Set(addresses);
+    if ([...next].some((a) => !this.wanted.has(a))) this.fastUntil = this.clock() + FAST_POLL_MS;
+    this.wanted = next;
   }
 
   macOf(address: string): Uint8Array | null {
@@ -64,10 +81,19 @@ export class NeighborWatcher extends EventEmitter {
   start(): void {
     const tick = async (): Promise<void> => {
       await this.refresh().catch((e: Error) => this.log.warn('neighbour refresh failed', { error: e.message }));
-      const unresolved = [...this.wanted].some((a) => !this.known.has(a));
-      this.timer = setTimeout(() => void tick(), unresolved ? 250 : 2000);
+      this.timer = setTimeout(() => void tick(), this.nextPollMs());
     };
     void tick();
+  }
+
+  /**
+   * When to read the table again: 250 ms while a real is unresolved, but only for a while after
+   * the wanted set changed (a real that never answers, gone or mistyped, must not keep the daemon
+   * forking `ip -6 neigh` four times a second); else 2 s.
+   */
+  nextPollMs(): number {
+    const unresolved = [...this.wanted].some((a) => !this.known.has(a));
+    return unresolved && this.clock() < this.fastUntil ? 250 : 2000;
   }
 
   stop(): void {
@@ -94,10 +120,12 @@ export class NeighborWatcher extends EventEmitter {
         changed = true;
       }
     }
-    const now = Date.now();
+    const now = this.clock();
     for (const a of this.wanted) {
-      // Kick resolution for reals with no usable entry (and keep entries from going away).
-      if (!seen.has(a) && now - (this.lastKick.get(a) ?? 0) > 1000) {
+      // Kick resolution for reals with no usable entry every second, and revalidation of those
+      // with one every REVALIDATE_MS (a STALE entry is probed again only when something is sent).
+      const since = now - (this.lastKick.get(a) ?? -Infinity);
+      if (since > (seen.has(a) ? REVALIDATE_MS : 1000)) {
         this.lastKick.set(a, now);
         this.kick(a);
       }
@@ -106,6 +134,7 @@ export class NeighborWatcher extends EventEmitter {
   }
 
   private kick(address: string): void {
+    this.kicks++;
     const sock = createSocket(address.includes(':') ? 'udp6' : 'udp4');
     sock.on('error', () => sock.close());
     // Port 9 (discard): the datagram only makes the kernel resolve the neighbour.

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { parseProcArp } from '../../src/control/neighbors.js';
+import { createLogger } from '../../src/control/logger.js';
+import { NeighborWatcher, REVALIDATE_MS, parseProcArp } from '../../src/control/neighbors.js';
 
 const ARP = `IP address       HW type     Flags       HW address            Mask     Device
 10.77.0.11       0x1         0x2         02:aa:00:00:00:11     *        eth0
@@ -16,5 +17,41 @@ describe('parseProcArp', () => {
     ]);
     expect(parseProcArp(ARP, 'eth1').map((e) => e.dst)).toEqual(['10.77.0.14']);
     expect(parseProcArp('IP address HW type Flags HW address Mask Device\n', 'eth0')).toEqual([]);
+  });
+});
+
+describe('NeighborWatcher', () => {
+  // Loopback addresses: the datagrams that make the kernel resolve a real go nowhere.
+  const table = `IP address       HW type     Flags       HW address            Mask     Device
+127.0.0.11       0x1         0x2         02:aa:00:00:00:11     *        eth0
+`;
+  function watcher() {
+    let now = 1_000_000;
+    const w = new NeighborWatcher('eth0', createLogger(() => undefined), async () => ({ stdout: '[]', stderr: '' }), async () => table, () => now);
+    return { w, advance: (ms: number) => (now += ms) };
+  }
+
+  it('revalidates a real that has an entry every 30 s (a STALE entry is probed only when something is sent), and kicks an unresolved one every second', async () => {
+    const { w, advance } = watcher();
+    w.setWanted(['127.0.0.11', '127.0.0.12']);
+    await w.refresh();
+    expect(w.kicks).toBe(2); // both at once: one to resolve, one to revalidate
+    advance(1_500);
+    await w.refresh();
+    expect(w.kicks).toBe(3); // only the unresolved one
+    advance(REVALIDATE_MS);
+    await w.refresh();
+    expect(w.kicks).toBe(5);
+  });
+
+  it('polls an unresolved real every 250 ms for 10 s after it is wanted, then every 2 s; a resolved set every 2 s', async () => {
+    const { w, advance } = watcher();
+    w.setWanted(['127.0.0.11']);
+    await w.refresh();
+    expect(w.nextPollMs()).toBe(2000);
+    w.setWanted(['127.0.0.11', 'fd00::99']); // an IPv6 real that never answers: `ip -6 neigh` each poll
+    expect(w.nextPollMs()).toBe(250);
+    advance(10_001);
+    expect(w.nextPollMs()).toBe(2000);
   });
 });
