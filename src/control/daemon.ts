@@ -137,6 +137,8 @@ export class Daemon {
   private announcer: VipAnnouncer | null = null;
   private announceTimer: NodeJS.Timeout | null = null;
   private announceBusy = false;
+  /** A reload queued behind another change and not started yet: later reloads join it. */
+  private waitingReload: Promise<ReloadResult> | null = null;
   /** Set when stop begins: announcing must not come back after its withdrawal. */
   private stopping = false;
   /** Services the operator withdrew (`dsrlb withdraw`), by service identity. */
@@ -655,7 +657,16 @@ export class Daemon {
 
   /** Reload the config file: all or nothing; reloads (SIGHUP, admin API) run one after the other. */
   reload(): Promise<ReloadResult> {
-    return this.exclusive(() => this.reloadNow());
+    // Reloads asked for while one waits its turn share it: it reads the file when it starts, so it
+    // takes every edit made before. A SIGHUP storm queued one reload each, and a SIGTERM (or a
+    // drain) behind them waited for all of them.
+    if (this.waitingReload) return this.waitingReload;
+    const reload = this.exclusive(() => {
+      this.waitingReload = null;
+      return this.reloadNow();
+    });
+    this.waitingReload = reload;
+    return reload;
   }
 
   /** A reload refused: counted (the config in force stays), logged with every problem. */

@@ -151,6 +151,28 @@ describe('reload: announcing turned off', () => {
   });
 });
 
+describe('reload: a SIGHUP storm', () => {
+  it('joins reloads asked for while one waits its turn: 50 SIGHUPs during a reload run one more, not 50', async () => {
+    const d = daemonRunning(configText());
+    const inside = d.inside as { host: { apply: (vips: string[]) => Promise<void> } };
+    const plainApply = inside.host.apply;
+    inside.host.apply = async (vips) => {
+      await new Promise((r) => setTimeout(r, 50));
+      await plainApply(vips);
+    };
+    const first = d.reload(configText({ reals: 3 }));
+    await new Promise((r) => setTimeout(r, 10)); // the first reload is running (in its host change)
+    const storm = Array.from({ length: 50 }, () => d.daemon.reload());
+    const results = await Promise.all([first, ...storm]);
+    expect(results.every((r) => r.ok)).toBe(true);
+    expect(d.hostApplied).toHaveLength(2);
+    // One asked for after those ran is a reload of its own.
+    expect((await d.daemon.reload()).ok).toBe(true);
+    expect(d.hostApplied).toHaveLength(3);
+    d.daemon.health.stop();
+  });
+});
+
 describe('reload: announcing held up', () => {
   it('answers once the config is swapped, while a BIRD that does not answer still holds the announcement', async () => {
     const d = daemonRunning(configText({ announce: true }));
