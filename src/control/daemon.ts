@@ -97,6 +97,9 @@ interface RealRuntime {
   removedGeneration: number;
 }
 
+/** How often the next hops of IPIP reals are asked again (`ip route get` per real). */
+const ROUTE_REFRESH_MS = 10_000;
+
 /** The longest a service waits for its reals to settle before it may be announced anyway. */
 const SETTLE_CAP_MS = 30_000;
 
@@ -137,6 +140,8 @@ export class Daemon {
   private announcer: VipAnnouncer | null = null;
   private announceTimer: NodeJS.Timeout | null = null;
   private announceBusy = false;
+  private routesTimer: NodeJS.Timeout | null = null;
+  private readonly warned = new Set<string>();
   /** A reload queued behind another change and not started yet: later reloads join it. */
   private waitingReload: Promise<ReloadResult> | null = null;
   /** Set when stop begins: announcing must not come back after its withdrawal. */
@@ -240,6 +245,7 @@ export class Daemon {
     this.metrics.reloads.inc({ result: 'success' }, 0);
     this.metrics.lastReloadSuccess.set(Date.now() / 1000);
     this.housekeeping = setInterval(() => this.tick(), 1000);
+    this.routesTimer = setInterval(() => void this.refreshTunnelRoutes(), ROUTE_REFRESH_MS);
     this.started = true;
     this.log.info('dsrlb running', {
       interface: this.config.interface,
@@ -450,11 +456,11 @@ export class Daemon {
         const { stdout } = await systemRunner(['ip', '-j', 'route', 'get', r.address]);
         const route = (JSON.parse(stdout) as { gateway?: string; dev?: string }[])[0];
         if (route?.dev && route.dev !== config.interface) {
-          this.log.warn('IPIP real is not reached through the forwarding interface', { real: r.address, dev: route.dev, interface: config.interface });
+          this.warnOnce(`dev ${r.address} ${route.dev}`, 'IPIP real is not reached through the forwarding interface', { real: r.address, dev: route.dev, interface: config.interface });
         }
         hops.set(r.address, route?.gateway ?? r.address);
       } catch (err) {
-        this.log.warn('no route to IPIP real', { real: r.address, error: (err as Error).message });
+        this.warnOnce(`route ${r.address}`, 'no route to IPIP real', { real: r.address, error: (err as Error).message });
       }
     }
     let v4 = config.tunnel.sourceV4;
@@ -466,6 +472,43 @@ export class Daemon {
       v6 ??= info.find((a) => a.family === 'inet6' && a.scope === 'global')?.local ?? null;
     }
     return { nextHops: hops, sources: { v4, v6 } };
+  }
+
+  /** A warning logged once per key (the routes are asked again every ROUTE_REFRESH_MS). */
+  private warnOnce(key: string, msg: string, fields: Record<string, unknown>): void {
+    if (this.warned.has(key)) return;
+    this.warned.add(key);
+    this.log.warn(msg, fields);
+  }
+
+  /**
+   * Every ROUTE_REFRESH_MS while there are IPIP reals: their next hops (and the tunnel sources)
+   * asked again, and a change rebuilds the snapshot. They were asked only at start and reload, so a
+   * route change kept the tunnel going to the old gateway.
+   */
+  private refreshTunnelRoutes(): Promise<void> {
+    const ipip = (r: Pick<RealConfig, 'forwarding'>): boolean => r.forwarding === 'ipip';
+    if (!this.config.services.some((s) => s.reals.some(ipip)) && ![...this.reals.values()].some(ipip)) return Promise.resolve();
+    return this.exclusive(async () => {
+      if (this.stopping) return;
+      let tunnel: Awaited<ReturnType<Daemon['resolveTunnelRoutes']>>;
+      try {
+        tunnel = await this.resolveTunnelRoutes(this.config);
+      } catch (err) {
+        this.warnOnce('tunnel sources', 'cannot read the tunnel routes', { error: (err as Error).message });
+        return;
+      }
+      const before = this.nextHops;
+      const moved = [...new Set([...before.keys(), ...tunnel.nextHops.keys()])].filter((a) => before.get(a) !== tunnel.nextHops.get(a));
+      const sourcesChanged = tunnel.sources.v4 !== this.tunnelSources.v4 || tunnel.sources.v6 !== this.tunnelSources.v6;
+      if (moved.length === 0 && !sourcesChanged) return;
+      for (const a of moved) this.log.info('IPIP real next hop changed', { real: a, previous: before.get(a) ?? null, nextHop: tunnel.nextHops.get(a) ?? null });
+      if (sourcesChanged) this.log.info('IPIP tunnel source changed', { previous: this.tunnelSources, now: tunnel.sources });
+      this.nextHops = tunnel.nextHops;
+      this.tunnelSources = tunnel.sources;
+      this.neighbors.setWanted(this.l2RealAddresses());
+      this.rebuild('IPIP route change');
+    });
   }
 
   /** Make this.reals match the config: new pairs get ids, vanished ones are marked removed (drained). */
@@ -1149,6 +1192,7 @@ export class Daemon {
     // neither re-announce a withdrawn VIP nor start the 200 ms check anew.
     this.stopping = true;
     if (this.housekeeping) clearInterval(this.housekeeping);
+    if (this.routesTimer) clearInterval(this.routesTimer);
     if (this.announceTimer) clearInterval(this.announceTimer);
     this.announceTimer = null;
     if (this.announcer) {

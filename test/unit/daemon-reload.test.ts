@@ -151,6 +151,29 @@ describe('reload: announcing turned off', () => {
   });
 });
 
+describe('IPIP next hops asked again while running', () => {
+  it('takes a changed gateway of an IPIP real: the neighbours wanted and the snapshot follow it', async () => {
+    const text = configText().replace('healthCheck: { type: none }', 'healthCheck: { type: none }\n    forwarding: ipip');
+    const wanted: string[][] = [];
+    const d = daemonRunning(text);
+    d.inside.neighbors = { setWanted: (a: Iterable<string>) => void wanted.push([...a]), macOf: () => new Uint8Array(6) };
+    let gateway = '192.0.2.13';
+    d.inside.resolveTunnelRoutes = async () => ({ nextHops: new Map([['10.93.0.1', gateway], ['10.93.0.2', gateway]]), sources: { v4: '10.93.255.1', v6: 'fd00::1' } });
+    const refresh = () => (d.inside.refreshTunnelRoutes as () => Promise<void>).call(d.daemon);
+    await refresh();
+    const snapshots = d.sent.filter((m) => m.type === 'snapshot').length;
+    expect(wanted.at(-1)).toEqual(['192.0.2.13']);
+    await refresh(); // unchanged: nothing rebuilt
+    expect(d.sent.filter((m) => m.type === 'snapshot').length).toBe(snapshots);
+    gateway = '192.0.2.12'; // ip route replace ... via 192.0.2.12
+    await refresh();
+    expect(wanted.at(-1)).toEqual(['192.0.2.12']);
+    expect(d.sent.filter((m) => m.type === 'snapshot').length).toBe(snapshots + 1);
+    expect(d.logs).toContainEqual(expect.objectContaining({ msg: 'IPIP real next hop changed' }));
+    d.daemon.health.stop();
+  });
+});
+
 describe('reload: a SIGHUP storm', () => {
   it('joins reloads asked for while one waits its turn: 50 SIGHUPs during a reload run one more, not 50', async () => {
     const d = daemonRunning(configText());
