@@ -65,10 +65,16 @@ export async function superviseDaemon(deps: SupervisorDeps): Promise<number> {
   // A packet loop that ends by itself leaves the VIPs dropped at the host with nothing forwarding
   // them (or a share of the flows to a dead socket): stop whole and exit 2, so that systemd's
   // Restart=on-failure starts a daemon whose every loop runs.
-  daemon.onLoopLost = (reason) => {
-    if (phase !== 'running') return;
+  // One lost while start still runs (after the loops were ready: routes, announcing, the servers)
+  // is acted on once start has ended; one lost while stopping is expected.
+  let lostDuringStart: string | null = null;
+  const onLoopLost = (reason: string): void => {
     log.error('a packet loop ended: stopping so that the supervisor restarts dsrlb', { reason });
     void stop('packet loop lost', 2);
+  };
+  daemon.onLoopLost = (reason) => {
+    if (phase === 'running') onLoopLost(reason);
+    else if (phase === 'starting') lostDuringStart ??= reason;
   };
   const onStop = (signal: string): void => {
     if (phase === 'running') void stop(signal);
@@ -121,6 +127,10 @@ export async function superviseDaemon(deps: SupervisorDeps): Promise<number> {
   }
   phase = 'running';
   if (stopSignal !== null) return stop(stopSignal);
+  if (lostDuringStart !== null) {
+    onLoopLost(lostDuringStart);
+    return 2;
+  }
   if (reloadPending) {
     log.info('SIGHUP: reloading');
     reloadOnSignal();
