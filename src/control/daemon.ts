@@ -179,8 +179,9 @@ export class Daemon {
       services: () =>
         this.lastReports.map((r) => {
           const s = this.config.services.find((x) => x.name === r.name);
-          // null with announce off: no series, so a VIP never meant to be announced raises no alert.
-          const announced = !this.config.announce.enabled ? null : s ? (this.announcer?.isAnnounced(s.vip) ?? false) : false;
+          // null (no series) where no announcement is meant: announce off, a service with
+          // `announce: false`, a removed service draining. The alert on 0 then means a withdrawal.
+          const announced = !this.config.announce.enabled || !s || !s.announce ? null : (this.announcer?.isAnnounced(s.vip) ?? false);
           return { service: r.name, fingerprint: r.tableFingerprint, announced };
         }),
     });

@@ -213,7 +213,7 @@ export class DaemonMetrics {
     });
     new client.Gauge({
       name: 'dsrlb_vip_announced',
-      help: '1 while the service VIP is announced to BIRD, else 0; no series while announce.enabled is false.',
+      help: '1 while the service VIP is announced to BIRD, else 0; no series where no announcement is meant (announce.enabled false, the service announce: false).',
       labelNames: ['service'],
       registers: [registry],
       collect() {

@@ -139,3 +139,33 @@ services:
     expect(wanted()).toBe(true);
   });
 });
+
+describe('dsrlb_vip_announced', () => {
+  it('has a series only where an announcement is meant: not for a service with announce: false, nor with announce off', async () => {
+    const parse = (enabled: boolean) => {
+      const r = parseConfigText(`interface: eth0
+announce: { enabled: ${enabled} }
+services:
+  - { name: web, vip: 10.93.0.100, port: 80, reals: [{ address: 10.93.0.11 }] }
+  - { name: internal, vip: 10.93.0.101, port: 80, announce: false, reals: [{ address: 10.93.0.12 }] }
+`);
+      if (!r.ok) throw new Error(JSON.stringify(r.problems));
+      return r.config;
+    };
+    const scrape = async (enabled: boolean) => {
+      const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
+      daemon.config = parse(enabled);
+      const inside = daemon as unknown as Record<string, unknown>;
+      inside.lastReports = [
+        { name: 'web', tableFingerprint: 'aaaa', panic: false },
+        { name: 'internal', tableFingerprint: 'bbbb', panic: false },
+      ];
+      inside.announcer = { isAnnounced: (vip: string) => vip === '10.93.0.100' };
+      const text = await daemon.metrics.registry.getSingleMetricAsString('dsrlb_vip_announced');
+      daemon.health.stop();
+      return text.split('\n').filter((l) => l.startsWith('dsrlb_vip_announced{'));
+    };
+    expect(await scrape(true)).toEqual(['dsrlb_vip_announced{service="web"} 1']);
+    expect(await scrape(false)).toEqual([]);
+  });
+});
