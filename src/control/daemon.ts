@@ -144,6 +144,8 @@ export class Daemon {
   private readonly warned = new Set<string>();
   /** A reload queued behind another change and not started yet: later reloads join it. */
   private waitingReload: Promise<ReloadResult> | null = null;
+  /** The announcing a reload started in the background, chained (see reloadNow). */
+  private announcing: Promise<void> = Promise.resolve();
   /** Set when stop begins: announcing must not come back after its withdrawal. */
   private stopping = false;
   /** Services the operator withdrew (`dsrlb withdraw`), by service identity. */
@@ -307,7 +309,8 @@ export class Daemon {
     this.announcer ??= new VipAnnouncer(this.log, a.routesFile, a.birdSocket);
     this.announcer.setFiles(a.routesFile, a.birdSocket);
     await this.syncAnnouncements();
-    if (this.stopping) return;
+    // A reload may have turned announcing off meanwhile, or stop begun: then no 200 ms check.
+    if (this.stopping || !this.config.announce.enabled) return;
     this.announceTimer ??= setInterval(() => void this.syncAnnouncements(), 200);
   }
 
@@ -317,10 +320,14 @@ export class Daemon {
     this.announceTimer = null;
     if (!this.announcer) return;
     while (this.announceBusy) await new Promise((r) => setTimeout(r, 10));
+    // Busy as a check is: the announcer's gates and routes file take one sync at a time.
+    this.announceBusy = true;
     try {
       await this.announcer.sync(new Map());
     } catch (err) {
       this.log.error('could not stop announcing', { error: (err as Error).message });
+    } finally {
+      this.announceBusy = false;
     }
   }
 
@@ -799,9 +806,11 @@ export class Daemon {
     // Announcing follows the new config without holding the answer: a BIRD that does not answer
     // (birdc is killed after 10 s, twice for two VIPs) made a reload already taken look failed.
     // Both log their own failures; the 200 ms announce check retries.
-    void (next.announce.enabled ? this.startAnnouncing() : this.stopAnnouncing()).catch((err: Error) =>
-      this.log.error('announcement update failed', { error: err.message }),
-    );
+    // One after another: a reload turning announcing off and the next turning it on again must
+    // not run their syncs at once.
+    this.announcing = this.announcing
+      .then(() => (this.config.announce.enabled ? this.startAnnouncing() : this.stopAnnouncing()))
+      .catch((err: Error) => this.log.error('announcement update failed', { error: err.message }));
     return { ok: true, problems: [] };
   }
 
@@ -1198,6 +1207,7 @@ export class Daemon {
     this.announceTimer = null;
     if (this.announcer) {
       // Withdraw first and give BGP time to move the flows away while the loop still forwards.
+      await this.announcing;
       while (this.announceBusy) await new Promise((r) => setTimeout(r, 10));
       await this.announcer.withdrawAll();
       await new Promise((r) => setTimeout(r, this.config.announce.withdrawDelayMs));

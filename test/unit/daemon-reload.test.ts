@@ -196,6 +196,35 @@ describe('reload: a SIGHUP storm', () => {
   });
 });
 
+describe('reload: announcing off, then on again', () => {
+  it('never runs two announcer syncs at once (the background announcing of reloads is chained)', async () => {
+    const d = daemonRunning(configText({ announce: true }));
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const calls: string[] = [];
+    d.inside.announcer = {
+      setFiles: () => undefined,
+      isAnnounced: () => false,
+      withdrawAll: async () => undefined,
+      close: () => undefined,
+      // a birdc configure that takes 300 ms
+      sync: async (wanted: Map<string, boolean>) => {
+        calls.push(wanted.size === 0 ? 'sync(off)' : 'sync(on)');
+        maxInFlight = Math.max(maxInFlight, ++inFlight);
+        await new Promise((r) => setTimeout(r, 300));
+        inFlight--;
+      },
+    };
+    expect((await d.reload(configText({ announce: false }))).ok).toBe(true);
+    expect((await d.reload(configText({ announce: true }))).ok).toBe(true);
+    await new Promise((r) => setTimeout(r, 700));
+    clearInterval(d.inside.announceTimer as NodeJS.Timeout);
+    d.daemon.health.stop();
+    expect(calls.slice(0, 2)).toEqual(['sync(off)', 'sync(on)']);
+    expect(maxInFlight).toBe(1);
+  });
+});
+
 describe('reload: announcing held up', () => {
   it('answers once the config is swapped, while a BIRD that does not answer still holds the announcement', async () => {
     const d = daemonRunning(configText({ announce: true }));
