@@ -141,6 +141,7 @@ export class Daemon {
   private announceTimer: NodeJS.Timeout | null = null;
   private announceBusy = false;
   private routesTimer: NodeJS.Timeout | null = null;
+  private routesRefreshing = false;
   private readonly warned = new Set<string>();
   /** A reload queued behind another change and not started yet: later reloads join it. */
   private waitingReload: Promise<ReloadResult> | null = null;
@@ -452,7 +453,7 @@ export class Daemon {
    * outer source addresses, for `config`; changes nothing, so a reload can ask before it commits.
    * Throws when the interface's addresses cannot be read.
    */
-  private async resolveTunnelRoutes(config: Config): Promise<{ nextHops: Map<string, string>; sources: TunnelSources }> {
+  private async resolveTunnelRoutes(config: Config, previous?: ReadonlyMap<string, string>): Promise<{ nextHops: Map<string, string>; sources: TunnelSources }> {
     const hops = new Map<string, string>();
     // this.reals: the pairs a reload would mark removed drain their flows the way they went.
     const reals: Pick<RealConfig, 'address' | 'forwarding'>[] = [...config.services.flatMap((s) => s.reals), ...this.reals.values()];
@@ -467,8 +468,12 @@ export class Daemon {
           this.warnOnce(`dev ${r.address} ${route.dev}`, 'IPIP real is not reached through the forwarding interface', { real: r.address, dev: route.dev, interface: config.interface });
         }
         hops.set(r.address, route?.gateway ?? r.address);
+        this.warned.delete(`route ${r.address}`); // a later loss of the route is said again
       } catch (err) {
         this.warnOnce(`route ${r.address}`, 'no route to IPIP real', { real: r.address, error: (err as Error).message });
+        // A lookup that failed once (a flap, a timeout) keeps the next hop that worked.
+        const kept = previous?.get(r.address);
+        if (kept !== undefined) hops.set(r.address, kept);
       }
     }
     let v4 = config.tunnel.sourceV4;
@@ -497,11 +502,14 @@ export class Daemon {
   private refreshTunnelRoutes(): Promise<void> {
     const ipip = (r: Pick<RealConfig, 'forwarding'>): boolean => r.forwarding === 'ipip';
     if (!this.config.services.some((s) => s.reals.some(ipip)) && ![...this.reals.values()].some(ipip)) return Promise.resolve();
+    // One at a time: a refresh still queued behind a reload (or still asking) is not doubled.
+    if (this.routesRefreshing) return Promise.resolve();
+    this.routesRefreshing = true;
     return this.exclusive(async () => {
       if (this.stopping) return;
       let tunnel: Awaited<ReturnType<Daemon['resolveTunnelRoutes']>>;
       try {
-        tunnel = await this.resolveTunnelRoutes(this.config);
+        tunnel = await this.resolveTunnelRoutes(this.config, this.nextHops);
       } catch (err) {
         this.warnOnce('tunnel sources', 'cannot read the tunnel routes', { error: (err as Error).message });
         return;
@@ -516,6 +524,8 @@ export class Daemon {
       this.tunnelSources = tunnel.sources;
       this.neighbors.setWanted(this.l2RealAddresses());
       this.rebuild('IPIP route change');
+    }).finally(() => {
+      this.routesRefreshing = false;
     });
   }
 

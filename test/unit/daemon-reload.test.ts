@@ -3,7 +3,7 @@
 // timer sees the new config with the old reals. A reload that turns announcing off closes every
 // VIP's device and stops the checks. No root, no loop: the host, loops and neighbours stood in for.
 
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -171,6 +171,34 @@ describe('IPIP next hops asked again while running', () => {
     expect(d.sent.filter((m) => m.type === 'snapshot').length).toBe(snapshots + 1);
     expect(d.logs).toContainEqual(expect.objectContaining({ msg: 'IPIP real next hop changed' }));
     d.daemon.health.stop();
+  });
+});
+
+describe('IPIP next hops: a lookup that fails once', () => {
+  it('keeps the next hop that worked (a route flap or a timeout must not cut the real off for 10 s)', async () => {
+    const bin = join(dir, 'bin');
+    mkdirSync(bin);
+    const flag = join(dir, 'fail');
+    // A stand-in ip: route get answers via 192.0.2.13 unless the flag file exists.
+    writeFileSync(join(bin, 'ip'), `#!/bin/sh\nif [ -e ${flag} ]; then echo 'RTNETLINK answers: Network is unreachable' >&2; exit 2; fi\necho '[{"dst":"'$5'","gateway":"192.0.2.13","dev":"eth0"}]'\n`);
+    chmodSync(join(bin, 'ip'), 0o755);
+    const oldPath = process.env.PATH;
+    process.env.PATH = `${bin}:${oldPath}`;
+    try {
+      const d = daemonRunning(configText().replace('healthCheck: { type: none }', 'healthCheck: { type: none }\n    forwarding: ipip'));
+      const wanted: string[][] = [];
+      d.inside.neighbors = { setWanted: (a: Iterable<string>) => void wanted.push([...a]), macOf: () => new Uint8Array(6) };
+      const refresh = () => (d.inside.refreshTunnelRoutes as () => Promise<void>).call(d.daemon);
+      await refresh();
+      expect(wanted.at(-1)).toEqual(['192.0.2.13']);
+      writeFileSync(flag, '');
+      await refresh();
+      expect(wanted.at(-1)).toEqual(['192.0.2.13']);
+      expect(d.logs.filter((l) => l.msg === 'no route to IPIP real')).toHaveLength(2); // once per real
+      d.daemon.health.stop();
+    } finally {
+      process.env.PATH = oldPath;
+    }
   });
 });
 
