@@ -761,20 +761,6 @@ export class Daemon {
     if (idProblem !== null) return this.refuseReload([idProblem], 'config');
     const clashes = vipClashProblems(next, await this.host.interfaceAddressesAmong(this.vips(next, removed)).catch(() => new Map<string, string>()));
     if (clashes.length > 0) return this.refuseReload(clashes, 'config');
-    // A new stateFile gets the intent in force before the swap. One that cannot take it refuses the
-    // reload: the intent would be on disk nowhere (a restart loses it) and every later change refused.
-    const stateFileMoved = next.stateFile !== this.config.stateFile;
-    if (stateFileMoved && next.stateFile) {
-      try {
-        await this.saveState(this.overrides, this.withdrawn, next.stateFile);
-      } catch (err) {
-        const why = (err as Error).message.replace(/^nothing changed: /, '');
-        if (this.intentKeptBy(next)) {
-          return this.refuseReload([{ path: 'stateFile', message: `${why}: the operator intent in force (drains, weights, withdrawals) would be lost` }], 'system');
-        }
-        this.log.warn('the state file cannot be written: operator intent changes will be refused', { stateFile: next.stateFile, error: why });
-      }
-    }
     let tunnel: Awaited<ReturnType<Daemon['resolveTunnelRoutes']>>;
     try {
       tunnel = await this.resolveTunnelRoutes(next);
@@ -787,6 +773,23 @@ export class Daemon {
       const refused = this.refuseReload([{ path: '(host)', message: (err as Error).message }], 'system', 'reload refused: host change failed');
       await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
       return refused;
+    }
+    // A new stateFile gets the intent in force before the swap, as the last step that can fail (a
+    // refusal after it would leave that copy behind). One that cannot take it refuses the reload:
+    // the intent would be on disk nowhere (a restart loses it) and every later change refused.
+    const stateFileMoved = next.stateFile !== this.config.stateFile;
+    if (stateFileMoved && next.stateFile) {
+      try {
+        await this.saveState(this.overrides, this.withdrawn, next.stateFile);
+      } catch (err) {
+        const why = (err as Error).message.replace(/^nothing changed: /, '');
+        if (this.intentKeptBy(next)) {
+          const refused = this.refuseReload([{ path: 'stateFile', message: `${why}: the operator intent in force (drains, weights, withdrawals) would be lost` }], 'system');
+          await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
+          return refused;
+        }
+        this.log.warn('the state file cannot be written: operator intent changes will be refused', { stateFile: next.stateFile, error: why });
+      }
     }
     const draining = this.drainingServices(next, removed);
     for (const [sid, s] of removed) {

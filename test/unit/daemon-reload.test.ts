@@ -343,7 +343,9 @@ describe('reload: the state file', () => {
     const result = await d.reload(configText({ state: unwritable }));
     expect(result).toMatchObject({ ok: false, refusedBy: 'system', problems: [{ path: 'stateFile', message: expect.stringMatching(/cannot be written .*: the operator intent in force \(drains, weights, withdrawals\) would be lost$/) }] });
     expect(d.daemon.config.stateFile).toBe(join(dir, 'state.json'));
-    expect(d.hostApplied).toEqual([]); // refused before any host change
+    // The last step that can fail (nothing is left at the new path by an earlier refusal): the host change is rolled back.
+    expect(d.hostApplied.at(-1)).toEqual(['10.99.0.100']);
+    expect(existsSync(join(dir, 'no-such-dir'))).toBe(false);
     // Undrained back to what the config says: nothing left to lose, so it is taken.
     await d.daemon.setIntent('web', '10.93.0.1', { state: 'active' });
     expect((await d.reload(configText({ state: unwritable }))).ok).toBe(true);
