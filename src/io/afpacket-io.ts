@@ -406,7 +406,8 @@ export class AfPacketIo implements PacketIo {
   // The status words are the only handshake with the kernel, so they are read with acquire and
   // written with release order (Atomics): on weakly ordered CPUs (arm64) a plain read could see
   // TP_STATUS_USER before the frame bytes, and a plain write hand a block back before our last
-  // reads of it. On x86 both are plain moves but for the store's fence, once per block.
+  // reads of it. Node 20 does not inline Atomics on a non-shared buffer (about 17-19 ns a call
+  // here): once per block with V3, but once per frame each way with V2 (about 35 ns a frame).
   private processBlocks(): void {
     const u32 = this.ringWords;
     const batch = this.batch;
