@@ -10,12 +10,7 @@ import { rendezvousPick } from './rendezvous.js';
  * `hash` is the flow hash as uint32 or as int32 (the packet path's): the same bits pick the same slot.
  */
 export function consistentPick(snap: ForwardingSnapshot, svc: number, hash: number): number {
-  if (snap.svcDropAll[svc] === 1) return -1;
-  if (snap.svcScheduler[svc] === SCHED_RENDEZVOUS) {
-    return rendezvousPick(hash, snap.candIds, snap.candSeeds, snap.candWeights, snap.svcCandStart[svc]!, snap.svcCandCount[svc]!);
-  }
-  const table = snap.svcTables[svc]!;
-  return table[(hash >>> 0) % snap.svcTableSize[svc]!]!;
+  return pickOver(snap, svc, hash, snap.svcDropAll, snap.svcCandStart, snap.svcCandCount, snap.svcTables);
 }
 
 /**
@@ -24,10 +19,23 @@ export function consistentPick(snap: ForwardingSnapshot, svc: number, hash: numb
  * their connections are alive on them and other LBs still send there); -1 when none.
  */
 export function midStreamPick(snap: ForwardingSnapshot, svc: number, hash: number): number {
-  if (snap.svcMidDropAll[svc] === 1) return -1;
+  return pickOver(snap, svc, hash, snap.svcMidDropAll, snap.svcMidCandStart, snap.svcMidCandCount, snap.svcMidTables);
+}
+
+/** The pick over one of the snapshot's two sets of reals (its drop flags, candidate ranges and tables). */
+function pickOver(
+  snap: ForwardingSnapshot,
+  svc: number,
+  hash: number,
+  dropAll: Uint8Array,
+  candStart: Int32Array,
+  candCount: Int32Array,
+  tables: readonly Int32Array[],
+): number {
+  if (dropAll[svc] === 1) return -1;
   if (snap.svcScheduler[svc] === SCHED_RENDEZVOUS) {
-    return rendezvousPick(hash, snap.candIds, snap.candSeeds, snap.candWeights, snap.svcMidCandStart[svc]!, snap.svcMidCandCount[svc]!);
+    return rendezvousPick(hash, snap.candIds, snap.candSeeds, snap.candWeights, candStart[svc]!, candCount[svc]!);
   }
-  const table = snap.svcMidTables[svc]!;
+  const table = tables[svc]!;
   return table[(hash >>> 0) % snap.svcTableSize[svc]!]!;
 }
