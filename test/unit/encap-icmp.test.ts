@@ -22,6 +22,7 @@ import {
   ipv6,
   ipv6Fragment,
   ipv6Options,
+  onesSum,
   tcp,
   udp,
 } from '../support/packet-builder.js';
@@ -206,6 +207,25 @@ describe('buildEchoReply', () => {
       );
       expect(hex(buf.subarray(8, 8 + length)), `id ${id}`).toBe(hex(built));
     }
+  });
+
+  it('verify for 20,000 requests of both families (ids, sequence numbers, lengths 0-36), the all-zero one included', () => {
+    const p = new ParsedPacket();
+    const bad: string[] = [];
+    for (let i = 0; i < 20_000; i++) {
+      const payload = Array.from({ length: i % 37 }, (_, k) => (k * 31 + i * 7) & 0xff);
+      const v6 = i % 2 === 1;
+      const client6 = `2001:db8::${(i % 65535).toString(16)}`;
+      const f = v6
+        ? toLb(ETH_IPV6, ipv6({ src: client6, dst: VIP6, nextHeader: 58, hopLimit: i & 0xff }, icmpv6({ type: 128, rest: (i * 2654435761) >>> 0 }, payload, { src: client6, dst: VIP6 })))
+        : toLb(ETH_IPV4, ipv4({ src: `192.0.${(i >> 8) & 255}.${i & 255}`, dst: VIP4, proto: 1, ttl: i & 0xff, id: i }, icmpEcho({ id: (i * 7) & 0xffff, seq: (i * 13) & 0xffff }, payload)));
+      if (parseFrame(f, 0, f.length, p) !== PARSE_OK || buildEchoReply(f, p) !== f.length || parseFrame(f, 0, f.length, p) !== PARSE_OK) {
+        bad.push(`${i}: not answered`);
+      } else if (!v6 && onesSum(f.subarray(p.l4Offset, p.l3End)) !== 0xffff) {
+        bad.push(`${i}: checksum`);
+      }
+    }
+    expect(bad).toEqual([]);
   });
 
   const refused: { name: string; frame: Uint8Array; reason: number }[] = [

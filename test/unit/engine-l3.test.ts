@@ -15,7 +15,7 @@ import { MemoryIo } from '../../src/io/memory-io.js';
 import { FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX } from '../../src/io/packet-io.js';
 import { SnapshotBuilder, type ServiceView } from '../../src/control/snapshot-builder.js';
 import { parseMac } from '../../src/control/addresses.js';
-import { ETH_IPV4, ETH_IPV6, ethernet, hex, icmp, icmpEcho, icmpv6, ipv4, ipv6, ipv6Fragment, ipv6Options, tcp, udp } from '../support/packet-builder.js';
+import { ETH_IPV4, ETH_IPV6, ethernet, hex, icmp, icmpEcho, icmpv6, ipv4, ipv6, ipv6Fragment, ipv6Options, onesSum, tcp, udp } from '../support/packet-builder.js';
 
 const LB_MAC = '02:00:00:00:00:01';
 const CLIENT_MAC = '02:00:00:00:00:0c';
@@ -86,6 +86,18 @@ function parsed(frame: Uint8Array): ParsedPacket {
   expect(parseFrame(frame, 0, frame.length, p)).toBe(PARSE_OK);
   return p;
 }
+
+/** A virtio-net header asking for TCP segmentation into gsoSize-byte segments (v6: GSO_TCPV6). */
+function vnetHeader(gsoSize: number, v6 = false): Uint8Array {
+  const vnet = new Uint8Array(10);
+  vnet[0] = 1; // NEEDS_CSUM (the checksum field holds the pseudo-header sum; the segmenter recomputes)
+  vnet[1] = v6 ? 4 : 1; // GSO_TCPV6 : GSO_TCPV4
+  vnet[4] = gsoSize & 0xff;
+  vnet[5] = gsoSize >> 8;
+  return vnet;
+}
+
+const GSO_FLAGS = FRAME_HAS_VNET_HDR | FRAME_GSO | FRAME_CSUM_PARTIAL;
 
 describe('engine: IPIP forwarding', () => {
   it('wraps a TCP SYN in IPv4-in-IPv4 to the real, next hop MAC from the snapshot, DSCP/ECN and DF copied', () => {
@@ -175,12 +187,7 @@ describe('engine: IPIP forwarding', () => {
     const { io, counters } = setup();
     const payload = Uint8Array.from({ length: 4000 }, (_, k) => k & 0xff);
     const frame = tcp4(40003, 0x18, payload);
-    const vnet = new Uint8Array(10);
-    vnet[0] = 1; // NEEDS_CSUM (the checksum field holds the pseudo-header sum; the segmenter recomputes)
-    vnet[1] = 1; // GSO_TCPV4
-    vnet[4] = 1400 & 0xff;
-    vnet[5] = 1400 >> 8;
-    const out = io.inject([Uint8Array.from([...vnet, ...frame])], [FRAME_HAS_VNET_HDR | FRAME_GSO | FRAME_CSUM_PARTIAL]);
+    const out = io.inject([Uint8Array.from([...vnetHeader(1400), ...frame])], [GSO_FLAGS]);
     expect(io.lastVerdicts()[0]).toBe(VERDICT_CONSUMED);
     expect(out).toHaveLength(3);
     expect(counters[Counter.gsoSegmented]).toBe(1);
@@ -203,20 +210,14 @@ describe('engine: IPIP forwarding', () => {
 });
 
 describe('engine: GSO frames beyond a batch\'s extra frames, and the IPv6 flow label', () => {
-  const gso = (sport: number, payloadBytes: number, gsoSize: number) => {
-    const vnet = new Uint8Array(10);
-    vnet[0] = 1;
-    vnet[1] = 1;
-    vnet[4] = gsoSize & 0xff;
-    vnet[5] = gsoSize >> 8;
-    return Uint8Array.from([...vnet, ...tcp4(sport, 0x18, Uint8Array.from({ length: payloadBytes }, (_, k) => (k + sport) & 0xff))]);
-  };
+  const gso = (sport: number, payloadBytes: number, gsoSize: number) =>
+    Uint8Array.from([...vnetHeader(gsoSize), ...tcp4(sport, 0x18, Uint8Array.from({ length: payloadBytes }, (_, k) => (k + sport) & 0xff))]);
 
   it('segments a frame all or nothing: one that no longer fits the extra frames is dropped whole, nothing queued is overwritten', () => {
     const { io, counters } = setup(1500, 16);
     // 10 frames of 60 segments against 512 extra frames: 8 fit (480), the 9th and 10th do not.
     const frames = Array.from({ length: 10 }, (_, i) => gso(5000 + i, 6000, 100));
-    const out = io.inject(frames, frames.map(() => FRAME_HAS_VNET_HDR | FRAME_GSO | FRAME_CSUM_PARTIAL));
+    const out = io.inject(frames, frames.map(() => GSO_FLAGS));
     expect(Array.from(io.lastVerdicts().slice(0, 10))).toEqual([...Array(8).fill(VERDICT_CONSUMED), -DropReason.batchFull, -DropReason.batchFull]);
     expect(out).toHaveLength(480);
     expect(counters[Counter.gsoSegmented]).toBe(8);
@@ -237,7 +238,7 @@ describe('engine: GSO frames beyond a batch\'s extra frames, and the IPv6 flow l
     // 8 GSO frames take 480 of the 512 extra frames; each DF-clear 1500-byte packet needs one more
     // (its second fragment): 32 fit, the rest are dropped whole, never sent as a first fragment alone.
     const frames = [...Array.from({ length: 8 }, (_, i) => gso(5000 + i, 6000, 100)), ...Array.from({ length: 40 }, (_, i) => tcp4(7000 + i, 0x10, new Uint8Array(1460), false))];
-    const out = io.inject(frames, frames.map((_, i) => (i < 8 ? FRAME_HAS_VNET_HDR | FRAME_GSO | FRAME_CSUM_PARTIAL : 0)));
+    const out = io.inject(frames, frames.map((_, i) => (i < 8 ? GSO_FLAGS : 0)));
     const verdicts = Array.from(io.lastVerdicts().slice(8, 48));
     expect(verdicts).toEqual([...Array(32).fill(VERDICT_TX), ...Array(8).fill(-DropReason.batchFull)]);
     const firsts = out.map((f) => parsed(f)).filter((p) => p.moreFragments === 1).length;
@@ -248,17 +249,12 @@ describe('engine: GSO frames beyond a batch\'s extra frames, and the IPv6 flow l
 
   it('cuts a frame of more than 64 segments (a client MSS of 536), and a DF-clear frame too big for the tunnel into segments that fit', () => {
     const { io } = setup(1500, 16);
-    const small = io.inject([gso(6000, 40_000, 536)], [FRAME_HAS_VNET_HDR | FRAME_GSO | FRAME_CSUM_PARTIAL]);
+    const small = io.inject([gso(6000, 40_000, 536)], [GSO_FLAGS]);
     expect(io.lastVerdicts()[0]).toBe(VERDICT_CONSUMED);
     expect(small).toHaveLength(75);
     // DF clear, segments of 1460 bytes: with 20 bytes of outer header they would be 1520; cut at 1440.
-    const vnet = new Uint8Array(10);
-    vnet[0] = 1;
-    vnet[1] = 1;
-    vnet[4] = 1460 & 0xff;
-    vnet[5] = 1460 >> 8;
     const payload = Uint8Array.from({ length: 5840 }, (_, k) => (k * 7) & 0xff);
-    const out = io.inject([Uint8Array.from([...vnet, ...tcp4(6001, 0x18, payload, false)])], [FRAME_HAS_VNET_HDR | FRAME_GSO | FRAME_CSUM_PARTIAL]);
+    const out = io.inject([Uint8Array.from([...vnetHeader(1460), ...tcp4(6001, 0x18, payload, false)])], [GSO_FLAGS]);
     expect(io.lastVerdicts()[0]).toBe(VERDICT_CONSUMED);
     const got: number[] = [];
     for (const f of out) {
@@ -393,5 +389,80 @@ describe('engine: IP fragments', () => {
     expect([...io.lastVerdicts()]).toEqual([VERDICT_TX, VERDICT_TX]);
     expect(out).toHaveLength(2);
     expect(counters[Counter.dropBase + DropReason.fragmentUnplaceable]).toBe(0);
+    // One outer flow label for the datagram (RFC 6437): the first fragment shows TCP, a later one 60.
+    const label = (f: Uint8Array) => (((f[15]! & 0x0f) << 16) | (f[16]! << 8) | f[17]!) >>> 0;
+    expect(label(out[0]!)).not.toBe(0);
+    expect(label(out[1]!)).toBe(label(out[0]!));
+  });
+});
+
+// Edges of the IPIP path and of the engine's own replies, each found by a review with a vector.
+describe('engine: 6in6 on a link of MTU 1300 (tunnel MTU 1260, under IPv6\'s 1280)', () => {
+  const segment6 = (payload: number) =>
+    ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 6 }, tcp({ sport: 4000, dport: 80, flags: 0x10, seq: 1 }, new Uint8Array(payload), { src: CLIENT6, dst: VIP6 })));
+
+  it('sends a plain 1280-byte packet in outer fragments (RFC 2473 7.1)', () => {
+    const { io } = setup(1300);
+    const out = io.inject([segment6(1220)]); // 40 + 20 + 1220 = 1280
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_TX);
+    expect(out).toHaveLength(2);
+  });
+
+  it('cuts a GSO frame of 1280-byte segments smaller instead of telling a client already at 1280 to go lower', () => {
+    const { io, counters } = setup(1300);
+    const out = io.inject([Uint8Array.from([...vnetHeader(1220, true), ...segment6(3 * 1220)])], [GSO_FLAGS]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_CONSUMED);
+    expect(counters[Counter.icmpTooBigSent]).toBe(0);
+    // 3660 bytes in segments of 1300 - 40 - 60 = 1200: four, each exactly within the link MTU.
+    expect(out.map((f) => f.length - 14)).toEqual([1300, 1300, 1300, 40 + 60 + 60]);
+  });
+
+  it('still tells a client whose segments exceed 1280 to go down to 1280', () => {
+    const { io, counters } = setup(1300);
+    io.inject([Uint8Array.from([...vnetHeader(1400, true), ...segment6(3 * 1400)])], [GSO_FLAGS]);
+    expect(io.lastVerdicts()[0]).toBe(-DropReason.packetTooBig);
+    expect(counters[Counter.icmpTooBigSent]).toBe(1);
+  });
+});
+
+describe('engine: a DF-set UDP datagram in two 1500-byte fragments to an IPIP real (DF on every fragment)', () => {
+  it('gets one fragmentation-needed, about its first fragment, none about the later one (RFC 1122 3.2.2)', () => {
+    const { io, counters } = setup();
+    const datagram = udp({ sport: 5000, dport: 53 }, new Uint8Array(2952), { src: CLIENT, dst: VIP }); // 2960 bytes = 2 x 1480
+    const fragment = (offset: number) =>
+      ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 17, id: 42, df: true, mf: offset === 0, fragOffset: offset }, datagram.subarray(offset, offset + 1480)));
+    expect(io.inject([fragment(0)])).toHaveLength(1); // the fragmentation-needed
+    expect(io.inject([fragment(1480)])).toHaveLength(0);
+    expect(io.lastVerdicts()[0]).toBe(-DropReason.packetTooBig);
+    expect(counters[Counter.icmpTooBigSent]).toBe(1);
+  });
+});
+
+describe('engine: a batch whose extra buffer (1 MiB) runs out before its 512 extra frames (MTU 9000, 64 KiB GSO frames)', () => {
+  it('drops the frames that no longer fit as batch_full, as when the extra frames run out', () => {
+    const { io, counters } = setup(9000, 20);
+    const frames = Array.from({ length: 20 }, (_, i) =>
+      Uint8Array.from([
+        ...vnetHeader(8940),
+        ...ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 6, df: true }, tcp({ sport: 3000 + i, dport: 80, flags: 0x10, seq: 1 }, new Uint8Array(64_000), { src: CLIENT, dst: VIP }))),
+      ]),
+    );
+    const out = io.inject(frames, frames.map(() => GSO_FLAGS));
+    const verdicts = [...io.lastVerdicts()];
+    const consumed = verdicts.filter((v) => v === VERDICT_CONSUMED).length;
+    expect(consumed).toBeGreaterThan(0);
+    expect(out.length).toBeLessThan(512); // the extra frames are not what ran out
+    expect(verdicts.slice(consumed)).toEqual(Array(20 - consumed).fill(-DropReason.batchFull));
+    expect(counters[Counter.dropBase + DropReason.gsoUnsupported]).toBe(0);
+  });
+});
+
+describe('engine: echo replies', () => {
+  it('carry a checksum that verifies when the ICMPv4 reply is all zeros (id 0, seq 0, no data): 0xffff, not 0', () => {
+    const { io } = setup();
+    const [reply] = io.inject([ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 1 }, icmpEcho({ id: 0, seq: 0 })))]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_TX);
+    expect(hex(reply!.subarray(34, 42))).toBe('0000ffff00000000');
+    expect(onesSum(reply!.subarray(34, 42))).toBe(0xffff);
   });
 });
