@@ -64,9 +64,8 @@ export async function superviseDaemon(deps: SupervisorDeps): Promise<number> {
   };
   // A packet loop that ends by itself leaves the VIPs dropped at the host with nothing forwarding
   // them (or a share of the flows to a dead socket): stop whole and exit 2, so that systemd's
-  // Restart=on-failure starts a daemon whose every loop runs.
-  // One lost while start still runs (after the loops were ready: routes, announcing, the servers)
-  // is acted on once start has ended; one lost while stopping is expected.
+  // Restart=on-failure starts a daemon whose every loop runs. A loss while start still runs (after
+  // the loops were ready) is acted on once start has ended; one while stopping is expected.
   let lostDuringStart: string | null = null;
   const onLoopLost = (reason: string): void => {
     log.error('a packet loop ended: stopping so that the supervisor restarts dsrlb', { reason });

@@ -500,8 +500,8 @@ export class Daemon {
    * route change kept the tunnel going to the old gateway.
    */
   private refreshTunnelRoutes(): Promise<void> {
-    const ipip = (r: Pick<RealConfig, 'forwarding'>): boolean => r.forwarding === 'ipip';
-    if (!this.config.services.some((s) => s.reals.some(ipip)) && ![...this.reals.values()].some(ipip)) return Promise.resolve();
+    // this.reals holds every configured pair and the removed ones still draining.
+    if (![...this.reals.values()].some((r) => r.forwarding === 'ipip')) return Promise.resolve();
     // One at a time: a refresh still queued behind a reload (or still asking) is not doubled.
     if (this.routesRefreshing) return Promise.resolve();
     this.routesRefreshing = true;
@@ -771,7 +771,7 @@ export class Daemon {
       await this.host.apply(this.vips(next, removed), { disableGro: next.io === 'pcap' });
     } catch (err) {
       const refused = this.refuseReload([{ path: '(host)', message: (err as Error).message }], 'system', 'reload refused: host change failed');
-      await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
+      await this.restoreHost();
       return refused;
     }
     // A new stateFile gets the intent in force before the swap, as the last step that can fail (a
@@ -785,7 +785,7 @@ export class Daemon {
         const why = (err as Error).message.replace(/^nothing changed: /, '');
         if (this.intentKeptBy(next)) {
           const refused = this.refuseReload([{ path: 'stateFile', message: `${why}: the operator intent in force (drains, weights, withdrawals) would be lost` }], 'system');
-          await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
+          await this.restoreHost();
           return refused;
         }
         this.log.warn('the state file cannot be written: operator intent changes will be refused', { stateFile: next.stateFile, error: why });
@@ -816,15 +816,18 @@ export class Daemon {
     this.log.info('reload taken', { services: next.services.map((s) => s.name) });
     // Taken: what follows only follows the new config, and says so in the log when it cannot.
     if (pruned) await this.saveStateOrWarn();
-    // Announcing follows the new config without holding the answer: a BIRD that does not answer
-    // (birdc is killed after 10 s, twice for two VIPs) made a reload already taken look failed.
-    // Both log their own failures; the 200 ms announce check retries.
-    // One after another: a reload turning announcing off and the next turning it on again must
-    // not run their syncs at once.
+    // Announcing follows the new config without holding the answer (a BIRD that did not answer
+    // made a reload already taken look failed), chained so that a reload turning it off and the
+    // next turning it on again never run their syncs at once. The 200 ms check retries failures.
     this.announcing = this.announcing
       .then(() => (this.config.announce.enabled ? this.startAnnouncing() : this.stopAnnouncing()))
       .catch((err: Error) => this.log.error('announcement update failed', { error: err.message }));
     return { ok: true, problems: [] };
+  }
+
+  /** A refused reload puts the host back as the config in force wants it (best effort). */
+  private async restoreHost(): Promise<void> {
+    await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' }).catch(() => undefined);
   }
 
   /** Why `next` cannot be taken for lack of real ids (new pairs beyond the free ids), or null. */
@@ -941,8 +944,7 @@ export class Daemon {
    * caller saves the state file.
    */
   private pruneOverrides(): boolean {
-    const configReals = new Map<string, RealConfig>();
-    for (const s of this.config.services) for (const r of s.reals) configReals.set(RealRegistry.keyOf(serviceIdentity(s), r.address), r);
+    const configReals = realsByKey(this.config);
     let pruned = false;
     for (const [key, o] of this.overrides) {
       const r = configReals.get(key);
@@ -967,8 +969,7 @@ export class Daemon {
    * service it keeps. An undrain back to the config's own state is no intent to lose.
    */
   private intentKeptBy(next: Config): boolean {
-    const configReals = new Map<string, RealConfig>();
-    for (const s of next.services) for (const r of s.reals) configReals.set(RealRegistry.keyOf(serviceIdentity(s), r.address), r);
+    const configReals = realsByKey(next);
     for (const [key, o] of this.overrides) {
       const r = configReals.get(key);
       if (!r || o.configState !== r.state || o.configWeight !== r.weight) continue;
@@ -1236,6 +1237,13 @@ export class Daemon {
     this.lock = null;
     this.log.info('dsrlb stopped');
   }
+}
+
+/** The config's reals by (service identity, address) key, as overrides are kept. */
+function realsByKey(config: Config): Map<string, RealConfig> {
+  const reals = new Map<string, RealConfig>();
+  for (const s of config.services) for (const r of s.reals) reals.set(RealRegistry.keyOf(serviceIdentity(s), r.address), r);
+  return reals;
 }
 
 /** A problem at services[i].vip for each service whose VIP is an interface's own address. */

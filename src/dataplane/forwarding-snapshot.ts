@@ -77,9 +77,13 @@ export function isVip(s: ForwardingSnapshot, family: number, addr: Uint32Array):
 /** True when real id `real` belongs to a service whose VIP is the packet's destination (addr words 4..7). */
 export function realServesVip(s: ForwardingSnapshot, real: number, family: number, addr: Uint32Array): boolean {
   const svc = s.realService[real]!;
-  if (svc < 0 || s.svcFamily[svc] !== family) return false;
+  return svc >= 0 && serviceHasVip(s, svc, family, addr);
+}
+
+/** True when service `svc`'s VIP is the packet's destination (addr words 4..7) in `family`. */
+function serviceHasVip(s: ForwardingSnapshot, svc: number, family: number, addr: Uint32Array): boolean {
   const v = svc * 4;
-  return s.svcVip[v] === addr[4] && s.svcVip[v + 1] === addr[5] && s.svcVip[v + 2] === addr[6] && s.svcVip[v + 3] === addr[7];
+  return s.svcFamily[svc] === family && s.svcVip[v] === addr[4] && s.svcVip[v + 1] === addr[5] && s.svcVip[v + 2] === addr[6] && s.svcVip[v + 3] === addr[7];
 }
 
 /** Hash of (family, protocol, VIP, port) for the service index; the builder uses the same function. */
@@ -99,18 +103,7 @@ function findExact(s: ForwardingSnapshot, family: number, protocol: number, addr
   for (let probes = 0; probes <= mask; probes++) {
     const svc = s.lookupBuckets[b];
     if (svc < 0) return -1;
-    const v = svc * 4;
-    if (
-      s.svcPort[svc] === port &&
-      s.svcProtocol[svc] === protocol &&
-      s.svcFamily[svc] === family &&
-      s.svcVip[v] === addr[4] &&
-      s.svcVip[v + 1] === addr[5] &&
-      s.svcVip[v + 2] === addr[6] &&
-      s.svcVip[v + 3] === addr[7]
-    ) {
-      return svc;
-    }
+    if (s.svcPort[svc] === port && s.svcProtocol[svc] === protocol && serviceHasVip(s, svc, family, addr)) return svc;
     b = (b + 1) & mask;
   }
   return -1;
