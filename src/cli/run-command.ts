@@ -13,7 +13,7 @@ export interface SupervisedDaemon {
   start(): Promise<void>;
   stop(opts?: { startFailed?: boolean }): Promise<void>;
   reload(): Promise<unknown>;
-  /** Set by the supervisor: a packet loop ended by itself. */
+  /** Set by the supervisor: a packet loop ended by itself and could not be started again. */
   onLoopLost: ((reason: string) => void) | null;
 }
 
@@ -62,10 +62,11 @@ export async function superviseDaemon(deps: SupervisorDeps): Promise<number> {
     deps.exit(code);
     return code;
   };
-  // A packet loop that ends by itself leaves the VIPs dropped at the host with nothing forwarding
-  // them (or a share of the flows to a dead socket): stop whole and exit 2, so that systemd's
-  // Restart=on-failure starts a daemon whose every loop runs. A loss while start still runs (after
-  // the loops were ready) is acted on once start has ended; one while stopping is expected.
+  // A packet loop the loop group could not start again (it ended too often, or its replacement
+  // failed) leaves the VIPs dropped at the host with nothing forwarding them: stop whole and exit 2,
+  // so that systemd's Restart=on-failure starts a daemon whose every loop runs. A loss while start
+  // still runs (after the loops were ready) is acted on once start has ended; one while stopping is
+  // expected.
   let lostDuringStart: string | null = null;
   const onLoopLost = (reason: string): void => {
     log.error('a packet loop ended: stopping so that the supervisor restarts dsrlb', { reason });

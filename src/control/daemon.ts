@@ -157,7 +157,7 @@ export class Daemon {
   private started = false;
   /** The tail of the queue of changes (reload, intent, announce): each runs after the previous. */
   private serial: Promise<unknown> = Promise.resolve();
-  /** Told when a packet loop ends by itself after start (see LoopGroup.onLost); `dsrlb run` stops then. */
+  /** Told when a packet loop ended by itself after start and could not be started again (LoopGroup.onLost); `dsrlb run` stops then. */
   onLoopLost: ((reason: string) => void) | null = null;
   /** The bearer token the admin API requires (null: none, admin on loopback); re-read on reload. */
   adminToken: Buffer | null = null;
@@ -342,7 +342,7 @@ export class Daemon {
    * probe restart on every LB at once must not withdraw the VIP everywhere).
    */
   private announceWanted(): Map<string, boolean> {
-    const loopOk = this.loops.running && this.loops.heartbeatAgeMs() < 1000;
+    const loopOk = (this.loops.running && this.loops.heartbeatAgeMs() < 1000) || this.loops.recovering;
     // Per VIP (the route is the VIP's, shared by its services): every announced service of it
     // settled, none withdrawn by the operator, and at least one able to take new flows.
     const vips = new Map<string, { blocked: boolean; eligible: boolean }>();
@@ -1129,7 +1129,7 @@ export class Daemon {
       interface: this.config.interface,
       io: this.config.io,
       mac: formatMac(this.loops.localMac),
-      loop: { running: this.loops.running, loops: this.loops.size, healthy: this.loopHealthy(), snapshotGeneration: counters[Counter.snapshotGeneration] },
+      loop: { running: this.loops.running, loops: this.loops.size, healthy: this.loopHealthy(), snapshotGeneration: counters[Counter.snapshotGeneration], restarts: this.loops.restarts },
       flowTable: { entries: counters[Counter.flowTableEntries], capacity: this.flowTableCapacity() },
       services: views.map((v) => {
         const report = this.lastReports.find((r) => r.name === v.config.name);

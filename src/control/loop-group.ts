@@ -6,6 +6,8 @@
 import { setFlagsFromString } from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import { COUNTER_SLOTS, Counter, createCounters } from '../dataplane/counters.js';
+import type { FlowTimeouts } from '../dataplane/flow-table.js';
+import type { ForwardingSnapshot } from '../dataplane/forwarding-snapshot.js';
 import { monotonicMs } from '../dataplane/monotonic-clock.js';
 import { LoopRunner, type LoopEvent, type LoopRequest, type LoopSettings } from '../dataplane/loop-runner.js';
 import { DaemonError } from './daemon-error.js';
@@ -13,6 +15,17 @@ import type { Logger } from './logger.js';
 
 /** How long ask() waits for a loop that still runs; a loop answers within one wake-up (a few ms). */
 export const ASK_TIMEOUT_MS = 5_000;
+
+/**
+ * A loop that ends by itself is started again in place, at most this many times in
+ * RESTART_WINDOW_MS; one more loss in the window (a loop that dies on every start, or on some
+ * packet that keeps coming) is handed to onLost and the daemon stops whole.
+ */
+export const RESTARTS_PER_WINDOW = 3;
+export const RESTART_WINDOW_MS = 60_000;
+
+/** Counter slots that hold a level, not a count: an ended loop's value is not carried into the sum. */
+const LEVEL_SLOTS: readonly number[] = [Counter.loopHeartbeatMs, Counter.snapshotGeneration, Counter.flowTableEntries];
 
 /**
  * Switches V8's memory reducer off for isolates created from now on, the packet loops' workers
@@ -38,6 +51,7 @@ export class LoopError extends Error {
 }
 
 interface Loop {
+  readonly settings: LoopSettings;
   readonly counters: Float64Array;
   active: Int32Array;
   inactive: Int32Array;
@@ -69,14 +83,39 @@ export class LoopGroup {
   mtu = 1500;
   /** Flow-table entries over all loops (each holds its share of flowTable.capacity); 0 before start. */
   flowCapacity = 0;
+  /** Loops started again after they ended by themselves (dsrlb_loop_restarts_total). */
+  restarts = 0;
+  /** Loops being started again: the group does not run whole until they are ready. */
+  private restarting = 0;
+  /** Monotonic times of the restarts in the last RESTART_WINDOW_MS. */
+  private restartTimes: number[] = [];
+  /** The counts of loops that ended, so that the summed counters never go down. */
+  private readonly retired = new Float64Array(COUNTER_SLOTS);
+  private hasRetired = false;
+  /** The last snapshot and timeouts broadcast: what a loop started again must run. */
+  private lastSnapshot: ForwardingSnapshot | null = null;
+  private lastTimeouts: FlowTimeouts | null = null;
+  private stopped = false;
+  /** A loss was handed to onLost: the group no longer runs whole, whatever its other loops do. */
+  private broken = false;
 
   /**
-   * Called once for each loop that ends without being told to stop (a crash, an exit): the daemon
-   * stops, so that its supervisor (systemd's Restart=on-failure) starts it whole again.
+   * Called when a loop ends by itself and cannot be started again (RESTARTS_PER_WINDOW used up, or
+   * the new loop failed to start): the daemon stops, so that its supervisor (systemd's
+   * Restart=on-failure) starts it whole again.
    */
   onLost: ((reason: string) => void) | null = null;
 
-  constructor(private readonly log: Logger) {}
+  private readonly now: () => number;
+  private readonly restartsPerWindow: number;
+
+  constructor(
+    private readonly log: Logger,
+    opts: { now?: () => number; restartsPerWindow?: number } = {},
+  ) {
+    this.now = opts.now ?? monotonicMs;
+    this.restartsPerWindow = opts.restartsPerWindow ?? RESTARTS_PER_WINDOW;
+  }
 
   /** Starts `count` loops (1 for pcap), loop i pinned to cpus[i % length], and resolves when all are ready. */
   async start(base: LoopBase, count: number, cpus: readonly number[] = []): Promise<void> {
@@ -94,6 +133,7 @@ export class LoopGroup {
   private startOne(settings: LoopSettings): Promise<void> {
     return new Promise<void>((resolve, reject) => {
       const loop: Loop = {
+        settings,
         counters: settings.counters,
         active: new Int32Array(0),
         inactive: new Int32Array(0),
@@ -111,7 +151,11 @@ export class LoopGroup {
             loop.active = e.activeByReal;
             loop.inactive = e.inactiveByReal;
             loop.running = true;
-            this.loops.push(loop);
+            // Ready after stop() (a restart under way when the group stopped): it stops too.
+            if (this.stopped) {
+              loop.running = false;
+              loop.post({ type: 'stop' });
+            } else this.loops.push(loop);
             resolve();
             break;
           case 'error':
@@ -147,13 +191,14 @@ export class LoopGroup {
       loop.worker = worker;
       loop.post = (m) => worker.postMessage(m);
       worker.on('message', onEvent);
+      // A worker that crashes emits 'error', then 'exit': the loss is handled once, at the first.
       worker.on('error', (err) => {
         const lost = loop.running;
         loop.running = false;
         this.forgetLoop(loop);
         this.log.error('packet loop crashed', { error: err.message });
         reject(err);
-        if (lost) this.onLost?.(`packet loop crashed: ${err.message}`);
+        if (lost) this.lose(loop, `packet loop crashed: ${err.message}`);
       });
       worker.on('exit', (code) => {
         const lost = loop.running;
@@ -161,9 +206,58 @@ export class LoopGroup {
         loop.running = false;
         loop.exited = true;
         this.forgetLoop(loop);
-        if (lost) this.onLost?.(`packet loop exited with code ${code}`);
+        // One that ends before it was ready (a no-op once it was): its start fails, not hangs.
+        reject(new LoopError('LOOP_EXITED', `packet loop exited with code ${code} before it was ready`));
+        if (lost) this.lose(loop, `packet loop exited with code ${code}`);
       });
     });
+  }
+
+  /**
+   * A loop ended by itself: its counts are kept, it leaves the group, and a new loop with the same
+   * settings, the last snapshot and fresh counters takes its place (its socket joins the same
+   * fanout group). Its flow table is gone: their packets find their reals again as after a daemon
+   * restart (the mid-stream placement), but the other loops, the VIPs, the announcements and the
+   * health state carry on untouched, which a restart of the whole daemon would not.
+   */
+  private lose(loop: Loop, reason: string): void {
+    const i = this.loops.indexOf(loop);
+    if (i < 0) return;
+    this.loops.splice(i, 1);
+    for (let s = 0; s < COUNTER_SLOTS; s++) this.retired[s]! += loop.counters[s]!;
+    for (const s of LEVEL_SLOTS) this.retired[s] = 0;
+    this.hasRetired = true;
+    const now = this.now();
+    this.restartTimes = this.restartTimes.filter((t) => now - t < RESTART_WINDOW_MS);
+    if (this.stopped || this.restartTimes.length >= this.restartsPerWindow) {
+      if (!this.stopped) this.log.error('packet loop lost too often: not starting it again', { restarts: this.restartTimes.length, windowSeconds: RESTART_WINDOW_MS / 1000 });
+      this.broken = true;
+      this.onLost?.(reason);
+      return;
+    }
+    this.restartTimes.push(now);
+    this.restarts++;
+    this.retired[Counter.loopRestarts] = this.restarts;
+    this.restarting++;
+    const settings: LoopSettings = {
+      ...loop.settings,
+      counters: createCounters(),
+      timeouts: this.lastTimeouts ?? loop.settings.timeouts,
+      snapshot: this.lastSnapshot ?? loop.settings.snapshot,
+    };
+    this.log.warn('starting the packet loop again', { reason, restartsInWindow: this.restartTimes.length });
+    this.startOne(settings).then(
+      () => {
+        this.restarting--;
+        if (!this.stopped) this.log.info('packet loop started again');
+      },
+      (err: Error) => {
+        this.restarting--;
+        this.log.error('packet loop could not be started again', { error: err.message });
+        this.broken = true;
+        if (!this.stopped) this.onLost?.(`${reason}; starting it again failed: ${err.message}`);
+      },
+    );
   }
 
   /** The thread that runs one loop (a seam: tests give a worker that speaks the same messages). */
@@ -175,9 +269,19 @@ export class LoopGroup {
     return this.loops.length;
   }
 
-  /** Every loop runs (a crashed worker makes the group unhealthy). */
+  /** Every loop runs (a crashed worker makes the group unhealthy until its replacement is ready). */
   get running(): boolean {
-    return this.loops.length > 0 && this.loops.every((l) => l.running);
+    return !this.broken && this.restarting === 0 && this.loops.length > 0 && this.loops.every((l) => l.running);
+  }
+
+  /**
+   * A loop that ended is being started again (within RESTARTS_PER_WINDOW): not running whole, but
+   * not given up either. The VIPs stay announced meanwhile: a withdrawal and a new announcement
+   * over the few hundred ms a restart takes would flap the route on every router, which costs more
+   * than the packets lost in the gap (the fanout group spreads a lost loop's share over the others).
+   */
+  get recovering(): boolean {
+    return !this.broken && !this.stopped && this.restarting > 0;
   }
 
   /** Age in ms of the stalest loop's heartbeat (both on the monotonic clock), Infinity before any loop ran. */
@@ -189,6 +293,8 @@ export class LoopGroup {
   }
 
   broadcast(m: LoopRequest): void {
+    if (m.type === 'snapshot') this.lastSnapshot = m.snapshot;
+    else if (m.type === 'timeouts') this.lastTimeouts = m.timeouts;
     for (const l of this.loops) l.post(m);
   }
 
@@ -226,10 +332,10 @@ export class LoopGroup {
 
   /** The counters summed over the loops (gauge-like slots such as the heartbeat are not summed). */
   counters(): Float64Array {
-    // The common case, one loop: its own counters, nothing to add up.
-    if (this.loops.length === 1) return this.loops[0]!.counters;
+    // The common case, one loop that never ended: its own counters, nothing to add up.
+    if (this.loops.length === 1 && !this.hasRetired) return this.loops[0]!.counters;
     const sum = this.sum;
-    sum.fill(0);
+    sum.set(this.retired);
     for (const l of this.loops) for (let i = 0; i < COUNTER_SLOTS; i++) sum[i]! += l.counters[i]!;
     if (this.loops.length > 0) {
       let oldest = Infinity;
@@ -256,6 +362,7 @@ export class LoopGroup {
   }
 
   async stop(timeoutMs: number): Promise<void> {
+    this.stopped = true;
     const loops = this.loops;
     this.loops = [];
     await Promise.all(

@@ -28,6 +28,7 @@ export const Counter = {
   rxOtherHost: 17, // frames for another host's MAC, ignored
   loopBusySeconds: 18, // time spent handling wake-ups: reading the ring, the engine, sending
   loopEngineSeconds: 19, // of that, time in Engine.processBatch
+  loopRestarts: 20, // loops started again after they ended by themselves: set by the control plane (LoopGroup) in its sum, never by a loop
   dropBase: 24, // dropBase + DropReason
 } as const;
 

@@ -25,6 +25,8 @@ export interface LoopSettings {
   fanoutGroupId: number;
   /** The CPU this loop's thread runs on (config `cpus`), or null: wherever the kernel puts it. */
   cpu: number | null;
+  /** The snapshot to run from the first packet (a loop started again after it ended); else the empty one until the first 'snapshot'. */
+  snapshot?: ForwardingSnapshot | null;
 }
 
 export type LoopRequest =
@@ -86,6 +88,7 @@ export class LoopRunner {
       return false;
     }
     const engine = new Engine({ flowCapacity: s.flowCapacity, timeouts: s.timeouts, maxRealIds: s.maxRealIds, counters: s.counters, localMac: io.localMac, mtu: io.mtu });
+    if (s.snapshot) engine.setSnapshot(s.snapshot);
     this.io = io;
     this.engine = engine;
     const origin = this.origin;
@@ -107,6 +110,8 @@ export class LoopRunner {
       c[Counter.loopBusySeconds] = (st.busyMs ?? 0) / 1000;
       c[Counter.loopEngineSeconds] = engineMs[0]! / 1000;
     }, 100);
+    // A heartbeat from the start: a loop started again is not taken for a stalled one until its first housekeeping.
+    c[Counter.loopHeartbeatMs] = origin + performance.now();
     this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal });
     return true;
   }

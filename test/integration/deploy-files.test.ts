@@ -569,7 +569,7 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
 
   it('promtool check rules passes', async () => {
     const out = await mustRun('promtool', ['check', 'rules', ALERTS]);
-    expect(out).toContain('SUCCESS: 10 rules found');
+    expect(out).toContain('SUCCESS: 11 rules found');
   });
 
   it('promtool check config passes, with the rule file found relative to it', async () => {
@@ -594,7 +594,7 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
     const all = rules();
     expect(all.map((r) => r.alert).sort()).toEqual([
       'DsrlbConfigReloadFailed', 'DsrlbDown', 'DsrlbDropsRising', 'DsrlbFlowTableEvicting',
-      'DsrlbFlowTableNearFull', 'DsrlbRealDown', 'DsrlbServiceAllRealsDown', 'DsrlbServicePanic',
+      'DsrlbFlowTableNearFull', 'DsrlbPacketLoopRestarted', 'DsrlbRealDown', 'DsrlbServiceAllRealsDown', 'DsrlbServicePanic',
       'DsrlbTableFingerprintMismatch', 'DsrlbVipNoLongerAnnounced',
     ]);
     for (const r of all) {
@@ -671,6 +671,8 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             { series: `dsrlb_flow_table_entries{${at}}`, values: '500000 950000x10' },
             { series: `dsrlb_flow_table_capacity{${at}}`, values: '1000000x10' },
             { series: `dsrlb_flow_table_evictions_total{${at}}`, values: '0 0 0 10x8' },
+            // One loop restart at 2m.
+            { series: `dsrlb_loop_restarts_total{${at}}`, values: '0 0 1x30' },
             { series: `dsrlb_config_reloads_total{${at}, result="failure"}`, values: '0 0 1x20' },
             { series: `dsrlb_config_reloads_total{${at}, result="success"}`, values: '0x22' },
             // Refused at 2m, taken again at 6m.
@@ -717,6 +719,9 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             { eval_time: '1m', alertname: 'DsrlbFlowTableEvicting', exp_alerts: [] },
             { eval_time: '4m', alertname: 'DsrlbFlowTableEvicting', exp_alerts: [alert({ severity: 'warning' })] },
             { eval_time: '10m', alertname: 'DsrlbFlowTableEvicting', exp_alerts: [] },
+            { eval_time: '1m', alertname: 'DsrlbPacketLoopRestarted', exp_alerts: [] },
+            { eval_time: '3m', alertname: 'DsrlbPacketLoopRestarted', exp_alerts: [alert({ severity: 'warning' })] },
+            { eval_time: '20m', alertname: 'DsrlbPacketLoopRestarted', exp_alerts: [] },
             { eval_time: '1m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [] },
             { eval_time: '3m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [alert({ severity: 'warning' })] },
             { eval_time: '7m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [] },

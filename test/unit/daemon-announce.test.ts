@@ -25,11 +25,16 @@ const sid = serviceIdentity(config.services[0]!);
 const a = RealRegistry.keyOf(sid, '10.93.0.11');
 const b = RealRegistry.keyOf(sid, '10.93.0.12');
 
-function daemonWith(facts: Map<string, { state: 'up' | 'down'; settled: boolean }>, report: { panic: boolean }, macs = new Set(['10.93.0.11', '10.93.0.12'])) {
+function daemonWith(
+  facts: Map<string, { state: 'up' | 'down'; settled: boolean }>,
+  report: { panic: boolean },
+  macs = new Set(['10.93.0.11', '10.93.0.12']),
+  loops: { running: boolean; recovering: boolean; heartbeatAgeMs: () => number } = { running: true, recovering: false, heartbeatAgeMs: () => 0 },
+) {
   const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
   daemon.config = config;
   const inside = daemon as unknown as Record<string, unknown>;
-  inside.loops = { running: true, heartbeatAgeMs: () => 0 };
+  inside.loops = loops;
   inside.lastReports = [{ name: 'web', dropping: false, panic: report.panic }];
   inside.health = { fact: (key: string) => facts.get(key) };
   inside.neighbors = { macOf: (ip: string) => (macs.has(ip) ? new Uint8Array(6) : null) };
@@ -90,6 +95,28 @@ describe('announcing after a start', () => {
   });
 });
 
+describe('announcing and the packet loops', () => {
+  it('withdraws for a stalled or lost loop, and keeps the VIP while a loop that ended is started again', () => {
+    const facts = new Map([
+      [a, { state: 'up' as const, settled: true }],
+      [b, { state: 'up' as const, settled: true }],
+    ]);
+    const loops = { running: true, recovering: false, heartbeatAgeMs: () => 0 };
+    const wanted = daemonWith(facts, { panic: false }, undefined, loops);
+    expect(wanted().get('10.93.0.100')).toBe(true);
+    // Stalled: runs, but no heartbeat for 2 s.
+    loops.heartbeatAgeMs = () => 2000;
+    expect(wanted().get('10.93.0.100')).toBe(false);
+    // Its replacement starting (a few hundred ms): a withdrawal would flap the route on every router.
+    loops.running = false;
+    loops.recovering = true;
+    loops.heartbeatAgeMs = () => Infinity;
+    expect(wanted().get('10.93.0.100')).toBe(true);
+    // Given up (lost too often, or the new loop failed): the daemon is stopping.
+    loops.recovering = false;
+    expect(wanted().get('10.93.0.100')).toBe(false);
+  });
+});
 
 describe('a VIP shared by two services', () => {
   const two = parseConfigText(`interface: eth0
@@ -111,7 +138,7 @@ services:
     const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
     daemon.config = two.config;
     const inside = daemon as unknown as Record<string, unknown>;
-    inside.loops = { running: true, heartbeatAgeMs: () => 0 };
+    inside.loops = { running: true, recovering: false, heartbeatAgeMs: () => 0 };
     inside.lastReports = [
       { name: 'web80', dropping: false, panic: false },
       { name: 'web443', dropping: false, panic: true },

@@ -1,15 +1,20 @@
 // explain and plan ask every packet loop and wait for all answers. A loop whose worker ended
 // (crash, out of memory) never answers: the admin request that asked must not hang forever on it,
 // and a loop that still runs but does not answer (stalled) must turn into an error, not a hang.
+// A loop that ends by itself is started again in its place (a few times a minute at most).
 // No root: the loops are worker threads that speak the loop protocol without a socket.
 
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { LoopGroup, type LoopBase } from '../../src/control/loop-group.js';
 import { createLogger } from '../../src/control/logger.js';
+import { Counter } from '../../src/dataplane/counters.js';
+import type { FlowTimeouts } from '../../src/dataplane/flow-table.js';
+import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
 import type { LoopEvent, LoopSettings } from '../../src/dataplane/loop-runner.js';
 
-type Behaviour = 'answer' | 'exit' | 'silent';
+/** slow-ready: says ready after 300 ms, then answers. Loops beyond the list answer. */
+type Behaviour = 'answer' | 'exit' | 'silent' | 'slow-ready';
 
 /** A worker that says ready, then answers 'flows' with one flow, exits, or stays silent. */
 const FAKE_LOOP = `
@@ -17,53 +22,186 @@ const FAKE_LOOP = `
   // Shared, as a loop's per-real flow counts are: 5 active flows on real 0 in every loop.
   const active = new Int32Array(new SharedArrayBuffer(16));
   active[0] = 5;
-  parentPort.postMessage({ type: 'ready', localMac: new Uint8Array(6), mtu: 1500, activeByReal: active, inactiveByReal: new Int32Array(new SharedArrayBuffer(16)) });
+  const ready = () => parentPort.postMessage({ type: 'ready', localMac: new Uint8Array(6), mtu: 1500, activeByReal: active, inactiveByReal: new Int32Array(new SharedArrayBuffer(16)) });
+  if (workerData.behaviour === 'slow-ready') setTimeout(ready, 300); else ready();
   parentPort.on('message', (m) => {
     if (m.type === 'stop') { parentPort.postMessage({ type: 'stopped' }); process.exit(0); }
     if (m.type !== 'flows') return;
     if (workerData.behaviour === 'exit') process.exit(3);
-    if (workerData.behaviour === 'answer') parentPort.postMessage({ type: 'flows', id: m.id, keys: new Uint32Array(10), reals: Int32Array.of(workerData.real), count: 1 });
+    if (workerData.behaviour !== 'silent') parentPort.postMessage({ type: 'flows', id: m.id, keys: new Uint32Array(10), reals: Int32Array.of(workerData.real), count: 1 });
   });`;
 
 class FakeLoops extends LoopGroup {
   private next = 0;
   readonly settings: LoopSettings[] = [];
-  constructor(private readonly behaviours: Behaviour[]) {
-    super(createLogger(() => undefined));
+  readonly workers: Worker[] = [];
+  constructor(
+    private readonly behaviours: Behaviour[],
+    opts: ConstructorParameters<typeof LoopGroup>[1] = {},
+  ) {
+    super(createLogger(() => undefined), opts);
   }
   protected override createWorker(settings: LoopSettings): Worker {
     this.settings.push(settings);
     const i = this.next++;
-    return new Worker(FAKE_LOOP, { eval: true, workerData: { behaviour: this.behaviours[i], real: i } });
+    const w = new Worker(FAKE_LOOP, { eval: true, workerData: { behaviour: this.behaviours[i] ?? 'answer', real: i } });
+    this.workers.push(w);
+    return w;
   }
 }
 
 const base = { io: 'afpacket', ring: 'v3', interface: 'none', flowCapacity: 16, timeouts: {}, maxRealIds: 4 } as unknown as LoopBase;
 
-async function group(behaviours: Behaviour[]): Promise<FakeLoops> {
-  const g = new FakeLoops(behaviours);
+async function group(behaviours: Behaviour[], opts: ConstructorParameters<typeof LoopGroup>[1] = {}): Promise<FakeLoops> {
+  const g = new FakeLoops(behaviours, opts);
   await g.start(base, behaviours.length);
   return g;
 }
 
+/** One loop; behaviours[1..] are the loops that replace it, in turn. */
+async function oneLoop(behaviours: Behaviour[], opts: ConstructorParameters<typeof LoopGroup>[1] = {}): Promise<FakeLoops> {
+  const g = new FakeLoops(behaviours, opts);
+  await g.start(base, 1);
+  return g;
+}
+
+async function until(what: string, cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 150 && !cond(); i++) await new Promise((r) => setTimeout(r, 20));
+  if (!cond()) throw new Error(`timed out waiting for ${what}`);
+}
+
+/** Makes every loop whose behaviour is 'exit' end (it exits on a 'flows' question). */
+const askFlows = (g: LoopGroup): Promise<unknown> => g.ask((id) => ({ type: 'flows', id, limit: 10 })).catch(() => undefined);
+
 const realsOf = (events: LoopEvent[]): number[] => events.flatMap((e) => (e.type === 'flows' ? [...e.reals] : [])).sort();
 
-describe('LoopGroup.onLost', () => {
-  it('is told once for a loop that exits by itself after start, and never for loops told to stop', async () => {
+describe('a packet loop that ends by itself', () => {
+  it('is started again in its place, with the last snapshot and timeouts, and its counts kept', async () => {
     const g = await group(['exit', 'answer']);
     const lost: string[] = [];
     g.onLost = (reason) => void lost.push(reason);
     try {
-      await g.ask((id) => ({ type: 'flows', id, limit: 10 })).catch(() => undefined); // makes the first loop exit 3
-      for (let i = 0; i < 50 && lost.length === 0; i++) await new Promise((r) => setTimeout(r, 20));
+      const snapshot = { generation: 7 } as unknown as ForwardingSnapshot;
+      const timeouts = { tcpEstablishedMs: 1234 } as unknown as FlowTimeouts;
+      g.broadcast({ type: 'snapshot', snapshot });
+      g.broadcast({ type: 'timeouts', timeouts });
+      const [first, second] = g.settings;
+      first!.counters[Counter.rxPackets] = 100;
+      first!.counters[Counter.flowTableEntries] = 50;
+      second!.counters[Counter.rxPackets] = 1;
+      second!.counters[Counter.flowTableEntries] = 20;
+      await askFlows(g);
+      await until('the loop started again', () => g.settings.length === 3 && g.running);
+      expect(lost).toEqual([]);
+      expect(g.size).toBe(2);
+      const again = g.settings[2]!;
+      expect(again.snapshot).toEqual(snapshot);
+      expect(again.timeouts).toEqual(timeouts);
+      // The same share of the flow table, in the same fanout group, with counters of its own.
+      expect([again.flowCapacity, again.fanoutGroupId, again.interface]).toEqual([first!.flowCapacity, first!.fanoutGroupId, first!.interface]);
+      expect(again.counters).not.toBe(first!.counters);
+      again.counters[Counter.rxPackets] = 3;
+      const c = g.counters();
+      // Counts never go down (Prometheus counters); the ended loop's flow entries are gone.
+      expect(c[Counter.rxPackets]).toBe(104);
+      expect(c[Counter.flowTableEntries]).toBe(20);
+      expect(c[Counter.loopRestarts]).toBe(1);
+      expect(g.restarts).toBe(1);
+      // The new loop answers questions.
+      expect(realsOf((await g.ask((id) => ({ type: 'flows', id, limit: 10 }))) as LoopEvent[])).toEqual([1, 2]);
+    } finally {
+      await g.stop(1000);
+    }
+  });
+
+  it("a single loop's counts carry over too, and the group runs only once the new loop is ready", async () => {
+    const g = await oneLoop(['exit', 'slow-ready']);
+    g.settings[0]!.counters[Counter.txPackets] = 42;
+    try {
+      expect(g.running).toBe(true);
+      void askFlows(g);
+      await until('the loss', () => g.restarts === 1);
+      expect(g.running).toBe(false);
+      expect(g.counters()[Counter.txPackets]).toBe(42);
+      await until('the new loop', () => g.running);
+      expect(g.counters()[Counter.txPackets]).toBe(42);
+    } finally {
+      await g.stop(1000);
+    }
+  });
+
+  it('is handed to onLost once a loop ended more than 3 times within a minute; older losses do not count', async () => {
+    let now = 1_000_000;
+    const g = await oneLoop(['exit', 'exit', 'exit', 'exit', 'exit'], { now: () => now });
+    const lost: string[] = [];
+    g.onLost = (reason) => void lost.push(reason);
+    try {
+      for (let n = 1; n <= 3; n++) {
+        await askFlows(g);
+        await until(`restart ${n}`, () => g.restarts === n && g.running);
+        now += 10_000;
+      }
+      expect(lost).toEqual([]);
+      // 60 s after the first loss it no longer counts: a fourth is started again.
+      now += 30_001;
+      await askFlows(g);
+      await until('restart 4', () => g.restarts === 4 && g.running);
+      expect(lost).toEqual([]);
+      // Losses at 10, 20 and 60 s: one more before 70 s is the fourth within a minute.
+      await askFlows(g);
+      await until('onLost', () => lost.length > 0);
       expect(lost).toEqual(['packet loop exited with code 3']);
+      expect(g.restarts).toBe(4);
       expect(g.running).toBe(false);
     } finally {
       await g.stop(1000);
     }
     expect(lost).toHaveLength(1);
   });
+
+  it('is not started again after stop, and one that becomes ready after stop is stopped', async () => {
+    const g = await oneLoop(['exit', 'slow-ready']);
+    const lost: string[] = [];
+    g.onLost = (reason) => void lost.push(reason);
+    void askFlows(g);
+    await until('the loss', () => g.restarts === 1);
+    await g.stop(1000);
+    const replacement = g.workers[1]!;
+    const ended = await Promise.race([new Promise((r) => replacement.once('exit', () => r(true))), new Promise((r) => setTimeout(() => r(false), 3000))]);
+    expect(ended).toBe(true);
+    expect(g.size).toBe(0);
+    expect(lost).toEqual([]);
+  });
+
+  it('is handed to onLost when its replacement fails to start', async () => {
+    const g = new FailingRestart(['exit']);
+    await g.start(base, 1);
+    expect(g.size).toBe(1);
+    const lost: string[] = [];
+    g.onLost = (reason) => void lost.push(reason);
+    try {
+      g.failNext = true;
+      await askFlows(g);
+      await until('onLost', () => lost.length > 0);
+      expect(lost).toEqual(['packet loop exited with code 3; starting it again failed: opening afpacket on none: no such device']);
+      expect(g.running).toBe(false);
+    } finally {
+      await g.stop(1000);
+    }
+  });
 });
+
+/** A group whose next loop reports a start error, as a loop that cannot open its socket does. */
+class FailingRestart extends FakeLoops {
+  failNext = false;
+  protected override createWorker(settings: LoopSettings): Worker {
+    if (!this.failNext) return super.createWorker(settings);
+    return new Worker(
+      `require('node:worker_threads').parentPort.postMessage({ type: 'error', code: 'ENODEV', message: 'opening afpacket on none: no such device' }); setTimeout(() => {}, 60000);`,
+      { eval: true },
+    );
+  }
+}
 
 describe('LoopGroup.ask', () => {
   it('resolves with every loop answer', async () => {
@@ -76,7 +214,8 @@ describe('LoopGroup.ask', () => {
   });
 
   it('does not wait for a loop whose worker ended: the living loops answer (its flows ended with it)', async () => {
-    const g = await group(['answer', 'exit', 'answer']);
+    // Not started again here, so that the count after the loss is the living loops'.
+    const g = await group(['answer', 'exit', 'answer'], { restartsPerWindow: 0 });
     try {
       const started = Date.now();
       const answers = await g.ask((id) => ({ type: 'flows', id, limit: 10 }), 30_000);
