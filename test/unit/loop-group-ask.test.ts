@@ -180,7 +180,7 @@ describe('a packet loop that ends by itself', () => {
     const lost: string[] = [];
     g.onLost = (reason) => void lost.push(reason);
     try {
-      g.failNext = true;
+      g.failNext = 'error';
       await askFlows(g);
       await until('onLost', () => lost.length > 0);
       expect(lost).toEqual(['packet loop exited with code 3; starting it again failed: opening afpacket on none: no such device']);
@@ -189,13 +189,30 @@ describe('a packet loop that ends by itself', () => {
       await g.stop(1000);
     }
   });
+
+  it('is handed to onLost when its replacement exits before it is ready (the start fails, it does not hang)', async () => {
+    const g = new FailingRestart(['exit']);
+    await g.start(base, 1);
+    const lost: string[] = [];
+    g.onLost = (reason) => void lost.push(reason);
+    try {
+      g.failNext = 'exit';
+      await askFlows(g);
+      await until('onLost', () => lost.length > 0);
+      expect(lost).toEqual(['packet loop exited with code 3; starting it again failed: packet loop exited with code 5 before it was ready']);
+      expect(g.recovering).toBe(false);
+    } finally {
+      await g.stop(1000);
+    }
+  });
 });
 
-/** A group whose next loop reports a start error, as a loop that cannot open its socket does. */
+/** A group whose next loop reports a start error, as a loop that cannot open its socket does, or exits before it is ready. */
 class FailingRestart extends FakeLoops {
-  failNext = false;
+  failNext: false | 'error' | 'exit' = false;
   protected override createWorker(settings: LoopSettings): Worker {
     if (!this.failNext) return super.createWorker(settings);
+    if (this.failNext === 'exit') return new Worker(`process.exit(5)`, { eval: true });
     return new Worker(
       `require('node:worker_threads').parentPort.postMessage({ type: 'error', code: 'ENODEV', message: 'opening afpacket on none: no such device' }); setTimeout(() => {}, 60000);`,
       { eval: true },
