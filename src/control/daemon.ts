@@ -21,7 +21,7 @@ import { LoopGroup } from './loop-group.js';
 import { isWanted, type HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
 import { addressWords, formatMac } from './addresses.js';
-import { HostSetup } from './host-setup.js';
+import { COMMAND_TIMEOUT_MS, HostSetup, systemRunner } from './host-setup.js';
 import { checkHostBeforeChanges } from './start-checks.js';
 import type { Logger } from './logger.js';
 import { DaemonMetrics, type MetricsRealView } from './metrics.js';
@@ -30,7 +30,7 @@ import { monotonicMs } from '../dataplane/monotonic-clock.js';
 import { RealRegistry, serviceIdentity } from './real-registry.js';
 import { removalBlocker } from './service-removal.js';
 import { SnapshotBuilder, type RealView, type ServiceBuildReport, type ServiceView, type TunnelSources } from './snapshot-builder.js';
-import { systemRunner } from './host-setup.js';
+import { lookupRoutes } from './route-lookup.js';
 import { VipAnnouncer } from './announcer.js';
 
 export const CLOSE_TIMEOUT_MS = 10_000;
@@ -97,7 +97,7 @@ interface RealRuntime {
   removedGeneration: number;
 }
 
-/** How often the next hops of IPIP reals are asked again (`ip route get` per real). */
+/** How often the next hops of IPIP reals are asked again (one `ip -batch` of `route get` for all). */
 const ROUTE_REFRESH_MS = 10_000;
 
 /** The longest a service waits for its reals to settle before it may be announced anyway. */
@@ -457,24 +457,23 @@ export class Daemon {
     const hops = new Map<string, string>();
     // this.reals: the pairs a reload would mark removed drain their flows the way they went.
     const reals: Pick<RealConfig, 'address' | 'forwarding'>[] = [...config.services.flatMap((s) => s.reals), ...this.reals.values()];
-    const asked = new Set<string>(); // once per address, found or not (it is in the config and in this.reals)
-    for (const r of reals) {
-      if (r.forwarding !== 'ipip' || asked.has(r.address)) continue;
-      asked.add(r.address);
-      try {
-        const { stdout } = await systemRunner(['ip', '-j', 'route', 'get', r.address]);
-        const route = (JSON.parse(stdout) as { gateway?: string; dev?: string }[])[0];
-        if (route?.dev && route.dev !== config.interface) {
-          this.warnOnce(`dev ${r.address} ${route.dev}`, 'IPIP real is not reached through the forwarding interface', { real: r.address, dev: route.dev, interface: config.interface });
-        }
-        hops.set(r.address, route?.gateway ?? r.address);
-        this.warned.delete(`route ${r.address}`); // a later loss of the route is said again
-      } catch (err) {
-        this.warnOnce(`route ${r.address}`, 'no route to IPIP real', { real: r.address, error: (err as Error).message });
+    // Once per address (it is in the config and in this.reals), all in one `ip` run.
+    const asked = [...new Set(reals.filter((r) => r.forwarding === 'ipip').map((r) => r.address))];
+    const routes = await lookupRoutes(asked, COMMAND_TIMEOUT_MS);
+    for (const address of asked) {
+      const route = routes.get(address);
+      if (route === undefined || route instanceof Error) {
+        this.warnOnce(`route ${address}`, 'no route to IPIP real', { real: address, error: route?.message ?? 'not asked' });
         // A lookup that failed once (a flap, a timeout) keeps the next hop that worked.
-        const kept = previous?.get(r.address);
-        if (kept !== undefined) hops.set(r.address, kept);
+        const kept = previous?.get(address);
+        if (kept !== undefined) hops.set(address, kept);
+        continue;
       }
+      if (route.dev !== null && route.dev !== config.interface) {
+        this.warnOnce(`dev ${address} ${route.dev}`, 'IPIP real is not reached through the forwarding interface', { real: address, dev: route.dev, interface: config.interface });
+      }
+      hops.set(address, route.gateway ?? address);
+      this.warned.delete(`route ${address}`); // a later loss of the route is said again
     }
     let v4 = config.tunnel.sourceV4;
     let v6 = config.tunnel.sourceV6;

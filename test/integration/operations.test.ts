@@ -412,7 +412,7 @@ describe('start-up failure after the packet loop started', () => {
       // an `ip` that takes 3 s over that lookup holds start open while the signal arrives.
       const bin = join(dir, 'slow-ip');
       await mkdir(bin, { recursive: true });
-      await writeFile(join(bin, 'ip'), '#!/bin/sh\ncase "$*" in *"route get"*) sleep 3;; esac\nexec /usr/sbin/ip "$@"\n', { mode: 0o755 });
+      await writeFile(join(bin, 'ip'), '#!/bin/sh\ncase "$*" in *"-batch"*) sleep 3;; esac\nexec /usr/sbin/ip "$@"\n', { mode: 0o755 });
       const cfg = join(dir, 'signal-in-start.yaml');
       await writeFile(cfg, ['interface: eth0', 'services:', '  - { name: web, vip: 198.51.100.9, port: 80, forwarding: ipip, reals: [{ address: 192.0.2.2 }] }', ''].join('\n'));
       const child = lab.spawn(ns, ['env', `PATH=${bin}:${process.env.PATH}`, ...dsrlbArgv(ROOT), 'run', '-c', cfg], { stdio: ['ignore', 'pipe', 'inherit'] });

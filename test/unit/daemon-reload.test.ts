@@ -179,8 +179,12 @@ describe('IPIP next hops: a lookup that fails once', () => {
     const bin = join(dir, 'bin');
     mkdirSync(bin);
     const flag = join(dir, 'fail');
-    // A stand-in ip: route get answers via 192.0.2.13 unless the flag file exists.
-    writeFileSync(join(bin, 'ip'), `#!/bin/sh\nif [ -e ${flag} ]; then echo 'RTNETLINK answers: Network is unreachable' >&2; exit 2; fi\necho '[{"dst":"'$5'","gateway":"192.0.2.13","dev":"eth0"}]'\n`);
+    // A stand-in ip -j -force -batch -: each `route get A` line answers via 192.0.2.13, or fails
+    // as ip does (its error, then the batch line) while the flag file exists.
+    writeFileSync(
+      join(bin, 'ip'),
+      `#!/bin/sh\nn=0; rc=0\nwhile read -r _ _ a; do n=$((n+1))\nif [ -e ${flag} ]; then echo 'RTNETLINK answers: Network is unreachable' >&2; echo "Command failed -:$n" >&2; rc=1\nelse echo '[{"dst":"'$a'","gateway":"192.0.2.13","dev":"eth0"}]'; fi\ndone\nexit $rc\n`,
+    );
     chmodSync(join(bin, 'ip'), 0o755);
     const oldPath = process.env.PATH;
     process.env.PATH = `${bin}:${oldPath}`;

@@ -1,0 +1,76 @@
+// The LB's routes to a set of addresses (the next hops of IPIP reals), asked in one
+// `ip -j -force -batch -` for all of them: asked every 10 s, one `ip route get` per real forked
+// the daemon 5 times a second with 50 IPIP reals. With -force ip carries on past a lookup that
+// fails (no route) and reports it on stderr by line number ("Command failed -:N"); the answers
+// are matched to addresses by their `dst`, so a failure that is not reported by line cannot
+// shift the others.
+
+import { execFile } from 'node:child_process';
+import ipaddr from 'ipaddr.js';
+
+export interface Route {
+  /** The gateway, or null for an address on a connected network. */
+  readonly gateway: string | null;
+  readonly dev: string | null;
+}
+
+/** One address in one spelling (an IPv6 address can be written many ways; ip prints its own). */
+function keyOf(address: string): string {
+  try {
+    return ipaddr.parse(address).toNormalizedString();
+  } catch {
+    return address;
+  }
+}
+
+/**
+ * Parses the output of `ip -j -force -batch -` run on `route get A` lines for `addresses`: each
+ * address's route, or the error ip gave for it (or "no answer" when it gave none).
+ */
+export function parseRouteBatch(addresses: readonly string[], stdout: string, stderr: string): Map<string, Route | Error> {
+  const routes = new Map<string, Route>();
+  for (const line of stdout.split('\n')) {
+    if (!line.trim().startsWith('[')) continue;
+    let answer: { dst?: string; gateway?: string; dev?: string }[];
+    try {
+      answer = JSON.parse(line) as typeof answer;
+    } catch {
+      continue;
+    }
+    const r = answer[0];
+    if (r?.dst !== undefined) routes.set(keyOf(r.dst), { gateway: r.gateway ?? null, dev: r.dev ?? null });
+  }
+  // stderr: the error's own line(s), then "Command failed -:N" naming the batch line.
+  const failed = new Map<number, string>();
+  let message: string[] = [];
+  for (const line of stderr.split('\n')) {
+    const m = /^Command failed -:(\d+)/.exec(line);
+    if (m) {
+      failed.set(Number(m[1]), message.join('; ') || 'failed');
+      message = [];
+    } else if (line.trim() !== '') message.push(line.trim());
+  }
+  const out = new Map<string, Route | Error>();
+  addresses.forEach((a, i) => {
+    const route = routes.get(keyOf(a));
+    out.set(a, route ?? new Error(failed.get(i + 1) ?? (message.join('; ') || 'no answer from ip route get')));
+  });
+  return out;
+}
+
+/** Routes to `addresses` from one `ip` run; an `ip` that fails whole (missing, killed) fails every address. */
+export function lookupRoutes(addresses: readonly string[], timeoutMs: number): Promise<Map<string, Route | Error>> {
+  if (addresses.length === 0) return Promise.resolve(new Map());
+  return new Promise((resolve) => {
+    const child = execFile('ip', ['-j', '-force', '-batch', '-'], { timeout: timeoutMs, killSignal: 'SIGKILL' }, (err, stdout, stderr) => {
+      const killed = (err as { killed?: boolean } | null)?.killed === true;
+      // A non-zero exit is normal with -force when one lookup failed: the others answered.
+      if (err && (killed || typeof (err as { code?: unknown }).code !== 'number')) {
+        const why = new Error(killed ? `ip route get: no answer within ${timeoutMs / 1000} s (killed)` : `ip route get: ${err.message}`);
+        return resolve(new Map(addresses.map((a) => [a, why])));
+      }
+      resolve(parseRouteBatch(addresses, stdout, stderr));
+    });
+    child.stdin!.end(addresses.map((a) => `route get ${a}\n`).join(''));
+  });
+}
