@@ -825,29 +825,35 @@ static napi_value recv_copy(napi_env env, napi_callback_info info) {
 // when the ring has a block for user space (errno 0), or after a socket error (errno > 0, e.g.
 // ENETDOWN; the error is cleared and polling goes on).
 
-static void on_poll(uv_poll_t* handle, int status, int events) {
-  packet_socket* s = handle->data;
-  if (s->closed || s->callback_ref == NULL) return;
+// Shared with raw_tunnel.c: one readiness wake-up of `handle` on `fd` turned into callback(errno)
+// on the loop thread. After POLLERR (status < 0; libuv stops the handle) SO_ERROR is read, which
+// clears it, and polling starts again with `restart`.
+void dsrlb_poll_notify(napi_env env, uv_poll_t* handle, uv_poll_cb restart, int fd, int status, napi_ref callback_ref,
+                       napi_async_context async_context) {
   int err = 0;
   if (status < 0) {
-    // libuv stops the handle on POLLERR; read SO_ERROR to clear it, then keep polling.
     socklen_t len = sizeof err;
-    if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err == 0) err = -status;
-    uv_poll_start(handle, UV_READABLE, on_poll);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0 || err == 0) err = -status;
+    uv_poll_start(handle, UV_READABLE, restart);
   }
-  napi_env env = s->env;
   napi_handle_scope scope;
   if (napi_open_handle_scope(env, &scope) != napi_ok) return;
   napi_value callback, recv, argv[1], exception;
-  if (napi_get_reference_value(env, s->callback_ref, &callback) == napi_ok && callback != NULL) {
+  if (napi_get_reference_value(env, callback_ref, &callback) == napi_ok && callback != NULL) {
     napi_get_global(env, &recv);  // napi_make_callback needs an object receiver
     napi_create_int32(env, err, &argv[0]);
-    if (napi_make_callback(env, s->async_context, recv, callback, 1, argv, NULL) == napi_pending_exception &&
+    if (napi_make_callback(env, async_context, recv, callback, 1, argv, NULL) == napi_pending_exception &&
         napi_get_and_clear_last_exception(env, &exception) == napi_ok) {
       napi_fatal_exception(env, exception);
     }
   }
   napi_close_handle_scope(env, scope);
+}
+
+static void on_poll(uv_poll_t* handle, int status, int events) {
+  packet_socket* s = handle->data;
+  if (s->closed || s->callback_ref == NULL) return;
+  dsrlb_poll_notify(s->env, handle, on_poll, s->fd, status, s->callback_ref, s->async_context);
 }
 
 static napi_value start_polling(napi_env env, napi_callback_info info) {
@@ -1034,6 +1040,7 @@ static napi_value close_on_exec_all(napi_env env, napi_callback_info info) {
 }
 
 napi_status tun_device_init(napi_env env, napi_value exports);  // tun_device.c
+napi_status raw_tunnel_init(napi_env env, napi_value exports);  // raw_tunnel.c
 
 NAPI_MODULE_INIT() {
   napi_property_descriptor properties[] = {
@@ -1055,5 +1062,6 @@ NAPI_MODULE_INIT() {
     return NULL;
   }
   if (tun_device_init(env, exports) != napi_ok) return NULL;
+  if (raw_tunnel_init(env, exports) != napi_ok) return NULL;
   return exports;
 }

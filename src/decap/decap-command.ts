@@ -115,9 +115,9 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
     const fd = tun.fd;
     const d = new Decapsulator(vips, (buf, offset, length) => native.tunWrite(fd, buf, offset, length));
     decap = d;
-    const onPacket = (buf: Buffer, length: number, spec: TunnelSocketSpec): void => {
+    const onPacket = (buf: Buffer, length: number, spec: TunnelSocketSpec, outerTrafficClass: number): void => {
       if (spec.outerFamily === 4) d.receiveIpv4Outer(buf, length);
-      else d.receiveIpv6Outer(buf, length, spec.protocol);
+      else d.receiveIpv6Outer(buf, length, spec.protocol, outerTrafficClass);
     };
     const onError = (error: Error, spec: TunnelSocketSpec): void => {
       log.error('tunnel socket failed', { outerFamily: spec.outerFamily, protocol: spec.protocol, error: error.message });

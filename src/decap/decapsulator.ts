@@ -61,10 +61,13 @@ export class Decapsulator {
     return this.deliver(buf, innerOfIpv4Outer(buf, length, this.vips, this.inner));
   }
 
-  /** A packet from an IPv6 raw socket for next header `protocol`: the outer header already stripped. */
-  receiveIpv6Outer(buf: Uint8Array, length: number, protocol: number): number {
+  /**
+   * A packet from an IPv6 raw socket for next header `protocol`: the outer header already stripped,
+   * its traffic class given apart (IPV6_TCLASS ancillary data; -1 when there was none).
+   */
+  receiveIpv6Outer(buf: Uint8Array, length: number, protocol: number, outerTrafficClass: number): number {
     this.counts[RX_V6_OUTER]!++;
-    return this.deliver(buf, innerOfIpv6Outer(buf, length, protocol, this.vips, this.inner));
+    return this.deliver(buf, innerOfIpv6Outer(buf, length, protocol, outerTrafficClass, this.vips, this.inner));
   }
 
   counters(): DecapCounters {

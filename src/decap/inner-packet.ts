@@ -145,10 +145,14 @@ export function combineEcn(outerEcn: number, buf: Uint8Array, inner: number, fam
 /**
  * The inner packet of what an IPv6 raw socket for next header `protocol` (4 or 41) delivered: Linux
  * strips the IPv6 header (and extension headers), so buf[0, length) is the inner packet itself.
+ * `outerTrafficClass` is the stripped header's (from IPV6_TCLASS), -1 if unknown: its ECN field
+ * is combined into the inner header as over IPv4.
  */
-export function innerOfIpv6Outer(buf: Uint8Array, length: number, protocol: number, vips: VipSet, out: Int32Array): number {
+export function innerOfIpv6Outer(buf: Uint8Array, length: number, protocol: number, outerTrafficClass: number, vips: VipSet, out: Int32Array): number {
   if (length > buf.length) return -DecapDrop.truncatedInner;
-  return innerPacket(buf, 0, length, protocol, vips, out);
+  const rc = innerPacket(buf, 0, length, protocol, vips, out);
+  if (rc < 0 || outerTrafficClass < 0) return rc;
+  return combineEcn(outerTrafficClass & ECN_MASK, buf, out[INNER_OFFSET]!, out[INNER_FAMILY]!);
 }
 
 /**

@@ -1,45 +1,21 @@
-// The raw sockets `dsrlb decap` reads tunnel packets from (the `raw-socket` package): IPv4 and IPv6
+// The raw sockets `dsrlb decap` reads tunnel packets from (native/src/raw_tunnel.c): IPv4 and IPv6
 // sockets for protocol 4 (IPv4 inner) and 41 (IPv6 inner). A raw socket gets each datagram after
 // the kernel reassembled its fragments, and while one is open the kernel no longer answers these
-// protocols with ICMP protocol-unreachable / parameter-problem (it counts them as delivered).
+// protocols with ICMP protocol-unreachable / parameter-problem (it counts them as delivered). They
+// are read with recvmsg, not with the raw-socket package's recvfrom: an IPv6 raw socket hands over
+// the payload only, and the outer traffic class (its ECN mark, which RFC 6040 carries inside)
+// comes as ancillary data that recvfrom drops.
 
-import { createRequire } from 'node:module';
 import { IPPROTO_IPIP, IPPROTO_IPV6 } from './inner-packet.js';
-
-/** The part of `raw-socket` used here; the package ships no types. */
-interface RawSocket {
-  on(event: 'error', listener: (error: Error) => void): this;
-  setOption(level: number, option: number, value: number): void;
-  setOption(level: number, option: number, value: Buffer, length: number): void;
-  close(): this;
-  /**
-   * The native socket under the package's Socket (raw-socket 1.8 src/raw.cc): it emits
-   * 'recvReady' when readable, and recv() reads one datagram with recvfrom into `buffer`, calls
-   * back synchronously with its length, or throws Error(strerror(errno)).
-   */
-  readonly wrap: {
-    on(event: 'recvReady', listener: () => void): void;
-    removeAllListeners(event: 'recvReady'): void;
-    recv(buffer: Buffer, callback: (buffer: Buffer, bytes: number, source: string) => void): void;
-  };
-}
-interface RawSocketModule {
-  createSocket(options: { protocol: number; addressFamily?: number; bufferSize?: number }): RawSocket;
-  readonly AddressFamily: { readonly IPv4: number; readonly IPv6: number };
-  readonly SocketLevel: { readonly SOL_SOCKET: number };
-  readonly SocketOption: { readonly SO_RCVBUF: number; readonly SO_BINDTODEVICE: number };
-}
-
-const raw = createRequire(import.meta.url)('raw-socket') as RawSocketModule;
+import { loadNative, type TunnelSocketHandle } from '../io/native-binding.js';
 
 /** An IPv4 datagram (and an IPv6 payload) is at most 65535 bytes: a larger buffer never truncates. */
 const RECEIVE_BUFFER_BYTES = 65536;
-/** SO_RCVBUF asked for (the kernel caps it at net.core.rmem_max): bursts wait here, not dropped. */
+/** SO_RCVBUF asked for (SO_RCVBUFFORCE past net.core.rmem_max): bursts wait here, not dropped. */
 const SOCKET_RCVBUF_BYTES = 4 << 20;
 /** Datagrams read per readiness event before the loop gets a turn (level-triggered: the rest wait). */
 const RECEIVE_BATCH = 64;
-/** strerror(EAGAIN): how raw-socket reports that the socket has been drained. */
-const DRAINED_MESSAGE = 'Resource temporarily unavailable';
+const EAGAIN = 11;
 
 export interface TunnelSocketSpec {
   outerFamily: 4 | 6;
@@ -65,64 +41,51 @@ export interface TunnelSocket {
 
 /**
  * Opens one raw socket, bound to `ifname` when given (SO_BINDTODEVICE: tunnel packets arriving
- * elsewhere are not read, and the kernel refuses them as before). `onPacket(buf, length, spec)`
- * runs synchronously per datagram; buf is reused for the next one. Throws when the socket cannot
- * be opened (EPERM without CAP_NET_RAW, EAFNOSUPPORT without IPv6).
+ * elsewhere are not read, and the kernel refuses them as before). `onPacket(buf, length, spec,
+ * outerTrafficClass)` runs synchronously per datagram (the traffic class is -1 over IPv4, whose
+ * header is in buf); buf is reused for the next one. Throws when the socket cannot be opened
+ * (EPERM without CAP_NET_RAW, EAFNOSUPPORT without IPv6).
  */
 export function openTunnelSocket(
   spec: TunnelSocketSpec,
   ifname: string | undefined,
-  onPacket: (buf: Buffer, length: number, spec: TunnelSocketSpec) => void,
+  onPacket: (buf: Buffer, length: number, spec: TunnelSocketSpec, outerTrafficClass: number) => void,
   onError: (error: Error, spec: TunnelSocketSpec) => void,
 ): TunnelSocket {
-  // raw-socket's errors are bare strerror() texts: say which socket and which step.
+  const native = loadNative();
   const what = `raw IPv${spec.outerFamily} socket for protocol ${spec.protocol}`;
-  let socket: RawSocket;
+  const buffer = Buffer.alloc(RECEIVE_BUFFER_BYTES);
+  const meta = new Int32Array(2);
+  let handle: TunnelSocketHandle | null = null;
+  let closed = false;
+  const close = (): void => {
+    if (closed) return;
+    closed = true;
+    if (handle !== null) native.closeTunnelSocket(handle);
+  };
+  const onReadable = (errno: number): void => {
+    if (closed || handle === null) return;
+    if (errno !== 0) {
+      // A pending socket error (cleared): a datagram may have been lost, the socket goes on.
+      return;
+    }
+    for (let i = 0; i < RECEIVE_BATCH; i++) {
+      const length = native.recvTunnel(handle, buffer, meta);
+      if (length === -EAGAIN) return;
+      if (length < 0) {
+        close();
+        onError(new Error(`${what}: recvmsg failed (errno ${-length})`), spec);
+        return;
+      }
+      // A datagram is at most 65535 bytes: one that did not fit is not a tunnel packet of ours.
+      if (meta[1] === 1) continue;
+      onPacket(buffer, length, spec, meta[0]!);
+    }
+  };
   try {
-    socket = raw.createSocket({
-      protocol: spec.protocol,
-      addressFamily: spec.outerFamily === 4 ? raw.AddressFamily.IPv4 : raw.AddressFamily.IPv6,
-      // Unused: datagrams are read into `buffer` below.
-      bufferSize: 1,
-    });
+    handle = native.openTunnelSocket(spec.outerFamily, spec.protocol, ifname ?? null, SOCKET_RCVBUF_BYTES, onReadable);
   } catch (err) {
     throw new Error(`${what}: ${(err as Error).message}`);
   }
-  try {
-    socket.setOption(raw.SocketLevel.SOL_SOCKET, raw.SocketOption.SO_RCVBUF, SOCKET_RCVBUF_BYTES);
-    if (ifname !== undefined) {
-      const name = Buffer.from(`${ifname}\0`, 'latin1');
-      try {
-        socket.setOption(raw.SocketLevel.SOL_SOCKET, raw.SocketOption.SO_BINDTODEVICE, name, name.length);
-      } catch (err) {
-        throw new Error(`${what}: SO_BINDTODEVICE ${ifname}: ${(err as Error).message}`);
-      }
-    }
-  } catch (err) {
-    socket.close();
-    throw err;
-  }
-  // The package reads one datagram per poll wake-up and slices a Buffer for each: draining up to
-  // RECEIVE_BATCH per wake-up halved the CPU per packet and stopped receive-buffer drops at 70k pps.
-  const buffer = Buffer.alloc(RECEIVE_BUFFER_BYTES);
-  const onBytes = (_buffer: Buffer, length: number): void => onPacket(buffer, length, spec);
-  socket.wrap.removeAllListeners('recvReady');
-  socket.wrap.on('recvReady', () => {
-    try {
-      for (let i = 0; i < RECEIVE_BATCH; i++) socket.wrap.recv(buffer, onBytes);
-    } catch (err) {
-      if ((err as Error).message !== DRAINED_MESSAGE) onError(err as Error, spec);
-    }
-  });
-  // raw-socket closes the socket after an error: the caller decides whether to go on without it.
-  socket.on('error', (error) => onError(error, spec));
-  let closed = false;
-  return {
-    spec,
-    close: () => {
-      if (closed) return;
-      closed = true;
-      socket.close();
-    },
-  };
+  return { spec, close };
 }

@@ -146,6 +146,26 @@ export interface DsrlbNative {
   tunWrite(fd: number, buf: Uint8Array, offset: number, length: number): number;
   /** TUNSETCARRIER: the device's carrier on or off (what BIRD's `check link` sees). */
   tunSetCarrier(fd: number, on: boolean): void;
+  /**
+   * A raw socket for tunnel protocol `protocol` over outer IPv4 or IPv6 (native/src/raw_tunnel.c):
+   * non-blocking, close-on-exec, SO_RCVBUF(FORCE) `receiveBufferBytes`, bound to `ifname` unless
+   * null, IPV6_RECVTCLASS on for IPv6. `callback(0)` runs on the loop thread whenever it is
+   * readable, `callback(errno)` after a socket error (cleared; polling goes on). Throws a
+   * NativeSystemError.
+   */
+  openTunnelSocket(family: 4 | 6, protocol: number, ifname: string | null, receiveBufferBytes: number, callback: (errno: number) => void): TunnelSocketHandle;
+  /**
+   * One datagram into buf (recvmsg): its length, or -errno (-EAGAIN once drained). meta[0] = the
+   * IPv6 outer traffic class, or -1; meta[1] = 1 when it did not fit buf.
+   */
+  recvTunnel(handle: TunnelSocketHandle, buf: Uint8Array, meta: Int32Array): number;
+  /** Stops readiness and closes the socket. Idempotent. */
+  closeTunnelSocket(handle: TunnelSocketHandle): void;
+}
+
+/** An open tunnel raw socket. Only the addon creates these; pass them back unchanged. */
+export interface TunnelSocketHandle {
+  readonly fd: number;
 }
 
 /** An open TUN device (native/src/tun_device.c). */

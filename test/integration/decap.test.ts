@@ -1,7 +1,8 @@
 // `dsrlb decap` on real veths in network namespaces: a sender namespace tunnels its traffic for the
 // VIPs to the real (test/support/ipip-sender.mjs, a minimal tunnelling LB), the real decapsulates
 // in user space and answers directly. Covers 4in4, 6in6, 4in6 and 6in4, outer packets fragmented
-// on the way, refusal of inner packets to non-VIPs, exit codes and undo on exit.
+// on the way, the outer IPv6 header's ECN carried inside, refusal of inner packets to non-VIPs,
+// exit codes and undo on exit.
 // Needs root and `ip netns`; fails otherwise.
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, rmSync } from 'node:fs';
@@ -34,13 +35,18 @@ const VIP4 = '10.99.0.10'; // reached 4in4
 const VIP4_OVER6 = '10.99.0.11'; // reached 4in6
 const VIP6 = 'fd99::10'; // reached 6in6
 const VIP6_OVER4 = 'fd99::11'; // reached 6in4
-const VIPS = [VIP4, VIP4_OVER6, VIP6, VIP6_OVER4];
+// Reached 4in6 and 6in6 with the outer traffic class CE, as if congested between LB and real.
+const VIP4_CE = '10.99.0.12';
+const VIP6_CE = 'fd99::12';
+const VIPS = [VIP4, VIP4_OVER6, VIP6, VIP6_OVER4, VIP4_CE, VIP6_CE];
 // Local addresses of the real that are not VIPs: decap must not deliver to them.
 const OTHER4 = '10.66.0.7';
 const OTHER6 = 'fd66::7';
 const UDP_PORT = 9000;
 const LARGE_BYTES = 3000;
 const NON_VIP_DATAGRAMS = 5;
+/** Not-ECT pings sent under an outer CE mark: decap drops them (RFC 6040). */
+const CE_ON_NOT_ECT = 2;
 
 interface RunningProcess {
   child: ChildProcess;
@@ -102,6 +108,13 @@ function jsonLines(proc: RunningProcess): Record<string, unknown>[] {
 /** A counter from /proc/net/snmp ("Ip", "ReasmOKs") or /proc/net/snmp6 ("Ip6ReasmOKs"), read in `ns`. */
 function snmp(ns: string, proto: string, name: string): number {
   const lines = inNs(ns, 'cat', ['/proc/net/snmp']).split('\n');
+  const [header, values] = lines.filter((line) => line.startsWith(`${proto}:`));
+  return Number(values!.split(/\s+/)[header!.split(/\s+/).indexOf(name)]);
+}
+
+/** A counter of /proc/net/netstat (IpExt, TcpExt), laid out as /proc/net/snmp. */
+function netstat(ns: string, proto: string, name: string): number {
+  const lines = inNs(ns, 'cat', ['/proc/net/netstat']).split('\n');
   const [header, values] = lines.filter((line) => line.startsWith(`${proto}:`));
   return Number(values!.split(/\s+/)[header!.split(/\s+/).indexOf(name)]);
 }
@@ -235,11 +248,12 @@ describe('dsrlb decap (namespaces)', () => {
       [
         'node', senderEntry, '--tun', SENDER_TUN, '--mtu', '9000', '--outer4', REAL4, '--outer6', REAL6,
         '--map', `${VIP4_OVER6}=${REAL6}`, '--map', `${VIP6_OVER4}=${REAL4}`,
+        '--map', `${VIP4_CE}=${REAL6}`, '--outer-tclass', `${VIP4_CE}=3`, '--outer-tclass', `${VIP6_CE}=3`,
       ],
       (l) => l.includes('"ready"'),
     );
-    for (const address of [VIP4, VIP4_OVER6, OTHER4]) ip('-n', NS.sender, 'route', 'add', `${address}/32`, 'dev', SENDER_TUN, 'src', SENDER4);
-    for (const address of [VIP6, VIP6_OVER4, OTHER6]) {
+    for (const address of [VIP4, VIP4_OVER6, VIP4_CE, OTHER4]) ip('-n', NS.sender, 'route', 'add', `${address}/32`, 'dev', SENDER_TUN, 'src', SENDER4);
+    for (const address of [VIP6, VIP6_OVER4, VIP6_CE, OTHER6]) {
       ip('-n', NS.sender, '-6', 'route', 'add', `${address}/128`, 'dev', SENDER_TUN, 'src', SENDER6);
     }
     icmpBefore = {
@@ -335,6 +349,25 @@ describe('dsrlb decap (namespaces)', () => {
     expect((await httpGet(VIP4)).vip).toBe(VIP4);
   });
 
+  it('carries the CE mark of an outer IPv6 header into the inner packet, and drops CE over a packet that is not ECN-capable (RFC 6040)', async () => {
+    // ECT(0) pings (-Q 2): each echo request reaches the real marked CE, and is answered.
+    const ce4 = netstat(NS.real, 'IpExt', 'InCEPkts');
+    await inNsAsync(NS.sender, 'ping', ['-c', '3', '-i', '0.2', '-W', '2', '-Q', '2', VIP4_CE]);
+    expect(netstat(NS.real, 'IpExt', 'InCEPkts') - ce4).toBe(3);
+    // 6in6: the real's kernel counts the outer headers (CE) and the inner ones (CE only if carried).
+    const ce6 = snmp6(NS.real, 'Ip6InCEPkts');
+    await inNsAsync(NS.sender, 'ping', ['-6', '-c', '3', '-i', '0.2', '-W', '2', '-Q', '2', VIP6_CE]);
+    expect(snmp6(NS.real, 'Ip6InCEPkts') - ce6).toBe(6);
+    // Not-ECT pings under an outer CE: dropped by decap (the congestion cannot be signalled).
+    await expect(inNsAsync(NS.sender, 'ping', ['-c', String(CE_ON_NOT_ECT), '-i', '0.2', '-W', '1', '-Q', '0', VIP4_CE])).rejects.toThrow();
+    const hups = () => jsonLines(decap).filter((l) => String(l.msg).startsWith('SIGHUP'));
+    const before = hups().length;
+    decap.child.kill('SIGHUP');
+    const deadline = Date.now() + 5000;
+    while (hups().length === before && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(hups().at(-1)?.counters).toMatchObject({ dropped: { ceOnNotEct: CE_ON_NOT_ECT } });
+  });
+
   it('lets no ICMP protocol-unreachable or parameter problem reach the sender', () => {
     expect(snmp(NS.sender, 'Icmp', 'InDestUnreachs')).toBe(icmpBefore.unreachable);
     expect(snmp6(NS.sender, 'Icmp6InParmProblems')).toBe(icmpBefore.parameterProblems);
@@ -351,12 +384,12 @@ describe('dsrlb decap (namespaces)', () => {
     const counters = stopped?.counters as Record<string, unknown>;
     console.log('decap counters:', JSON.stringify(counters));
     expect(counters).toMatchObject({
-      dropped: { notVip: NON_VIP_DATAGRAMS * 2 },
+      dropped: { notVip: NON_VIP_DATAGRAMS * 2, ceOnNotEct: CE_ON_NOT_ECT },
       lastTunWriteErrno: 0,
     });
     const n = counters as { receivedIpv4Outer: number; receivedIpv6Outer: number; decapsulatedIpv4: number; decapsulatedIpv6: number };
-    // Every tunnel packet received was either delivered or a counted non-VIP drop.
-    expect(n.receivedIpv4Outer + n.receivedIpv6Outer).toBe(n.decapsulatedIpv4 + n.decapsulatedIpv6 + NON_VIP_DATAGRAMS * 2);
+    // Every tunnel packet received was either delivered or a counted drop (non-VIP, CE over Not-ECT).
+    expect(n.receivedIpv4Outer + n.receivedIpv6Outer).toBe(n.decapsulatedIpv4 + n.decapsulatedIpv6 + NON_VIP_DATAGRAMS * 2 + CE_ON_NOT_ECT);
     expect(n.decapsulatedIpv4).toBeGreaterThan(0);
     expect(n.decapsulatedIpv6).toBeGreaterThan(0);
     expect(decap.stderr.join('')).toBe('');

@@ -5,6 +5,8 @@
 // (inner IPv4) or 41 (inner IPv6): the kernel adds the outer header (IPv4 or IPv6, by the outer
 // address) and fragments it when it exceeds the path MTU. The outer destination is --outer4 /
 // --outer6 by inner family, or --map's for that inner destination (to send 4in6 and 6in4).
+// --outer-tclass INNER_DST=N gives the outer IPv6 header of that destination's packets traffic
+// class N (IPV6_TCLASS; 3 marks them CE, as a congested hop between LB and real would).
 // Prints {"ready":...} once the device is up and {"counters":...} on SIGTERM/SIGINT.
 import { execFileSync } from 'node:child_process';
 import { read } from 'node:fs';
@@ -26,6 +28,7 @@ const { values } = parseArgs({
     outer4: { type: 'string' },
     outer6: { type: 'string' },
     map: { type: 'string', multiple: true, default: [] },
+    'outer-tclass': { type: 'string', multiple: true, default: [] },
   },
 });
 
@@ -33,8 +36,11 @@ const counters = { read: 0, sentInner4: 0, sentInner6: 0, sentBytes: 0, sendErro
 const mapped = new Map(values.map.map((m) => m.split('=')));
 const sockets = new Map();
 
-function socketFor(outer, protocol) {
-  const key = `${isIPv6(outer) ? 6 : 4}/${protocol}`;
+const IPPROTO_IPV6 = 41;
+const IPV6_TCLASS = 67;
+
+function socketFor(outer, protocol, tclass) {
+  const key = `${isIPv6(outer) ? 6 : 4}/${protocol}/${tclass ?? ''}`;
   let socket = sockets.get(key);
   if (socket === undefined) {
     socket = raw.createSocket({
@@ -44,6 +50,7 @@ function socketFor(outer, protocol) {
     // Send-only: pausing receive stops the package from reading (and the socket sees the replies
     // the decapsulating side never sends, but keep it quiet anyway).
     socket.pauseRecv();
+    if (tclass !== undefined && isIPv6(outer)) socket.setOption(IPPROTO_IPV6, IPV6_TCLASS, tclass);
     socket.on('error', (error) => {
       counters.sendErrors++;
       counters.lastError = error.message;
@@ -74,6 +81,7 @@ function canonical(address) {
   return groups.map((g) => parseInt(g, 16).toString(16)).join(':');
 }
 const mappedCanonical = new Map([...mapped].map(([inner, outer]) => [canonical(inner), outer]));
+const tclassOf = new Map(values['outer-tclass'].map((m) => m.split('=')).map(([inner, tc]) => [canonical(inner), Number(tc)]));
 
 const tun = native.openTun(values.tun);
 execFileSync('ip', ['link', 'set', 'dev', tun.name, 'mtu', values.mtu, 'up']);
@@ -100,7 +108,7 @@ function readNext() {
       return readNext();
     }
     const outer = mappedCanonical.get(canonical(destination)) ?? (family === 4 ? values.outer4 : values.outer6);
-    const socket = socketFor(outer, family === 4 ? 4 : 41);
+    const socket = socketFor(outer, family === 4 ? 4 : 41, tclassOf.get(canonical(destination)));
     socket.send(packet, 0, length, outer, (sendError) => {
       if (sendError) {
         counters.sendErrors++;

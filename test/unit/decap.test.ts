@@ -37,9 +37,9 @@ function fromIpv4Outer(packet: Uint8Array): Uint8Array | string {
   return packet.subarray(out[INNER_OFFSET]!, out[INNER_OFFSET]! + out[INNER_LENGTH]!);
 }
 
-function fromIpv6Outer(payload: Uint8Array, protocol: number): Uint8Array | string {
+function fromIpv6Outer(payload: Uint8Array, protocol: number, outerTrafficClass = -1): Uint8Array | string {
   const out = new Int32Array(3);
-  const verdict = innerOfIpv6Outer(payload, payload.length, protocol, vips, out);
+  const verdict = innerOfIpv6Outer(payload, payload.length, protocol, outerTrafficClass, vips, out);
   if (verdict < 0) return Object.entries(DecapDrop).find(([, v]) => v === -verdict)![0];
   expect(out[INNER_FAMILY]).toBe(payload[0]! >> 4);
   return payload.subarray(out[INNER_OFFSET]!, out[INNER_OFFSET]! + out[INNER_LENGTH]!);
@@ -107,6 +107,21 @@ describe('inner packets of an IPv6 raw socket (the kernel strips the outer heade
     expect(fromIpv6Outer(inner4(), 4)).toEqual(inner4());
   });
 
+  it('carries the outer traffic class\'s congestion mark (IPV6_TCLASS) into the inner packet (RFC 6040)', () => {
+    const v4 = (tos: number) => ipv4({ src: CLIENT4, dst: VIP4, proto: 17, tos }, udp({ sport: 40000, dport: 53 }, 'query', { src: CLIENT4, dst: VIP4 }));
+    const v6 = (tc: number) => ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 17, trafficClass: tc }, udp({ sport: 40000, dport: 53 }, 'query', { src: CLIENT6, dst: VIP6 }));
+    // 4in6: outer CE (DSCP 46 beside it) over inner ECT(0): CE inside, the inner checksum right.
+    expect(fromIpv6Outer(v4(0x2a), 4, 0xbb)).toEqual(v4(0x2b));
+    // 6in6: outer CE over ECT(1); outer ECT(1) over ECT(0).
+    expect(fromIpv6Outer(v6(0x01), 41, 0x03)).toEqual(v6(0x03));
+    expect(fromIpv6Outer(v6(0x02), 41, 0x01)).toEqual(v6(0x01));
+    // Outer CE over a packet that is not ECN-capable: dropped.
+    expect(fromIpv6Outer(v6(0x00), 41, 0x03)).toBe('ceOnNotEct');
+    // Outer ECT(0), or no traffic class known: unchanged.
+    expect(fromIpv6Outer(v4(0x02), 4, 0x02)).toEqual(v4(0x02));
+    expect(fromIpv6Outer(v6(0x00), 41, -1)).toEqual(v6(0x00));
+  });
+
   it.each([
     ['an empty payload', new Uint8Array(0), 41, 'truncatedInner'],
     ['a payload shorter than an IPv6 header', inner6().subarray(0, 39), 41, 'truncatedInner'],
@@ -141,11 +156,11 @@ describe('Decapsulator', () => {
     });
     const a = outer4(4, inner4());
     expect(decap.receiveIpv4Outer(a, a.length)).toBe(0);
-    expect(decap.receiveIpv6Outer(inner6(), inner6().length, 41)).toBe(0);
+    expect(decap.receiveIpv6Outer(inner6(), inner6().length, 41, 0)).toBe(0);
     const b = outer4(4, inner4(REAL4));
     expect(decap.receiveIpv4Outer(b, b.length)).toBe(-DecapDrop.notVip);
     refuse = true;
-    expect(decap.receiveIpv6Outer(inner4(), inner4().length, 4)).toBe(-DecapDrop.tunWriteFailed);
+    expect(decap.receiveIpv6Outer(inner4(), inner4().length, 4, -1)).toBe(-DecapDrop.tunWriteFailed);
     expect(written).toEqual([Buffer.from(inner4()).toString('hex'), Buffer.from(inner6()).toString('hex')]);
     expect(decap.counters()).toEqual({
       receivedIpv4Outer: 2,
