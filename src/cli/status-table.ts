@@ -34,7 +34,13 @@ function since(iso: string, now: number): string {
   return `${Math.round(s / 3600)}h`;
 }
 
-export function formatStatus(status: { services: ServiceStatus[] }, now = Date.now()): string {
+/** The daemon's packet loops (GET /status `loop`); absent from older daemons. */
+interface LoopStatus {
+  healthy: boolean;
+  restarts?: number;
+}
+
+export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopStatus }, now = Date.now()): string {
   const rows: string[][] = [['Prot', 'LocalAddress:Port', 'Scheduler', 'Forward', 'Weight', 'Intent', 'Health', 'ActiveConn', 'InActConn', 'Pkt/s', 'Bytes/s']];
   const lines: string[] = [];
   const notes: string[] = [];
@@ -51,6 +57,10 @@ export function formatStatus(status: { services: ServiceStatus[] }, now = Date.n
       rows.push(['', `  -> ${addr}:${s.port}`, '', r.forwarding, String(r.weight), r.removed ? 'removed' : r.intent, health, String(r.activeFlows), String(r.inactiveFlows), String(Math.round(r.pps)), String(Math.round(r.bytesPerSecond))]);
     }
   }
+  // The loops are not a service's: said after the table, only when something is wrong or was.
+  const loop = status.loop;
+  if (loop !== undefined && !loop.healthy) notes.push("packet loops: NOT HEALTHY (ended or stalled; the daemon's log says why)");
+  if (loop !== undefined && (loop.restarts ?? 0) > 0) notes.push(`packet loops: started again ${loop.restarts} time${loop.restarts === 1 ? '' : 's'} after a crash (the daemon's log says why)`);
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
   for (const r of rows) lines.push(r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
   return [...lines, ...notes].join('\n');
