@@ -499,11 +499,15 @@ export class Engine {
       this.lastPlacement = Placement.scheduled;
       return real;
     }
-    // Its real was disabled, failed or removed: the connection is broken anyway; move it.
+    // Its real was disabled, failed or removed: the connection is broken anyway; move it. The new
+    // real never saw the connection (it answers with a reset): a TCP entry starts again in syn, as
+    // one placed mid-stream does, so that it is not counted active on its new real for the
+    // established timeout; a second packet makes it established again.
     const real = this.consistentPick(svc, hash);
     if (real < 0) return -1;
     flows.setReal(entry, real);
-    flows.touch(entry, flags, nowMs);
+    if (flows.stateOf(entry) === FlowState.udp) flows.touch(entry, flags, nowMs);
+    else flows.restart(entry, (flags & TCP_FIN) === 0 ? FlowState.syn : FlowState.fin, nowMs);
     this.counters[Counter.flowsRescheduled]++;
     if (current < snap.realIdLimit) this.counters[REAL_BASE + current * REAL_STRIDE + RealCounter.flowsRescheduledAway]++;
     this.lastPlacement = Placement.rescheduled;
@@ -520,14 +524,17 @@ export class Engine {
     const flags = pkt.tcpFlags;
     const opensConnection = isTcp ? (flags & (TCP_SYN | TCP_ACK | TCP_RST)) === TCP_SYN : true;
     let real: number;
-    if (opensConnection) {
+    if (isTcp ? opensConnection : this.snap.svcScheduler[svc] === SCHED_WLC) {
       real = this.schedule(svc, hash);
       this.lastPlacement = Placement.scheduled;
     } else {
       // Mid-stream without entry (LB restart, or the flow came from another LB): the consistent
-      // hash puts it where every LB with the same config put it, unproven reals included.
+      // hash puts it where every LB with the same config put it, unproven reals included. A UDP
+      // datagram without an entry may be such a flow too (QUIC, a VPN): nothing tells it from a
+      // new one, so it goes the same way (for a new flow the two picks differ only while some
+      // wanted real is unproven). Under wlc, whose picks are this LB's own, it is scheduled.
       real = midStreamPick(this.snap, svc, hash);
-      this.lastPlacement = Placement.consistentHash;
+      this.lastPlacement = isTcp ? Placement.consistentHash : Placement.scheduled;
     }
     if (real < 0) return -1;
     if (isTcp && (flags & TCP_RST) !== 0) return real; // never create state for a reset
@@ -588,8 +595,10 @@ export class Engine {
       }
     }
     this.lastPlacement = Placement.scheduled;
-    if (snap.svcScheduler[svc] !== SCHED_WLC) this.explainSlot = slot;
-    return this.schedule(svc, hash);
+    if (snap.svcScheduler[svc] === SCHED_WLC) return this.schedule(svc, hash);
+    this.explainSlot = slot;
+    // As placeNew: a UDP datagram without an entry goes where a mid-stream one would.
+    return pkt.ipProtocol === IPPROTO_UDP ? midStreamPick(snap, svc, hash) : this.schedule(svc, hash);
   }
 }
 

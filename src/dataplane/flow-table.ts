@@ -358,6 +358,21 @@ export class FlowTable {
     return state === FlowState.fin || state === FlowState.closed;
   }
 
+  /**
+   * A packet of the flow was seen, and the entry starts again in `state` whatever the state machine
+   * would say (a rescheduled TCP flow on a real that never saw it, as insert() would start it);
+   * per-real counts kept right.
+   */
+  restart(entry: number, state: number, nowMs: number): void {
+    this.checkLive(entry);
+    if (!Number.isInteger(state) || state < FlowState.syn || state > FlowState.udp) {
+      throw new RangeError(`flow state must be 1..5, got ${state}`);
+    }
+    const current = this.rec[entry * STRIDE + R_STATE]!;
+    if (current !== state) this.changeState(entry, current, state);
+    this.touch(entry, 0, nowMs); // no flags: last-seen and LRU only
+  }
+
   /** Move an entry to another real (rescheduling), keeping per-real counts right. */
   setReal(entry: number, realId: number): void {
     this.checkLive(entry);

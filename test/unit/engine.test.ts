@@ -99,6 +99,9 @@ function setup(cfg: Config = baseConfig(), tweak?: (r: RealView, service: string
 const tcpFrame = (sport: number, flags: number, payload: number[] = [], dport = 80, src = '192.0.2.7') =>
   ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src, dst: VIP, proto: 6, id: 1 }, tcp({ sport, dport, flags, seq: 1000, ack: flags & ACK ? 5000 : 0 }, payload, { src, dst: VIP })));
 
+const udpFrame = (sport: number, dport = 443, src = '192.0.2.7') =>
+  ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src, dst: VIP, proto: 17, id: 1 }, udp({ sport, dport }, [1, 2, 3], { src, dst: VIP })));
+
 /** Which real (index into REALS) a forwarded frame went to, read from its destination MAC. */
 function realOf(frame: Uint8Array): number {
   return frame[5]! - 0x11;
@@ -233,6 +236,37 @@ describe('engine: L2 DSR packet vectors', () => {
     },
   );
 
+  it.each(['maglev', 'rendezvous'])(
+    '%s: a UDP datagram without an entry while reals are unproven goes where an LB that saw all reals up sends it (a UDP flow may be mid-stream)',
+    (scheduler) => {
+      const udpConfig = (): Config =>
+        config(`
+interface: eth0
+services:
+  - name: quic
+    vip: ${VIP}
+    port: 443
+    protocol: udp
+    scheduler: ${scheduler}
+    reals:
+${REALS.slice(0, 3).map((a) => `      - address: ${a}`).join('\n')}
+`);
+      const allUp = setup(udpConfig());
+      const restarted = setup(udpConfig(), (r) => (r.address === '10.0.0.11' ? r : { ...r, health: 'unknown' }));
+      let onUnproven = 0;
+      for (let port = 37000; port < 37300; port++) {
+        const there = realOf(allUp.io.inject([udpFrame(port)])[0]!);
+        const here = realOf(restarted.io.inject([udpFrame(port)])[0]!);
+        expect(here).toBe(there);
+        if (here !== 0) onUnproven++;
+      }
+      expect(onUnproven).toBeGreaterThan(150);
+      // Once all are proven, the same flows stay where they are (their entries agree with the table).
+      restarted.build(udpConfig());
+      for (let port = 37000; port < 37300; port++) expect(realOf(restarted.io.inject([udpFrame(port)])[0]!)).toBe(realOf(allUp.io.inject([udpFrame(port)])[0]!));
+    },
+  );
+
   it('with whenAllDown: drop and no real proven yet, drops new flows but forwards mid-stream packets to their consistent-hash real', () => {
     const drop = baseConfig('maglev', REALS.slice(0, 3), '    whenAllDown: drop');
     const allUp = setup(drop);
@@ -325,6 +359,27 @@ describe('engine: L2 DSR packet vectors', () => {
     expect(moved.length).toBeGreaterThan(50);
     for (const [port] of moved) expect(realOf(io.inject([tcpFrame(port, ACK, [2])])[0]!)).not.toBe(0);
     expect(counters[Counter.flowsRescheduled]).toBe(moved.length);
+  });
+
+  it('starts a TCP flow moved off a failed real again in syn on its new real: not counted active there until its next packet', () => {
+    const { io, engine, build } = setup();
+    const onFirst: number[] = [];
+    for (let port = 62000; port < 62300; port++) {
+      io.inject([tcpFrame(port, SYN)]);
+      if (realOf(io.inject([tcpFrame(port, ACK)])[0]!) === 0) onFirst.push(port);
+    }
+    const active = () => [...engine.flows.activeByReal.subarray(0, 3)];
+    const inactive = () => [...engine.flows.inactiveByReal.subarray(0, 3)];
+    expect(active().reduce((a, b) => a + b, 0)).toBe(300);
+    build(baseConfig(), (r) => (r.address === REALS[0] ? { ...r, health: 'down' } : r));
+    for (const port of onFirst) expect(realOf(io.inject([tcpFrame(port, ACK, [1])])[0]!)).not.toBe(0);
+    // The new reals never saw these connections (they answer with a reset): inactive, not active.
+    expect(active()[0]).toBe(0);
+    expect(active().reduce((a, b) => a + b, 0)).toBe(300 - onFirst.length);
+    expect(inactive().reduce((a, b) => a + b, 0)).toBe(onFirst.length);
+    // A client that goes on (its second packet after the move) is established again.
+    io.inject([tcpFrame(onFirst[0]!, ACK, [2])]);
+    expect(active().reduce((a, b) => a + b, 0)).toBe(300 - onFirst.length + 1);
   });
 
   it('drops new flows when no real can take them and the service says whenAllDown: drop', () => {
