@@ -631,7 +631,7 @@ function printReport(results) {
     lines.push('', 'Micro-benchmarks (in-process, no I/O)');
     lines.push(formatTable(['Maglev build', 'reals', 'median ms', 'best ms'], mi.maglev.cases.map((c) => [`M=${c.tableSize}`, c.realCount, c.medianMs, c.bestMs])));
     const ft = mi.flowTable;
-    lines.push(`flow table, ${formatNumber(ft.entries)} entries: insert ${formatNumber(ft.insertNs)} ns, lookup hit ${formatNumber(ft.lookupHitSequentialNs)} ns (arrival order) / ${formatNumber(ft.lookupHitRandomNs)} ns (random), miss ${formatNumber(ft.lookupMissNs)} ns; arrays ${formatNumber(ft.tableBytes / MB)} MiB`);
+    lines.push(`flow table, ${formatNumber(ft.entries)} entries: insert ${formatNumber(ft.insertNs)} ns, lookup hit ${formatNumber(ft.lookupHitSequentialNs)} ns (arrival order) / ${formatNumber(ft.lookupHitRandomNs)} ns (random), miss ${formatNumber(ft.lookupMissNs)} ns; housekeeping sweep over 1M idle flows ${formatNumber(ft.housekeepingSweepMedianMs)} ms; arrays ${formatNumber(ft.tableBytes / MB)} MiB`);
     lines.push(formatTable(['engine, in-memory batches', 'ns/packet', 'Mpps'], mi.engine.cases.map((c) => [c.name, c.nsPerPacket, c.mpps])));
     const h = mi.heap;
     lines.push(`heap over ${h.seconds.toFixed(0)} s at full speed: ${formatNumber(h.heapUsedStart / MB)} -> ${formatNumber(h.heapUsedEnd / MB)} MiB (${h.heapChangePct >= 0 ? '+' : ''}${h.heapChangePct.toFixed(1)}%), ${h.gcDuringRun.minor} minor / ${h.gcDuringRun.major} major GCs, ${formatNumber(h.nsPerPacket)} ns/packet`);
