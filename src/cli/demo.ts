@@ -4,11 +4,12 @@
 // the reals answer the client directly). The lab stays up for poking; `--down` removes it.
 
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, openSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createLab, destroyLabsWithPrefix, type Lab } from '../lab/netns-lab.js';
+import { InstanceLock } from '../control/instance-lock.js';
 import { dsrlbArgv } from './command-argv.js';
 
 const PREFIX = 'dsrlb-demo-';
@@ -49,76 +50,169 @@ export function demoConfig(lab: Lab): string {
   ].join('\n');
 }
 
+/** Held while a demo is set up and run: two at once tear each other's lab down. */
+const DEMO_LOCK_NAME = '\0dsrlb-demo';
+const DEMO_BUSY = 'another dsrlb demo is running on this host (two would tear down each other\'s lab): wait for it to end';
+
 export async function demoUp(opts: { requests: number }): Promise<number> {
   if (process.getuid?.() !== 0) {
     process.stderr.write('dsrlb demo: needs root (network namespaces)\n');
     return 2;
   }
+  let lock: InstanceLock;
+  try {
+    lock = await InstanceLock.acquire(DEMO_LOCK_NAME, DEMO_BUSY);
+  } catch (err) {
+    process.stderr.write(`dsrlb demo: ${(err as Error).message}\n`);
+    return 2;
+  }
+  // Ctrl-C (or a SIGTERM) while the lab is built or the requests run: a half-built lab is of no
+  // use to anyone, and its daemon runs detached, so the signal would not reach it. Take it down.
+  let interrupted: string | null = null;
+  const onSignal = (signal: string): void => {
+    if (interrupted !== null) return;
+    interrupted = signal;
+    process.stderr.write(`\ndsrlb demo: ${signal}: removing the half-built lab...\n`);
+  };
+  const onInt = (): void => onSignal('SIGINT');
+  const onTerm = (): void => onSignal('SIGTERM');
+  process.on('SIGINT', onInt);
+  process.on('SIGTERM', onTerm);
+  try {
+    return (await runDemo(opts, () => interrupted)).code;
+  } catch (err) {
+    if (interrupted === null) process.stderr.write(`dsrlb demo: ${(err as Error).message}\n`);
+    await showDaemonLog();
+    if (interrupted === null) process.stderr.write('dsrlb demo: removing the lab\n');
+    await demoDown({ quiet: true });
+    return interrupted === 'SIGINT' ? 130 : interrupted === 'SIGTERM' ? 143 : 2;
+  } finally {
+    process.removeListener('SIGINT', onInt);
+    process.removeListener('SIGTERM', onTerm);
+    lock.release();
+  }
+}
+
+/** The daemon's last log lines on stderr, before a failed demo removes them with the lab. */
+async function showDaemonLog(): Promise<void> {
+  try {
+    const lines = (await readFile(`${RUN_DIR}/dsrlb.log`, 'utf8')).trimEnd().split('\n').slice(-15);
+    if (lines.length > 0 && lines[0] !== '') process.stderr.write(`dsrlb demo: the daemon's last log lines:\n${lines.map((l) => `  ${l}`).join('\n')}\n`);
+  } catch {
+    // no daemon started yet
+  }
+}
+
+/** The lab's reply capture: frames to and from the VIP on the LB's interface. */
+interface Capture {
+  requests: number;
+  replies: number;
+  replyBytes: number;
+  stop(): void;
+}
+
+/** tcpdump on the LB's eth0, once it says it is listening (it fails the demo if it cannot). */
+async function startCapture(lab: Lab): Promise<Capture> {
+  const child = lab.spawn(lab.lb, ['tcpdump', '-i', 'eth0', '-nn', '-l', '-q', '--immediate-mode', 'tcp', 'and', 'host', lab.vip], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const c: Capture = { requests: 0, replies: 0, replyBytes: 0, stop: () => child.kill('SIGTERM') };
+  const fromVip = `IP ${lab.vip}.`;
+  child.stdout!.on('data', (chunk: Buffer) => {
+    for (const line of chunk.toString().split('\n')) {
+      const m = /length (\d+)/.exec(line) ?? /tcp (\d+)/.exec(line);
+      if (!m) continue;
+      if (line.includes(fromVip)) {
+        c.replies++;
+        c.replyBytes += Number(m[1]);
+      } else c.requests++;
+    }
+  });
+  let stderr = '';
+  await new Promise<void>((resolveListening, reject) => {
+    const timer = setTimeout(() => reject(new Error(`tcpdump did not start listening on the LB's interface within 10 s: ${stderr.trim()}`)), 10_000);
+    child.stderr!.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+      if (stderr.includes('listening on')) {
+        clearTimeout(timer);
+        resolveListening();
+      }
+    });
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`tcpdump on the LB's interface ended (${signal ?? `exit ${code}`}): ${stderr.trim()}`));
+    });
+  });
+  return c;
+}
+
+async function runDemo(opts: { requests: number }, interrupted: () => string | null): Promise<{ code: number }> {
+  const stopIfInterrupted = (): void => {
+    if (interrupted() !== null) throw new Error('interrupted');
+  };
   // A demo lab already up is replaced, and said so (it may be someone else's on a shared host).
   if (existsSync(RUN_DIR)) say('dsrlb demo: a demo lab is already up: replacing it');
   await demoDown({ quiet: true });
   say('dsrlb demo: building the lab (client, LB, 3 real servers on one bridge)...');
-  const lab = await createLab({ prefix: PREFIX, realCount: 3 });
-  await lab.startHttpServers();
+  // Before the lab exists: an interrupted demo finds and removes what was made so far.
   await mkdir(RUN_DIR, { recursive: true });
-  const configPath = `${RUN_DIR}/dsrlb.yaml`;
-  await writeFile(configPath, demoConfig(lab));
-  const logPath = `${RUN_DIR}/dsrlb.log`;
-  const { openSync } = await import('node:fs');
-  const logFd = openSync(logPath, 'a');
-  const daemon = spawn('ip', ['netns', 'exec', lab.lb.ns, ...dsrlbArgv(repoRoot), 'run', '-c', configPath], {
-    detached: true,
-    stdio: ['ignore', logFd, logFd],
-  });
-  daemon.unref();
-  await writeFile(`${RUN_DIR}/dsrlb.pid`, String(daemon.pid));
-  say(`dsrlb demo: dsrlb runs in namespace ${lab.lb.ns} (log: ${logPath})`);
-  await waitFor(async () => (await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9743/healthz'])).code === 0, 20_000, 'the daemon to start');
-  // Capture on the LB's interface every frame whose source is the VIP: replies that crossed the LB.
-  const capture = lab.spawn(lab.lb, ['tcpdump', '-i', 'eth0', '-nn', '-l', '-q', '--immediate-mode', 'tcp', 'and', 'src', 'host', lab.vip], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let viaLbFrames = 0;
-  let viaLbBytes = 0;
-  capture.stdout!.on('data', (chunk: Buffer) => {
-    for (const line of chunk.toString().split('\n')) {
-      const m = /length (\d+)/.exec(line);
-      if (m) {
-        viaLbFrames++;
-        viaLbBytes += Number(m[1]);
-      }
+  const lab = await createLab({ prefix: PREFIX, realCount: 3 });
+  try {
+    stopIfInterrupted();
+    await lab.startHttpServers();
+    stopIfInterrupted();
+    const configPath = `${RUN_DIR}/dsrlb.yaml`;
+    await writeFile(configPath, demoConfig(lab));
+    const logPath = `${RUN_DIR}/dsrlb.log`;
+    const logFd = openSync(logPath, 'a');
+    const daemon = spawn('ip', ['netns', 'exec', lab.lb.ns, ...dsrlbArgv(repoRoot), 'run', '-c', configPath], {
+      detached: true,
+      stdio: ['ignore', logFd, logFd],
+    });
+    daemon.unref();
+    await writeFile(`${RUN_DIR}/dsrlb.pid`, String(daemon.pid));
+    say(`dsrlb demo: dsrlb runs in namespace ${lab.lb.ns} (log: ${logPath})`);
+    await waitFor(async () => {
+      stopIfInterrupted();
+      if (daemon.exitCode !== null) throw new Error(`the daemon exited (code ${daemon.exitCode}) before it was ready`);
+      return (await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9743/healthz'])).code === 0;
+    }, 20_000, 'the daemon to start');
+    const capture = await startCapture(lab);
+    stopIfInterrupted();
+    say(`dsrlb demo: ${opts.requests} HTTP requests from ${lab.client.ipv4} to http://${lab.vip}/, one connection each...`);
+    const run = await lab.exec(lab.client, [process.execPath, resolve(repoRoot, 'dist/lab/http-client.js'), '--host', lab.vip, '--count', String(opts.requests)], { timeoutMs: 120_000 });
+    stopIfInterrupted();
+    await new Promise((r) => setTimeout(r, 500));
+    capture.stop();
+    if (run.code !== 0) throw new Error(`http client failed: ${run.stderr.trim()}`);
+    const result = JSON.parse(run.stdout.trim().split('\n').pop()!) as { ok: number; failed: number; byReal: Record<string, number> };
+    // Without the requests on the capture, a count of 0 replies would prove nothing.
+    if (result.ok > 0 && capture.requests === 0) throw new Error("the capture on the LB's interface saw none of the requests: it cannot tell where the replies went");
+    const metrics = (await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9742/metrics'])).stdout;
+    say('');
+    say('  real        address       answered   packets forwarded by the LB');
+    for (const r of lab.reals) {
+      const pk = new RegExp(`dsrlb_forwarded_packets_total\\{service="web",real="${r.ipv4.replaceAll('.', '\\.')}"\\} (\\d+)`).exec(metrics)?.[1] ?? '0';
+      const n = result.byReal[r.name] ?? 0;
+      say(`  ${r.name.padEnd(10)}  ${r.ipv4.padEnd(12)}  ${String(n).padStart(4)} (${Math.round((100 * n) / Math.max(1, result.ok))}%)  ${pk.padStart(8)}`);
     }
-  });
-  await new Promise((r) => setTimeout(r, 1000));
-  say(`dsrlb demo: ${opts.requests} HTTP requests from ${lab.client.ipv4} to http://${lab.vip}/, one connection each...`);
-  const run = await lab.exec(lab.client, [process.execPath, resolve(repoRoot, 'dist/lab/http-client.js'), '--host', lab.vip, '--count', String(opts.requests)], { timeoutMs: 120_000 });
-  await new Promise((r) => setTimeout(r, 500));
-  capture.kill('SIGTERM');
-  if (run.code !== 0) throw new Error(`http client failed: ${run.stderr.trim()}`);
-  const result = JSON.parse(run.stdout.trim().split('\n').pop()!) as { ok: number; failed: number; byReal: Record<string, number> };
-  const metrics = (await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9742/metrics'])).stdout;
-  say('');
-  say('  real        address       answered   packets forwarded by the LB');
-  for (const r of lab.reals) {
-    const pk = new RegExp(`dsrlb_forwarded_packets_total\\{service="web",real="${r.ipv4.replaceAll('.', '\\.')}"\\} (\\d+)`).exec(metrics)?.[1] ?? '0';
-    const n = result.byReal[r.name] ?? 0;
-    say(`  ${r.name.padEnd(10)}  ${r.ipv4.padEnd(12)}  ${String(n).padStart(4)} (${Math.round((100 * n) / Math.max(1, result.ok))}%)  ${pk.padStart(8)}`);
+    say('');
+    say(`  requests answered: ${result.ok}/${opts.requests}, failed: ${result.failed}`);
+    say(`  on the LB's interface: ${capture.requests} TCP frames to ${lab.vip} (requests, in and forwarded), ${capture.replies} from it (replies), ${capture.replyBytes} reply bytes`);
+    say(capture.replies === 0 ? '  -> zero response bytes crossed the LB: the reals answered the client directly (DSR).' : '  -> some replies crossed the LB!');
+    say('');
+    say('Try it yourself:');
+    say(`  ip netns exec ${lab.client.ns} curl -s http://${lab.vip}/`);
+    say(`  ip netns exec ${lab.lb.ns} ${resolve(repoRoot, 'bin/dsrlb.js')} status -c ${configPath}`);
+    say(`  ip netns exec ${lab.lb.ns} curl -s http://127.0.0.1:9742/metrics | grep ^dsrlb_`);
+    say('  npx dsrlb demo --down     # removes the lab');
+    return { code: result.failed === 0 && capture.replies === 0 ? 0 : 2 };
+  } finally {
+    // The lab stays up (or is taken down by the caller): its processes must not hold this command open.
+    for (const child of lab.httpServers.values()) {
+      child.stdout?.destroy();
+      child.stderr?.destroy();
+      child.unref();
+    }
   }
-  say('');
-  say(`  requests answered: ${result.ok}/${opts.requests}, failed: ${result.failed}`);
-  say(`  TCP frames from ${lab.vip} (replies) seen on the LB's interface: ${viaLbFrames}, ${viaLbBytes} bytes`);
-  say(viaLbFrames === 0 ? '  -> zero response bytes crossed the LB: the reals answered the client directly (DSR).' : '  -> some replies crossed the LB!');
-  say('');
-  say('Try it yourself:');
-  say(`  ip netns exec ${lab.client.ns} curl -s http://${lab.vip}/`);
-  say(`  ip netns exec ${lab.lb.ns} ${resolve(repoRoot, 'bin/dsrlb.js')} status -c ${configPath}`);
-  say(`  ip netns exec ${lab.lb.ns} curl -s http://127.0.0.1:9742/metrics | grep ^dsrlb_`);
-  say('  npx dsrlb demo --down     # removes the lab');
-  // The lab stays up: let its processes run on without holding this command open.
-  for (const child of lab.httpServers.values()) {
-    child.stdout?.destroy();
-    child.stderr?.destroy();
-    child.unref();
-  }
-  return result.failed === 0 && viaLbFrames === 0 ? 0 : 2;
 }
 
 export async function demoDown(opts: { quiet?: boolean } = {}): Promise<number> {
