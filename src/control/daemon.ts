@@ -357,6 +357,15 @@ export class Daemon {
       const report = this.lastReports.find((r) => r.name === s.name);
       if (report !== undefined && !report.dropping && (!report.panic || this.config.announce.onFailOpen)) v.eligible = true;
     }
+    // A service removed by a reload whose flows still drain here keeps its VIP's route while they
+    // do (it was announced): without it the router sends them nowhere once every LB has reloaded.
+    // New flows to it are dropped by the snapshot; the route goes with its last flow.
+    for (const s of this.drainingServices()) {
+      if (!s.announce) continue;
+      const v = vips.get(s.vip) ?? { blocked: false, eligible: false };
+      vips.set(s.vip, v);
+      if (!this.withdrawn.has(serviceIdentity(s))) v.eligible = true;
+    }
     const wanted = new Map<string, boolean>();
     for (const [vip, v] of vips) wanted.set(vip, loopOk && !v.blocked && v.eligible);
     return wanted;

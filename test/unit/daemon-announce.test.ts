@@ -29,7 +29,11 @@ function daemonWith(
   facts: Map<string, { state: 'up' | 'down'; settled: boolean }>,
   report: { panic: boolean },
   macs = new Set(['10.93.0.11', '10.93.0.12']),
-  loops: { running: boolean; recovering: boolean; heartbeatAgeMs: () => number } = { running: true, recovering: false, heartbeatAgeMs: () => 0 },
+  loops: { running: boolean; recovering: boolean; heartbeatAgeMs: () => number; active?: () => number; inactive?: () => number } = {
+    running: true,
+    recovering: false,
+    heartbeatAgeMs: () => 0,
+  },
 ) {
   const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
   daemon.config = config;
@@ -38,7 +42,7 @@ function daemonWith(
   inside.lastReports = [{ name: 'web', dropping: false, panic: report.panic }];
   inside.health = { fact: (key: string) => facts.get(key) };
   inside.neighbors = { macOf: (ip: string) => (macs.has(ip) ? new Uint8Array(6) : null) };
-  return () => (inside.announceWanted as () => Map<string, boolean>).call(daemon);
+  return Object.assign(() => (inside.announceWanted as () => Map<string, boolean>).call(daemon), { daemon: inside });
 }
 
 describe('announcing after a start', () => {
@@ -115,6 +119,36 @@ describe('announcing and the packet loops', () => {
     // Given up (lost too often, or the new loop failed): the daemon is stopping.
     loops.recovering = false;
     expect(wanted().get('10.93.0.100')).toBe(false);
+  });
+});
+
+describe('announcing a service removed by a reload', () => {
+  it('keeps its VIP announced while its flows drain here, and withdraws it with the last one', () => {
+    const removedText = parseConfigText(`interface: eth0
+announce: { enabled: true }
+services:
+  - { name: old, vip: 10.93.0.200, port: 80, healthCheck: { type: none }, reals: [{ address: 10.93.0.21 }] }
+`);
+    if (!removedText.ok) throw new Error(JSON.stringify(removedText.problems));
+    const old = removedText.config.services[0]!;
+    const facts = new Map([
+      [a, { state: 'up' as const, settled: true }],
+      [b, { state: 'up' as const, settled: true }],
+    ]);
+    let flows = 3;
+    const loops = { running: true, recovering: false, heartbeatAgeMs: () => 0, active: () => flows, inactive: () => 0 };
+    const wanted = daemonWith(facts, { panic: false }, undefined, loops);
+    const inside = wanted.daemon;
+    inside.removedServices = new Map([[serviceIdentity(old), old]]);
+    inside.reals = new Map([['k', { id: 9, service: serviceIdentity(old) }]]);
+    expect(wanted().get('10.93.0.200')).toBe(true);
+    expect(wanted().get('10.93.0.100')).toBe(true);
+    // Withdrawn by the operator before its removal: it stays withdrawn.
+    inside.withdrawn = new Set([serviceIdentity(old)]);
+    expect(wanted().get('10.93.0.200')).toBe(false);
+    inside.withdrawn = new Set();
+    flows = 0;
+    expect(wanted().has('10.93.0.200')).toBe(false);
   });
 });
 
