@@ -37,13 +37,16 @@ export function birdRoutes(vips: readonly string[]): string {
 
 /**
  * Replaces `file` with `text` (through a temporary file and a rename) unless it holds it already;
- * true when it was written. The file is 0644 whatever the umask: BIRD reads it as its own user
- * (`bird` on Debian) and the packaged unit runs dsrlb with UMask=0027.
+ * true when it was written. The file is 0644 whatever the umask (and a directory made for it
+ * 0755): BIRD reads it as its own user (`bird` on Debian) and the packaged unit runs dsrlb with
+ * UMask=0027.
  */
 export async function writeRoutesFile(file: string, text: string): Promise<boolean> {
   const current = await readFile(file, 'utf8').catch(() => null);
   if (current === text) return false;
-  await mkdir(dirname(file), { recursive: true });
+  // Directories made here are 0755 as well: under the umask a 0750 one hides the file from BIRD.
+  const made = await mkdir(dirname(file), { recursive: true });
+  if (made !== undefined) for (let d = dirname(file); d.startsWith(made); d = dirname(d)) await chmod(d, 0o755);
   const tmp = `${file}.tmp`;
   await writeFile(tmp, text);
   await chmod(tmp, 0o644);

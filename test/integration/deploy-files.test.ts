@@ -353,6 +353,10 @@ describe('install.sh --root', () => {
         const st = await lstat(join(sysroot, path));
         expect([st.uid, st.gid, st.mode & 0o777], path).toEqual([0, gid, mode]);
       }
+      // /run/dsrlb exists from boot on (BIRD's include of the routes file needs the directory).
+      const uid = Number(/^dsrlb:x:(\d+):/m.exec(await readFile(join(sysroot, 'etc/passwd'), 'utf8'))![1]);
+      const runDir = await lstat(join(sysroot, 'run/dsrlb'));
+      expect([runDir.isDirectory(), runDir.uid, runDir.gid, runDir.mode & 0o777]).toEqual([true, uid, gid, 0o755]);
     } finally {
       await rm(sysroot, { recursive: true, force: true });
     }

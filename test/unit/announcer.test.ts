@@ -35,6 +35,7 @@ describe('VIP announcement for BIRD', () => {
       expect(readFileSync(file, 'utf8')).toBe(text);
       // BIRD parses it as user bird: 0640 (what the umask alone gives) would be refused.
       expect(statSync(file).mode & 0o777).toBe(0o644);
+      expect(statSync(join(dir, 'run')).mode & 0o777).toBe(0o755);
       expect(await writeRoutesFile(file, text)).toBe(false);
       expect(await writeRoutesFile(file, birdRoutes([]))).toBe(true);
       expect(statSync(file).mode & 0o777).toBe(0o644);
