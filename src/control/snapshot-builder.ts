@@ -185,7 +185,7 @@ export class SnapshotBuilder {
         dropping: candidates.length === 0,
         movedSlots,
         tableSize: cfg.tableSize,
-        tableFingerprint: tableFingerprint(table, sv.reals, cfg.scheduler),
+        tableFingerprint: tableFingerprint(identity, table, sv.reals, cfg.scheduler),
       });
     });
     this.tables = nextTables;
@@ -258,13 +258,16 @@ function sortedByAddress(reals: readonly RealView[]): RealView[] {
   return [...reals].sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
 }
 
-/** Table contents named by real address (not by local id), so two LBs with the same config agree. */
-function tableFingerprint(table: Int32Array, reals: readonly RealView[], scheduler: string): string {
+/**
+ * The service (protocol|VIP|port) and its table's contents named by real address (not by local
+ * id), so two LBs with the same config agree, and two that disagree on the service's address
+ * differ too (a port typo on one LB drops the flows the router sends there).
+ */
+function tableFingerprint(identity: string, table: Int32Array, reals: readonly RealView[], scheduler: string): string {
   const addrHash = new Map<number, number>();
   for (const r of reals) addrHash.set(r.id, stringHash(r.address, 0x5eed));
-  // The same reals pick differently under rendezvous (and wlc is local): the scheduler is part of
-  // the fingerprint. Maglev's stays what it was, so LBs of two versions still agree.
-  let h = scheduler === 'maglev' ? 0x811c9dc5 : (0x811c9dc5 ^ stringHash(scheduler, 0x5eed)) >>> 0;
+  // The same reals pick differently under rendezvous (and wlc is local): the scheduler is part of it.
+  let h = (0x811c9dc5 ^ stringHash(`${identity}|${scheduler}`, 0x5eed)) >>> 0;
   for (let i = 0; i < table.length; i++) {
     const id = table[i]!;
     const v = id < 0 ? 0xffffffff : (addrHash.get(id) ?? 0);

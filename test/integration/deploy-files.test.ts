@@ -573,7 +573,7 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
 
   it('promtool check rules passes', async () => {
     const out = await mustRun('promtool', ['check', 'rules', ALERTS]);
-    expect(out).toContain('SUCCESS: 11 rules found');
+    expect(out).toContain('SUCCESS: 12 rules found');
   });
 
   it('promtool check config passes, with the rule file found relative to it', async () => {
@@ -598,7 +598,7 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
     const all = rules();
     expect(all.map((r) => r.alert).sort()).toEqual([
       'DsrlbConfigReloadFailed', 'DsrlbDown', 'DsrlbDropsRising', 'DsrlbFlowTableEvicting',
-      'DsrlbFlowTableNearFull', 'DsrlbPacketLoopRestarted', 'DsrlbRealDown', 'DsrlbServiceAllRealsDown', 'DsrlbServicePanic',
+      'DsrlbFlowTableNearFull', 'DsrlbPacketLoopRestarted', 'DsrlbRealDown', 'DsrlbServiceAllRealsDown', 'DsrlbServiceMissingOnSomeLb', 'DsrlbServicePanic',
       'DsrlbTableFingerprintMismatch', 'DsrlbVipNoLongerAnnounced',
     ]);
     for (const r of all) {
@@ -735,6 +735,25 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             { eval_time: '8m', alertname: 'DsrlbVipNoLongerAnnounced', exp_alerts: [alert({ severity: 'warning', service: 'web' })] },
             // It cleared about an hour after the withdrawal, though the VIP was still withdrawn.
             { eval_time: '90m', alertname: 'DsrlbVipNoLongerAnnounced', exp_alerts: [alert({ severity: 'warning', service: 'web' })] },
+          ],
+        },
+        {
+          // Two running LBs; lb2's config loses service shop at 2m (web stays on both). lb3 is down
+          // and counts for nothing.
+          interval: '1m',
+          input_series: [
+            { series: 'up{job="dsrlb", instance="lb1:9742"}', values: '1x10' },
+            { series: 'up{job="dsrlb", instance="lb2:9742"}', values: '1x10' },
+            { series: 'up{job="dsrlb", instance="lb3:9742"}', values: '0x10' },
+            { series: 'dsrlb_table_fingerprint{job="dsrlb", instance="lb1:9742", service="web", fingerprint="aaaa"}', values: '1x10' },
+            { series: 'dsrlb_table_fingerprint{job="dsrlb", instance="lb2:9742", service="web", fingerprint="aaaa"}', values: '1x10' },
+            { series: 'dsrlb_table_fingerprint{job="dsrlb", instance="lb1:9742", service="shop", fingerprint="dddd"}', values: '1x10' },
+            { series: 'dsrlb_table_fingerprint{job="dsrlb", instance="lb2:9742", service="shop", fingerprint="dddd"}', values: '1 1 stale' },
+          ],
+          alert_rule_test: [
+            { eval_time: '1m', alertname: 'DsrlbServiceMissingOnSomeLb', exp_alerts: [] },
+            { eval_time: '3m', alertname: 'DsrlbServiceMissingOnSomeLb', exp_alerts: [] },
+            { eval_time: '5m', alertname: 'DsrlbServiceMissingOnSomeLb', exp_alerts: [{ exp_labels: { job: 'dsrlb', service: 'shop', severity: 'critical' } }] },
           ],
         },
       ],

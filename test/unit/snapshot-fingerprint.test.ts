@@ -6,10 +6,10 @@ import { parseConfigText } from '../../src/config/validate.js';
 import { SnapshotBuilder, type ServiceView } from '../../src/control/snapshot-builder.js';
 import { MAX_REAL_IDS } from '../../src/dataplane/counters.js';
 
-function fingerprint(scheduler: string, firstId = 0): string {
+function fingerprint(scheduler: string, firstId = 0, address = { vip: '203.0.113.10', port: 80, protocol: 'tcp' }): string {
   const parsed = parseConfigText(`interface: eth0
 services:
-  - { name: web, vip: 203.0.113.10, port: 80, scheduler: ${scheduler}, reals: [{ address: 10.0.1.11 }, { address: 10.0.1.12 }, { address: 10.0.1.13 }, { address: 10.0.1.14 }] }
+  - { name: web, vip: ${address.vip}, port: ${address.port}, protocol: ${address.protocol}, scheduler: ${scheduler}, reals: [{ address: 10.0.1.11 }, { address: 10.0.1.12 }, { address: 10.0.1.13 }, { address: 10.0.1.14 }] }
 `);
   if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
   const s = parsed.config.services[0]!;
@@ -26,5 +26,13 @@ describe('table fingerprint', () => {
     expect(fingerprint('maglev')).not.toBe(fingerprint('wlc'));
     expect(fingerprint('rendezvous')).not.toBe(fingerprint('wlc'));
     for (const s of ['maglev', 'rendezvous', 'wlc']) expect(fingerprint(s, 40), s).toBe(fingerprint(s, 0));
+  });
+
+  it('differs when the LBs disagree on the service\'s address (a port typo on one LB drops the flows sent there)', () => {
+    const base = fingerprint('maglev');
+    expect(fingerprint('maglev', 0, { vip: '203.0.113.10', port: 8080, protocol: 'tcp' })).not.toBe(base);
+    expect(fingerprint('maglev', 0, { vip: '203.0.113.99', port: 80, protocol: 'tcp' })).not.toBe(base);
+    expect(fingerprint('maglev', 0, { vip: '203.0.113.10', port: 80, protocol: 'udp' })).not.toBe(base);
+    expect(fingerprint('maglev', 0, { vip: '203.0.113.10', port: 80, protocol: 'tcp' })).toBe(base);
   });
 });
