@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 // packet_ring.c: an Error whose code is the errno name, errno negative, syscall set.
@@ -107,28 +108,54 @@ static napi_value tun_write(napi_env env, napi_callback_info info) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// tunSetCarrier(fd, on): TUNSETCARRIER (Linux 5.0+) on a device we hold open. The VIP announcer
-// flips it to tell BIRD (`check link on`) to announce or withdraw: one system call, no `ip` process.
+// linkSetUp(name, up): IFF_UP on or off (SIOCGIFFLAGS / SIOCSIFFLAGS), as `ip link set up|down`
+// without a process. The VIP announcer's gates: BIRD hears of an administrative change at once,
+// where a carrier change waits for the kernel's link watch (up to a second when any link of the
+// host changed in the last one), long enough for a withdrawal to lose connections.
 
-#ifndef TUNSETCARRIER
-#define TUNSETCARRIER _IOW('T', 226, int)
-#endif
-
-static napi_value tun_set_carrier(napi_env env, napi_callback_info info) {
+static napi_value link_set_up(napi_env env, napi_callback_info info) {
   size_t argc = 2;
   napi_value argv[2];
-  int32_t fd;
-  bool on;
+  napi_valuetype type;
+  bool up;
+  char name[IFNAMSIZ];
+  size_t length = 0;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
-  if (argc < 2 || napi_get_value_int32(env, argv[0], &fd) != napi_ok || napi_get_value_bool(env, argv[1], &on) != napi_ok) {
-    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "tunSetCarrier(fd, on) takes a number and a boolean");
+  if (argc < 2 || napi_typeof(env, argv[0], &type) != napi_ok || type != napi_string || napi_get_value_bool(env, argv[1], &up) != napi_ok) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "linkSetUp(name, up) takes a string and a boolean");
     return NULL;
   }
-  int value = on ? 1 : 0;
-  if (ioctl(fd, TUNSETCARRIER, &value) < 0) {
-    dsrlb_throw_errno(env, "ioctl(TUNSETCARRIER)", errno, NULL);
+  napi_get_value_string_utf8(env, argv[0], NULL, 0, &length);
+  if (length == 0 || length >= IFNAMSIZ) {
+    napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "name must have 1 to 15 bytes");
     return NULL;
   }
+  napi_get_value_string_utf8(env, argv[0], name, sizeof name, &length);
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    dsrlb_throw_errno(env, "socket(AF_INET)", errno, name);
+    return NULL;
+  }
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  memcpy(ifr.ifr_name, name, length);
+  if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0) {
+    int err = errno;
+    close(fd);
+    dsrlb_throw_errno(env, "ioctl(SIOCGIFFLAGS)", err, name);
+    return NULL;
+  }
+  short flags = up ? (short)(ifr.ifr_flags | IFF_UP) : (short)(ifr.ifr_flags & ~IFF_UP);
+  if (flags != ifr.ifr_flags) {
+    ifr.ifr_flags = flags;
+    if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0) {
+      int err = errno;
+      close(fd);
+      dsrlb_throw_errno(env, "ioctl(SIOCSIFFLAGS)", err, name);
+      return NULL;
+    }
+  }
+  close(fd);
   return NULL;
 }
 
@@ -137,7 +164,7 @@ napi_status tun_device_init(napi_env env, napi_value exports) {
   napi_property_descriptor properties[] = {
       {"openTun", NULL, open_tun, NULL, NULL, NULL, napi_enumerable, NULL},
       {"tunWrite", NULL, tun_write, NULL, NULL, NULL, napi_enumerable, NULL},
-      {"tunSetCarrier", NULL, tun_set_carrier, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"linkSetUp", NULL, link_set_up, NULL, NULL, NULL, napi_enumerable, NULL},
   };
   return napi_define_properties(env, exports, sizeof properties / sizeof properties[0], properties);
 }

@@ -67,7 +67,7 @@ export interface AnnounceConfig {
   readonly birdSocket: string | null;
   /** Keep announcing a VIP whose service is in failOpen panic (default true). */
   readonly onFailOpen: boolean;
-  /** On a clean stop: carrier off, then wait this long before the packet loop stops (default 300 ms). */
+  /** On a clean stop: the announce devices down, then wait this long before the packet loop stops (default 300 ms). */
   readonly withdrawDelayMs: number;
 }
 

@@ -1,8 +1,11 @@
 // VIP announcement for scale-out behind ECMP, through BIRD (dsrlb never speaks BGP). Per VIP the
 // daemon holds a non-persistent TUN device open and BIRD exports `route VIP via "<tun>"` from a
 // static protocol with `check link on` (lab-facts: the fastest withdrawal measured, 3-4 ms): the
-// carrier is on while the VIP should be announced and off otherwise, and a crash closes the fd,
-// which deletes the device and withdraws the route without anyone's help (a "dead man's switch").
+// device is up (IFF_UP) while the VIP should be announced and down otherwise, and a crash closes
+// the fd, which deletes the device and withdraws the route without anyone's help (a "dead man's
+// switch"). Up and down, not the carrier: the kernel tells BIRD of an administrative change at
+// once, but of a carrier change only through its link watch, up to a second later when any link
+// of the host changed in the last second (a withdrawal on stop then outlasted withdrawDelay).
 
 import { closeSync } from 'node:fs';
 import { chmod, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
@@ -57,19 +60,21 @@ export async function writeRoutesFile(file: string, text: string): Promise<boole
 interface Gate {
   readonly name: string;
   readonly fd: number;
-  carrier: boolean | null;
+  /** IFF_UP as last set: the VIP is announced while it is up. */
+  up: boolean;
 }
 
 /** The TUN calls the announcer makes: the native addon, or a fake in tests. */
 export interface TunControl {
   open(name: string): { name: string; fd: number };
-  setCarrier(fd: number, on: boolean): void;
+  /** IFF_UP on or off. */
+  setUp(name: string, up: boolean): void;
   close(fd: number): void;
 }
 
 const nativeTun: TunControl = {
   open: (name) => loadNative().openTun(name),
-  setCarrier: (fd, on) => loadNative().tunSetCarrier(fd, on),
+  setUp: (name, up) => loadNative().linkSetUp(name, up),
   close: (fd) => closeSync(fd),
 };
 
@@ -113,11 +118,11 @@ export class VipAnnouncer {
   }
 
   isAnnounced(vip: string): boolean {
-    return this.gates.get(vip)?.carrier === true;
+    return this.gates.get(vip)?.up === true;
   }
 
   /**
-   * Make the gates match `wanted` (VIP -> announce now?): open/close devices, flip carriers. A VIP
+   * Make the gates match `wanted` (VIP -> announce now?): open/close devices, set them up or down. A VIP
    * whose device cannot be made is left out (logged, tried again at the next sync); the others go
    * on. Never throws: every failure is logged once and retried.
    */
@@ -142,29 +147,29 @@ export class VipAnnouncer {
     if (this.birdStale && this.nowMs() - this.birdTriedMs >= BIRDC_RETRY_MS) await this.tellBird();
     for (const [vip, on] of wanted) {
       const gate = this.gates.get(vip);
-      if (gate === undefined || gate.carrier === on) continue;
+      if (gate === undefined || gate.up === on) continue;
       try {
-        this.tun.setCarrier(gate.fd, on);
+        this.tun.setUp(gate.name, on);
       } catch (err) {
-        this.failed(vip, `setting the carrier of ${gate.name}: ${(err as Error).message}`);
+        this.failed(vip, `setting ${gate.name} ${on ? 'up' : 'down'}: ${(err as Error).message}`);
         continue;
       }
-      gate.carrier = on;
+      gate.up = on;
       this.succeeded(vip);
       this.log[on ? 'info' : 'warn'](on ? 'VIP announced' : 'VIP withdrawn', { vip, device: gate.name });
     }
   }
 
-  /** Carrier off everywhere (clean stop, stalled loop); the devices stay open. */
+  /** Every device down (clean stop, stalled loop); the devices stay open. */
   async withdrawAll(): Promise<void> {
     for (const [vip, gate] of this.gates) {
-      if (gate.carrier === false) continue;
+      if (!gate.up) continue;
       try {
-        this.tun.setCarrier(gate.fd, false);
+        this.tun.setUp(gate.name, false);
       } catch {
         // the device is gone already: nothing to announce either
       }
-      gate.carrier = false;
+      gate.up = false;
       this.log.warn('VIP withdrawn', { vip, device: gate.name });
     }
   }
@@ -174,18 +179,17 @@ export class VipAnnouncer {
     this.gates.clear();
   }
 
-  /** A VIP's device, carrier off and up; null (logged) when it cannot be made, nothing left open. */
+  /**
+   * A VIP's device, down (as a new TUN is: BIRD routes nothing through it until sync sets it up);
+   * null (logged) when it cannot be made, nothing left open.
+   */
   private async openGate(vip: string): Promise<Gate | null> {
     let fd = -1;
     try {
       const tun = this.tun.open(announceDeviceName(vip));
       fd = tun.fd;
-      // A new TUN has its carrier on: turn it off before the device goes up, or BIRD would
-      // announce the VIP before we decided to.
-      this.tun.setCarrier(fd, false);
-      await this.runner(['ip', 'link', 'set', 'dev', tun.name, 'up']);
       this.succeeded(vip);
-      return { name: tun.name, fd, carrier: false };
+      return { name: tun.name, fd, up: false };
     } catch (err) {
       // Closing the fd deletes the half-made device; the next sync starts again.
       if (fd >= 0) this.closeFd(fd);

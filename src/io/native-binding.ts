@@ -144,8 +144,8 @@ export interface DsrlbNative {
   openTun(name: string): TunDevice;
   /** One write(2) of buf[offset, offset + length) to a TUN fd. Returns the bytes written or -errno. */
   tunWrite(fd: number, buf: Uint8Array, offset: number, length: number): number;
-  /** TUNSETCARRIER: the device's carrier on or off (what BIRD's `check link` sees). */
-  tunSetCarrier(fd: number, on: boolean): void;
+  /** IFF_UP on or off for device `name` (SIOCSIFFLAGS, as `ip link set up|down`). Throws a NativeSystemError. */
+  linkSetUp(name: string, up: boolean): void;
   /**
    * A raw socket for tunnel protocol `protocol` over outer IPv4 or IPv6 (native/src/raw_tunnel.c):
    * non-blocking, close-on-exec, SO_RCVBUF(FORCE) `receiveBufferBytes`, bound to `ifname` unless

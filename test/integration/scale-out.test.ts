@@ -239,7 +239,7 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
       for (const svc of s.services) {
         expect(svc.announced).toBe(true);
         expect(svc.announceDevice).toMatch(/^dsv[0-9a-f]{8}$/);
-        // The gate: a TUN device, up, with its carrier on (LOWER_UP) while announced.
+        // The gate: a TUN device, up (with its carrier, LOWER_UP) while announced.
         const link = JSON.parse((await lab.exec(l.ns, ['ip', '-j', 'link', 'show', 'dev', svc.announceDevice!])).stdout) as { flags: string[] }[];
         expect(link[0]!.flags).toEqual(expect.arrayContaining(['UP', 'LOWER_UP']));
         expect(metricSum(await daemon(l).metrics(), 'dsrlb_vip_announced', `service="${svc.name}"`)).toBe(1);
@@ -356,6 +356,14 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
       return r;
     });
     await sleep(700);
+    // An unrelated link changes state on the host just before: the kernel's link watch then holds
+    // carrier news back for up to a second, which a withdrawal by carrier waited for (the route
+    // outlived withdrawDelay and SYNs reached a stopped loop). Up and down are told at once.
+    await lab.exec(lab.router.ns, ['ip', 'link', 'add', 'dsrt-x0', 'type', 'veth', 'peer', 'name', 'dsrt-x1']);
+    await lab.exec(lab.router.ns, ['ip', 'link', 'set', 'dsrt-x1', 'up']);
+    await lab.exec(lab.router.ns, ['ip', 'link', 'set', 'dsrt-x0', 'up']);
+    await lab.exec(lab.router.ns, ['ip', 'link', 'set', 'dsrt-x0', 'down']);
+    await sleep(100);
     const signalAtMs = Date.now();
     const exited = d1.stop('SIGTERM');
     const routeMs = await lab.waitForNexthops(VIP_WEB, [lb(1).ipv4], ROUTE_TIMEOUT_MS, { sinceMs: signalAtMs });
@@ -579,7 +587,7 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
     await daemon(l1).stop('SIGTERM');
     daemons.delete(l1.name);
     await lab.waitForNexthops(VIP_EDGE, [lb(1).ipv4], ROUTE_TIMEOUT_MS);
-    // The routes file still names edge's gate: BIRD routes it as soon as such a device has carrier.
+    // The routes file still names edge's gate: BIRD routes it as soon as such a device is up.
     const monitor = await lab.monitorRoutes();
     let records: string[] = [];
     try {

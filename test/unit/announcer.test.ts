@@ -46,25 +46,25 @@ describe('VIP announcement for BIRD', () => {
   });
 });
 
-/** Fake TUN devices: which fds are open, each one's carrier. */
+/** Fake TUN devices: which fds are open, each one up (IFF_UP) or down; new ones are down, as a new TUN is. */
 function fakeTun() {
-  const open = new Map<number, { name: string; carrier: boolean }>();
+  const open = new Map<number, { name: string; up: boolean }>();
   let next = 100;
   const tun: TunControl = {
     open: (name) => {
       const fd = next++;
-      open.set(fd, { name, carrier: true });
+      open.set(fd, { name, up: false });
       return { name, fd };
     },
-    setCarrier: (fd, on) => {
-      const d = open.get(fd);
-      if (!d) throw new Error('EBADF');
-      d.carrier = on;
+    setUp: (name, up) => {
+      const d = [...open.values()].find((x) => x.name === name);
+      if (!d) throw new Error('ENODEV');
+      d.up = up;
     },
     close: (fd) => void open.delete(fd),
   };
-  const carrierOf = (vip: string): boolean | undefined => [...open.values()].find((d) => d.name === announceDeviceName(vip))?.carrier;
-  return { tun, open, carrierOf };
+  const upOf = (vip: string): boolean | undefined => [...open.values()].find((d) => d.name === announceDeviceName(vip))?.up;
+  return { tun, open, upOf };
 }
 
 function logLines() {
@@ -73,28 +73,32 @@ function logLines() {
 }
 
 describe('VIP announcer: one failure stops nothing else', () => {
-  it('a VIP whose device cannot be brought up is left out (its fd closed) and the others announce; it joins once it can', async () => {
+  it('a VIP whose device cannot be made is left out and the others announce; it joins once it can', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'dsrlb-announce-'));
     try {
       const file = join(dir, 'routes.conf');
       const bad = announceDeviceName('10.77.0.2');
       let ipWorks = false;
-      const runner: CommandRunner = async (argv) => {
-        if (argv.includes(bad) && !ipWorks) throw new Error('ip link set: RTNETLINK answers: Device or resource busy');
-        return { stdout: '' };
-      };
       const t = fakeTun();
+      // A device of that name held by someone else (TUNSETIFF: EBUSY), until it is not.
+      const tun: TunControl = {
+        ...t.tun,
+        open: (name) => {
+          if (name === bad && !ipWorks) throw new Error('ioctl(TUNSETIFF) on ' + name + ': Device or resource busy (EBUSY)');
+          return t.tun.open(name);
+        },
+      };
       const { lines, log } = logLines();
-      const a = new VipAnnouncer(log, file, null, runner, t.tun);
+      const a = new VipAnnouncer(log, file, null, async () => ({ stdout: '' }), tun);
       const wanted = new Map([
         ['10.77.0.1', true],
         ['10.77.0.2', true],
       ]);
       for (let i = 0; i < 3; i++) await a.sync(wanted);
       expect(a.isAnnounced('10.77.0.1')).toBe(true);
-      expect(t.carrierOf('10.77.0.1')).toBe(true);
+      expect(t.upOf('10.77.0.1')).toBe(true);
       expect(a.isAnnounced('10.77.0.2')).toBe(false);
-      expect(t.open.size).toBe(1); // the half-made device's fd was closed each time
+      expect(t.open.size).toBe(1);
       expect(readFileSync(file, 'utf8')).toBe(birdRoutes(['10.77.0.1']));
       // Said once, not every 200 ms.
       expect(lines.filter((l) => l.msg === 'announcement update failed')).toHaveLength(1);
@@ -180,21 +184,23 @@ describe('host commands', () => {
     expect(await systemRunner(['sh', '-c', 'cat'], 'in')).toEqual({ stdout: 'in' });
   });
 
-  it('logs a carrier that cannot be set once, and its recovery, so the next failure is logged again', async () => {
+  it('logs a device that cannot be set up or down once, and its recovery, so the next failure is logged again', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'dsrlb-announce-'));
     try {
-      const { tun } = fakeTun();
-      let carrierWorks = false;
-      const flaky: TunControl = { ...tun, setCarrier: (fd, on) => (carrierWorks ? tun.setCarrier(fd, on) : (() => { throw new Error('EIO'); })()) };
+      const { tun, upOf } = fakeTun();
+      let setWorks = false;
+      const flaky: TunControl = { ...tun, setUp: (name, up) => (setWorks ? tun.setUp(name, up) : (() => { throw new Error('EIO'); })()) };
       const { lines, log } = logLines();
       const a = new VipAnnouncer(log, join(dir, 'routes.conf'), null, async () => ({ stdout: '' }), flaky);
-      const wanted = new Map([['10.77.0.1', false]]);
+      const wanted = new Map([['10.77.0.1', true]]);
       await a.sync(wanted);
       await a.sync(wanted);
-      carrierWorks = true;
+      expect(upOf('10.77.0.1')).toBe(false);
+      setWorks = true;
       await a.sync(wanted);
-      carrierWorks = false;
-      await a.sync(new Map([['10.77.0.1', true]]));
+      expect(upOf('10.77.0.1')).toBe(true);
+      setWorks = false;
+      await a.sync(new Map([['10.77.0.1', false]]));
       const msgs = lines.map((l) => l.msg).filter((m) => m.startsWith('announcement update'));
       expect(msgs).toEqual(['announcement update failed', 'announcement update works again', 'announcement update failed']);
       a.close();
