@@ -3,7 +3,7 @@
 
 import yargs, { type Argv } from 'yargs';
 import { hideBin } from 'yargs/helpers';
-import { formatProblems } from '../config/validate.js';
+import { formatProblems, parseClientEndpoint } from '../config/validate.js';
 import { loadConfigFile, parseConfigText } from '../config/load.js';
 import { adminRequest, CliError, DEFAULT_CONFIG_PATH, resolveAdminTarget } from './admin-client.js';
 import { formatStatus } from './status-table.js';
@@ -248,6 +248,9 @@ export async function main(args: string[]): Promise<number> {
       (a) =>
         setExit(
           (async () => {
+            // A malformed CLIENT is the user's to fix (exit 1), whether or not a daemon runs.
+            const endpoint = parseClientEndpoint(a.client);
+            if ('error' in endpoint) throw new CliError(endpoint.error, 1);
             const q = `/explain?service=${encodeURIComponent(a.service)}&client=${encodeURIComponent(a.client)}`;
             const { data } = await adminRequest(await resolveAdminTarget(a), 'GET', q);
             print(`${data.service} ${data.client} -> ${data.real ?? 'no real'} (${explainWhy(data)})`);
@@ -296,7 +299,7 @@ export async function main(args: string[]): Promise<number> {
       (y) =>
         y
           .option('down', { type: 'boolean', default: false, describe: 'remove the demo lab' })
-          .option('requests', { type: 'string', default: '60', coerce: parseRequestCount, describe: 'HTTP requests the demo client sends (1..10000)' }),
+          .option('requests', { type: 'string', default: '60', coerce: parseRequestCount, defaultDescription: '60', describe: 'HTTP requests the demo client sends (1..10000)' }),
       (a) => setExit(import('./demo.js').then((m) => (a.down ? m.demoDown() : m.demoUp({ requests: a.requests })))),
     )
     .fail((msg, err) => {

@@ -135,6 +135,21 @@ export function parseIpAddress(text: string): { address: string; family: Address
   return null;
 }
 
+/**
+ * A client endpoint as `explain` takes it, IP:PORT or [IPv6]:PORT: the address and port, or what is
+ * wrong with it (the same words from the CLI, before it asks, and from the daemon).
+ */
+export function parseClientEndpoint(client: string): { address: string; family: AddressFamily; port: number } | { error: string } {
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(client);
+  if (!m) return { error: `client "${client}" is not IP:PORT (or [IPv6]:PORT)` };
+  const ip = parseIpAddress(m[1] ?? m[2]!);
+  if (!ip) return { error: `client "${client}": "${m[1] ?? m[2]}" is not an IP address` };
+  if (m[1] !== undefined && ip.family !== 6) return { error: `client "${client}": brackets are for IPv6 addresses only` };
+  const port = Number(m[3]);
+  if (port < 1 || port > 65535) return { error: `client "${client}": port ${port} is not 1..65535` };
+  return { ...ip, port };
+}
+
 /** The address form of a service, as the CLI accepts it: tcp://203.0.113.10:80, udp://[2001:db8::10]:53. */
 export function serviceAddressName(protocol: Protocol, vip: string, port: number): string {
   return `${protocol}://${vip.includes(':') ? `[${vip}]` : vip}:${port}`;

@@ -9,7 +9,7 @@ import { dirname } from 'node:path';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
-import { parseIpAddress, parseServiceAddress, problemLines } from '../config/validate.js';
+import { parseClientEndpoint, parseIpAddress, parseServiceAddress, problemLines } from '../config/validate.js';
 import { FlowState } from '../dataplane/flow-table.js';
 import { readAdminToken } from './admin-token.js';
 import { DaemonError } from './daemon-error.js';
@@ -1062,13 +1062,9 @@ export class Daemon {
   /** Where a new connection from client (IP:PORT, [V6]:PORT) would go (explain), asked of the packet loop itself. */
   async explain(serviceRef: string, client: string): Promise<Record<string, unknown>> {
     const { s, dstPort } = this.explainTarget(serviceRef);
-    const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(client);
-    if (!m) throw new DaemonError('BAD_CLIENT', `client "${client}" is not IP:PORT (or [IPv6]:PORT)`);
-    const ip = parseIpAddress(m[1] ?? m[2]!);
-    if (!ip) throw new DaemonError('BAD_CLIENT', `client "${client}": "${m[1] ?? m[2]}" is not an IP address`);
-    if (m[1] !== undefined && ip.family !== 6) throw new DaemonError('BAD_CLIENT', `client "${client}": brackets are for IPv6 addresses only`);
-    const port = Number(m[3]);
-    if (port < 1 || port > 65535) throw new DaemonError('BAD_CLIENT', `client "${client}": port ${port} is not 1..65535`);
+    const ip = parseClientEndpoint(client);
+    if ('error' in ip) throw new DaemonError('BAD_CLIENT', ip.error);
+    const port = ip.port;
     if (ip.family !== s.family) throw new DaemonError('BAD_CLIENT', `client "${client}" is IPv${ip.family} but service "${s.name}" is IPv${s.family}`);
     const addr = new Uint32Array(8);
     addr.set(addressWords(ip.address), 0);

@@ -98,6 +98,19 @@ describe('dsrlb CLI', () => {
     }
   });
 
+  it('refuses a malformed explain CLIENT as a user error (exit 1) before asking any daemon', async () => {
+    for (const [client, message] of [
+      ['1.2.3.4', 'client "1.2.3.4" is not IP:PORT (or [IPv6]:PORT)'],
+      ['[10.0.0.1]:80', 'client "[10.0.0.1]:80": brackets are for IPv6 addresses only'],
+      ['10.0.0.1:0', 'client "10.0.0.1:0": port 0 is not 1..65535'],
+      ['host:80', 'client "host:80": "host" is not an IP address'],
+    ]) {
+      const r = await dsrlb(['explain', 'web', client!, '--admin', 'http://127.0.0.1:9']);
+      expect(r.code, client).toBe(1);
+      expect(r.stderr.trim()).toBe(`dsrlb: ${message}`);
+    }
+  });
+
   it('refuses a demo request count that is not a whole number 1..10000 before building anything', async () => {
     for (const n of ['abc', '0', '1.5', '-3', '20000']) {
       const r = await dsrlb(['demo', '--requests', n]);
