@@ -270,7 +270,13 @@ export function validateConfig(raw: unknown, opts: ParseOptions = {}): ConfigRes
   const metricsListen = listen(p, metrics, 'metrics', DEFAULT_METRICS_LISTEN);
   const { listen: adminListen, tokenFile } = adminSection(p, raw, configDir);
   if (metricsListen !== null && adminListen !== null && listensClash(metricsListen, adminListen)) {
-    p.add('admin.listen', `${formatListen(adminListen)} clashes with metrics.listen (${formatListen(metricsListen)}); they need different ports`);
+    // Blame the one the user wrote: a default is not in the file to be fixed.
+    const written = (key: string): boolean => isMapping(raw[key]) && (raw[key] as Record<string, unknown>)['listen'] !== undefined;
+    if (!written('admin') && written('metrics')) {
+      p.add('metrics.listen', `${formatListen(metricsListen)} clashes with admin.listen (${formatListen(adminListen)}, the default); they need different ports`);
+    } else {
+      p.add('admin.listen', `${formatListen(adminListen)} clashes with metrics.listen (${formatListen(metricsListen)}${written('metrics') ? '' : ', the default'}); they need different ports`);
+    }
   }
   const explicitStateFile = filePath(p, raw, 'stateFile', '', configDir);
   const defaultStateDir = opts.stateDirectory ?? configDir;
@@ -1059,7 +1065,14 @@ function levenshtein(a: string, b: string): number {
 /** A YAML parse error as a problem: the first line of the message, the position in the path. */
 export function yamlProblem(message: string, pos: { line: number; col: number } | undefined): ConfigProblem {
   // yaml's pretty errors append " at line L, column C:" and a code frame; the position goes in the path.
-  const text = (message.split('\n')[0] ?? message).replace(/ at line \d+, column \d+:?\s*$/, '');
+  const lines = message.split('\n');
+  let text = (lines[0] ?? message).replace(/ at line \d+, column \d+:?\s*$/, '');
+  if (text === 'Map keys must be unique' && pos !== undefined) {
+    // The code frame's line above the caret holds the repeated key, at the error's column.
+    const caret = lines.findIndex((l) => /^\s*\^+\s*$/.test(l));
+    const key = caret > 0 ? /^\s*(?:"([^"]*)"|'([^']*)'|([^:#]+?))\s*:/.exec(lines[caret - 1]!.slice(pos.col - 1)) : null;
+    if (key) text = `the key "${key[1] ?? key[2] ?? key[3]}" is given twice in one mapping (YAML keys must be unique)`;
+  }
   return { path: pos === undefined ? '(yaml)' : `(yaml) line ${pos.line}, column ${pos.col}`, message: text };
 }
 

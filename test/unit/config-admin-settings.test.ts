@@ -101,7 +101,7 @@ describe('loadAdminSettings', () => {
   it('reports a YAML error the way the full validation does', async () => {
     const file = join(dir, 'syntax.yaml');
     await writeFile(file, 'admin: { listen: 127.0.0.1:9743 }\nadmin: {}\n');
-    expect(await loadAdminSettings(file)).toEqual({ ok: false, problems: [{ path: '(yaml) line 2, column 1', message: 'Map keys must be unique' }] });
+    expect(await loadAdminSettings(file)).toEqual({ ok: false, problems: [{ path: '(yaml) line 2, column 1', message: 'the key "admin" is given twice in one mapping (YAML keys must be unique)' }] });
   });
 
   it('finds the admin section past a YAML syntax error elsewhere in the file, and refuses when the error may be in it', async () => {

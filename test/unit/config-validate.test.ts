@@ -381,7 +381,9 @@ describe('top-level rules', () => {
     ['admin.listen a number', (d) => (d.admin = { listen: 9743 }), 'admin.listen: 9743 is not a listen address (host:port, e.g. 127.0.0.1:9743 or [::1]:9743)'],
     ['admin.tokenFile not a string', (d) => (d.admin = { tokenFile: 12 }), 'admin.tokenFile: 12 is not a file path; put it in quotes'],
     ['admin on a public address without token', (d) => (d.admin = { listen: '0.0.0.0:9743' }), 'admin.tokenFile: missing; a token file is required when admin.listen (0.0.0.0:9743) is not a loopback address'],
-    ['admin and metrics on one port', (d) => (d.admin = { listen: '127.0.0.1:9742' }), 'admin.listen: 127.0.0.1:9742 clashes with metrics.listen (127.0.0.1:9742); they need different ports'],
+    ['admin and metrics on one port', (d) => (d.admin = { listen: '127.0.0.1:9742' }), 'admin.listen: 127.0.0.1:9742 clashes with metrics.listen (127.0.0.1:9742, the default); they need different ports'],
+    ['metrics on the default admin port', (d) => (d.metrics = { listen: '127.0.0.1:9743' }), 'metrics.listen: 127.0.0.1:9743 clashes with admin.listen (127.0.0.1:9743, the default); they need different ports'],
+    ['both written on one port', (d) => ((d.metrics = { listen: '127.0.0.1:9000' }), (d.admin = { listen: '127.0.0.1:9000' })), 'admin.listen: 127.0.0.1:9000 clashes with metrics.listen (127.0.0.1:9000); they need different ports'],
     ['stateFile empty', (d) => (d.stateFile = ''), 'stateFile: "" is not a file path'],
     ['services missing', (d) => delete d.services, 'services: missing; expected a list of services'],
     ['services empty', (d) => (d.services = []), 'services: an empty list; expected at least one service'],
@@ -824,7 +826,10 @@ describe('file-level problems', () => {
       expect.stringMatching(/^\(yaml\) line \d+, column \d+: \S/),
     ]);
     const [line] = problemsOfText('interface: eth0\nservices: []\ninterface: eth1\n');
-    expect(line).toBe('(yaml) line 3, column 1: Map keys must be unique');
+    expect(line).toBe('(yaml) line 3, column 1: the key "interface" is given twice in one mapping (YAML keys must be unique)');
+    expect(problemsOfText('interface: eth0\nservices:\n  - name: web\n    "port": 80\n    port: 81\n')).toEqual([
+      '(yaml) line 5, column 5: the key "port" is given twice in one mapping (YAML keys must be unique)',
+    ]);
     expect(problemsOfText('interface: eth0\n---\nservices: []\n')).toEqual(['(yaml) line 2, column 1: the file holds more than one YAML document']);
   });
 
