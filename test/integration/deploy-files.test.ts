@@ -541,6 +541,15 @@ describe('install.sh --root', () => {
 
 // ---- Sample config ----
 
+describe('shell scripts', () => {
+  it('pass shellcheck as POSIX sh (each deliberate exception annotated in the script)', async () => {
+    const scripts = [join(deployDir, 'dsrlb-realserver'), INSTALL, join(repoRoot, 'scripts', 'bootstrap'), join(repoRoot, '.ci', 'run'), join(repoRoot, 'bench', 'setup.sh')];
+    const r = await run('shellcheck', ['-s', 'sh', ...scripts]);
+    expect(r.stdout + r.stderr).toBe('');
+    expect(r.code).toBe(0);
+  });
+});
+
 describe('dsrlb.yaml.sample', () => {
   it('is the same file as examples/dsrlb.yaml', () => {
     expect(readFileSync(join(repoRoot, 'examples', 'dsrlb.yaml'), 'utf8')).toBe(readFileSync(SAMPLE, 'utf8'));
