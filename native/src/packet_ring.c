@@ -25,6 +25,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -1039,6 +1040,48 @@ static napi_value close_on_exec_all(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// ---------------------------------------------------------------------------------------------
+// sdNotify(socketPath, state): one sd_notify(3) datagram, e.g. "READY=1" or "WATCHDOG=1", to
+// $NOTIFY_SOCKET (a path, or an abstract name written with a leading '@'). Node has no datagram
+// Unix sockets. Returns 0 or -errno (the caller decides whether a lost notification matters).
+
+static napi_value sd_notify_js(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2], result;
+  napi_valuetype type0, type1;
+  char path[sizeof(((struct sockaddr_un*)0)->sun_path) + 1];
+  char state[1024];
+  size_t path_length = 0, state_length = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
+  if (argc < 2 || napi_typeof(env, argv[0], &type0) != napi_ok || type0 != napi_string || napi_typeof(env, argv[1], &type1) != napi_ok ||
+      type1 != napi_string) {
+    throw_type(env, "sdNotify(socketPath, state) takes two strings");
+    return NULL;
+  }
+  napi_get_value_string_utf8(env, argv[0], path, sizeof path, &path_length);
+  napi_get_value_string_utf8(env, argv[1], state, sizeof state, &state_length);
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  if (path_length < 2 || path_length > sizeof addr.sun_path || (path[0] != '/' && path[0] != '@')) {
+    throw_range(env, "the notify socket must be an absolute path or an @abstract name that fits sun_path");
+    return NULL;
+  }
+  memcpy(addr.sun_path, path, path_length);
+  if (path[0] == '@') addr.sun_path[0] = '\0';
+  socklen_t addr_length = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + path_length + (path[0] == '@' ? 0 : 1));
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  int rc = 0;
+  if (fd < 0) {
+    rc = -errno;
+  } else {
+    if (sendto(fd, state, state_length, MSG_NOSIGNAL, (struct sockaddr*)&addr, addr_length) < 0) rc = -errno;
+    close(fd);
+  }
+  napi_create_int32(env, rc, &result);
+  return result;
+}
+
 napi_status tun_device_init(napi_env env, napi_value exports);  // tun_device.c
 napi_status raw_tunnel_init(napi_env env, napi_value exports);  // raw_tunnel.c
 
@@ -1055,6 +1098,7 @@ NAPI_MODULE_INIT() {
       {"interfaceInfo", NULL, interface_info, NULL, NULL, NULL, napi_enumerable, NULL},
       {"pinThread", NULL, pin_thread, NULL, NULL, NULL, napi_enumerable, NULL},
       {"closeOnExecAll", NULL, close_on_exec_all, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"sdNotify", NULL, sd_notify_js, NULL, NULL, NULL, napi_enumerable, NULL},
       {"layout", NULL, NULL, NULL, NULL, make_layout(env), napi_enumerable, NULL},
       {"layoutV2", NULL, NULL, NULL, NULL, make_layout_v2(env), napi_enumerable, NULL},
   };

@@ -6,6 +6,7 @@ import { formatProblems, problemLines } from '../config/validate.js';
 import { Daemon, DaemonError } from '../control/daemon.js';
 import { startAdminServer, startMetricsServer } from '../control/http-servers.js';
 import { createLogger, type Logger } from '../control/logger.js';
+import { SystemdNotifier } from '../control/systemd-notify.js';
 
 /** What the supervisor needs of the daemon (Daemon; a fake in tests). */
 export interface SupervisedDaemon {
@@ -15,6 +16,15 @@ export interface SupervisedDaemon {
   reload(): Promise<unknown>;
   /** Set by the supervisor: a packet loop ended by itself and could not be started again. */
   onLoopLost: ((reason: string) => void) | null;
+  /** The packet loops forward (or one is being started again): what keeps systemd's watchdog fed. */
+  healthy(): boolean;
+}
+
+/** What the supervisor tells the service manager (SystemdNotifier; a fake in tests). */
+export interface ServiceNotifier {
+  ready(): void;
+  stopping(): void;
+  startWatchdog(healthy: () => boolean): void;
 }
 
 export interface SupervisorDeps {
@@ -26,6 +36,7 @@ export interface SupervisorDeps {
   readonly signals: { on(signal: 'SIGTERM' | 'SIGINT' | 'SIGHUP', listener: () => void): unknown };
   readonly exit: (code: number) => void;
   readonly stderr: (text: string) => void;
+  readonly notifier?: ServiceNotifier;
 }
 
 export async function runDaemon(configPath: string): Promise<number> {
@@ -38,6 +49,7 @@ export async function runDaemon(configPath: string): Promise<number> {
     signals: process,
     exit: (code) => process.exit(code),
     stderr: (text) => process.stderr.write(text),
+    notifier: new SystemdNotifier(log),
   });
 }
 
@@ -56,6 +68,7 @@ export async function superviseDaemon(deps: SupervisorDeps): Promise<number> {
   let reloadPending = false;
   const stop = async (signal: string, code = 0): Promise<number> => {
     phase = 'stopping';
+    deps.notifier?.stopping();
     log.info('stopping', { signal });
     for (const s of servers) s.close();
     await daemon.stop().catch((e: Error) => log.error('stop failed', { error: e.message }));
@@ -139,5 +152,7 @@ export async function superviseDaemon(deps: SupervisorDeps): Promise<number> {
     metrics: `${daemon.config.metrics.listen.host}:${daemon.config.metrics.listen.port}`,
     admin: `${daemon.config.admin.listen.host}:${daemon.config.admin.listen.port}`,
   });
+  deps.notifier?.ready();
+  deps.notifier?.startWatchdog(() => daemon.healthy());
   return new Promise<number>(() => undefined); // runs until a signal
 }

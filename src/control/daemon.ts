@@ -1121,6 +1121,11 @@ export class Daemon {
     );
   }
 
+  /** For systemd's watchdog: the loops forward, or one that ended is being started again. */
+  healthy(): boolean {
+    return this.loopHealthy() || this.loops.recovering;
+  }
+
   loopHealthy(): boolean {
     return this.loops.running && this.loops.heartbeatAgeMs() < 5000;
   }

@@ -134,6 +134,8 @@ export interface DsrlbNative {
   pinThread(cpu: number): void;
   /** FD_CLOEXEC on every descriptor above 2 (close_range, else /proc/self/fd): none leaks into a spawned command. */
   closeOnExecAll(): void;
+  /** One sd_notify(3) datagram (`state`, e.g. "READY=1") to $NOTIFY_SOCKET (a path or "@abstract"): 0 or -errno. */
+  sdNotify(socketPath: string, state: string): number;
   readonly layout: RingLayout;
   readonly layoutV2: FrameLayout;
   /**

@@ -1,6 +1,9 @@
 // `dsrlb run`'s start/stop sequencing with a fake daemon: a stop signal during start waits for
 // start to end, then undoes and exits as after a clean run; a refused start undoes only its own.
+// What systemd is told (READY, STOPPING, watchdog pings only while healthy), through a fake
+// notifier and through the real one to a Unix datagram socket.
 
+import { spawn } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,7 +13,8 @@ import { superviseDaemon, type SupervisedDaemon } from '../../src/cli/run-comman
 import type { Config } from '../../src/config/types.js';
 import { readAdminToken } from '../../src/control/admin-token.js';
 import { DaemonError } from '../../src/control/daemon-error.js';
-import type { Logger } from '../../src/control/logger.js';
+import { createLogger, type Logger } from '../../src/control/logger.js';
+import { SystemdNotifier } from '../../src/control/systemd-notify.js';
 
 function deferred(): { promise: Promise<void>; resolve: () => void; reject: (e: Error) => void } {
   let resolve!: () => void;
@@ -26,6 +30,8 @@ const tick = () => new Promise((r) => setImmediate(r));
 
 function harness(reload: () => Promise<void> = async () => undefined) {
   const events: string[] = [];
+  const watchdog: { check: (() => boolean) | null } = { check: null };
+  const notified: string[] = [];
   const errors: string[] = [];
   const starting = deferred();
   const daemon: SupervisedDaemon = {
@@ -41,7 +47,9 @@ function harness(reload: () => Promise<void> = async () => undefined) {
       await reload();
     },
     onLoopLost: null,
+    healthy: () => healthy.value,
   };
+  const healthy = { value: true };
   const log: Logger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: (msg, fields) => void errors.push(`${msg} ${JSON.stringify(fields)}`) };
   const signals = new EventEmitter();
   const exits: number[] = [];
@@ -55,8 +63,13 @@ function harness(reload: () => Promise<void> = async () => undefined) {
       exits.push(code);
     },
     stderr: () => undefined,
+    notifier: {
+      ready: () => void notified.push('READY'),
+      stopping: () => void notified.push('STOPPING'),
+      startWatchdog: (check) => void (watchdog.check = check),
+    },
   });
-  return { events, errors, starting, signals, exits, run, daemon };
+  return { events, errors, starting, signals, exits, run, daemon, healthy, watchdog, notified };
 }
 
 describe('dsrlb run: signals and start', () => {
@@ -172,5 +185,92 @@ describe('dsrlb run: signals and start', () => {
       process.off('unhandledRejection', onUnhandled);
     }
     expect(unhandled).toEqual([]);
+  });
+});
+
+describe('dsrlb run: what systemd is told', () => {
+  it('READY once the servers listen, the watchdog fed only while the daemon is healthy, STOPPING on stop; nothing for a refused start', async () => {
+    const h = harness();
+    await tick();
+    expect(h.notified).toEqual([]);
+    h.starting.resolve();
+    await tick();
+    await tick();
+    expect(h.notified).toEqual(['READY']);
+    expect(h.watchdog.check?.()).toBe(true);
+    h.healthy.value = false; // loops stalled or gone: no ping, systemd kills and restarts dsrlb
+    expect(h.watchdog.check?.()).toBe(false);
+    h.signals.emit('SIGTERM');
+    for (let i = 0; i < 10 && h.exits.length === 0; i++) await tick();
+    expect(h.exits).toEqual([0]);
+    expect(h.notified).toEqual(['READY', 'STOPPING']);
+
+    const refused = harness();
+    await tick();
+    refused.starting.reject(new Error('no such interface'));
+    expect(await refused.run).toBe(2);
+    expect(refused.notified).toEqual([]);
+  });
+
+  it('SystemdNotifier sends sd_notify datagrams to $NOTIFY_SOCKET (a path or @abstract), pings at half WATCHDOG_USEC while healthy, and is silent without it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-notify-'));
+    const path = join(dir, 'notify.sock');
+    // A stand-in for systemd: python3 reads the datagrams (Node has no Unix datagram sockets).
+    const receiver = spawn('python3', ['-c', `
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+print('bound', flush=True)
+while True:
+    print(s.recv(1024).decode(), flush=True)
+`, path]);
+    const got: string[] = [];
+    let buffered = '';
+    receiver.stdout.on('data', (d: Buffer) => {
+      buffered += d.toString();
+      const lines = buffered.split('\n');
+      buffered = lines.pop()!;
+      got.push(...lines);
+    });
+    try {
+      for (let i = 0; i < 100 && !got.includes('bound'); i++) await new Promise((r) => setTimeout(r, 20));
+      const logged: string[] = [];
+      const log = createLogger((l) => void logged.push(l));
+      const n = new SystemdNotifier(log, { NOTIFY_SOCKET: path, WATCHDOG_USEC: '200000' });
+      let healthy = true;
+      n.ready();
+      n.startWatchdog(() => healthy);
+      await new Promise((r) => setTimeout(r, 550)); // pings at 100, 200, ... ms
+      healthy = false;
+      const pings = got.filter((l) => l === 'WATCHDOG=1').length;
+      await new Promise((r) => setTimeout(r, 350));
+      n.stopping();
+      for (let i = 0; i < 100 && !got.includes('STOPPING=1'); i++) await new Promise((r) => setTimeout(r, 20));
+      expect(got[0]).toBe('bound');
+      expect(got[1]).toBe('READY=1');
+      expect(pings).toBeGreaterThanOrEqual(3);
+      expect(got.filter((l) => l === 'WATCHDOG=1').length).toBeLessThanOrEqual(pings + 1); // none once unhealthy
+      expect(got.at(-1)).toBe('STOPPING=1');
+      expect(logged).toEqual([]);
+      // A socket that is not there: said once, not at every ping.
+      const missing = new SystemdNotifier(log, { NOTIFY_SOCKET: join(dir, 'gone.sock') });
+      missing.ready();
+      missing.stopping();
+      expect(logged.filter((l) => l.includes('cannot notify systemd'))).toHaveLength(1);
+      // Not under systemd: nothing to send, nothing sent.
+      const sent: string[] = [];
+      const off = new SystemdNotifier(log, {}, (_p, state) => (sent.push(state), 0));
+      off.ready();
+      off.startWatchdog(() => true);
+      off.stopping();
+      expect(sent).toEqual([]);
+      // An abstract socket name goes as written after the '@'.
+      const abstract = new SystemdNotifier(log, { NOTIFY_SOCKET: '@dsrlb-test-none' }, (p, state) => (sent.push(`${p} ${state}`), 0));
+      abstract.ready();
+      expect(sent).toEqual(['@dsrlb-test-none READY=1']);
+    } finally {
+      receiver.kill();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
