@@ -88,7 +88,12 @@ export class VipAnnouncer {
   /** BIRD has not been told of the last routes file (birdc failed); when it was last tried. */
   private birdStale = false;
   private birdTriedMs = -Infinity;
-  /** The last failure said per VIP (or 'routes', 'birdc'): each is logged once, and once when it ends. */
+  /**
+   * BIRD took `configure` but has no dsrlb_v4/dsrlb_v6 protocol: its config does not include the
+   * routes file (another path, a typo). Nothing is announced then, whatever the devices say.
+   */
+  private birdLacksRoutes = false;
+  /** The last failure said per VIP (or 'routes', 'birdc', 'bird-include'): each is logged once, and once when it ends. */
   private readonly failures = new Map<string, string>();
 
   constructor(
@@ -118,7 +123,7 @@ export class VipAnnouncer {
   }
 
   isAnnounced(vip: string): boolean {
-    return this.gates.get(vip)?.up === true;
+    return this.gates.get(vip)?.up === true && !this.birdLacksRoutes;
   }
 
   /**
@@ -142,7 +147,7 @@ export class VipAnnouncer {
       this.log.info('VIP no longer announced: device closed', { vip, device: gate.name });
     }
     // A VIP no longer wanted has no failure left to report.
-    for (const key of [...this.failures.keys()]) if (key !== 'routes' && key !== 'birdc' && !wanted.has(key)) this.failures.delete(key);
+    for (const key of [...this.failures.keys()]) if (key !== 'routes' && key !== 'birdc' && key !== 'bird-include' && !wanted.has(key)) this.failures.delete(key);
     if (this.routesStale) await this.writeRoutes();
     if (this.birdStale && this.nowMs() - this.birdTriedMs >= BIRDC_RETRY_MS) await this.tellBird();
     for (const [vip, on] of wanted) {
@@ -236,6 +241,30 @@ export class VipAnnouncer {
     } catch (err) {
       this.birdStale = true;
       this.failed('birdc', `birdc configure (socket ${this.birdSocket}): ${(err as Error).message}`);
+      return;
+    }
+    await this.checkBirdProtocols();
+  }
+
+  /**
+   * After a configure: does BIRD have the routes file's protocols? The include is a glob that
+   * matches nothing when it names another path, which BIRD takes silently: without this check the
+   * daemon would call its VIPs announced while BIRD announces nothing.
+   */
+  private async checkBirdProtocols(): Promise<void> {
+    let listed: string;
+    try {
+      listed = (await this.runner(['birdc', '-s', this.birdSocket!, 'show', 'protocols'])).stdout;
+    } catch (err) {
+      this.failed('birdc', `birdc show protocols (socket ${this.birdSocket}): ${(err as Error).message}`);
+      return;
+    }
+    const missing = ['dsrlb_v4', 'dsrlb_v6'].filter((p) => !new RegExp(`^${p}\\s`, 'm').test(listed));
+    this.birdLacksRoutes = missing.length > 0;
+    if (this.birdLacksRoutes) {
+      this.failed('bird-include', `BIRD has no protocol ${missing.join(' or ')} after configure: its config does not include announce.routesFile (${this.routesFile}); nothing is announced`);
+    } else {
+      this.succeeded('bird-include');
     }
   }
 

@@ -46,6 +46,15 @@ describe('VIP announcement for BIRD', () => {
   });
 });
 
+/** `birdc show protocols` of a BIRD 2.0.12 that includes dsrlb's routes file. */
+const BIRD_PROTOCOLS = `BIRD 2.0.12 ready.
+Name       Proto      Table      State  Since         Info
+device1    Device     ---        up     05:20:01.000
+dsrlb_v4   Static     master4    up     05:20:01.000
+dsrlb_v6   Static     master6    up     05:20:01.000
+upstream   BGP        ---        up     05:20:03.000  Established
+`;
+
 /** Fake TUN devices: which fds are open, each one up (IFF_UP) or down; new ones are down, as a new TUN is. */
 function fakeTun() {
   const open = new Map<number, { name: string; up: boolean }>();
@@ -144,6 +153,7 @@ describe('VIP announcer: one failure stops nothing else', () => {
       let birdUp = false;
       const runner: CommandRunner = async (argv) => {
         if (argv[0] === 'birdc') {
+          if (argv.includes('show')) return { stdout: BIRD_PROTOCOLS };
           calls.push(argv.join(' '));
           if (!birdUp) throw new Error('birdc: Unable to connect to server control socket');
         }
@@ -168,6 +178,32 @@ describe('VIP announcer: one failure stops nothing else', () => {
       a.setFiles(join(dir, 'routes.conf'), '/run/bird2/bird.ctl');
       await a.sync(wanted);
       expect(calls.at(-1)).toBe('birdc -s /run/bird2/bird.ctl configure');
+      a.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('VIP announcer: what BIRD really has', () => {
+  it('calls nothing announced while BIRD lacks the routes file\'s protocols after configure (its include names another path), and says so once', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-announce-'));
+    try {
+      let protocols = BIRD_PROTOCOLS.replace(/^dsrlb_v[46].*\n/gm, '');
+      const runner: CommandRunner = async (argv) => ({ stdout: argv.includes('show') ? protocols : '' });
+      const { lines, log } = logLines();
+      const a = new VipAnnouncer(log, join(dir, 'routes.conf'), '/run/bird/bird.ctl', runner, fakeTun().tun);
+      await a.sync(new Map([['10.77.0.1', true]]));
+      await a.sync(new Map([['10.77.0.1', true]]));
+      expect(a.isAnnounced('10.77.0.1')).toBe(false);
+      const failures = lines.filter((l) => l.msg === 'announcement update failed');
+      expect(failures).toHaveLength(1);
+      expect(JSON.stringify(failures[0])).toContain('BIRD has no protocol dsrlb_v4 or dsrlb_v6 after configure: its config does not include announce.routesFile');
+      // The operator fixes BIRD's include; the next configure (a new VIP here) finds the protocols.
+      protocols = BIRD_PROTOCOLS;
+      await a.sync(new Map([['10.77.0.1', true], ['10.77.0.2', true]]));
+      expect(a.isAnnounced('10.77.0.1')).toBe(true);
+      expect(lines.filter((l) => l.msg === 'announcement update works again')).toHaveLength(1);
       a.close();
     } finally {
       rmSync(dir, { recursive: true, force: true });
