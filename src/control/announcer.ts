@@ -93,6 +93,8 @@ export class VipAnnouncer {
    * routes file (another path, a typo). Nothing is announced then, whatever the devices say.
    */
   private birdLacksRoutes = false;
+  /** The last protocols check failed or found them missing: it is asked again every BIRDC_RETRY_MS. */
+  private birdUnchecked = false;
   /** The last failure said per VIP (or 'routes', 'birdc', 'bird-include'): each is logged once, and once when it ends. */
   private readonly failures = new Map<string, string>();
 
@@ -150,6 +152,9 @@ export class VipAnnouncer {
     for (const key of [...this.failures.keys()]) if (key !== 'routes' && key !== 'birdc' && key !== 'bird-include' && !wanted.has(key)) this.failures.delete(key);
     if (this.routesStale) await this.writeRoutes();
     if (this.birdStale && this.nowMs() - this.birdTriedMs >= BIRDC_RETRY_MS) await this.tellBird();
+    // BIRD lacked the protocols (or could not be asked): ask again, so a fixed include is seen
+    // without waiting for the next change of VIPs.
+    else if (this.birdUnchecked && this.nowMs() - this.birdTriedMs >= BIRDC_RETRY_MS) await this.checkBirdProtocols();
     for (const [vip, on] of wanted) {
       const gate = this.gates.get(vip);
       if (gate === undefined || gate.up === on) continue;
@@ -252,15 +257,20 @@ export class VipAnnouncer {
    * daemon would call its VIPs announced while BIRD announces nothing.
    */
   private async checkBirdProtocols(): Promise<void> {
+    if (!this.birdSocket) return;
+    this.birdTriedMs = this.nowMs();
+    this.birdUnchecked = true;
     let listed: string;
     try {
-      listed = (await this.runner(['birdc', '-s', this.birdSocket!, 'show', 'protocols'])).stdout;
+      listed = (await this.runner(['birdc', '-s', this.birdSocket, 'show', 'protocols'])).stdout;
     } catch (err) {
       this.failed('birdc', `birdc show protocols (socket ${this.birdSocket}): ${(err as Error).message}`);
       return;
     }
+    this.succeeded('birdc');
     const missing = ['dsrlb_v4', 'dsrlb_v6'].filter((p) => !new RegExp(`^${p}\\s`, 'm').test(listed));
     this.birdLacksRoutes = missing.length > 0;
+    this.birdUnchecked = this.birdLacksRoutes;
     if (this.birdLacksRoutes) {
       this.failed('bird-include', `BIRD has no protocol ${missing.join(' or ')} after configure: its config does not include announce.routesFile (${this.routesFile}); nothing is announced`);
     } else {

@@ -120,6 +120,11 @@ export class Daemon {
    * normally (as IPVS keeps a deleted service's connections, and an old HAProxy its sessions).
    */
   private removedServices = new Map<string, ServiceConfig>();
+  /**
+   * Removed services whose VIP was announced (and not withdrawn) when a reload removed them: the
+   * route stays while their flows drain here. One that was not announced stays unannounced.
+   */
+  private drainAnnounced = new Set<string>();
   readonly health: HealthMonitor;
   private overrides = new Map<string, IntentOverride>();
   private lastReports: readonly ServiceBuildReport[] = [];
@@ -185,7 +190,9 @@ export class Daemon {
           // null (no series) where no announcement is meant: announce off, a service with
           // `announce: false`, a removed service draining. The alert on 0 then means a withdrawal.
           const announced = !this.config.announce.enabled || !s || !s.announce ? null : (this.announcer?.isAnnounced(s.vip) ?? false);
-          return { service: r.name, fingerprint: r.tableFingerprint, announced };
+          // No fingerprint for a removed service that drains: LBs forget it at different times,
+          // which is no disagreement (DsrlbServiceMissingOnSomeLb counts the LBs that have it).
+          return { service: r.name, fingerprint: s ? r.tableFingerprint : null, announced };
         }),
     });
     this.health = new HealthMonitor({
@@ -358,13 +365,13 @@ export class Daemon {
       if (report !== undefined && !report.dropping && (!report.panic || this.config.announce.onFailOpen)) v.eligible = true;
     }
     // A service removed by a reload whose flows still drain here keeps its VIP's route while they
-    // do (it was announced): without it the router sends them nowhere once every LB has reloaded.
+    // do, if it had one: without it the router sends them nowhere once every LB has reloaded.
     // New flows to it are dropped by the snapshot; the route goes with its last flow.
     for (const s of this.drainingServices()) {
-      if (!s.announce) continue;
+      if (!this.drainAnnounced.has(serviceIdentity(s))) continue;
       const v = vips.get(s.vip) ?? { blocked: false, eligible: false };
       vips.set(s.vip, v);
-      if (!this.withdrawn.has(serviceIdentity(s))) v.eligible = true;
+      v.eligible = true;
     }
     const wanted = new Map<string, boolean>();
     for (const [vip, v] of vips) wanted.set(vip, loopOk && !v.blocked && v.eligible);
@@ -807,9 +814,17 @@ export class Daemon {
       else if (blocker === null) this.log.info('service removed from config: it had no flows', { service: s.name });
       else this.log.warn('service removed from config: its flows are cut', { service: s.name, why: blocker });
     }
+    // Whether each newly removed service's VIP was announced, before the swap prunes its
+    // withdrawal (a withdrawn service must not come back on the air as it drains).
+    const drainAnnounced = new Set([...this.drainAnnounced].filter((sid) => removed.has(sid)));
+    for (const [sid, s] of removed) {
+      if (this.removedServices.has(sid)) continue;
+      if (s.announce && !this.withdrawn.has(sid) && this.announcer?.isAnnounced(s.vip) === true) drainAnnounced.add(sid);
+    }
     // The swap, up to the new snapshot, has no await in it: a timer (tick, a queued rebuild, the
     // announce check) must never see the new config with the old reals.
     this.removedServices = removed;
+    this.drainAnnounced = drainAnnounced;
     this.config = next;
     this.configText = text!;
     this.adminToken = token;

@@ -23,6 +23,8 @@ export const ASK_TIMEOUT_MS = 5_000;
  */
 export const RESTARTS_PER_WINDOW = 3;
 export const RESTART_WINDOW_MS = 60_000;
+/** How long a loop started again may take to be ready (a start takes well under a second). */
+export const RESTART_READY_MS = 10_000;
 
 /** Counter slots that hold a level, not a count: an ended loop's value is not carried into the sum. */
 const LEVEL_SLOTS: readonly number[] = [Counter.loopHeartbeatMs, Counter.snapshotGeneration, Counter.flowTableEntries];
@@ -96,6 +98,8 @@ export class LoopGroup {
   private lastSnapshot: ForwardingSnapshot | null = null;
   private lastTimeouts: FlowTimeouts | null = null;
   private stopped = false;
+  /** Worker threads by their settings until they exit (a replacement that hangs is terminated). */
+  private readonly startingWorkers = new Map<LoopSettings, Worker>();
   /** A loss was handed to onLost: the group no longer runs whole, whatever its other loops do. */
   private broken = false;
 
@@ -108,13 +112,15 @@ export class LoopGroup {
 
   private readonly now: () => number;
   private readonly restartsPerWindow: number;
+  private readonly restartReadyMs: number;
 
   constructor(
     private readonly log: Logger,
-    opts: { now?: () => number; restartsPerWindow?: number } = {},
+    opts: { now?: () => number; restartsPerWindow?: number; restartReadyMs?: number } = {},
   ) {
     this.now = opts.now ?? monotonicMs;
     this.restartsPerWindow = opts.restartsPerWindow ?? RESTARTS_PER_WINDOW;
+    this.restartReadyMs = opts.restartReadyMs ?? RESTART_READY_MS;
   }
 
   /** Starts `count` loops (1 for pcap), loop i pinned to cpus[i % length], and resolves when all are ready. */
@@ -151,11 +157,16 @@ export class LoopGroup {
             loop.active = e.activeByReal;
             loop.inactive = e.inactiveByReal;
             loop.running = true;
-            // Ready after stop() (a restart under way when the group stopped): it stops too.
-            if (this.stopped) {
+            // Ready after stop() (a restart under way when the group stopped), or after it was given up on: it stops too.
+            if (this.stopped || this.broken) {
               loop.running = false;
               loop.post({ type: 'stop' });
-            } else this.loops.push(loop);
+            } else {
+              // A snapshot or timeouts broadcast while it started (it was not in the group yet).
+              if (this.lastSnapshot !== null && this.lastSnapshot !== (settings.snapshot ?? null)) loop.post({ type: 'snapshot', snapshot: this.lastSnapshot });
+              if (this.lastTimeouts !== null && this.lastTimeouts !== settings.timeouts) loop.post({ type: 'timeouts', timeouts: this.lastTimeouts });
+              this.loops.push(loop);
+            }
             resolve();
             break;
           case 'error':
@@ -188,6 +199,8 @@ export class LoopGroup {
       }
       disableMemoryReducerForNewIsolates();
       const worker = this.createWorker(settings);
+      this.startingWorkers.set(settings, worker);
+      worker.once('exit', () => this.startingWorkers.delete(settings));
       loop.worker = worker;
       loop.post = (m) => worker.postMessage(m);
       worker.on('message', onEvent);
@@ -216,9 +229,10 @@ export class LoopGroup {
   /**
    * A loop ended by itself: its counts are kept, it leaves the group, and a new loop with the same
    * settings, the last snapshot and fresh counters takes its place (its socket joins the same
-   * fanout group). Its flow table is gone: their packets find their reals again as after a daemon
-   * restart (the mid-stream placement), but the other loops, the VIPs, the announcements and the
-   * health state carry on untouched, which a restart of the whole daemon would not.
+   * fanout group). Its flow table is gone, and the kernel spreads the group's flows anew as a
+   * member leaves and joins (other loops' flows move too): their packets find their reals again as
+   * after a daemon restart (the mid-stream placement). The VIPs, the announcements and the health
+   * state carry on untouched, which a restart of the whole daemon would not.
    */
   private lose(loop: Loop, reason: string): void {
     const i = this.loops.indexOf(loop);
@@ -227,6 +241,8 @@ export class LoopGroup {
     for (let s = 0; s < COUNTER_SLOTS; s++) this.retired[s]! += loop.counters[s]!;
     for (const s of LEVEL_SLOTS) this.retired[s] = 0;
     this.hasRetired = true;
+    // Given up already (onLost was told): the daemon is stopping, nothing more to start.
+    if (this.broken) return;
     const now = this.now();
     this.restartTimes = this.restartTimes.filter((t) => now - t < RESTART_WINDOW_MS);
     if (this.stopped || this.restartTimes.length >= this.restartsPerWindow) {
@@ -246,12 +262,31 @@ export class LoopGroup {
       snapshot: this.lastSnapshot ?? loop.settings.snapshot,
     };
     this.log.warn('starting the packet loop again', { reason, restartsInWindow: this.restartTimes.length });
+    // A replacement that neither gets ready nor fails is given up on: `recovering` would otherwise
+    // keep the VIPs announced (and systemd's watchdog fed) for a loop that never runs.
+    let settled = false;
+    const giveUp = setTimeout(() => {
+      if (settled) return;
+      settled = true;
+      this.restarting--;
+      this.broken = true;
+      void this.startingWorkers.get(settings)?.terminate();
+      this.log.error('packet loop could not be started again', { error: `not ready within ${this.restartReadyMs / 1000} s` });
+      if (!this.stopped) this.onLost?.(`${reason}; starting it again failed: not ready within ${this.restartReadyMs / 1000} s`);
+    }, this.restartReadyMs);
+    giveUp.unref();
     this.startOne(settings).then(
       () => {
+        clearTimeout(giveUp);
+        if (settled) return;
+        settled = true;
         this.restarting--;
         if (!this.stopped) this.log.info('packet loop started again');
       },
       (err: Error) => {
+        clearTimeout(giveUp);
+        if (settled) return;
+        settled = true;
         this.restarting--;
         this.log.error('packet loop could not be started again', { error: err.message });
         this.broken = true;

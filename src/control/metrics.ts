@@ -29,7 +29,8 @@ export interface MetricsSource {
   flowTableCapacity(): number;
   panic(): readonly { service: string; panic: boolean }[];
   /** announced: null while announce.enabled is false (the gauge then has no series). */
-  services(): readonly { service: string; fingerprint: string; announced: boolean | null }[];
+  /** fingerprint: null (no series) for a removed service that drains. */
+  services(): readonly { service: string; fingerprint: string | null; announced: boolean | null }[];
 }
 
 export class DaemonMetrics {
@@ -209,7 +210,7 @@ export class DaemonMetrics {
       registers: [registry],
       collect() {
         this.reset();
-        for (const s of src.services()) this.set({ service: s.service, fingerprint: s.fingerprint }, 1);
+        for (const s of src.services()) if (s.fingerprint !== null) this.set({ service: s.service, fingerprint: s.fingerprint }, 1);
       },
     });
     new client.Gauge({

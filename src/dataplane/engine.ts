@@ -507,7 +507,7 @@ export class Engine {
     if (real < 0) return -1;
     flows.setReal(entry, real);
     if (flows.stateOf(entry) === FlowState.udp) flows.touch(entry, flags, nowMs);
-    else flows.restart(entry, (flags & TCP_FIN) === 0 ? FlowState.syn : FlowState.fin, nowMs);
+    else flows.restart(entry, (flags & TCP_RST) !== 0 ? FlowState.closed : (flags & TCP_FIN) !== 0 ? FlowState.fin : FlowState.syn, nowMs);
     this.counters[Counter.flowsRescheduled]++;
     if (current < snap.realIdLimit) this.counters[REAL_BASE + current * REAL_STRIDE + RealCounter.flowsRescheduledAway]++;
     this.lastPlacement = Placement.rescheduled;

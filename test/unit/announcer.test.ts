@@ -186,24 +186,39 @@ describe('VIP announcer: one failure stops nothing else', () => {
 });
 
 describe('VIP announcer: what BIRD really has', () => {
-  it('calls nothing announced while BIRD lacks the routes file\'s protocols after configure (its include names another path), and says so once', async () => {
+  it('calls nothing announced while BIRD lacks the routes file\'s protocols after configure (its include names another path), says so once, and sees the fix', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'dsrlb-announce-'));
     try {
       let protocols = BIRD_PROTOCOLS.replace(/^dsrlb_v[46].*\n/gm, '');
-      const runner: CommandRunner = async (argv) => ({ stdout: argv.includes('show') ? protocols : '' });
+      const shows: number[] = [];
+      let t = 1_000_000;
+      const runner: CommandRunner = async (argv) => {
+        if (argv.includes('show')) shows.push(t);
+        return { stdout: argv.includes('show') ? protocols : '' };
+      };
       const { lines, log } = logLines();
-      const a = new VipAnnouncer(log, join(dir, 'routes.conf'), '/run/bird/bird.ctl', runner, fakeTun().tun);
+      const a = new VipAnnouncer(log, join(dir, 'routes.conf'), '/run/bird/bird.ctl', runner, fakeTun().tun, () => t);
       await a.sync(new Map([['10.77.0.1', true]]));
       await a.sync(new Map([['10.77.0.1', true]]));
       expect(a.isAnnounced('10.77.0.1')).toBe(false);
       const failures = lines.filter((l) => l.msg === 'announcement update failed');
       expect(failures).toHaveLength(1);
       expect(JSON.stringify(failures[0])).toContain('BIRD has no protocol dsrlb_v4 or dsrlb_v6 after configure: its config does not include announce.routesFile');
-      // The operator fixes BIRD's include; the next configure (a new VIP here) finds the protocols.
+      // Asked again every 5 s while they are missing, not at every 200 ms sync.
+      expect(shows).toHaveLength(1);
+      t += 5000;
+      await a.sync(new Map([['10.77.0.1', true]]));
+      expect(shows).toHaveLength(2);
+      // The operator fixes BIRD's include (and reloads BIRD): seen at the next check, no VIP change needed.
       protocols = BIRD_PROTOCOLS;
-      await a.sync(new Map([['10.77.0.1', true], ['10.77.0.2', true]]));
+      t += 5000;
+      await a.sync(new Map([['10.77.0.1', true]]));
       expect(a.isAnnounced('10.77.0.1')).toBe(true);
       expect(lines.filter((l) => l.msg === 'announcement update works again')).toHaveLength(1);
+      // Found: no more checks until the next configure.
+      t += 60_000;
+      await a.sync(new Map([['10.77.0.1', true]]));
+      expect(shows).toHaveLength(3);
       a.close();
     } finally {
       rmSync(dir, { recursive: true, force: true });

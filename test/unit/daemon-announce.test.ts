@@ -141,12 +141,13 @@ services:
     const inside = wanted.daemon;
     inside.removedServices = new Map([[serviceIdentity(old), old]]);
     inside.reals = new Map([['k', { id: 9, service: serviceIdentity(old) }]]);
+    // Not announced when it was removed (withdrawn by the operator, or never settled): it stays off the air.
+    inside.drainAnnounced = new Set();
+    expect(wanted().has('10.93.0.200')).toBe(false);
+    // Announced when it was removed: announced while its flows drain.
+    inside.drainAnnounced = new Set([serviceIdentity(old)]);
     expect(wanted().get('10.93.0.200')).toBe(true);
     expect(wanted().get('10.93.0.100')).toBe(true);
-    // Withdrawn by the operator before its removal: it stays withdrawn.
-    inside.withdrawn = new Set([serviceIdentity(old)]);
-    expect(wanted().get('10.93.0.200')).toBe(false);
-    inside.withdrawn = new Set();
     flows = 0;
     expect(wanted().has('10.93.0.200')).toBe(false);
   });

@@ -206,6 +206,28 @@ describe('IPIP next hops: a lookup that fails once', () => {
   });
 });
 
+describe('reload: a removed service\'s announcement while it drains', () => {
+  it('keeps the VIP announced only if it was announced when removed: a withdrawn one stays withdrawn', async () => {
+    const two = configText({ announce: true }) + `  - name: old
+    vip: 10.99.0.200
+    port: 80
+    healthCheck: { type: none }
+    reals: [{ address: 10.93.9.1 }]
+`;
+    for (const withdrawnBefore of [false, true]) {
+      const d = daemonRunning(two);
+      d.inside.announcer = { setFiles: () => undefined, isAnnounced: (vip: string) => vip === '10.99.0.200' && !withdrawnBefore, deviceOf: () => null, sync: async () => undefined };
+      if (withdrawnBefore) d.inside.withdrawn = new Set(['tcp|10.99.0.200|80']);
+      expect((await d.reload(configText({ announce: true }))).ok).toBe(true);
+      // Its reals still hold flows (the harness gives every real one): it drains.
+      const wanted = (d.inside.announceWanted as () => Map<string, boolean>).call(d.daemon);
+      if (withdrawnBefore) expect(wanted.has('10.99.0.200'), 'withdrawn before its removal').toBe(false);
+      else expect(wanted.get('10.99.0.200'), 'announced before its removal').toBe(true);
+      d.daemon.health.stop();
+    }
+  });
+});
+
 describe('reload: a SIGHUP storm', () => {
   it('joins reloads asked for while one waits its turn: 50 SIGHUPs during a reload run one more, not 50', async () => {
     const d = daemonRunning(configText());

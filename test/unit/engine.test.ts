@@ -372,7 +372,11 @@ ${REALS.slice(0, 3).map((a) => `      - address: ${a}`).join('\n')}
     const inactive = () => [...engine.flows.inactiveByReal.subarray(0, 3)];
     expect(active().reduce((a, b) => a + b, 0)).toBe(300);
     build(baseConfig(), (r) => (r.address === REALS[0] ? { ...r, health: 'down' } : r));
-    for (const port of onFirst) expect(realOf(io.inject([tcpFrame(port, ACK, [1])])[0]!)).not.toBe(0);
+    const movedTo = new Map<number, number>();
+    for (const port of onFirst) {
+      movedTo.set(port, realOf(io.inject([tcpFrame(port, ACK, [1])])[0]!));
+      expect(movedTo.get(port)).not.toBe(0);
+    }
     // The new reals never saw these connections (they answer with a reset): inactive, not active.
     expect(active()[0]).toBe(0);
     expect(active().reduce((a, b) => a + b, 0)).toBe(300 - onFirst.length);
@@ -380,6 +384,21 @@ ${REALS.slice(0, 3).map((a) => `      - address: ${a}`).join('\n')}
     // A client that goes on (its second packet after the move) is established again.
     io.inject([tcpFrame(onFirst[0]!, ACK, [2])]);
     expect(active().reduce((a, b) => a + b, 0)).toBe(300 - onFirst.length + 1);
+    // A reset moved along is closed there (10 s), not started in syn (60 s).
+    const p = new ParsedPacket();
+    p.family = 4;
+    p.ipProtocol = 6;
+    p.addr.set([addressWords('192.0.2.7')[0]!, 0, 0, 0, addressWords(VIP)[0]!, 0, 0, 0]);
+    const onSecond = onFirst.find((port) => port !== onFirst[0] && movedTo.get(port) === 1)!;
+    p.srcPort = onSecond;
+    p.dstPort = 80;
+    engine.explain(p, 1_000_000);
+    expect(engine.explainFlowState).toBe(FlowState.syn);
+    // Its new real fails too; the client's next segment is a reset, moved on to the last real.
+    build(baseConfig(), (r) => (r.address === REALS[0] || r.address === REALS[1] ? { ...r, health: 'down' } : r));
+    expect(realOf(io.inject([tcpFrame(onSecond, 0x04 | ACK)])[0]!)).toBe(2);
+    engine.explain(p, 1_000_000);
+    expect(engine.explainFlowState).toBe(FlowState.closed);
   });
 
   it('drops new flows when no real can take them and the service says whenAllDown: drop', () => {

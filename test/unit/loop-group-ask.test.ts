@@ -13,8 +13,8 @@ import type { FlowTimeouts } from '../../src/dataplane/flow-table.js';
 import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
 import type { LoopEvent, LoopSettings } from '../../src/dataplane/loop-runner.js';
 
-/** slow-ready: says ready after 300 ms, then answers. Loops beyond the list answer. */
-type Behaviour = 'answer' | 'exit' | 'silent' | 'slow-ready';
+/** slow-ready: says ready after 300 ms, then answers; never-ready: stays silent from the start. Loops beyond the list answer. */
+type Behaviour = 'answer' | 'exit' | 'silent' | 'slow-ready' | 'never-ready';
 
 /** A worker that says ready, then answers 'flows' with one flow, exits, or stays silent. */
 const FAKE_LOOP = `
@@ -23,9 +23,12 @@ const FAKE_LOOP = `
   const active = new Int32Array(new SharedArrayBuffer(16));
   active[0] = 5;
   const ready = () => parentPort.postMessage({ type: 'ready', localMac: new Uint8Array(6), mtu: 1500, activeByReal: active, inactiveByReal: new Int32Array(new SharedArrayBuffer(16)) });
-  if (workerData.behaviour === 'slow-ready') setTimeout(ready, 300); else ready();
+  if (workerData.behaviour === 'slow-ready') setTimeout(ready, 300); else if (workerData.behaviour !== 'never-ready') ready();
+  // Like the engine: the snapshot it runs, in its counters (slot 8, snapshotGeneration).
+  if (workerData.snapshot) workerData.counters[8] = workerData.snapshot.generation;
   parentPort.on('message', (m) => {
     if (m.type === 'stop') { parentPort.postMessage({ type: 'stopped' }); process.exit(0); }
+    if (m.type === 'snapshot') workerData.counters[8] = m.snapshot.generation;
     if (m.type !== 'flows') return;
     if (workerData.behaviour === 'exit') process.exit(3);
     if (workerData.behaviour !== 'silent') parentPort.postMessage({ type: 'flows', id: m.id, keys: new Uint32Array(10), reals: Int32Array.of(workerData.real), count: 1 });
@@ -44,7 +47,7 @@ class FakeLoops extends LoopGroup {
   protected override createWorker(settings: LoopSettings): Worker {
     this.settings.push(settings);
     const i = this.next++;
-    const w = new Worker(FAKE_LOOP, { eval: true, workerData: { behaviour: this.behaviours[i] ?? 'answer', real: i } });
+    const w = new Worker(FAKE_LOOP, { eval: true, workerData: { behaviour: this.behaviours[i] ?? 'answer', real: i, counters: settings.counters, snapshot: settings.snapshot } });
     this.workers.push(w);
     return w;
   }
@@ -157,6 +160,39 @@ describe('a packet loop that ends by itself', () => {
       await g.stop(1000);
     }
     expect(lost).toHaveLength(1);
+  });
+
+  it('gets the snapshot broadcast while it was starting (it was not in the group yet)', async () => {
+    const g = await oneLoop(['exit', 'slow-ready']);
+    try {
+      g.broadcast({ type: 'snapshot', snapshot: { generation: 1 } as unknown as ForwardingSnapshot });
+      void askFlows(g);
+      await until('the loss', () => g.restarts === 1);
+      g.broadcast({ type: 'snapshot', snapshot: { generation: 2 } as unknown as ForwardingSnapshot });
+      await until('the new loop', () => g.running);
+      expect((g.settings[1]!.snapshot as unknown as { generation: number }).generation).toBe(1);
+      await until('generation 2 in the new loop', () => g.counters()[Counter.snapshotGeneration] === 2);
+    } finally {
+      await g.stop(1000);
+    }
+  });
+
+  it('is given up on (onLost) when its replacement is not ready in time, and no longer counts as recovering', async () => {
+    const g = await oneLoop(['exit', 'never-ready'], { restartReadyMs: 300 });
+    const lost: string[] = [];
+    g.onLost = (reason) => void lost.push(reason);
+    try {
+      void askFlows(g);
+      await until('the loss', () => g.restarts === 1);
+      expect(g.recovering).toBe(true);
+      await until('onLost', () => lost.length > 0);
+      expect(lost).toEqual(['packet loop exited with code 3; starting it again failed: not ready within 0.3 s']);
+      expect(g.recovering).toBe(false);
+      expect(g.running).toBe(false);
+      await until('the hung replacement ended', () => g.workers[1]!.threadId === -1);
+    } finally {
+      await g.stop(1000);
+    }
   });
 
   it('is not started again after stop, and one that becomes ready after stop is stopped', async () => {
