@@ -478,7 +478,9 @@ async function downloadSuite(bl, bins, dir) {
     const packets = r.metrics?.rx ?? r.forwarderCounts?.forwarded;
     const carried = packets === undefined ? '' : `, ${packets} packets through the LB`;
     const core = r.lbCoreBusyS === null ? '' : `, LB core ${secondsPerGB(r.lbCoreBusyS, r.bytes).toFixed(3)} s/GB (raw)`;
-    log(`  ${path.name}: ${r.megabytesPerSecond.toFixed(0)} MB/s, ${r.busySecondsPerGB.toFixed(3)} busy s/GB${core}${lb ? `, process ${r.processSecondsPerGB.toFixed(3)} s/GB` : ''}${carried}`);
+    // Disturbed by other processes: the round it is in does not count (see the rounds below).
+    r.contended = r.foreignS / r.seconds > opts.contendedCores;
+    log(`  ${r.contended ? '(contended) ' : ''}${path.name}: ${r.megabytesPerSecond.toFixed(0)} MB/s, ${r.busySecondsPerGB.toFixed(3)} busy s/GB${core}${lb ? `, process ${r.processSecondsPerGB.toFixed(3)} s/GB` : ''}${carried}`);
     return r;
   };
   let warmObjects = 0;
@@ -498,7 +500,22 @@ async function downloadSuite(bl, bins, dir) {
       rounds.push(runs);
     }
     const lbNames = paths.filter((p) => p.start).map((p) => p.name);
-    const perRound = (fn) => Object.fromEntries(lbNames.map((n) => [n, median(rounds.map((r) => fn(r, n)))]));
+    // Only rounds no run of which other processes disturbed: one disturbed direct download spoils
+    // the background its whole round is charged against (LB-core figures went negative, and the
+    // ratio of two negatives positive). If every round was disturbed, all of them, flagged.
+    const clean = rounds.filter((r) => !Object.values(r).some((x) => x.contended));
+    const used = clean.length > 0 ? clean : rounds;
+    // A per-GB figure is a cost: a non-positive one is noise, not a measurement; it is left out
+    // (and a ratio taken only of two positive ones).
+    const positive = (v) => (Number.isFinite(v) && v > 0 ? v : null);
+    const ratio = (x, y) => (positive(x) !== null && positive(y) !== null ? x / y : null);
+    const perRound = (fn) =>
+      Object.fromEntries(
+        lbNames.map((n) => {
+          const values = used.map((r) => fn(r, n)).filter((v) => v !== null && Number.isFinite(v));
+          return [n, values.length > 0 ? median(values) : null];
+        }),
+      );
     const lbPerGB = (r, n) => r[n].busySecondsPerGB - r.direct.busySecondsPerGB;
     const lbTasksPerGB = (r, n) => r[n].tasksSecondsPerGB - r.direct.tasksSecondsPerGB;
     // The LB core's busy time less what that core did anyway: in the direct download nothing of
@@ -510,14 +527,16 @@ async function downloadSuite(bl, bins, dir) {
       rounds,
       megabytesPerSecond: { direct: median(rounds.map((r) => r.direct.megabytesPerSecond)), ...perRound((r, n) => r[n].megabytesPerSecond) },
       directBusySecondsPerGB: median(rounds.map((r) => r.direct.busySecondsPerGB)),
-      lbSecondsPerGB: perRound(lbPerGB),
-      lbTasksSecondsPerGB: perRound(lbTasksPerGB),
-      ...(cpu ? { lbCoreSecondsPerGB: perRound(lbCorePerGB), coreRatioToHaproxy: perRound((r, n) => lbCorePerGB(r, n) / lbCorePerGB(r, 'haproxy')) } : {}),
+      lbSecondsPerGB: perRound((r, n) => positive(lbPerGB(r, n))),
+      lbTasksSecondsPerGB: perRound((r, n) => positive(lbTasksPerGB(r, n))),
+      ...(cpu ? { lbCoreSecondsPerGB: perRound((r, n) => positive(lbCorePerGB(r, n))), coreRatioToHaproxy: perRound((r, n) => ratio(lbCorePerGB(r, n), lbCorePerGB(r, 'haproxy'))) } : {}),
       processSecondsPerGB: perRound((r, n) => r[n].processSecondsPerGB),
       // x HAProxy, each the median of the rounds' ratios.
-      ratioToHaproxy: perRound((r, n) => lbPerGB(r, n) / lbPerGB(r, 'haproxy')),
-      tasksRatioToHaproxy: perRound((r, n) => lbTasksPerGB(r, n) / lbTasksPerGB(r, 'haproxy')),
-      processRatioToHaproxy: perRound((r, n) => r[n].processSecondsPerGB / r.haproxy.processSecondsPerGB),
+      ratioToHaproxy: perRound((r, n) => ratio(lbPerGB(r, n), lbPerGB(r, 'haproxy'))),
+      tasksRatioToHaproxy: perRound((r, n) => ratio(lbTasksPerGB(r, n), lbTasksPerGB(r, 'haproxy'))),
+      processRatioToHaproxy: perRound((r, n) => ratio(r[n].processSecondsPerGB, r.haproxy.processSecondsPerGB)),
+      roundsUsed: used.length,
+      allRoundsContended: clean.length === 0,
     });
   }
   // Back to the defaults.
@@ -578,7 +597,8 @@ function printReport(results) {
       c.overload.sentPps,
       c.overload.deliveredPps,
       c.search.best ? c.search.best.deliveredPps : null,
-      c.search.generatorLimited ? 'gen' : c.search.lowestLossyPps ?? null,
+      // The lowest lossy rate when one was seen; `gen` where the generator fell short of the asked rate.
+      c.search.lowestLossyPps != null ? `${formatNumber(c.search.lowestLossyPps)}${c.search.generatorLimited ? ' (gen)' : ''}` : c.search.generatorLimited ? 'gen' : null,
       c.atCpuRate.loss * 100,
       c.lbUsPerPacketAtCpuRate,
       c.lbTasksUsPerPacketAtCpuRate,
@@ -611,7 +631,8 @@ function printReport(results) {
   if (results.download) {
     const d = results.download;
     const pinned = d.pinning ? `the LB pinned to CPU ${d.pinning.lb}, client and server to CPU ${d.pinning.rest}` : 'one CPU: nothing pinned, no LB core column';
-    lines.push('', `Download: ${d.objects} x 10 MiB over one keep-alive connection, ${pinned}; per 10^9 bytes, medians of ${d.rounds} rounds (x/HAProxy: of the rounds' ratios)`);
+    const usedRounds = d.settings.map((s) => `offloads ${s.offloads}: ${s.roundsUsed ?? d.rounds} of ${d.rounds}${s.allRoundsContended ? ', all disturbed by other processes' : ''}`).join('; ');
+    lines.push('', `Download: ${d.objects} x 10 MiB over one keep-alive connection, ${pinned}; per 10^9 bytes, medians of the rounds no other process disturbed (${usedRounds}); x/HAProxy: of the rounds' ratios; a non-positive figure (noise) is left out`);
     lines.push("LB core = the LB core's busy time less that core's background in the same round's direct download; machine = busy CPU of both cores minus the same round's direct download's; (tasks) = the same from the exact run time of our tasks; process = the LB process's threads");
     const rows = [];
     const label = { haproxy: 'HAProxy TCP mode', cref: 'C ring forwarder (ref)', dsrlb: 'dsrlb L2 DSR ring v3', dsrlbV2: 'dsrlb L2 DSR ring v2' };

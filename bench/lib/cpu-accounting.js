@@ -141,10 +141,15 @@ export function foreignTime(a, b, own, userHz = USER_HZ) {
   // Children reaped since the first sample: what they had used by then is not this interval's.
   /** @type {Map<string, number>} */
   const reapedBefore = new Map();
+  const vanished = (pid) => a.procs[pid] !== undefined && b.procs[pid] === undefined;
   for (const [pid, pa] of Object.entries(a.procs)) {
     if (b.procs[pid]) continue;
-    const ppid = String(pa.ppid);
-    reapedBefore.set(ppid, (reapedBefore.get(ppid) ?? 0) + pa.ticks + pa.childTicks);
+    // To the first ancestor still there: a parent reaped too (bash -> npm -> node, npm and node
+    // gone) passed its child's counts up with its own, and a correction filed under it was lost,
+    // which charged the survivor the child's whole life (foreign time above the machine's busy).
+    let up = String(pa.ppid);
+    for (let hops = 0; hops < 64 && vanished(up); hops++) up = String(a.procs[up].ppid);
+    reapedBefore.set(up, (reapedBefore.get(up) ?? 0) + pa.ticks + pa.childTicks);
   }
   // No process can have used more than every CPU for the whole interval (guards pid reuse).
   const capTicks = ((b.wallNs - a.wallNs) / 1e9) * b.cpus.length * userHz;

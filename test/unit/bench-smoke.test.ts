@@ -94,6 +94,15 @@ describe('bench: CPU accounting', () => {
     expect(foreignTime(a, b, []).seconds).toBeCloseTo(0.32, 9);
   });
 
+  it('counts a child and its parent both reaped during the interval only for what they ran in it (bash -> npm -> node)', () => {
+    const p = (ticks: number, childTicks: number, ppid: number) => ({ ticks, childTicks, kernelThread: false, comm: 'x', ppid });
+    // 700 (bash) reaps 701 (npm), which had reaped 702 (node): 702 ran 900 ticks before, 40 during;
+    // 701 ran 100 before, 5 during. bash's children now count 1045; this interval's part is 45.
+    const a = sample(0, [0, 0], { procs: { '700': p(10, 0, 1), '701': p(100, 0, 700), '702': p(900, 0, 701) } });
+    const b = sample(1, [0, 0], { procs: { '700': p(10, 1045, 1) } });
+    expect(foreignTime(a, b, []).seconds).toBeCloseTo(0.45, 9);
+  });
+
   it('splits a process run time into its main thread and the others, busiest first', () => {
     const a = sample(0, [0, 0], { threads: { '10/10/node': 0, '10/11/node': 0, '10/12/node': 0 } });
     const b = sample(1, [0, 0], { threads: { '10/10/node': 1e8, '10/11/node': 5e8, '10/12/node': 2e7, '10/13/node': 9e9 } });
