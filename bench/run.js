@@ -26,7 +26,7 @@ import {
   startRingForwarder,
   stopProcess,
 } from './lib/bench-lab.js';
-import { differentialUs, machineBusy, median, medianRoundRatio, secondsPerGB, takeSample } from './lib/cpu-accounting.js';
+import { differentialUs, machineBusy, median, medianRoundRatio, roundRatioCount, secondsPerGB, takeSample } from './lib/cpu-accounting.js';
 import { downloadRun, OBJECT_BYTES } from './lib/download-runs.js';
 import { buildTrafgen, latencyRun, packetRun } from './lib/packet-runs.js';
 import { formatNumber, formatTable, renderSvg, writeJson } from './lib/report.js';
@@ -141,6 +141,12 @@ async function machineState() {
     loadavg: loadavg(),
     backgroundBusyCores: busy.cores,
   };
+}
+
+/** A ratio with "(used/all rounds)" after it when some rounds were left out of its median. */
+function withRounds(value, used, all) {
+  if (value === null || value === undefined || used === null || used === undefined || all === undefined || used >= all) return value ?? null;
+  return `${formatNumber(value)} (${used}/${all})`;
 }
 
 /** Searches the highest paced rate with loss < 1%: a short bracket-and-bisect over rates. */
@@ -396,6 +402,9 @@ async function ppsSuite(bl, bins, dir) {
     // Ratios within each round (forwarders measured minutes apart at most), then their median.
     c.roundRatioToKernelAtCpuRate = kernel ? medianRoundRatio(kernel.cpuRatePairs, c.cpuRatePairs, 'machineUs') : null;
     c.roundRatioToCrefAtCpuRate = cref ? medianRoundRatio(cref.cpuRatePairs, c.cpuRatePairs, 'machineUs') : null;
+    // Rounds the two ratios above stand on (a non-positive differential on either side is left out).
+    c.roundsInRatioToKernel = kernel ? roundRatioCount(kernel.cpuRatePairs, c.cpuRatePairs, 'machineUs') : null;
+    c.roundsInRatioToCref = cref ? roundRatioCount(cref.cpuRatePairs, c.cpuRatePairs, 'machineUs') : null;
     c.processRatioToCrefAtCpuRate = cref && c.kind !== 'kernel' ? medianRoundRatio(cref.cpuRatePairs, c.cpuRatePairs, 'processUs') : null;
   }
   out.baselines = [...baselines.values()];
@@ -590,7 +599,7 @@ function printReport(results) {
     const p = results.pps;
     lines.push('', `Packet rates: 60-byte UDP frames, client -> bridge -> LB -> bridge -> sink, veth offloads at defaults (${p.offloads})`);
     lines.push(`LB CPU/pkt = busy CPU of both cores per delivered packet, minus the same for generator and sink alone at the same paced rate: at ${formatNumber(opts.cpuRatePps)} pps the median of ${opts.cpuRounds} rounds (each round starts every forwarder in turn, each run followed by its baseline run); @max: at each case's highest rate under 1% loss`);
-    lines.push('(tasks) = the same difference from the exact run time of generator, sink, LB threads and ksoftirqd; kernel/x = kernel forwarding LB us/pkt / this case\'s, C/x = the same for the C ring forwarder (reference), each the median of the rounds\' ratios; process = the LB process\'s threads alone (median), (C/x) = the C forwarder\'s process / this one\'s (median of rounds)');
+    lines.push('(tasks) = the same difference from the exact run time of generator, sink, LB threads and ksoftirqd; kernel/x = kernel forwarding LB us/pkt / this case\'s, C/x = the same for the C ring forwarder (reference), each the median of the rounds\' ratios ("(3/5)": of 3 rounds, those where both differentials came out positive); process = the LB process\'s threads alone (median), (C/x) = the C forwarder\'s process / this one\'s (median of rounds)');
     const rows = p.cases.map((c) => [
       c.name,
       c.flows,
@@ -603,8 +612,8 @@ function printReport(results) {
       c.lbUsPerPacketAtCpuRate,
       c.lbTasksUsPerPacketAtCpuRate,
       c.lbUsPerPacketAtMaxRate,
-      c.roundRatioToKernelAtCpuRate,
-      c.roundRatioToCrefAtCpuRate ?? null,
+      withRounds(c.roundRatioToKernelAtCpuRate, c.roundsInRatioToKernel, c.cpuRatePairs?.length),
+      withRounds(c.roundRatioToCrefAtCpuRate ?? null, c.roundsInRatioToCref, c.cpuRatePairs?.length),
       c.processUsPerPacketAtCpuRate,
       c.processRatioToCrefAtCpuRate ?? null,
     ]);

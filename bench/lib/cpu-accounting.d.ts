@@ -65,3 +65,4 @@ export declare function ksoftirqdPids(): number[];
 export declare function reapedChildrenSeconds(userHz?: number): number;
 export declare function median(values: number[]): number;
 export declare function medianRoundRatio<T extends { round: number }>(reference: T[], subject: T[], field: keyof T & string): number | null;
+export declare function roundRatioCount<T extends { round: number }>(reference: T[], subject: T[], field: keyof T & string): number;

@@ -299,10 +299,26 @@ export function median(values) {
  * @param {string} field
  */
 export function medianRoundRatio(reference, subject, field) {
+  const ratios = roundRatios(reference, subject, field);
+  return ratios.length > 0 ? median(ratios) : null;
+}
+
+/**
+ * How many rounds medianRoundRatio used (a round whose differential came out non-positive, noise,
+ * is left out: the report says so, since it moves the median).
+ * @param {{ round: number }[]} reference
+ * @param {{ round: number }[]} subject
+ * @param {string} field
+ */
+export function roundRatioCount(reference, subject, field) {
+  return roundRatios(reference, subject, field).length;
+}
+
+function roundRatios(reference, subject, field) {
   const ratios = [];
   for (const p of subject) {
     const q = reference.find((x) => x.round === p.round);
     if (q && q[field] > 0 && p[field] > 0) ratios.push(q[field] / p[field]);
   }
-  return ratios.length > 0 ? median(ratios) : null;
+  return ratios;
 }

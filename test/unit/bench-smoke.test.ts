@@ -7,6 +7,7 @@ import {
   differentialUs,
   median,
   medianRoundRatio,
+  roundRatioCount,
   foreignTime,
   lossFraction,
   machineBusy,
@@ -133,6 +134,9 @@ describe('bench: CPU accounting', () => {
     // A round only one of them has, or a non-positive value, does not count.
     expect(medianRoundRatio(cref, [{ round: 2, us: 1.5 }, { round: 7, us: 9 }, { round: 0, us: -1 }], 'us')).toBeCloseTo(0.8, 9);
     expect(medianRoundRatio(cref, [{ round: 5, us: 1 }], 'us')).toBeNull();
+    // How many rounds it stood on: the report shows it when some were left out.
+    expect(roundRatioCount(cref, dsrlb, 'us')).toBe(3);
+    expect(roundRatioCount(cref, [{ round: 2, us: 1.5 }, { round: 7, us: 9 }, { round: 0, us: -1 }], 'us')).toBe(1);
   });
 });
 
