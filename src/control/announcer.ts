@@ -78,6 +78,9 @@ const nativeTun: TunControl = {
   close: (fd) => closeSync(fd),
 };
 
+/** Failure keys that are not a VIP's (the others are VIPs, and go with their VIP). */
+const BIRD_FAILURE_KEYS: ReadonlySet<string> = new Set(['routes', 'birdc', 'bird-include']);
+
 /** How often a failed `birdc configure` is tried again while the routes file is newer than BIRD's view. */
 const BIRDC_RETRY_MS = 5000;
 
@@ -149,7 +152,7 @@ export class VipAnnouncer {
       this.log.info('VIP no longer announced: device closed', { vip, device: gate.name });
     }
     // A VIP no longer wanted has no failure left to report.
-    for (const key of [...this.failures.keys()]) if (key !== 'routes' && key !== 'birdc' && key !== 'bird-include' && !wanted.has(key)) this.failures.delete(key);
+    for (const key of [...this.failures.keys()]) if (!BIRD_FAILURE_KEYS.has(key) && !wanted.has(key)) this.failures.delete(key);
     if (this.routesStale) await this.writeRoutes();
     if (this.birdStale && this.nowMs() - this.birdTriedMs >= BIRDC_RETRY_MS) await this.tellBird();
     // BIRD lacked the protocols (or could not be asked): ask again, so a fixed include is seen

@@ -265,33 +265,27 @@ export class LoopGroup {
     // A replacement that neither gets ready nor fails is given up on: `recovering` would otherwise
     // keep the VIPs announced (and systemd's watchdog fed) for a loop that never runs.
     let settled = false;
-    const giveUp = setTimeout(() => {
+    const settle = (failure: string | null): void => {
       if (settled) return;
       settled = true;
+      clearTimeout(giveUp);
       this.restarting--;
+      if (failure === null) {
+        if (!this.stopped) this.log.info('packet loop started again');
+        return;
+      }
       this.broken = true;
+      this.log.error('packet loop could not be started again', { error: failure });
+      if (!this.stopped) this.onLost?.(`${reason}; starting it again failed: ${failure}`);
+    };
+    const giveUp = setTimeout(() => {
       void this.startingWorkers.get(settings)?.terminate();
-      this.log.error('packet loop could not be started again', { error: `not ready within ${this.restartReadyMs / 1000} s` });
-      if (!this.stopped) this.onLost?.(`${reason}; starting it again failed: not ready within ${this.restartReadyMs / 1000} s`);
+      settle(`not ready within ${this.restartReadyMs / 1000} s`);
     }, this.restartReadyMs);
     giveUp.unref();
     this.startOne(settings).then(
-      () => {
-        clearTimeout(giveUp);
-        if (settled) return;
-        settled = true;
-        this.restarting--;
-        if (!this.stopped) this.log.info('packet loop started again');
-      },
-      (err: Error) => {
-        clearTimeout(giveUp);
-        if (settled) return;
-        settled = true;
-        this.restarting--;
-        this.log.error('packet loop could not be started again', { error: err.message });
-        this.broken = true;
-        if (!this.stopped) this.onLost?.(`${reason}; starting it again failed: ${err.message}`);
-      },
+      () => settle(null),
+      (err: Error) => settle(err.message),
     );
   }
 

@@ -524,15 +524,12 @@ export class Engine {
     const flags = pkt.tcpFlags;
     const opensConnection = isTcp ? (flags & (TCP_SYN | TCP_ACK | TCP_RST)) === TCP_SYN : true;
     let real: number;
-    if (isTcp ? opensConnection : this.snap.svcScheduler[svc] === SCHED_WLC) {
+    if (!this.mayBeMidStream(svc, isTcp, opensConnection)) {
       real = this.schedule(svc, hash);
       this.lastPlacement = Placement.scheduled;
     } else {
       // Mid-stream without entry (LB restart, or the flow came from another LB): the consistent
-      // hash puts it where every LB with the same config put it, unproven reals included. A UDP
-      // datagram without an entry may be such a flow too (QUIC, a VPN): nothing tells it from a
-      // new one, so it goes the same way (for a new flow the two picks differ only while some
-      // wanted real is unproven). Under wlc, whose picks are this LB's own, it is scheduled.
+      // hash puts it where every LB with the same config put it, unproven reals included.
       real = midStreamPick(this.snap, svc, hash);
       this.lastPlacement = isTcp ? Placement.consistentHash : Placement.scheduled;
     }
@@ -545,6 +542,16 @@ export class Engine {
     this.flows.insert(bucketHash, real, state, nowMs);
     this.counters[REAL_BASE + real * REAL_STRIDE + RealCounter.flowsCreated]++;
     return real;
+  }
+
+  /**
+   * Whether a packet without an entry may belong to a flow placed before (by another LB, or before a
+   * restart), so that it goes by midStreamPick: TCP that is not a SYN, and a UDP datagram, which
+   * nothing tells from a new flow (QUIC, a VPN; for a new flow the two picks differ only while a
+   * wanted real is unproven). Not under wlc for UDP: its picks are this LB's own.
+   */
+  private mayBeMidStream(svc: number, isTcp: boolean, opensConnection: boolean): boolean {
+    return isTcp ? !opensConnection : this.snap.svcScheduler[svc] !== SCHED_WLC;
   }
 
   /** The scheduler's pick for a new flow of service svc. */
@@ -595,10 +602,9 @@ export class Engine {
       }
     }
     this.lastPlacement = Placement.scheduled;
-    if (snap.svcScheduler[svc] === SCHED_WLC) return this.schedule(svc, hash);
-    this.explainSlot = slot;
-    // As placeNew: a UDP datagram without an entry goes where a mid-stream one would.
-    return pkt.ipProtocol === IPPROTO_UDP ? midStreamPick(snap, svc, hash) : this.schedule(svc, hash);
+    if (snap.svcScheduler[svc] !== SCHED_WLC) this.explainSlot = slot;
+    // As placeNew for a new connection (a SYN, or any UDP datagram).
+    return this.mayBeMidStream(svc, pkt.ipProtocol === IPPROTO_TCP, true) ? midStreamPick(snap, svc, hash) : this.schedule(svc, hash);
   }
 }
 

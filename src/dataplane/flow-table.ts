@@ -74,6 +74,12 @@ function isActiveState(state: number): boolean {
   return state === FlowState.established || state === FlowState.udp;
 }
 
+function checkState(state: number): void {
+  if (!Number.isInteger(state) || state < FlowState.syn || state > FlowState.udp) {
+    throw new RangeError(`flow state must be 1..5, got ${state}`);
+  }
+}
+
 function checkTimeouts(t: FlowTimeouts): void {
   const values = [t.synMs, t.establishedMs, t.finMs, t.closeMs, t.udpMs];
   for (const v of values) {
@@ -243,9 +249,7 @@ export class FlowTable {
    */
   insert(hash: number, realId: number, state: number, nowMs: number): number {
     this.checkReal(realId);
-    if (!Number.isInteger(state) || state < FlowState.syn || state > FlowState.udp) {
-      throw new RangeError(`flow state must be 1..5, got ${state}`);
-    }
+    checkState(state);
     const rec = this.rec;
     if (this.freeHead === -1 && this.unused === this.capacity) {
       const oldest = this.oldest();
@@ -364,9 +368,7 @@ export class FlowTable {
    */
   restart(entry: number, state: number, nowMs: number): void {
     this.checkLive(entry);
-    if (!Number.isInteger(state) || state < FlowState.syn || state > FlowState.udp) {
-      throw new RangeError(`flow state must be 1..5, got ${state}`);
-    }
+    checkState(state);
     const current = this.rec[entry * STRIDE + R_STATE]!;
     if (current !== state) this.changeState(entry, current, state);
     this.touch(entry, 0, nowMs); // no flags: last-seen and LRU only

@@ -209,33 +209,21 @@ describe('a packet loop that ends by itself', () => {
     expect(lost).toEqual([]);
   });
 
-  it('is handed to onLost when its replacement fails to start', async () => {
+  it.each([
+    ['fails to start', 'error', 'opening afpacket on none: no such device'],
+    ['exits before it is ready (the start fails, it does not hang)', 'exit', 'packet loop exited with code 5 before it was ready'],
+  ] as const)('is handed to onLost when its replacement %s', async (_name, failure, why) => {
     const g = new FailingRestart(['exit']);
     await g.start(base, 1);
     expect(g.size).toBe(1);
     const lost: string[] = [];
     g.onLost = (reason) => void lost.push(reason);
     try {
-      g.failNext = 'error';
+      g.failNext = failure;
       await askFlows(g);
       await until('onLost', () => lost.length > 0);
-      expect(lost).toEqual(['packet loop exited with code 3; starting it again failed: opening afpacket on none: no such device']);
+      expect(lost).toEqual([`packet loop exited with code 3; starting it again failed: ${why}`]);
       expect(g.running).toBe(false);
-    } finally {
-      await g.stop(1000);
-    }
-  });
-
-  it('is handed to onLost when its replacement exits before it is ready (the start fails, it does not hang)', async () => {
-    const g = new FailingRestart(['exit']);
-    await g.start(base, 1);
-    const lost: string[] = [];
-    g.onLost = (reason) => void lost.push(reason);
-    try {
-      g.failNext = 'exit';
-      await askFlows(g);
-      await until('onLost', () => lost.length > 0);
-      expect(lost).toEqual(['packet loop exited with code 3; starting it again failed: packet loop exited with code 5 before it was ready']);
       expect(g.recovering).toBe(false);
     } finally {
       await g.stop(1000);
