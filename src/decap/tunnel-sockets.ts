@@ -6,6 +6,7 @@
 // the payload only, and the outer traffic class (its ECN mark, which RFC 6040 carries inside)
 // comes as ancillary data that recvfrom drops.
 
+import { constants as osConstants } from 'node:os';
 import { IPPROTO_IPIP, IPPROTO_IPV6 } from './inner-packet.js';
 import { loadNative, type TunnelSocketHandle } from '../io/native-binding.js';
 
@@ -15,7 +16,8 @@ const RECEIVE_BUFFER_BYTES = 65536;
 const SOCKET_RCVBUF_BYTES = 4 << 20;
 /** Datagrams read per readiness event before the loop gets a turn (level-triggered: the rest wait). */
 const RECEIVE_BATCH = 64;
-const EAGAIN = 11;
+/** recvTunnel's answer once the socket is drained (-EAGAIN, the platform's value). */
+const DRAINED = -osConstants.errno.EAGAIN;
 
 export interface TunnelSocketSpec {
   outerFamily: 4 | 6;
@@ -71,7 +73,7 @@ export function openTunnelSocket(
     }
     for (let i = 0; i < RECEIVE_BATCH; i++) {
       const length = native.recvTunnel(handle, buffer, meta);
-      if (length === -EAGAIN) return;
+      if (length === DRAINED) return;
       if (length < 0) {
         close();
         onError(new Error(`${what}: recvmsg failed (errno ${-length})`), spec);
