@@ -67,7 +67,7 @@ export async function packetRun(bl, bins, o) {
     '--bind', lab.vip,
     '--port', String(UDP_PORT),
     '--duration', String(o.durationS + 4),
-    '--idle-stop-ms', '500',
+    '--idle-stop-ms', '250',
     '--magic', String(magic),
   ]);
   let gen = null;

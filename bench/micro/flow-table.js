@@ -32,6 +32,13 @@ function fill(i) {
 }
 
 const now = 1_000_000;
+// Warm-up on a table of its own: the timed inserts below run compiled code, not the interpreter.
+const warmTable = new FlowTable(100_000, TIMEOUTS, MAX_REAL_IDS);
+for (let i = 0; i < 100_000; i++) {
+  fill(i);
+  warmTable.key.set(key);
+  warmTable.insert(warmTable.indexHash(), i & 1023, FlowState.udp, now);
+}
 let t0 = performance.now();
 for (let i = 0; i < N; i++) table.insert(fill(i), i & 1023, FlowState.udp, now);
 const insertNs = ((performance.now() - t0) * 1e6) / N;
