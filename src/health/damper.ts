@@ -19,8 +19,8 @@ export class HealthDamper {
   private settledValue: boolean;
 
   /**
-   * A probed real starts 'down' (its health is unknown, and unknown counts as down) until `rise`
-   * consecutive successes; only an unprobed service (check type none) starts 'up'.
+   * A probed real starts 'down' and unsettled (its health is unknown, and unknown takes no new
+   * flows) until its first result; only an unprobed service (check type none) starts 'up'.
    */
   constructor(
     private settings: DamperSettings,
@@ -33,8 +33,21 @@ export class HealthDamper {
   }
 
   /**
-   * Whether the probes have decided since the start: up after `rise` successes, or down confirmed
-   * by `fall` failures. Until then 'down' only means "not proven up" (scale-out waits for it).
+   * A damper for a new probe of the same real (a reload changed the check): it goes on from what
+   * `from` decided, so an up real stays up until the new probe fails `fall` times and a down one
+   * stays down until `rise` successes; the counts start again, the new probe has proven nothing.
+   */
+  static continuing(settings: DamperSettings, from: HealthDamper): HealthDamper {
+    const d = new HealthDamper(settings, from.sinceMs, from.stateValue);
+    d.settledValue = from.settledValue;
+    d.lastErrorText = from.lastErrorText;
+    return d;
+  }
+
+  /**
+   * Whether the probes have decided since the start. The first result decides (up, or down
+   * confirmed): `rise` and `fall` damp changes of a real seen up or down, and a real nobody has
+   * seen yet is neither. Until then 'down' only means "not proven up" (scale-out waits for it).
    */
   get settled(): boolean {
     return this.settledValue;
@@ -67,24 +80,23 @@ export class HealthDamper {
 
   /**
    * Records one probe result; returns true when it changed the fact: the state flipped, or a real
-   * not proven up yet was confirmed down (unknown -> down: its kept flows must move now).
+   * not seen yet was decided (unknown -> up, or unknown -> down: its kept flows must move now).
+   * The first result decides, as HAProxy's default start state and keepalived's do: waiting for
+   * `rise` kept every real out of a fail-open service's panic set for rise x interval after a start
+   * (then the first real up took every new flow), and `fall` x interval of new flows went to dead
+   * reals in it.
    */
   record(ok: boolean, nowMs: number, error: string | null = null): boolean {
     if (ok) {
       this.successCount++;
       this.failureCount = 0;
       this.lastErrorText = null;
-      if (this.stateValue === 'down' && this.successCount >= this.settings.rise) return this.flip('up', nowMs);
+      if (!this.settledValue || (this.stateValue === 'down' && this.successCount >= this.settings.rise)) return this.flip('up', nowMs);
     } else {
       this.failureCount++;
       this.successCount = 0;
       this.lastErrorText = error ?? 'failed';
-      if (this.stateValue === 'up' && this.failureCount >= this.settings.fall) return this.flip('down', nowMs);
-      if (!this.settledValue && this.failureCount >= this.settings.fall) {
-        this.settledValue = true;
-        this.sinceMs = nowMs;
-        return true;
-      }
+      if (!this.settledValue || (this.stateValue === 'up' && this.failureCount >= this.settings.fall)) return this.flip('down', nowMs);
     }
     return false;
   }

@@ -77,6 +77,9 @@ interface Watch {
   stopped: boolean;
 }
 
+/** Every real's first probe comes within this long of its start (or the interval, if shorter). */
+export const FIRST_PROBE_SPREAD_MS = 1000;
+
 export class HealthMonitor extends EventEmitter {
   private readonly clock: Clock;
   private readonly random: () => number;
@@ -104,8 +107,10 @@ export class HealthMonitor extends EventEmitter {
    * Makes the watched set equal to `targets`. A key whose real and probe are unchanged keeps its
    * state, also when only its service's name changed (a rename probes the same real the same way;
    * later probes carry the new name); one whose only changes are interval, timeout, rise or fall
-   * keeps its state and is rescheduled; any other change restarts it from 'down' (the new probe
-   * has proven nothing yet).
+   * keeps its state and its place in time; any other change starts the new probe from what the
+   * old one decided (an up real stays up until the new probe fails `fall` times: a reload of every
+   * LB at once must not make every real unknown, which withdrew the VIPs or sent fail-open services
+   * into panic), at the old probe's next slot.
    */
   setTargets(targets: readonly HealthTarget[]): void {
     const wanted = new Map<string, HealthTarget>();
@@ -128,7 +133,7 @@ export class HealthMonitor extends EventEmitter {
         continue;
       }
       if (old) this.stopWatch(old);
-      this.watches.set(key, this.startWatch(target));
+      this.watches.set(key, this.startWatch(target, old));
     }
   }
 
@@ -143,16 +148,18 @@ export class HealthMonitor extends EventEmitter {
     this.watches.clear();
   }
 
-  private startWatch(target: HealthTarget): Watch {
+  /** A new watch; `previous` is the same real's watch with another probe (a reload changed it). */
+  private startWatch(target: HealthTarget, previous?: Watch): Watch {
     const { check } = target;
     const now = this.clock.now();
     const startMs = this.mono();
     const prober = check.type === 'none' ? null : (this.probers[check.type] ?? null);
     if (check.type !== 'none' && prober === null) throw new Error(`no prober for health-check type ${check.type}`);
+    const carried = prober !== null && previous !== undefined && previous.prober !== null;
     const watch: Watch = {
       target,
       probeTarget: { address: target.address, port: check.port, vip: target.vip, service: target.service, check },
-      damper: new HealthDamper(check, now, prober === null ? 'up' : 'down'),
+      damper: carried ? HealthDamper.continuing(check, previous.damper) : new HealthDamper(check, now, prober === null ? 'up' : 'down'),
       prober,
       timer: null,
       running: null,
@@ -161,22 +168,33 @@ export class HealthMonitor extends EventEmitter {
       lastDurationMs: null,
       stopped: false,
     };
-    if (prober !== null) this.schedule(watch, startMs + this.startOffsetMs(check.intervalMs));
+    if (prober === null) return watch;
+    if (carried) {
+      this.schedule(watch, Math.max(startMs, previous.nextStartMs));
+      return watch;
+    }
+    // Spread over the interval so that probes do not march in step, but the first within
+    // FIRST_PROBE_SPREAD_MS: until it a real is unknown (no new flows, or in a fail-open panic new
+    // flows whether dead or alive), and keepalived users run intervals of 60 s. The slot before the
+    // first is set so that the probes after it keep the spread over the whole interval.
+    const r = Math.min(Math.max(this.random(), 0), 0.999999);
+    const phaseMs = startMs + Math.floor(r * check.intervalMs);
+    this.schedule(watch, startMs + Math.floor(r * Math.min(check.intervalMs, FIRST_PROBE_SPREAD_MS)), phaseMs - check.intervalMs);
     return watch;
   }
 
+  /** New interval, timeout, rise or fall: the counts go on, and the next probe keeps its place in time. */
   private retime(watch: Watch, target: HealthTarget): void {
     watch.damper.retune(target.check);
-    if (watch.prober === null) return;
+    const oldIntervalMs = watch.target.check.intervalMs;
+    watch.target = target;
+    if (watch.prober === null || target.check.intervalMs === oldIntervalMs) return;
     if (watch.timer !== null) this.clock.clearTimeout(watch.timer);
     watch.timer = null;
-    watch.target = target;
-    this.schedule(watch, this.mono() + this.startOffsetMs(target.check.intervalMs));
-  }
-
-  private startOffsetMs(intervalMs: number): number {
-    const r = this.random();
-    return Math.floor(Math.min(Math.max(r, 0), 0.999999) * intervalMs);
+    // Slots follow the last planned one by the new interval (re-randomised, two probes could be
+    // nearly two intervals apart and a failure seen an interval late).
+    const lastSlotMs = watch.nextStartMs - oldIntervalMs;
+    this.schedule(watch, Math.max(this.mono(), lastSlotMs + target.check.intervalMs));
   }
 
   /**
@@ -188,8 +206,9 @@ export class HealthMonitor extends EventEmitter {
     return this.clock.monotonicMs ? this.clock.monotonicMs() : this.clock.now();
   }
 
-  private schedule(watch: Watch, atMs: number): void {
-    watch.nextStartMs = atMs;
+  /** The next probe at `atMs`, counted as the slot `slotMs` (the next slots follow it by the interval). */
+  private schedule(watch: Watch, atMs: number, slotMs = atMs): void {
+    watch.nextStartMs = slotMs;
     watch.timer = this.clock.setTimeout(() => this.tick(watch), Math.max(0, atMs - this.mono()));
   }
 

@@ -56,19 +56,20 @@ export class HttpProber implements Prober {
           res.resume();
           return done(OK);
         }
-        const expectBody = check.expectBody;
-        const chunks: Buffer[] = [];
+        // Searched as the body arrives: a streaming or long-polling health page that never ends
+        // passes once the text is there (judged at the end, it timed out), and the first
+        // BODY_LIMIT_BYTES are searched however the body is cut into chunks.
+        const needle = Buffer.from(check.expectBody, 'utf8');
+        const body = Buffer.allocUnsafe(BODY_LIMIT_BYTES);
         let sizeBytes = 0;
-        const judge = (): void => {
-          const body = Buffer.concat(chunks).toString('utf8');
-          done(body.includes(expectBody) ? OK : fail('body', `HTTP ${status}, body lacks ${JSON.stringify(oneLine(expectBody, 60))}`));
-        };
+        const lacks = (): void => done(fail('body', `HTTP ${status}, body lacks ${JSON.stringify(oneLine(check.expectBody!, 60))}${sizeBytes >= BODY_LIMIT_BYTES ? ` in its first ${BODY_LIMIT_BYTES / 1024} KiB` : ''}`));
         res.on('data', (chunk: Buffer) => {
-          chunks.push(chunk);
-          sizeBytes += chunk.length;
-          if (sizeBytes >= BODY_LIMIT_BYTES) judge();
+          const from = Math.max(0, sizeBytes - needle.length + 1);
+          sizeBytes += chunk.copy(body, sizeBytes);
+          if (body.subarray(0, sizeBytes).indexOf(needle, from) >= 0) done(OK);
+          else if (sizeBytes >= BODY_LIMIT_BYTES) lacks();
         });
-        res.once('end', judge);
+        res.once('end', lacks);
         res.once('error', (err) => done(failFromError(err)));
         // After 'end' this is a no-op; before it, the connection died mid-body.
         res.once('close', () => done(fail('reset', 'connection closed before the body ended')));

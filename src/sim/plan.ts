@@ -357,20 +357,15 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       const switching = diff.realsChanged.filter((r) => r.before.forwarding === from && r.after.forwarding === to).map((r) => r.address);
       if (switching.length > 0) warn('FORWARDING_CHANGED', name, forwardingWarning(name, cfg1.vip, switching, to));
     }
-    if (diff.healthOnApply === 'startDown' && cfg1.reals.some((r) => cfg0.reals.some((o) => o.address === r.address))) {
-      const hc0 = cfg0.healthCheck;
-      const hc1 = cfg1.healthCheck;
-      const wait = `until ${hc1.rise} probe${hc1.rise === 1 ? '' : 's'} ${hc1.rise === 1 ? 'passes' : `${formatDurationMs(hc1.intervalMs)} apart pass`}`;
-      const meanwhile =
-        cfg1.whenAllDown === 'failOpen'
-          ? 'new flows go to every wanted real (panic) until one is up, then to the reals proven up; existing flows stay on their reals unless probes confirm one down'
-          : 'new flows are dropped (whenAllDown: drop) until one is up, then go to the reals proven up; existing flows stay on their reals unless probes confirm one down';
-      if (hc0.type === 'none') {
-        warn('HEALTH_CHECK_ENABLED', name, `healthCheck of ${name} none -> ${hc1.type}: every real starts down ${wait}; ${meanwhile}`);
-      } else {
-        const causes = healthCheckParts(probeChanges(diff.settingsChanged));
-        warn('HEALTH_CHECK_RESTARTS', name, `the probe of ${name} changes (${causes.join(', ')}): every real starts over from down ${wait}; ${meanwhile}`);
-      }
+    const kept = cfg1.reals.some((r) => cfg0.reals.some((o) => o.address === r.address));
+    const hc1 = cfg1.healthCheck;
+    const allDown = cfg1.whenAllDown === 'failOpen' ? 'new flows go to every wanted real (panic)' : 'new flows are dropped (whenAllDown: drop)';
+    if (diff.healthOnApply === 'startDown' && kept) {
+      warn('HEALTH_CHECK_ENABLED', name, `healthCheck of ${name} none -> ${hc1.type}: every real is unproven until its first probe, within a second, which decides up or down; until then ${allDown} (none is up yet), and existing flows stay on their reals`);
+    } else if (diff.healthOnApply === 'newProbe' && kept) {
+      const causes = healthCheckParts(probeChanges(diff.settingsChanged));
+      const fallTime = `${hc1.fall} failed probe${hc1.fall === 1 ? '' : 's'}${hc1.fall === 1 ? '' : ` ${formatDurationMs(hc1.intervalMs)} apart`}`;
+      warn('HEALTH_CHECK_RESTARTS', name, `the probe of ${name} changes (${causes.join(', ')}): each real keeps its state until the new probe decides otherwise; if the new probe fails everywhere (a wrong path or port), every real goes down after ${fallTime} and ${allDown}`);
     }
   }
 
@@ -429,8 +424,8 @@ function keepsFlows(b: BuildResult, serviceIndex: number, id: number): boolean {
  * Puts the daemon's view into both sides, as a reload of the candidate would carry it over: the
  * current side takes the intent and health in force; on the candidate side a real of the same
  * service keeps its override unless the candidate changes its state or weight (Daemon.pruneOverrides
- * drops the override then), and keeps its health unless the service's probe restarts or goes
- * (HealthOnApply). A real the daemon has no health for yet (new, or its probe restarts) counts as
+ * drops the override then), and keeps its health unless a check is switched on or off
+ * (HealthOnApply). A real the daemon has no health for yet (new, or its check switched on) counts as
  * up: HEALTH_CHECK_* warnings tell the wait. Returns the overrides dropped, by service identity.
  */
 function healthOfLive(l: LiveReal): HealthFact {
@@ -454,7 +449,8 @@ function applyLiveReals(before: readonly ServiceState[], after: readonly Service
   for (const s of after) {
     const old = before.find((o) => o.identity === s.identity);
     if (old === undefined) continue;
-    const healthKept = diffService(old.config, s.config).healthOnApply === 'kept';
+    const onApply = diffService(old.config, s.config).healthOnApply;
+    const healthKept = onApply === 'kept' || onApply === 'newProbe';
     for (const r of s.reals) {
       const l = byKey.get(RealRegistry.keyOf(s.identity, r.address));
       if (l === undefined) continue;
@@ -661,7 +657,8 @@ function settingLines(s: ServicePlan): string[] {
 
 const HEALTH_ON_APPLY_TEXT: Readonly<Record<HealthOnApply, string>> = {
   kept: 'reals keep their health',
-  startDown: 'every real starts down until the new probe passes',
+  newProbe: 'reals keep their state until the new probe decides otherwise',
+  startDown: 'every real is unproven until its first probe',
   upAtOnce: 'every real counts as up at once',
 };
 

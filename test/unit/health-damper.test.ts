@@ -75,10 +75,15 @@ function setup(over: Partial<HealthCheckConfig> = {}) {
 }
 
 describe('HealthDamper alone', () => {
-  it('starts down and comes up at exactly the rise-th consecutive success', () => {
+  it('starts down (unknown); the first result decides, then a down real comes up at exactly the rise-th consecutive success', () => {
+    const seen = new HealthDamper({ rise: 3, fall: 2 }, 0);
+    expect([seen.state, seen.since, seen.settled]).toEqual(['down', 0, false]);
+    expect(seen.record(true, 500)).toBe(true);
+    expect([seen.state, seen.since, seen.settled]).toEqual(['up', 500, true]);
+
     const d = new HealthDamper({ rise: 3, fall: 2 }, 0);
-    expect(d.state).toBe('down');
-    expect(d.since).toBe(0);
+    expect(d.record(false, 500, 'refused: x')).toBe(true);
+    expect([d.state, d.since, d.settled]).toEqual(['down', 500, true]);
     expect(d.record(true, 1000)).toBe(false);
     expect(d.record(true, 2000)).toBe(false);
     expect([d.state, d.successes, d.failures]).toEqual(['down', 2, 0]);
@@ -88,6 +93,7 @@ describe('HealthDamper alone', () => {
 
   it('a failure among the successes restarts the rise count', () => {
     const d = new HealthDamper({ rise: 2, fall: 3 }, 0);
+    d.record(false, 0, 'refused: first');
     d.record(true, 1000);
     d.record(false, 2000, 'refused: connection refused');
     expect([d.state, d.successes, d.failures, d.lastError]).toEqual(['down', 0, 1, 'refused: connection refused']);
@@ -96,6 +102,24 @@ describe('HealthDamper alone', () => {
     expect(d.lastError).toBeNull();
     d.record(true, 4000);
     expect([d.state, d.since]).toEqual(['up', 4000]);
+  });
+
+  it('continuing (a reload changed the probe): goes on from the old decision with fresh counts', () => {
+    const up = new HealthDamper({ rise: 2, fall: 3 }, 0);
+    up.record(true, 100);
+    up.record(false, 200, 'timeout: old probe');
+    const next = HealthDamper.continuing({ rise: 2, fall: 2 }, up);
+    expect([next.state, next.since, next.settled, next.successes, next.failures]).toEqual(['up', 100, true, 0, 0]);
+    expect(next.record(false, 300)).toBe(false); // one failure of the new probe: still up
+    expect(next.record(false, 400)).toBe(true); // its fall (2): down
+    const down = new HealthDamper({ rise: 2, fall: 3 }, 0);
+    down.record(false, 100);
+    const again = HealthDamper.continuing({ rise: 2, fall: 3 }, down);
+    expect(again.record(true, 200)).toBe(false); // a known-down real needs rise successes
+    expect(again.record(true, 300)).toBe(true);
+    const unknown = HealthDamper.continuing({ rise: 2, fall: 3 }, new HealthDamper({ rise: 2, fall: 3 }, 50));
+    expect([unknown.state, unknown.settled, unknown.since]).toEqual(['down', false, 50]);
+    expect(unknown.record(true, 60)).toBe(true); // still unknown: the first result decides
   });
 
   it('with fall=3 single failures among successes never take an up real down', () => {
@@ -127,16 +151,24 @@ describe('HealthDamper alone', () => {
 });
 
 describe('damping through the monitor, manual clock', () => {
-  it('a new real is down until rise successes, then up at the rise-th probe', async () => {
+  it('a new real is unknown (down, unsettled) until its first probe, which proves it up', async () => {
     const { clock, prober, changes, fact } = setup({ rise: 2, fall: 3 });
     prober.healthy = true;
-    expect(fact().state).toBe('down');
+    expect([fact().state, fact().settled]).toEqual(['down', false]);
     await clock.advanceTo(0);
     expect(prober.askedAtMs).toEqual([0]);
-    expect([fact().state, fact().successes]).toEqual(['down', 1]);
-    await clock.advanceTo(1000);
-    expect(fact()).toMatchObject({ state: 'up', since: 1000, successes: 2, failures: 0, lastError: null, lastDurationMs: 0, probing: false });
-    expect(changes.map((c) => [c.atMs, c.fact.state])).toEqual([[1000, 'up']]);
+    expect(fact()).toMatchObject({ state: 'up', since: 0, successes: 1, failures: 0, lastError: null, lastDurationMs: 0, probing: false, settled: true });
+    expect(changes.map((c) => [c.atMs, c.fact.state])).toEqual([[0, 'up']]);
+  });
+
+  it('first probes come within 1 s of the start even with a 60 s interval, and later ones keep the spread over the interval', async () => {
+    const clock = new ManualClock();
+    const prober = new ScriptedProber(clock);
+    const monitor = new HealthMonitor({ clock, random: () => 0.5, probers: { tcp: prober } });
+    monitor.setTargets([{ key: 'k', service: 'web', address: '10.0.0.11', vip: '10.0.0.100', check: check({ intervalMs: 60_000, timeoutMs: 1000 }) }]);
+    await clock.advanceTo(200_000);
+    // random 0.5: first at 0.5 x 1 s, then on the phase 0.5 x 60 s, every 60 s.
+    expect(prober.askedAtMs).toEqual([500, 30_000, 90_000, 150_000]);
   });
 
   it('interval 1 s, rise 2: a real that recovers just after a failed probe is up 2 s later', async () => {
@@ -149,15 +181,15 @@ describe('damping through the monitor, manual clock', () => {
     expect(fact().state).toBe('down');
     await clock.advanceTo(4000);
     expect(fact().state).toBe('up');
-    // Confirmed down at the 3rd failure (a change: its kept flows move), then up: rise x interval later.
-    expect(changes.map((c) => [c.atMs - 2000, c.fact.state])).toEqual([[0, 'down'], [2000, 'up']]);
+    // Confirmed down at the first failure (a change: its kept flows move), then up: rise x interval after the recovery.
+    expect(changes.map((c) => [c.atMs, c.fact.state])).toEqual([[0, 'down'], [4000, 'up']]);
   });
 
   it('fall 3, interval 1 s: a 2 s outage never takes the real out; a 3 s one does, at the 3rd failure', async () => {
     const { clock, prober, changes, fact } = setup({ intervalMs: 1000, rise: 2, fall: 3 });
     prober.healthy = true;
     await clock.advanceTo(1000);
-    expect(fact().state).toBe('up');
+    expect([fact().state, fact().since]).toEqual(['up', 0]);
     // Outage from just after the probe at 5000 to just after the probe at 7000: exactly 2 s,
     // the worst placement, covering the probes at 6000 and 7000.
     await clock.advanceTo(5000);
@@ -167,14 +199,14 @@ describe('damping through the monitor, manual clock', () => {
     prober.healthy = true;
     await clock.advanceTo(12_000);
     expect(changes.map((c) => c.fact.state)).toEqual(['up']);
-    expect([fact().state, fact().since, fact().failures]).toEqual(['up', 1000, 0]);
+    expect([fact().state, fact().since, fact().failures]).toEqual(['up', 0, 0]);
     // A 3 s outage (probes at 13000, 14000, 15000 fail) takes it down at 15000, not before.
     prober.healthy = false;
     await clock.advanceTo(14_999);
     expect(fact().state).toBe('up');
     await clock.advanceTo(15_000);
     expect(changes.map((c) => [c.atMs, c.fact.state])).toEqual([
-      [1000, 'up'],
+      [0, 'up'],
       [15_000, 'down'],
     ]);
   });
@@ -193,20 +225,13 @@ describe('damping through the monitor, manual clock', () => {
 });
 
 describe('HealthDamper: settled', () => {
-  it('is unsettled until the probes decide: rise successes prove up, fall failures confirm down', () => {
+  it('is unsettled until the first result: a success proves up, a failure confirms down', () => {
     const up = new HealthDamper({ rise: 2, fall: 3 }, 0);
     expect(up.settled).toBe(false);
-    up.record(true, 1);
-    expect(up.settled).toBe(false); // down still only means "not proven up"
-    up.record(true, 2);
-    expect([up.state, up.settled]).toEqual(['up', true]);
+    expect(up.record(true, 1)).toBe(true);
+    expect([up.state, up.settled, up.since]).toEqual(['up', true, 1]);
 
     const down = new HealthDamper({ rise: 2, fall: 3 }, 0);
-    down.record(false, 1);
-    down.record(true, 2); // a success resets the failures
-    down.record(false, 3);
-    expect(down.record(false, 4)).toBe(false);
-    expect(down.settled).toBe(false);
     // Confirmed down: a change of fact (unknown -> down), reported as one, since then.
     expect(down.record(false, 5)).toBe(true);
     expect([down.state, down.settled, down.since]).toEqual(['down', true, 5]);

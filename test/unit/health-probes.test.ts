@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HealthCheckConfig } from '../../src/config/types.js';
 import { ExecProber } from '../../src/health/exec-probe.js';
-import { HttpProber } from '../../src/health/http-probe.js';
+import { BODY_LIMIT_BYTES, HttpProber } from '../../src/health/http-probe.js';
 import { IcmpProber } from '../../src/health/icmp-probe.js';
 import { runProbe, type ProbeResult, type ProbeTarget, type Prober } from '../../src/health/probe.js';
 import { TcpProber } from '../../src/health/tcp-probe.js';
@@ -104,6 +104,11 @@ describe('http probe', () => {
     if (req.url === '/ok') return void res.end('status: all good\n');
     if (req.url === '/error') return void res.writeHead(500).end('broken');
     if (req.url === '/never') return; // holds the request open: the probe must time out
+    if (req.url === '/stream') return void res.writeHead(200).write('status: READY\n'); // and never ends
+    // The text past the first 64 KiB, in one write (the kernel may hand it over in one chunk).
+    if (req.url === '/late') return void res.end(`${'x'.repeat(BODY_LIMIT_BYTES)}READY`);
+    // The text across the 64 KiB line: its first byte inside, the rest after.
+    if (req.url === '/edge') return void res.end(`${'x'.repeat(BODY_LIMIT_BYTES - 1)}READY`);
     res.writeHead(404).end();
   };
   let port = 0;
@@ -134,6 +139,19 @@ describe('http probe', () => {
     const r = await probe(http, target(port, { type: 'http', path: '/ok', expectBody: 'READY' }));
     expect(r).toMatchObject({ ok: false, reason: 'body' });
     expect(r.ok ? '' : r.detail).toContain('READY');
+  });
+
+  it('expectBody is searched as the body arrives, in exactly its first 64 KiB', async () => {
+    // A streaming health page that sends the text and keeps the response open passes at once.
+    const started = performance.now();
+    const running = runProbe(http, target(port, { type: 'http', path: '/stream', expectBody: 'READY' }), 2000);
+    expect(await running.result).toMatchObject({ ok: true });
+    expect(performance.now() - started).toBeLessThan(1000);
+    const late = await probe(http, target(port, { type: 'http', path: '/late', expectBody: 'READY' }));
+    expect(late).toMatchObject({ ok: false, reason: 'body' });
+    expect(late.ok ? '' : late.detail).toContain('in its first 64 KiB');
+    expect(await probe(http, target(port, { type: 'http', path: '/edge', expectBody: 'READY' }))).toMatchObject({ ok: false, reason: 'body' });
+    expect(await probe(http, target(port, { type: 'http', path: '/edge', expectBody: 'xR' }))).toMatchObject({ ok: true });
   });
 
   it('a server that never answers fails with reason timeout within timeout + 100 ms', async () => {

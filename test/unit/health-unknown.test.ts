@@ -1,8 +1,9 @@
-// A real whose probes have not decided yet (at start, or after a reload changed its probe) is
-// 'unknown': it takes no new flows, but keeps the flows it has. As 'down', the first real to prove
-// up took every other real's established connections (rescheduled: broken), and with
-// whenAllDown: drop their packets were dropped until then. No root, no loop: the daemon with a
-// manual clock, a fake prober and the loops stood in for.
+// A real whose probes have not decided yet (at start, or added by a reload) is 'unknown' until its
+// first probe (within a second): it takes no new flows, but keeps the flows it has. As 'down', the
+// first real to prove up took every other real's established connections (rescheduled: broken),
+// and with whenAllDown: drop their packets were dropped until then. A reload that changes the
+// probe keeps what the old one decided. No root, no loop: the daemon with a manual clock, a fake
+// prober and the loops stood in for.
 
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -118,32 +119,40 @@ function daemonWithHealthyReals(whenAllDown: string, dead: readonly string[] = [
 
 describe('reals whose probes have not decided yet', () => {
   for (const whenAllDown of ['failOpen', 'drop']) {
-    it(`keep their flows at start and after a reload restarts their probe (whenAllDown: ${whenAllDown})`, async () => {
+    it(`keep their flows at start, each is decided by its first probe, and a reload that changes the probe keeps what was decided (whenAllDown: ${whenAllDown})`, async () => {
       const d = daemonWithHealthyReals(whenAllDown);
       try {
-        const start = await d.watch(3000);
-        // Every real keeps its flows throughout; new flows go to the reals proven up as they prove up.
+        const start = await d.watch(1000);
+        // Every real keeps its flows throughout; new flows go to the reals proven up as they prove
+        // up, each at its first probe (0, 0.5 and 0.9 s): all three within the first second.
         expect(start.every((v) => v.keep === '111'), JSON.stringify(start)).toBe(true);
+        expect(start.map((v) => v.candidates)).toEqual([1, 2, 3]);
         expect(start.at(-1)).toEqual({ keep: '111', candidates: 3, dropAll: 0 });
         expect((await d.reloadWithPath('/health')).ok).toBe(true);
         const after = await d.watch(3000);
-        expect(after.every((v) => v.keep === '111'), JSON.stringify(after)).toBe(true);
-        expect(after.at(-1)).toEqual({ keep: '111', candidates: 3, dropAll: 0 });
-        // Before: the first real up left the others at keep 0 ("100", then "110").
-        expect(after.map((v) => v.candidates)).toContain(1);
+        // Before: the new probe restarted every real as unknown: no candidates (drop: every new flow
+        // dropped and the VIP withdrawn on every LB; failOpen: panic, dead reals included), then
+        // the first real up took every new flow.
+        expect(after, JSON.stringify(after)).toEqual([{ keep: '111', candidates: 3, dropAll: 0 }]);
       } finally {
         d.inside.health.stop();
       }
     });
   }
 
-  it('lose them once fall failures confirm the real down (unknown -> down is a change, the snapshot follows)', async () => {
+  it('lose them once their first probe fails (unknown -> down is a change, the snapshot follows)', async () => {
     const d = daemonWithHealthyReals('failOpen', ['10.0.0.3']);
     try {
-      const views = await d.watch(5000);
+      const views = await d.watch(1000);
       expect(views.at(-1)).toEqual({ keep: '110', candidates: 2, dropAll: 0 });
-      // Kept while unproven, moved only once confirmed down (3 failures, 1 s apart).
+      // Kept while unproven, moved once confirmed down: at its first probe (0.9 s), not after fall
+      // failures (3 s, with new flows going to the dead real in a fail-open panic until the first real proved up).
       expect(views[0]!.keep).toBe('111');
+      expect(views).toEqual([
+        { keep: '111', candidates: 1, dropAll: 0 },
+        { keep: '111', candidates: 2, dropAll: 0 },
+        { keep: '110', candidates: 2, dropAll: 0 },
+      ]);
     } finally {
       d.inside.health.stop();
     }

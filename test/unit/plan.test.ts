@@ -395,12 +395,12 @@ describe('plan: what else an edit changes, one line each', () => {
     expect(formatPlanText(report)).toBe(`web (tcp://203.0.113.10:80, maglev): changed
   forwarding: l2 -> ipip (except 10.0.1.3, which keeps l2 by its own setting)
   whenAllDown: failOpen -> drop (with no real up, flows are dropped)
-  healthCheck: type none -> http, path "/" -> "/healthz" (every real starts down until the new probe passes)
+  healthCheck: type none -> http, path "/" -> "/healthz" (every real is unproven until its first probe)
   hash space moving: 0.0% (0 of 65537 Maglev slots)
 live flows: not known (no running daemon asked)
 warnings:
   FORWARDING_CHANGED: forwarding in web l2 -> ipip for 10.0.1.1, 10.0.1.2: their new and existing flows arrive IPIP-encapsulated, so each must decapsulate them (kernel tunnel or dsrlb decap; dsrlb-realserver check --vip 203.0.113.10 --mode ipip shows what is missing), or those connections break
-  HEALTH_CHECK_ENABLED: healthCheck of web none -> http: every real starts down until 2 probes 2s apart pass; new flows are dropped (whenAllDown: drop) until one is up, then go to the reals proven up; existing flows stay on their reals unless probes confirm one down
+  HEALTH_CHECK_ENABLED: healthCheck of web none -> http: every real is unproven until its first probe, within a second, which decides up or down; until then new flows are dropped (whenAllDown: drop) (none is up yet), and existing flows stay on their reals
 `);
     // The JSON carries the same, structured.
     const active = { weight: 100, state: 'active' };
@@ -420,7 +420,7 @@ warnings:
     });
   });
 
-  it('names a rename, shows added reals with their state and weight, and warns that a changed probe starts the reals over from down', () => {
+  it('names a rename, shows added reals with their state and weight, and warns what a changed probe that fails everywhere would do', () => {
     const report = planChange(
       services(`  - { name: web, vip: ${VIP}, port: 80, healthCheck: { type: http, interval: 2s }, reals: [ { address: 10.0.1.1 }, { address: 10.0.1.2 } ] }\n`),
       services(`  - name: www
@@ -432,7 +432,7 @@ warnings:
     );
     expect(formatPlanText(report)).toBe(`www (tcp://203.0.113.10:80, maglev): changed
   name: web -> www (metric labels and the name CLI commands take change)
-  healthCheck: path "/" -> "/healthz", interval 2s -> 5s (every real starts down until the new probe passes)
+  healthCheck: path "/" -> "/healthz", interval 2s -> 5s (reals keep their state until the new probe decides otherwise)
   real +10.0.1.3: drain, weight 100 (takes no new flows)
   real +10.0.1.4: active, weight 0, forwarding ipip (takes no new flows)
   real +10.0.1.5: disabled, weight 100 (takes no flows)
@@ -440,7 +440,7 @@ warnings:
   hash space moving: 16.7% (10924 of 65537 Maglev slots)
 live flows: not known (no running daemon asked)
 warnings:
-  HEALTH_CHECK_RESTARTS: the probe of www changes (path "/" -> "/healthz"): every real starts over from down until 2 probes 5s apart pass; new flows go to every wanted real (panic) until one is up, then to the reals proven up; existing flows stay on their reals unless probes confirm one down
+  HEALTH_CHECK_RESTARTS: the probe of www changes (path "/" -> "/healthz"): each real keeps its state until the new probe decides otherwise; if the new probe fails everywhere (a wrong path or port), every real goes down after 3 failed probes 5s apart and new flows go to every wanted real (panic)
 `);
     expect(report.services[0]).toMatchObject({
       settingsChanged: [
@@ -659,15 +659,17 @@ describe('plan against the daemon view: the intent and health in force', () => {
     ]);
   });
 
-  it('forgets health the candidate restarts or switches off: those reals count as up (the probe warnings tell the wait)', () => {
+  it('keeps health over a changed probe, forgets it when the check is switched off: those reals count as up', () => {
     const reals = ADDRS.slice(0, 2).map((a) => addr(a));
     const view = [live(ADDRS[0]!, 'active', 100, false), live(ADDRS[1]!, 'active', 100, false)];
     const retimed = planChange(checked(reals), checked(reals, '{ type: tcp, interval: 5s }'), undefined, view);
     expect(web(retimed).healthOnApply).toBe('kept');
     expect(web(retimed).eligibleReals).toEqual({ before: 0, after: 0 });
     const restarted = planChange(checked(reals), checked(reals, '{ type: tcp, port: 8080 }'), undefined, view);
-    expect(web(restarted).eligibleReals).toEqual({ before: 0, after: 2 });
-    expect(codes(restarted)).toEqual(['HEALTH_CHECK_RESTARTS']);
+    expect(web(restarted).healthOnApply).toBe('newProbe');
+    expect(web(restarted).eligibleReals).toEqual({ before: 0, after: 0 });
+    // Both reals were down and stay so under the new probe until it passes rise times.
+    expect(codes(restarted).sort()).toEqual(['HEALTH_CHECK_RESTARTS', 'NO_ELIGIBLE_REAL']);
     const off = planChange(checked(reals), checked(reals, '{ type: none }'), undefined, view);
     expect(web(off).eligibleReals).toEqual({ before: 0, after: 2 });
     expect(codes(off)).toEqual([]);
