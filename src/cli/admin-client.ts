@@ -41,6 +41,7 @@ export async function resolveAdminTarget(
   let baseUrl = opts.admin ?? null;
   let tokenFile = opts.tokenFile ?? null;
   let configFile: string | undefined;
+  let withheld: string | undefined;
   if (!baseUrl || !tokenFile) {
     const path = opts.config ?? defaultConfig;
     const admin = await loadAdminSettings(path);
@@ -49,7 +50,11 @@ export async function resolveAdminTarget(
         baseUrl = `http://${formatListen(admin.listen)}`;
         configFile = path;
       }
-      tokenFile ??= admin.tokenFile;
+      // This host's token goes to this host only: an --admin URL elsewhere gets it from --token-file
+      // (over plain http it would go out in the clear, and to any host the URL names).
+      if (tokenFile === null && admin.tokenFile !== null && !configFile && !isLoopbackUrl(baseUrl)) {
+        withheld = `the token file of ${path} is not sent to ${baseUrl}, which is not this host: name it with --token-file`;
+      } else tokenFile ??= admin.tokenFile;
     } else if (admin.missing === true && opts.config === undefined) {
       baseUrl ??= `http://${formatListen(DEFAULT_ADMIN_LISTEN)}`;
     } else if (!baseUrl) {
@@ -69,14 +74,20 @@ export async function resolveAdminTarget(
       // A loopback admin API needs no token: only fail when the daemon asks for one.
       token = null;
       const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
-      if (!/^http:\/\/(127\.|\[::1\])/.test(baseUrl!)) throw new CliError(`cannot read token file ${tokenFile}: ${code}`, 1);
+      if (!isLoopbackUrl(baseUrl!) || baseUrl!.startsWith('https')) throw new CliError(`cannot read token file ${tokenFile}: ${code}`, 1);
       tokenProblem = `cannot read token file ${tokenFile}: ${code}`;
     }
   }
   const target: AdminTarget = { baseUrl: baseUrl!.replace(/\/$/, ''), token };
   if (configFile !== undefined) target.configFile = configFile;
   if (tokenProblem !== undefined) target.tokenProblem = tokenProblem;
+  else if (withheld !== undefined) target.tokenProblem = withheld;
   return target;
+}
+
+/** http(s) to 127.0.0.0/8, ::1 or localhost. */
+function isLoopbackUrl(url: string): boolean {
+  return /^https?:\/\/(127\.|\[::1\]|localhost(:|\/|$))/i.test(url);
 }
 
 /** An answer that is not dsrlb's JSON (a proxy's error page, another service), in one line. */

@@ -66,6 +66,7 @@ function intentLine(data: Record<string, unknown>, service: string, real: string
 
 async function plan(a: { config: string; against?: string; json: boolean; admin?: string; tokenFile?: string }): Promise<number> {
   const { runPlanCommand, groupLiveFlows } = await import('../sim/plan.js');
+  const { decodeLiveFlows } = await import('../sim/live-flows-wire.js');
   // Without --against: the running daemon's config, intent and health in force and its live flows,
   // fetched only once the candidate is valid (a broken one is reported in full, daemon or not).
   const live = async () => {
@@ -75,9 +76,13 @@ async function plan(a: { config: string; against?: string; json: boolean; admin?
     });
     const current = parseConfigText(String(data.configText), { sourcePath: String(data.configPath) });
     if (!current.ok) throw new CliError('the running daemon returned a config that does not validate', 2);
-    const flows = data.flows as { keys: number[]; reals: { identity: string; address: string }[] };
-    const ids = Int32Array.from(flows.reals.keys());
-    const liveFlows = groupLiveFlows(Uint32Array.from(flows.keys), ids, flows.reals.length, (i) => flows.reals[i] ?? null);
+    let flows: ReturnType<typeof decodeLiveFlows>;
+    try {
+      flows = decodeLiveFlows(data.flows as import('../sim/live-flows-wire.js').LiveFlowsWire);
+    } catch (err) {
+      throw new CliError(`the running daemon's live flows: ${(err as Error).message}`, 2);
+    }
+    const liveFlows = groupLiveFlows(flows.keys, flows.realIndex, flows.realIndex.length, (i) => flows.reals[i] ?? null);
     // The intent and health in force (admin overrides, probes); a daemon that does not send them leaves plan on config intent.
     const liveReals = Array.isArray(data.reals) ? (data.reals as import('../sim/plan.js').LiveReal[]) : undefined;
     return { current: current.config, liveFlows, liveReals };

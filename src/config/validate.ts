@@ -621,6 +621,11 @@ function serviceName(p: ProblemList, item: Raw, path: string): string | null {
     p.add(at, `${describe(value)} is not a service name (non-empty, no leading or trailing spaces, no control characters)`);
     return null;
   }
+  // URL paths drop these segments (also written %2e%2e): `dsrlb drain .. REAL` could not reach it.
+  if (value === '.' || value === '..') {
+    p.add(at, `${describe(value)} is not a service name: the admin API's paths cannot carry it`);
+    return null;
+  }
   return value;
 }
 

@@ -11,6 +11,8 @@ import { restartOnlyChanges } from '../config/restart-keys.js';
 import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
 import { parseClientEndpoint, parseIpAddress, parseServiceAddress, problemLines } from '../config/validate.js';
 import { FlowState } from '../dataplane/flow-table.js';
+import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
+import { encodeLiveFlows, type LiveFlowsWire } from '../sim/live-flows-wire.js';
 import { readAdminToken } from './admin-token.js';
 import { DaemonError } from './daemon-error.js';
 import { InstanceLock, InstanceLockError } from './instance-lock.js';
@@ -1030,8 +1032,14 @@ export class Daemon {
       if (intent !== undefined && (intent === null || typeof intent !== 'object' || Array.isArray(intent))) throw new Error('"intent" is not an object');
       if (withdrawn !== undefined && (!Array.isArray(withdrawn) || !withdrawn.every((w) => typeof w === 'string'))) throw new Error('"withdrawn" is not a list of services');
       const overrides = new Map(Object.entries((intent ?? {}) as Record<string, IntentOverride>));
+      // Every field checked as the admin API checks it: a weight of -5 here reached the Maglev
+      // build, whose RangeError stopped the daemon at every start (the file is read each time).
+      const isState = (v: unknown): boolean => v === 'active' || v === 'drain' || v === 'disabled';
+      const isWeight = (v: unknown): boolean => typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 65535;
       for (const [key, o] of overrides) {
-        if (o === null || typeof o !== 'object' || typeof o.configState !== 'string' || typeof o.configWeight !== 'number') throw new Error(`intent "${key}" is malformed`);
+        if (o === null || typeof o !== 'object' || !isState(o.configState) || !isWeight(o.configWeight)) throw new Error(`intent "${key}" is malformed`);
+        if (o.state !== undefined && !isState(o.state)) throw new Error(`intent "${key}": state ${JSON.stringify(o.state)} is not active, drain or disabled`);
+        if (o.weight !== undefined && !isWeight(o.weight)) throw new Error(`intent "${key}": weight ${JSON.stringify(o.weight)} is not an integer 0..65535`);
       }
       this.overrides = overrides;
       this.withdrawn = new Set(withdrawn as string[] | undefined);
@@ -1109,21 +1117,32 @@ export class Daemon {
   }
 
   /** Live flows for plan: flow keys with the (service identity, address) of their real. */
-  async liveFlows(limit = 2_000_000): Promise<{ keys: number[]; reals: { identity: string; address: string }[] }> {
+  async liveFlows(limit = 2_000_000): Promise<LiveFlowsWire> {
     const answers = await this.loops.ask((id) => ({ type: 'flows', id, limit }));
     const byId = new Map([...this.reals.values()].map((r) => [r.id, r]));
-    const keys: number[] = [];
+    let total = 0;
+    for (const e of answers) if (e.type === 'flows') total += e.count;
+    const keys = new Uint32Array(total * FLOW_KEY_WORDS);
+    const realIndex = new Int32Array(total);
     const reals: { identity: string; address: string }[] = [];
+    const indexOfId = new Map<number, number>();
+    let n = 0;
     for (const e of answers) {
       if (e.type !== 'flows') continue;
       for (let i = 0; i < e.count; i++) {
-        const r = byId.get(e.reals[i]!);
-        if (!r) continue;
-        for (let w = 0; w < 10; w++) keys.push(e.keys[i * 10 + w]!);
-        reals.push({ identity: r.service, address: r.address });
+        const id = e.reals[i]!;
+        let index = indexOfId.get(id);
+        if (index === undefined) {
+          const r = byId.get(id);
+          if (!r) continue;
+          index = reals.push({ identity: r.service, address: r.address }) - 1;
+          indexOfId.set(id, index);
+        }
+        keys.set(e.keys.subarray(i * FLOW_KEY_WORDS, (i + 1) * FLOW_KEY_WORDS), n * FLOW_KEY_WORDS);
+        realIndex[n++] = index;
       }
     }
-    return { keys, reals };
+    return encodeLiveFlows(keys.subarray(0, n * FLOW_KEY_WORDS), realIndex.subarray(0, n), reals);
   }
 
   /**

@@ -4,6 +4,7 @@
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
+import { isIP } from 'node:net';
 import type { ListenAddress } from '../config/types.js';
 import { problemLines } from '../config/validate.js';
 import { DaemonError, type Daemon, type IntentChange } from './daemon.js';
@@ -47,9 +48,11 @@ export async function startMetricsServer(daemon: Daemon): Promise<Server> {
   return server;
 }
 
-function json(res: ServerResponse, status: number, body: unknown): void {
+/** Serialized before the head is written: a body that cannot be (too large a string) is still a clean 500. */
+function json(res: ServerResponse, status: number, body: unknown, indent = 2): void {
+  const text = JSON.stringify(body, null, indent) + '\n';
   res.writeHead(status, { 'content-type': 'application/json' });
-  res.end(JSON.stringify(body, null, 2) + '\n');
+  res.end(text);
 }
 
 async function readBody(req: IncomingMessage): Promise<string> {
@@ -73,6 +76,7 @@ function statusOf(code: string): number {
   if (code.startsWith('UNKNOWN')) return 404;
   if (code === 'STATE_NOT_SAVED' || code === 'LOOP_UNANSWERED') return 503;
   if (code === 'INTERNAL') return 500;
+  if (code === 'BODY_TOO_LARGE') return 413;
   return 400;
 }
 
@@ -83,6 +87,22 @@ class MethodError extends DaemonError {
   ) {
     super('METHOD', `method ${method ?? '?'} not allowed here: use ${allow}`);
   }
+}
+
+/**
+ * Why a request that may come from a web page is refused, or null. The admin API is for the CLI
+ * and scripts, which send no Origin. A page on the LB host (or behind `ssh -L`) can POST to a
+ * loopback API without a token as a "simple" cross-origin request, and after DNS rebinding read
+ * it under its own host name; browsers send Origin with every cross-origin request and with
+ * same-origin POSTs, and the Host of a rebound name. So: no Origin, and without a token, the Host
+ * an address or localhost.
+ */
+export function browserRefusal(headers: IncomingMessage['headers'], tokenless: boolean): string | null {
+  if (headers.origin !== undefined) return `requests from web pages (Origin ${JSON.stringify(headers.origin)}) are refused: use the dsrlb CLI or curl`;
+  if (!tokenless || headers.host === undefined) return null;
+  const host = /^\[([0-9a-fA-F:.]+)\](?::\d+)?$/.exec(headers.host)?.[1] ?? /^([^:]+)(?::\d+)?$/.exec(headers.host)?.[1] ?? '';
+  if (host === 'localhost' || isIP(host) !== 0) return null;
+  return `Host ${JSON.stringify(headers.host)} is refused without an admin token: ask by address (127.0.0.1, ::1) or set admin.tokenFile`;
 }
 
 /** The bearer token of an Authorization header (the scheme is case-insensitive, RFC 7235 section 2.1). */
@@ -106,6 +126,11 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
   };
   const server = createServer((req, res) => {
     void handle(req, res).catch((err: unknown) => {
+      // Too late for an answer (the head went out): end the connection, never throw from here.
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
       if (err instanceof MethodError) {
         res.setHeader('allow', err.allow);
         json(res, 405, { error: err.code, message: err.message });
@@ -131,7 +156,13 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
       json(res, ok ? 200 : 503, { loop: ok ? 'running' : 'stalled' });
       return;
     }
+    const refusal = browserRefusal(req.headers, daemon.adminToken === null);
+    if (refusal !== null) {
+      json(res, 403, { error: 'FORBIDDEN', message: refusal });
+      return;
+    }
     if (!(await authorized(req))) {
+      res.setHeader('www-authenticate', 'Bearer realm="dsrlb"');
       json(res, 401, { error: 'UNAUTHORIZED', message: 'a valid bearer token is required' });
       return;
     }
@@ -149,7 +180,8 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
     if (path === '/plan-input') {
       only(req, 'GET');
       // The intent and health in force beside the config text: plan carries them over to the candidate.
-      json(res, 200, { configPath: daemon.configPath, configText: daemon.configText, reals: daemon.planReals(), flows: await daemon.liveFlows() });
+      // Not indented: a million flows are tens of MB of base64 already.
+      json(res, 200, { configPath: daemon.configPath, configText: daemon.configText, reals: daemon.planReals(), flows: await daemon.liveFlows() }, 0);
       return;
     }
     if (path === '/explain') {

@@ -7,7 +7,21 @@ import type { Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DaemonError } from '../../src/control/daemon-error.js';
 import type { Daemon } from '../../src/control/daemon.js';
-import { bearerToken, startAdminServer } from '../../src/control/http-servers.js';
+import { request } from 'node:http';
+import { bearerToken, browserRefusal, startAdminServer } from '../../src/control/http-servers.js';
+
+/** A raw request (fetch will not set Host), answered with its status and body. */
+function raw(port: number, method: string, path: string, headers: Record<string, string>): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, method, path, headers }, (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
 
 const calls: string[] = [];
 const fake = {
@@ -24,6 +38,11 @@ const fake = {
   },
   loopHealthy: () => true,
   status: () => ({ services: [] }),
+  /** Stands in for a body JSON cannot hold (more than V8's largest string: 2M flows in the old format). */
+  planReals: () => [],
+  liveFlows: async () => ({ toJSON: () => { throw new RangeError('Invalid string length'); } }),
+  configPath: '/etc/dsrlb/dsrlb.yaml',
+  configText: '',
   setIntent: async (service: string, real: string, change: object) => {
     calls.push(`${service} ${real} ${JSON.stringify(change)}`);
     if (real === '10.0.0.99') throw new DaemonError('STATE_NOT_SAVED', 'nothing changed: the state file /x cannot be written');
@@ -72,6 +91,40 @@ describe('admin API status codes', () => {
       expect(r.status, `${method} ${path}`).toBe(405);
       expect(r.headers.get('allow')).toBe(allow);
     }
+  });
+
+  it('answers a body over 64 KiB with 413, and a 401 with WWW-Authenticate: Bearer', async () => {
+    const big = await fetch(`${base}/services/web/reals/10.0.0.11/weight`, { method: 'PUT', body: `{"weight": 1, "x": "${'x'.repeat(70_000)}"}` });
+    expect(big.status).toBe(413);
+    fake.adminToken = Buffer.from('t');
+    const denied = await fetch(`${base}/status`);
+    expect(denied.status).toBe(401);
+    expect(denied.headers.get('www-authenticate')).toBe('Bearer realm="dsrlb"');
+    fake.adminToken = null;
+  });
+
+  it('answers a body JSON cannot hold with a clean 500 and stays up (the head went out first, and the second answer threw)', async () => {
+    const r = await fetch(`${base}/plan-input`);
+    expect(r.status).toBe(500);
+    expect(((await r.json()) as { message: string }).message).toBe('Invalid string length');
+    expect((await fetch(`${base}/status`)).status).toBe(200);
+  });
+
+  it('refuses what a web page can send: any Origin, and without a token a Host that is a name (DNS rebinding)', async () => {
+    const port = (server.address() as AddressInfo).port;
+    // A page's "simple" cross-origin POST: no preflight, so without this the drain happened.
+    const csrf = await raw(port, 'POST', '/services/web/reals/10.0.0.11/disable', { origin: 'http://evil.example', 'content-type': 'text/plain' });
+    expect(csrf.status).toBe(403);
+    expect(JSON.parse(csrf.body).message).toMatch(/requests from web pages \(Origin "http:\/\/evil\.example"\) are refused/);
+    const rebound = await raw(port, 'GET', '/status', { host: `evil.example:${port}` });
+    expect(rebound.status).toBe(403);
+    expect(JSON.parse(rebound.body).message).toMatch(/without an admin token/);
+    expect(calls.some((c) => c.includes('disabled'))).toBe(false);
+    for (const host of [`127.0.0.1:${port}`, `[::1]:${port}`, `localhost:${port}`, '127.0.0.1']) expect((await raw(port, 'GET', '/status', { host })).status, host).toBe(200);
+    // With a token a page cannot authenticate anyway: names are fine (an operator's --admin http://lb1:9743).
+    expect(browserRefusal({ host: 'lb1.example:9743' }, false)).toBeNull();
+    expect(browserRefusal({ host: 'lb1.example:9743' }, true)).toMatch(/Host "lb1.example:9743" is refused/);
+    expect(browserRefusal({ host: 'lb1', origin: 'null' }, false)).toMatch(/Origin "null"/);
   });
 
   it('answers an intent that could not be saved with 503 STATE_NOT_SAVED and the reason', async () => {

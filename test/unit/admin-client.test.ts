@@ -46,6 +46,18 @@ describe('resolveAdminTarget', () => {
     expect(await resolveAdminTarget({ config: file, admin: 'http://127.0.0.1:19747/' })).toEqual({ baseUrl: 'http://127.0.0.1:19747', token: 'tok' });
   });
 
+  it('sends the config\'s token only to this host: an --admin URL elsewhere needs --token-file', async () => {
+    const file = await scratch('dsrlb.yaml', 'admin: { listen: "127.0.0.1:19746", tokenFile: admin.token }\n');
+    await writeFile(join(file, '..', 'admin.token'), 'tok\n');
+    const elsewhere = await resolveAdminTarget({ config: file, admin: 'http://192.0.2.7:9743' });
+    expect(elsewhere).toMatchObject({ baseUrl: 'http://192.0.2.7:9743', token: null });
+    expect(elsewhere.tokenProblem).toMatch(/is not sent to http:\/\/192\.0\.2\.7:9743, which is not this host: name it with --token-file/);
+    const named = await resolveAdminTarget({ config: file, admin: 'http://192.0.2.7:9743', tokenFile: join(file, '..', 'admin.token') });
+    expect(named.token).toBe('tok');
+    expect((await resolveAdminTarget({ config: file, admin: 'http://localhost:9743' })).token).toBe('tok');
+    expect((await resolveAdminTarget({ config: file, admin: 'http://[::1]:9743' })).token).toBe('tok');
+  });
+
   it('falls back to the default address when the default config file does not exist', async () => {
     const target = await resolveAdminTarget({}, join(tmpdir(), 'no-such-dir-dsrlb', 'dsrlb.yaml'));
     expect(target).toEqual({ baseUrl: 'http://127.0.0.1:9743', token: null });

@@ -411,6 +411,8 @@ describe('service rules', () => {
     ['forwarding', (s) => (s.forwarding = 'nat'), 'services[0].forwarding: "nat" is not l2 or ipip'],
     ['whenAllDown', (s) => (s.whenAllDown = 'failopen'), 'services[0].whenAllDown: "failopen" is not failOpen or drop (did you mean "failOpen"?)'],
     ['name empty', (s) => (s.name = ''), 'services[0].name: "" is not a service name (non-empty, no leading or trailing spaces, no control characters)'],
+    ['name ..', (s) => (s.name = '..'), `services[0].name: ".." is not a service name: the admin API's paths cannot carry it`],
+    ['name .', (s) => (s.name = '.'), `services[0].name: "." is not a service name: the admin API's paths cannot carry it`],
     ['name a number', (s) => (s.name = 7), 'services[0].name: 7 is not a service name (a string)'],
     ['tableSize not prime', (s) => (s.tableSize = 65536), 'services[0].tableSize: 65536 is not a prime; Maglev needs a prime table size (e.g. 65537)'],
     ['tableSize too small', (s) => (s.tableSize = 5), 'services[0].tableSize: 5 is not a Maglev table size (7..10000019)'],

@@ -46,7 +46,11 @@ describe('the state file at start', () => {
   });
 
   it('says so and sets a corrupt file aside, keeping its bytes, instead of dropping intent silently', async () => {
-    for (const bad of ['{"intent": {"tcp|10.93.0.100|80#10.93.0.11": {"state": "dra', '[1, 2]', '{"intent": {"k": 5}}', '{"withdrawn": "web"}']) {
+    const k = 'tcp|10.93.0.100|80#10.93.0.11';
+    const intent = (o: Record<string, unknown>) => JSON.stringify({ intent: { [k]: { configState: 'active', configWeight: 100, ...o } } });
+    // Hand-edited values the admin API never writes: a weight of -5 made the Maglev build throw at every start.
+    const handEdited = [intent({ weight: -5 }), intent({ weight: 1e12 }), intent({ weight: '7' }), intent({ weight: 1.5 }), intent({ state: 'bogus' }), intent({ configState: 'up' }), intent({ configWeight: 70_000 })];
+    for (const bad of ['{"intent": {"tcp|10.93.0.100|80#10.93.0.11": {"state": "dra', '[1, 2]', '{"intent": {"k": 5}}', '{"withdrawn": "web"}', ...handEdited]) {
       const dir = await mkdtemp(join(tmpdir(), 'dsrlb-state-'));
       const file = join(dir, 'dsrlb.state.json');
       await writeFile(file, bad);
