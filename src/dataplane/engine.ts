@@ -34,10 +34,10 @@ import {
   TCP_SYN,
 } from './parsed-packet.js';
 import { parseFrame } from './packet-parser.js';
-import { EXTRA_FRAMES, FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX, VNET_HDR_LEN, type PacketBatch } from '../io/packet-io.js';
+import { EXTRA_FRAMES, FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX, VIRTIO_NET_HDR_GSO_ECN, VIRTIO_NET_HDR_GSO_UDP_L4, VNET_HDR_LEN, type PacketBatch } from '../io/packet-io.js';
 import { encapsulate, tunnelOverheadBytes, TUNNEL_TEMPLATE_BYTES } from '../encap/ipip.js';
 import { buildEchoReply, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
-import { segmentTcp } from '../encap/tcp-segmenter.js';
+import { segmentTcp, segmentUdp } from '../encap/gso-segmenter.js';
 import { buildFragNeeded, buildPacketTooBig, fragmentOuter, mtuCheck, MTU_FITS, MTU_SEND_TOO_BIG, TooBigRateLimiter, tooBigMtu } from '../encap/too-big.js';
 
 export interface EngineOptions {
@@ -318,6 +318,15 @@ export class Engine {
     const vnet = pkt.frameOffset - VNET_HDR_LEN;
     let gsoSize = buf[vnet + 4]! | (buf[vnet + 5]! << 8);
     const headerL3Bytes = pkt.payloadOffset - pkt.l3Offset;
+    const gsoType = buf[vnet + 1]! & ~VIRTIO_NET_HDR_GSO_ECN;
+    const udp = gsoType === VIRTIO_NET_HDR_GSO_UDP_L4;
+    if (udp ? pkt.ipProtocol !== IPPROTO_UDP : pkt.ipProtocol !== IPPROTO_TCP) return -DropReason.gsoUnsupported;
+    if (udp && headerL3Bytes + gsoSize + overhead > this.mtu) {
+      // Each segment is one of the sender's datagrams (a QUIC packet): never cut smaller. Too big
+      // for the tunnel: the sender is told (QUIC sends with DF and probes its path MTU).
+      this.sendTooBig(batch, buf, overhead, nowMs);
+      return -DropReason.packetTooBig;
+    }
     if (headerL3Bytes + gsoSize + overhead > this.mtu) {
       // Too big is said only when the client can go below its segments: an IPv6 client is never
       // told less than 1280, so at 1280 (a tunnel MTU under 1320) its segments are cut smaller here.
@@ -334,7 +343,7 @@ export class Engine {
     const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
     const scratch = batch.extraBuf;
     const segOut = this.segOut;
-    const n = segmentTcp(buf, pkt, gsoSize, scratch, this.extraPos, EXTRA_HEADROOM, this.seg, segOut);
+    const n = (udp ? segmentUdp : segmentTcp)(buf, pkt, gsoSize, scratch, this.extraPos, EXTRA_HEADROOM, this.seg, segOut);
     if (n < 0) return n;
     // All segments or none: they must all fit the batch's extra slots, and a failure half-way takes
     // back the ones already queued (their bytes are then free for the next frame to reuse).

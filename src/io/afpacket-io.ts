@@ -10,6 +10,7 @@ import {
   FRAME_HAS_VNET_HDR,
   VERDICT_PASS,
   VERDICT_TX,
+  VIRTIO_NET_HDR_GSO_ECN,
   VNET_HDR_LEN,
   createPacketBatch,
   type PacketBatch,
@@ -130,7 +131,6 @@ const VNET_GSO_TYPE = 1;
 const VNET_HDR_LEN_FIELD = 2;
 const VNET_CSUM_START = 6;
 const VIRTIO_NET_HDR_F_NEEDS_CSUM = 1;
-const VIRTIO_NET_HDR_GSO_ECN = 0x80;
 const ETHERTYPE_VLAN = 0x8100;
 const VLAN_TAG_BYTES = 4;
 const MAC_ADDRESSES_BYTES = 12;

@@ -19,6 +19,9 @@ export const FRAME_CSUM_PARTIAL = 2;
 export const FRAME_GSO = 4;
 
 export const VNET_HDR_LEN = 10;
+/** virtio_net_hdr.gso_type (byte 1): the ECN bit, and UDP_L4 (UDP GSO: a train of datagrams behind one header). */
+export const VIRTIO_NET_HDR_GSO_ECN = 0x80;
+export const VIRTIO_NET_HDR_GSO_UDP_L4 = 5;
 
 /**
  * A batch of received frames. Arrays are preallocated by the backend with `capacity` slots and

@@ -44,6 +44,14 @@ function configText(opts: { webWithoutIpip?: boolean } = {}): string {
     '    forwarding: ipip',
     '    reals:',
     `      - address: ${r3!.ipv4}`,
+    '  - name: quic',
+    `    vip: ${lab.vip}`,
+    '    port: 4433',
+    '    protocol: udp',
+    '    forwarding: ipip',
+    '    healthCheck: { type: none }',
+    '    reals:',
+    `      - address: ${r3!.ipv4}`,
     '  - name: web6',
     `    vip: "${lab.vip6}"`,
     '    port: 80',
@@ -129,6 +137,38 @@ describe('L3 DSR (IPIP)', () => {
     expect(t.stdout).not.toMatch(/Malformed Packet/);
     expect(t.stdout).not.toMatch(/\[(Header )?checksum status: Bad\]|Bad checksum/i);
   }, 120_000);
+
+  it('carries a UDP GSO send (UDP_SEGMENT, as QUIC stacks send) to the IPIP real as the sender\'s own datagrams', async () => {
+    // The client's veth hands the LB the whole train in one frame (gso_type UDP_L4): before, every
+    // such frame to an IPIP real was dropped as gsoUnsupported.
+    const receiver = lab.spawn(ipipReal, ['python3', '-c', [
+      'import socket, json, sys',
+      's = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)',
+      `s.bind(("${lab.vip}", 4433))`,
+      's.settimeout(5)',
+      'print("ready", flush=True)',
+      'sizes = []',
+      'try:',
+      '    while len(sizes) < 6: sizes.append(len(s.recvfrom(65535)[0]))',
+      'except socket.timeout: pass',
+      'print(json.dumps(sizes), flush=True)',
+    ].join('\n')], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const lines: string[] = [];
+    const ready = new Promise<void>((resolve) => createInterface({ input: receiver.stdout! }).on('line', (l) => (lines.push(l), l === 'ready' && resolve())));
+    const done = new Promise<void>((resolve) => receiver.once('exit', () => resolve()));
+    await ready;
+    const before = metricValue(await daemon.metrics(), 'dsrlb_gso_segmented_total', '');
+    const send = await lab.exec(lab.client, ['python3', '-c', [
+      'import socket',
+      's = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)',
+      's.setsockopt(socket.SOL_UDP, 103, 1200)  # UDP_SEGMENT',
+      `for n in (3400, 2400): s.sendto(bytes(i & 0xff for i in range(n)), ("${lab.vip}", 4433))`,
+    ].join('\n')]);
+    expect(send.code, send.stderr).toBe(0);
+    await done;
+    expect(JSON.parse(lines.at(-1)!)).toEqual([1200, 1200, 1000, 1200, 1200]);
+    expect(metricValue(await daemon.metrics(), 'dsrlb_gso_segmented_total', '') - before).toBe(2);
+  }, 60_000);
 
   it('drains an IPIP real removed by a reload: its live transfer completes, still through the tunnel', async () => {
     // A client port whose flow the LB schedules to the IPIP real (explain), then a slow download on it.

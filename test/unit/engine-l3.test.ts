@@ -209,6 +209,59 @@ describe('engine: IPIP forwarding', () => {
   });
 });
 
+describe('engine: UDP GSO (UDP_SEGMENT, as QUIC stacks send) to an IPIP real', () => {
+  const udpGso = (payloadBytes: number, gsoSize: number) => {
+    const vnet = new Uint8Array(10);
+    vnet[0] = 1; // NEEDS_CSUM
+    vnet[1] = 5; // GSO_UDP_L4
+    vnet[4] = gsoSize & 0xff;
+    vnet[5] = gsoSize >> 8;
+    const payload = Uint8Array.from({ length: payloadBytes }, (_, k) => (k * 7) & 0xff);
+    const frame = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 17, df: true, id: 70 }, udp({ sport: 4433, dport: 53 }, payload, { src: CLIENT, dst: VIP })));
+    return { payload, frame: Uint8Array.from([...vnet, ...frame]) };
+  };
+
+  it('cuts the train into the sender\'s datagrams (never re-cut), each encapsulated with its UDP length and a valid checksum', () => {
+    const { io, counters } = setup();
+    const { payload, frame } = udpGso(3400, 1200);
+    const out = io.inject([frame], [GSO_FLAGS]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_CONSUMED);
+    expect(counters[Counter.gsoSegmented]).toBe(1);
+    expect(out.map((f) => f.length - 14 - 20 - 20 - 8)).toEqual([1200, 1200, 1000]);
+    const got: number[] = [];
+    out.forEach((f, i) => {
+      expect(f[14 + 9]).toBe(4); // outer IPv4, protocol 4 (IPIP)
+      const plain = Uint8Array.from([...f.subarray(0, 12), 0x08, 0x00, ...f.subarray(34)]);
+      const p = parsed(plain);
+      expect(p.ipProtocol).toBe(17);
+      expect((plain[p.l4Offset + 4]! << 8) | plain[p.l4Offset + 5]!).toBe(8 + plain.length - p.payloadOffset);
+      expect((plain[p.l3Offset + 4]! << 8) | plain[p.l3Offset + 5]!).toBe(70 + i); // IPv4 ID per datagram
+      expect(l4Checksum(plain, p)).toBe((plain[p.l4Offset + 6]! << 8) | plain[p.l4Offset + 7]!);
+      got.push(...plain.subarray(p.payloadOffset));
+    });
+    expect(Uint8Array.from(got)).toEqual(payload);
+  });
+
+  it('answers datagrams too big for the tunnel with fragmentation-needed, MTU 1480, instead of cutting them', () => {
+    const { io, counters } = setup();
+    const out = io.inject([udpGso(2 * 1460, 1460).frame], [GSO_FLAGS]);
+    expect(io.lastVerdicts()[0]).toBe(-DropReason.packetTooBig);
+    expect(out).toHaveLength(1);
+    const m = parsed(out[0]!);
+    expect([m.icmpType, m.icmpCode]).toEqual([3, 4]);
+    expect((out[0]![m.l4Offset + 6]! << 8) | out[0]![m.l4Offset + 7]!).toBe(1480);
+    expect(counters[Counter.gsoSegmented]).toBe(0);
+  });
+
+  it('drops a GSO type that does not match the packet (TCP segmentation asked of a UDP datagram) as gsoUnsupported', () => {
+    const { io } = setup();
+    const { frame } = udpGso(3400, 1200);
+    frame[1] = 1; // GSO_TCPV4
+    io.inject([frame], [GSO_FLAGS]);
+    expect(io.lastVerdicts()[0]).toBe(-DropReason.gsoUnsupported);
+  });
+});
+
 describe('engine: GSO frames beyond a batch\'s extra frames, and the IPv6 flow label', () => {
   const gso = (sport: number, payloadBytes: number, gsoSize: number) =>
     Uint8Array.from([...vnetHeader(gsoSize), ...tcp4(sport, 0x18, Uint8Array.from({ length: payloadBytes }, (_, k) => (k + sport) & 0xff))]);

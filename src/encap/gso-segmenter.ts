@@ -1,13 +1,15 @@
-// Software TCP segmentation of a GSO super-frame (a local or veth client with TSO hands the LB one
-// frame of up to 64 KiB plus gso_size in its virtio_net_hdr). L2 forwarding hands such frames back
-// to the kernel with their GSO metadata; an IPIP tunnel cannot be described by virtio_net_hdr, so
-// for IPIP reals the engine cuts the frame here into MSS-sized frames with complete checksums,
-// each written into caller scratch with headroom before it for the outer header. Allocation-free.
+// Software segmentation of a GSO super-frame: a local or veth client with TSO hands the LB one TCP
+// frame of up to 64 KiB plus gso_size in its virtio_net_hdr, and one with UDP GSO (UDP_SEGMENT:
+// QUIC stacks send so) a train of datagrams of gso_size bytes each behind one UDP header. L2
+// forwarding hands such frames back to the kernel with their GSO metadata; an IPIP tunnel cannot
+// be described by virtio_net_hdr, so for IPIP reals the engine cuts the frame here into its
+// segments with complete checksums, each written into caller scratch with headroom before it for
+// the outer header. Allocation-free.
 
 import { ipv4HeaderChecksum, l4Checksum } from '../dataplane/checksum.js';
 import { DropReason } from '../dataplane/drop-reasons.js';
 import { parseFrame } from '../dataplane/packet-parser.js';
-import { IPPROTO_TCP, PARSE_OK, type ParsedPacket } from '../dataplane/parsed-packet.js';
+import { IPPROTO_TCP, IPPROTO_UDP, PARSE_OK, type ParsedPacket } from '../dataplane/parsed-packet.js';
 
 const TCP_FIN = 0x01;
 const TCP_PSH = 0x08;
@@ -85,6 +87,75 @@ export function segmentTcp(
     const sum = l4Checksum(scratch, seg);
     scratch[tcp + 16] = sum >> 8;
     scratch[tcp + 17] = sum & 0xff;
+    out[2 * i] = start;
+    out[2 * i + 1] = length;
+    pos = start + length;
+  }
+  return count;
+}
+
+/**
+ * Cuts the UDP GSO frame parsed into `pkt` into datagrams of `segmentBytes` payload bytes (the
+ * last may be shorter): the sender's own datagrams (QUIC packets), never re-cut to another size.
+ * Same placement and result as segmentTcp.
+ */
+export function segmentUdp(
+  buf: Uint8Array,
+  pkt: ParsedPacket,
+  segmentBytes: number,
+  scratch: Uint8Array,
+  scratchOffset: number,
+  headroomBytes: number,
+  seg: ParsedPacket,
+  out: Int32Array,
+): number {
+  if (pkt.ipProtocol !== IPPROTO_UDP || pkt.l4Offset < 0 || pkt.payloadOffset < 0 || segmentBytes <= 0) return -DropReason.gsoUnsupported;
+  const frame = pkt.frameOffset;
+  const headerBytes = pkt.payloadOffset - frame;
+  const payloadBytes = pkt.l3End - pkt.payloadOffset;
+  const count = Math.ceil(payloadBytes / segmentBytes);
+  if (count < 1 || count * 2 > out.length) return -DropReason.gsoUnsupported;
+  const l3HeaderBytes = pkt.l4Offset - pkt.l3Offset;
+  const l3Rel = pkt.l3Offset - frame;
+  const l4Rel = pkt.l4Offset - frame;
+  const id0 = pkt.family === 4 ? (buf[pkt.l3Offset + 4]! << 8) | buf[pkt.l3Offset + 5]! : 0;
+  let pos = scratchOffset;
+  for (let i = 0; i < count; i++) {
+    const chunk = i === count - 1 ? payloadBytes - i * segmentBytes : segmentBytes;
+    const start = pos + headroomBytes;
+    const length = headerBytes + chunk;
+    if (start + length > scratch.length) return -DropReason.batchFull;
+    copyBytes(buf, frame, pkt.payloadOffset, scratch, start);
+    copyBytes(buf, pkt.payloadOffset + i * segmentBytes, pkt.payloadOffset + i * segmentBytes + chunk, scratch, start + headerBytes);
+    const ip = start + l3Rel;
+    const udp = start + l4Rel;
+    const udpLength = 8 + chunk;
+    if (pkt.family === 4) {
+      const total = l3HeaderBytes + udpLength;
+      scratch[ip + 2] = total >> 8;
+      scratch[ip + 3] = total & 0xff;
+      const id = (id0 + i) & 0xffff;
+      scratch[ip + 4] = id >> 8;
+      scratch[ip + 5] = id & 0xff;
+      scratch[ip + 10] = 0;
+      scratch[ip + 11] = 0;
+      const c = ipv4HeaderChecksum(scratch, ip, l3HeaderBytes);
+      scratch[ip + 10] = c >> 8;
+      scratch[ip + 11] = c & 0xff;
+    } else {
+      const payloadLength = l3HeaderBytes - 40 + udpLength;
+      scratch[ip + 4] = payloadLength >> 8;
+      scratch[ip + 5] = payloadLength & 0xff;
+    }
+    scratch[udp + 4] = udpLength >> 8;
+    scratch[udp + 5] = udpLength & 0xff;
+    scratch[udp + 6] = 0;
+    scratch[udp + 7] = 0;
+    if (parseFrame(scratch, start, length, seg) !== PARSE_OK) return -DropReason.gsoUnsupported;
+    const sum = l4Checksum(scratch, seg); // a computed zero goes as 0xffff (RFC 768)
+    if (sum < 0) return -DropReason.gsoUnsupported;
+    scratch[udp + 6] = sum >> 8;
+    scratch[udp + 7] = sum & 0xff;
     out[2 * i] = start;
     out[2 * i + 1] = length;
     pos = start + length;
