@@ -6,6 +6,7 @@
 import { constants } from 'node:fs';
 import { access, open, readFile, rename, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
+import ipaddr from 'ipaddr.js';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
@@ -83,6 +84,21 @@ interface IntentOverride {
   configWeight: number;
 }
 
+interface TunnelRoute {
+  readonly nextHop: string;
+  readonly source: string | null;
+  readonly mtu: number | null;
+}
+
+/** One spelling of an address, to compare an IPv6 address however it is written. */
+function normalizedAddress(a: string): string {
+  try {
+    return ipaddr.parse(a).toNormalizedString();
+  } catch {
+    return a;
+  }
+}
+
 interface RealRuntime {
   key: string;
   id: number;
@@ -142,7 +158,8 @@ export class Daemon {
    */
   private readonly counterBase = new Float64Array(MAX_REAL_IDS * REAL_STRIDE);
   /** IPIP reals: the address whose MAC the outer frame goes to (the real on-link, else its gateway). */
-  private nextHops = new Map<string, string>();
+  /** Per IPIP real address: its next hop, outer source and route MTU (resolveTunnelRoutes). */
+  private tunnelRoutes = new Map<string, TunnelRoute>();
   private tunnelSources: TunnelSources = { v4: null, v6: null };
   private announcer: VipAnnouncer | null = null;
   private announceTimer: NodeJS.Timeout | null = null;
@@ -248,7 +265,7 @@ export class Daemon {
     await this.startWorker();
     this.syncReals();
     const tunnel = await this.resolveTunnelRoutes(this.config);
-    this.nextHops = tunnel.nextHops;
+    this.tunnelRoutes = tunnel.routes;
     this.tunnelSources = tunnel.sources;
     this.neighbors.on('change', () => this.queueRebuild('neighbour change'));
     this.neighbors.setWanted(this.l2RealAddresses());
@@ -411,6 +428,12 @@ export class Daemon {
     return this.neighbors.macOf(this.neighborOf(r));
   }
 
+  /** An IPIP real's outer source and route MTU, as its route gives them (none: the family's source, the interface's MTU). */
+  private tunnelOf(r: Pick<RealConfig, 'address' | 'forwarding'>): { tunnelSource?: string | null; tunnelMtu?: number | null } {
+    const route = r.forwarding === 'ipip' ? this.tunnelRoutes.get(r.address) : undefined;
+    return route === undefined ? {} : { tunnelSource: route.source, tunnelMtu: route.mtu };
+  }
+
   private async syncAnnouncements(): Promise<void> {
     if (!this.announcer || this.announceBusy || !this.config.announce.enabled || this.stopping) return;
     this.announceBusy = true;
@@ -463,16 +486,29 @@ export class Daemon {
 
   /** The address whose MAC a real's frames go to: its own (L2), or its IPIP next hop. */
   private neighborOf(r: Pick<RealConfig, 'address' | 'forwarding'>): string {
-    return r.forwarding === 'ipip' ? (this.nextHops.get(r.address) ?? r.address) : r.address;
+    return r.forwarding === 'ipip' ? (this.tunnelRoutes.get(r.address)?.nextHop ?? r.address) : r.address;
   }
 
   /**
-   * Next hops of IPIP reals (removed ones that drain too) from the LB's routing table, and the
-   * outer source addresses, for `config`; changes nothing, so a reload can ask before it commits.
+   * Routes of IPIP reals (removed ones that drain too) from the LB's routing table: next hop, the
+   * outer source (tunnel.sourceV4/V6, else the route's prefsrc as IPVS takes it, else the
+   * interface's first address of the family; never a VIP, which a real drops as a martian source)
+   * and the route's MTU, for `config`; changes nothing, so a reload can ask before it commits.
    * Throws when the interface's addresses cannot be read.
    */
-  private async resolveTunnelRoutes(config: Config, previous?: ReadonlyMap<string, string>): Promise<{ nextHops: Map<string, string>; sources: TunnelSources }> {
-    const hops = new Map<string, string>();
+  private async resolveTunnelRoutes(config: Config, previous?: ReadonlyMap<string, TunnelRoute>): Promise<{ routes: Map<string, TunnelRoute>; sources: TunnelSources }> {
+    const hops = new Map<string, TunnelRoute>();
+    const vips = new Set(this.vips(config).map(normalizedAddress));
+    const notVip = (a: string | null | undefined): string | null => (a && !vips.has(normalizedAddress(a)) ? a : null);
+    let v4 = config.tunnel.sourceV4;
+    let v6 = config.tunnel.sourceV6;
+    if (!v4 || !v6) {
+      const { stdout } = await systemRunner(['ip', '-j', 'addr', 'show', 'dev', config.interface]);
+      const info = (JSON.parse(stdout || '[]') as { addr_info?: { family: string; local: string; scope: string }[] }[])[0]?.addr_info ?? [];
+      // The VIPs may sit on this interface too (io: pcap, or an operator's own): they are not sources.
+      v4 ??= info.find((a) => a.family === 'inet' && notVip(a.local) !== null)?.local ?? null;
+      v6 ??= info.find((a) => a.family === 'inet6' && a.scope === 'global' && notVip(a.local) !== null)?.local ?? null;
+    }
     // this.reals: the pairs a reload would mark removed drain their flows the way they went.
     const reals: Pick<RealConfig, 'address' | 'forwarding'>[] = [...config.services.flatMap((s) => s.reals), ...this.reals.values()];
     // Once per address (it is in the config and in this.reals), all in one `ip` run.
@@ -487,21 +523,16 @@ export class Daemon {
         if (kept !== undefined) hops.set(address, kept);
         continue;
       }
+      const v6Real = address.includes(':');
+      const configured = v6Real ? config.tunnel.sourceV6 : config.tunnel.sourceV4;
+      const source = configured ?? notVip(route.prefsrc) ?? (v6Real ? v6 : v4);
       if (route.dev !== null && route.dev !== config.interface) {
         this.warnOnce(`dev ${address} ${route.dev}`, 'IPIP real is not reached through the forwarding interface', { real: address, dev: route.dev, interface: config.interface });
       }
-      hops.set(address, route.gateway ?? address);
+      hops.set(address, { nextHop: route.gateway ?? address, source, mtu: route.mtu });
       this.warned.delete(`route ${address}`); // a later loss of the route is said again
     }
-    let v4 = config.tunnel.sourceV4;
-    let v6 = config.tunnel.sourceV6;
-    if (!v4 || !v6) {
-      const { stdout } = await systemRunner(['ip', '-j', 'addr', 'show', 'dev', config.interface]);
-      const info = (JSON.parse(stdout || '[]') as { addr_info?: { family: string; local: string; scope: string }[] }[])[0]?.addr_info ?? [];
-      v4 ??= info.find((a) => a.family === 'inet')?.local ?? null;
-      v6 ??= info.find((a) => a.family === 'inet6' && a.scope === 'global')?.local ?? null;
-    }
-    return { nextHops: hops, sources: { v4, v6 } };
+    return { routes: hops, sources: { v4, v6 } };
   }
 
   /** A warning logged once per key (the routes are asked again every ROUTE_REFRESH_MS). */
@@ -526,18 +557,19 @@ export class Daemon {
       if (this.stopping) return;
       let tunnel: Awaited<ReturnType<Daemon['resolveTunnelRoutes']>>;
       try {
-        tunnel = await this.resolveTunnelRoutes(this.config, this.nextHops);
+        tunnel = await this.resolveTunnelRoutes(this.config, this.tunnelRoutes);
       } catch (err) {
         this.warnOnce('tunnel sources', 'cannot read the tunnel routes', { error: (err as Error).message });
         return;
       }
-      const before = this.nextHops;
-      const moved = [...new Set([...before.keys(), ...tunnel.nextHops.keys()])].filter((a) => before.get(a) !== tunnel.nextHops.get(a));
+      const before = this.tunnelRoutes;
+      const same = (x: TunnelRoute | undefined, y: TunnelRoute | undefined): boolean => x?.nextHop === y?.nextHop && x?.source === y?.source && x?.mtu === y?.mtu;
+      const moved = [...new Set([...before.keys(), ...tunnel.routes.keys()])].filter((a) => !same(before.get(a), tunnel.routes.get(a)));
       const sourcesChanged = tunnel.sources.v4 !== this.tunnelSources.v4 || tunnel.sources.v6 !== this.tunnelSources.v6;
       if (moved.length === 0 && !sourcesChanged) return;
-      for (const a of moved) this.log.info('IPIP real next hop changed', { real: a, previous: before.get(a) ?? null, nextHop: tunnel.nextHops.get(a) ?? null });
+      for (const a of moved) this.log.info('IPIP real route changed', { real: a, previous: before.get(a) ?? null, now: tunnel.routes.get(a) ?? null });
       if (sourcesChanged) this.log.info('IPIP tunnel source changed', { previous: this.tunnelSources, now: tunnel.sources });
-      this.nextHops = tunnel.nextHops;
+      this.tunnelRoutes = tunnel.routes;
       this.tunnelSources = tunnel.sources;
       this.neighbors.setWanted(this.l2RealAddresses());
       this.rebuild('IPIP route change');
@@ -632,6 +664,7 @@ export class Daemon {
           health: this.healthOf(key),
           removed: false,
           mac: this.macOfReal(r),
+          ...this.tunnelOf(r),
         });
       }
       for (const rt of this.reals.values()) {
@@ -645,6 +678,7 @@ export class Daemon {
           health: this.healthOf(rt.key),
           removed: true,
           mac: this.macOfReal(rt),
+          ...this.tunnelOf(rt),
         });
       }
       views.push({ config: s, reals, removed });
@@ -833,7 +867,7 @@ export class Daemon {
     const pruned = this.pruneOverrides();
     this.send({ type: 'timeouts', timeouts: timeoutsOf(next) });
     this.syncReals();
-    this.nextHops = tunnel.nextHops;
+    this.tunnelRoutes = tunnel.routes;
     this.tunnelSources = tunnel.sources;
     this.neighbors.setWanted(this.l2RealAddresses());
     this.rebuild('reload');

@@ -12,6 +12,10 @@ export interface Route {
   /** The gateway, or null for an address on a connected network. */
   readonly gateway: string | null;
   readonly dev: string | null;
+  /** The source address the kernel would choose (what IPVS's tunnel uses), or null. */
+  readonly prefsrc: string | null;
+  /** The route's MTU metric (`ip route ... mtu N`: a VPN or GRE underlay), or null without one. */
+  readonly mtu: number | null;
 }
 
 /** One address in one spelling (an IPv6 address can be written many ways; ip prints its own). */
@@ -31,14 +35,16 @@ export function parseRouteBatch(addresses: readonly string[], stdout: string, st
   const routes = new Map<string, Route>();
   for (const line of stdout.split('\n')) {
     if (!line.trim().startsWith('[')) continue;
-    let answer: { dst?: string; gateway?: string; dev?: string }[];
+    let answer: { dst?: string; gateway?: string; dev?: string; prefsrc?: string; metrics?: { mtu?: number }[] }[];
     try {
       answer = JSON.parse(line) as typeof answer;
     } catch {
       continue;
     }
     const r = answer[0];
-    if (r?.dst !== undefined) routes.set(keyOf(r.dst), { gateway: r.gateway ?? null, dev: r.dev ?? null });
+    if (r?.dst === undefined) continue;
+    const mtu = r.metrics?.find((m) => typeof m.mtu === 'number')?.mtu ?? null;
+    routes.set(keyOf(r.dst), { gateway: r.gateway ?? null, dev: r.dev ?? null, prefsrc: r.prefsrc ?? null, mtu });
   }
   // stderr: the error's own line(s), then "Command failed -:N" naming the batch line.
   const failed = new Map<number, string>();

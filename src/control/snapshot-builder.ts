@@ -30,6 +30,10 @@ export interface RealView {
   readonly removed: boolean;
   /** L2: the real's MAC; IPIP: the next hop's MAC (the real when on-link, else the gateway). Null while unresolved. */
   readonly mac: Uint8Array | null;
+  /** IPIP: the outer source its route gives (else the family's TunnelSources address). */
+  readonly tunnelSource?: string | null;
+  /** IPIP: its route's MTU metric (else the interface's MTU; the smaller one counts). */
+  readonly tunnelMtu?: number | null;
 }
 
 /** Outer source addresses for IPIP (config tunnel.sourceV4/V6, else the interface's addresses). */
@@ -109,6 +113,7 @@ export class SnapshotBuilder {
     const realMacKnown = new Uint8Array(realIdLimit);
     const realService = new Int32Array(realIdLimit).fill(-1);
     const realTunnelTemplates = new Uint8Array(realIdLimit * TUNNEL_TEMPLATE_BYTES);
+    const realTunnelMtu = new Uint16Array(realIdLimit);
     const vips: { family: number; words: Uint32Array; text: string }[] = [];
 
     /** Appends reals (sorted) to the candidate arrays; returns where they start. */
@@ -146,7 +151,8 @@ export class SnapshotBuilder {
         realService[r.id] = si;
         if (r.forwarding === 'ipip') {
           // No outer source for the real's family: the slot stays empty and the engine drops (ipip_unsupported).
-          const source = r.address.includes(':') ? tunnel.v6 : tunnel.v4;
+          const source = r.tunnelSource ?? (r.address.includes(':') ? tunnel.v6 : tunnel.v4);
+          realTunnelMtu[r.id] = Math.min(r.tunnelMtu ?? 0, 0xffff);
           if (source) writeTunnelTemplate(source, r.address, cfg.family, realTunnelTemplates, r.id * TUNNEL_TEMPLATE_BYTES);
         }
         if (r.mac) {
@@ -230,6 +236,7 @@ export class SnapshotBuilder {
       realMacKnown,
       realService,
       realTunnelTemplates,
+      realTunnelMtu,
       vipCount: vips.length,
       vipWords: Uint32Array.from(vips.flatMap((v) => [...v.words])),
       vipFamily: Uint8Array.from(vips.map((v) => v.family)),

@@ -270,12 +270,14 @@ export class Engine {
     const tpl = real * TUNNEL_TEMPLATE_BYTES;
     const overhead = tunnelOverheadBytes(templates, tpl);
     if (overhead <= 0) return -DropReason.ipipUnsupported;
-    const mtu = this.mtu;
+    // The route's MTU toward the real (a VPN or GRE underlay) when it is below the interface's.
+    const routeMtu = snap.realTunnelMtu[real]!;
+    const mtu = routeMtu !== 0 && routeMtu < this.mtu ? routeMtu : this.mtu;
     const out = this.encapOut;
-    if ((flags & FRAME_GSO) !== 0) return this.segmentAndEncapsulate(batch, buf, flags, real, overhead, nowMs);
+    if ((flags & FRAME_GSO) !== 0) return this.segmentAndEncapsulate(batch, buf, flags, real, overhead, mtu, nowMs);
     const fit = mtuCheck(pkt, overhead, mtu);
     if (fit === MTU_SEND_TOO_BIG) {
-      this.sendTooBig(batch, buf, overhead, nowMs);
+      this.sendTooBig(batch, buf, overhead, mtu, nowMs);
       return -DropReason.packetTooBig;
     }
     const id = this.nextFragmentId;
@@ -312,7 +314,7 @@ export class Engine {
   }
 
   /** A GSO super-frame for an IPIP real: cut into MSS-sized segments, each encapsulated. */
-  private segmentAndEncapsulate(batch: PacketBatch, buf: Uint8Array, flags: number, real: number, overhead: number, nowMs: number): number {
+  private segmentAndEncapsulate(batch: PacketBatch, buf: Uint8Array, flags: number, real: number, overhead: number, mtu: number, nowMs: number): number {
     const pkt = this.pkt;
     if ((flags & FRAME_HAS_VNET_HDR) === 0) return -DropReason.gsoUnsupported;
     const vnet = pkt.frameOffset - VNET_HDR_LEN;
@@ -321,23 +323,23 @@ export class Engine {
     const gsoType = buf[vnet + 1]! & ~VIRTIO_NET_HDR_GSO_ECN;
     const udp = gsoType === VIRTIO_NET_HDR_GSO_UDP_L4;
     if (udp ? pkt.ipProtocol !== IPPROTO_UDP : pkt.ipProtocol !== IPPROTO_TCP) return -DropReason.gsoUnsupported;
-    if (udp && headerL3Bytes + gsoSize + overhead > this.mtu) {
+    if (udp && headerL3Bytes + gsoSize + overhead > mtu) {
       // Each segment is one of the sender's datagrams (a QUIC packet): never cut smaller. Too big
       // for the tunnel: the sender is told (QUIC sends with DF and probes its path MTU).
-      this.sendTooBig(batch, buf, overhead, nowMs);
+      this.sendTooBig(batch, buf, overhead, mtu, nowMs);
       return -DropReason.packetTooBig;
     }
-    if (headerL3Bytes + gsoSize + overhead > this.mtu) {
+    if (headerL3Bytes + gsoSize + overhead > mtu) {
       // Too big is said only when the client can go below its segments: an IPv6 client is never
       // told less than 1280, so at 1280 (a tunnel MTU under 1320) its segments are cut smaller here.
-      if ((pkt.family === 6 || pkt.dontFragment !== 0) && headerL3Bytes + gsoSize > tooBigMtu(pkt.family, overhead, this.mtu)) {
-        this.sendTooBig(batch, buf, overhead, nowMs);
+      if ((pkt.family === 6 || pkt.dontFragment !== 0) && headerL3Bytes + gsoSize > tooBigMtu(pkt.family, overhead, mtu)) {
+        this.sendTooBig(batch, buf, overhead, mtu, nowMs);
         return -DropReason.packetTooBig;
       }
       // DF clear: the path may cut these packets anyway. Smaller TCP segments that fit with the
       // outer header carry the same bytes without fragments (and without an ICMP the client
       // would not act on).
-      gsoSize = this.mtu - overhead - headerL3Bytes;
+      gsoSize = mtu - overhead - headerL3Bytes;
       if (gsoSize < 8) return -DropReason.packetTooBig;
     }
     const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
@@ -377,7 +379,7 @@ export class Engine {
   }
 
   /** ICMP fragmentation-needed / ICMPv6 packet-too-big back to the client, rate-limited. */
-  private sendTooBig(batch: PacketBatch, buf: Uint8Array, overhead: number, nowMs: number): void {
+  private sendTooBig(batch: PacketBatch, buf: Uint8Array, overhead: number, linkMtu: number, nowMs: number): void {
     const pkt = this.pkt;
     // Never about a non-initial fragment (RFC 1122 3.2.2): it quotes no ports. IPv6 may (RFC 4443).
     if (pkt.family === 4 && pkt.fragmentOffset !== 0) return;
@@ -386,7 +388,7 @@ export class Engine {
     const scratch = batch.extraBuf;
     if (pos + 1400 > scratch.length || batch.extraCount >= batch.extraOffsets.length) return;
     if (!this.tooBig.allow(nowMs, pkt.family, pkt.addr)) return;
-    const mtu = tooBigMtu(pkt.family, overhead, this.mtu);
+    const mtu = tooBigMtu(pkt.family, overhead, linkMtu);
     const len = pkt.family === 4 ? buildFragNeeded(buf, pkt, mtu, this.localMac, scratch, pos) : buildPacketTooBig(buf, pkt, mtu, this.localMac, scratch, pos);
     if (len <= 0) return;
     for (let g = 1; g <= gap; g++) scratch[pos - g] = 0;

@@ -57,6 +57,8 @@ export interface ForwardingSnapshot {
   readonly realService: Int32Array;
   /** IPIP outer header templates, TUNNEL_TEMPLATE_BYTES per real id (src/encap/ipip.ts); empty slot = no tunnel. */
   readonly realTunnelTemplates: Uint8Array;
+  /** Per real id: its route's MTU toward an IPIP real (0: none, the interface's MTU holds). */
+  readonly realTunnelMtu: Uint16Array;
 
   /** Every VIP once (4 words each, IPv4 in word 0) with its family: ICMP and fragments to a VIP. */
   readonly vipCount: number;
@@ -152,6 +154,7 @@ export function emptySnapshot(): ForwardingSnapshot {
     realMacKnown: new Uint8Array(0),
     realService: new Int32Array(0),
     realTunnelTemplates: new Uint8Array(0),
+    realTunnelMtu: new Uint16Array(0),
     vipCount: 0,
     vipWords: new Uint32Array(0),
     vipFamily: new Uint8Array(0),

@@ -9,6 +9,8 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { stubbedDaemon } from '../support/stubbed-daemon.js';
 import { MAX_REAL_IDS } from '../../src/dataplane/counters.js';
+import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
+import { TUNNEL_TEMPLATE_BYTES } from '../../src/encap/ipip.js';
 
 let dir: string;
 beforeEach(() => {
@@ -158,7 +160,8 @@ describe('IPIP next hops asked again while running', () => {
     const d = daemonRunning(text);
     d.inside.neighbors = { setWanted: (a: Iterable<string>) => void wanted.push([...a]), macOf: () => new Uint8Array(6) };
     let gateway = '192.0.2.13';
-    d.inside.resolveTunnelRoutes = async () => ({ nextHops: new Map([['10.93.0.1', gateway], ['10.93.0.2', gateway]]), sources: { v4: '10.93.255.1', v6: 'fd00::1' } });
+    const route = () => ({ nextHop: gateway, source: '10.93.255.1', mtu: null });
+    d.inside.resolveTunnelRoutes = async () => ({ routes: new Map([['10.93.0.1', route()], ['10.93.0.2', route()]]), sources: { v4: '10.93.255.1', v6: 'fd00::1' } });
     const refresh = () => (d.inside.refreshTunnelRoutes as () => Promise<void>).call(d.daemon);
     await refresh();
     const snapshots = d.sent.filter((m) => m.type === 'snapshot').length;
@@ -169,8 +172,47 @@ describe('IPIP next hops asked again while running', () => {
     await refresh();
     expect(wanted.at(-1)).toEqual(['192.0.2.12']);
     expect(d.sent.filter((m) => m.type === 'snapshot').length).toBe(snapshots + 1);
-    expect(d.logs).toContainEqual(expect.objectContaining({ msg: 'IPIP real next hop changed' }));
+    expect(d.logs).toContainEqual(expect.objectContaining({ msg: 'IPIP real route changed' }));
     d.daemon.health.stop();
+  });
+});
+
+describe('IPIP routes: outer source and MTU', () => {
+  it('takes the route\'s source (never a VIP) and its MTU per real into the snapshot', async () => {
+    const bin = join(dir, 'bin');
+    mkdirSync(bin);
+    // A stand-in ip: the interface lists the VIP first; 10.93.0.1's route has prefsrc 192.0.2.50
+    // and mtu 1400 (a VPN underlay), 10.93.0.2's route names the VIP as its prefsrc.
+    writeFileSync(
+      join(bin, 'ip'),
+      `#!/bin/sh
+if [ "$2" = addr ]; then echo '[{"addr_info":[{"family":"inet","local":"10.99.0.100","scope":"global"},{"family":"inet","local":"192.0.2.2","scope":"global"}]}]'; exit 0; fi
+while read -r _ _ a; do
+if [ "$a" = 10.93.0.1 ]; then echo '[{"dst":"'$a'","gateway":"192.0.2.13","dev":"eth0","prefsrc":"192.0.2.50","metrics":[{"mtu":1400}]}]'
+else echo '[{"dst":"'$a'","gateway":"192.0.2.13","dev":"eth0","prefsrc":"10.99.0.100"}]'; fi
+done
+`,
+    );
+    chmodSync(join(bin, 'ip'), 0o755);
+    const oldPath = process.env.PATH;
+    process.env.PATH = `${bin}:${oldPath}`;
+    try {
+      const d = daemonRunning(configText({ tunnel: false }).replace('healthCheck: { type: none }', 'healthCheck: { type: none }\n    forwarding: ipip'));
+      d.inside.neighbors = { setWanted: () => undefined, macOf: () => new Uint8Array(6) };
+      await (d.inside.refreshTunnelRoutes as () => Promise<void>).call(d.daemon);
+      const routes = d.inside.tunnelRoutes as Map<string, unknown>;
+      expect(routes.get('10.93.0.1')).toEqual({ nextHop: '192.0.2.13', source: '192.0.2.50', mtu: 1400 });
+      // A VIP as source is a martian on the real: the interface's first address that is no VIP instead.
+      expect(routes.get('10.93.0.2')).toEqual({ nextHop: '192.0.2.13', source: '192.0.2.2', mtu: null });
+      const snap = (d.sent.filter((m) => m.type === 'snapshot').at(-1) as unknown as { snapshot: ForwardingSnapshot }).snapshot;
+      const ids = [...(d.inside.reals as Map<string, { address: string; id: number }>).values()].sort((a, b) => a.address.localeCompare(b.address)).map((r) => r.id);
+      expect([snap.realTunnelMtu[ids[0]!], snap.realTunnelMtu[ids[1]!]]).toEqual([1400, 0]);
+      const sourceOf = (id: number) => [...snap.realTunnelTemplates.subarray(id * TUNNEL_TEMPLATE_BYTES + 12, id * TUNNEL_TEMPLATE_BYTES + 16)].join('.');
+      expect([sourceOf(ids[0]!), sourceOf(ids[1]!)]).toEqual(['192.0.2.50', '192.0.2.2']);
+      d.daemon.health.stop();
+    } finally {
+      process.env.PATH = oldPath;
+    }
   });
 });
 

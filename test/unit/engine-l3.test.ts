@@ -56,7 +56,7 @@ services:
   return r.config;
 }
 
-function setup(mtu = 1500, batchCapacity = 8) {
+function setup(mtu = 1500, batchCapacity = 8, routeMtu: number | null = null) {
   const cfg = config();
   const counters = createCounters();
   const engine = new Engine({
@@ -70,7 +70,7 @@ function setup(mtu = 1500, batchCapacity = 8) {
   let id = 0;
   const views: ServiceView[] = cfg.services.map((s) => ({
     config: s,
-    reals: s.reals.map((r) => ({ id: id++, address: r.address, weight: r.weight, intent: r.state, forwarding: r.forwarding, health: 'up', removed: false, mac: parseMac(HOP_MAC) })),
+    reals: s.reals.map((r) => ({ id: id++, address: r.address, weight: r.weight, intent: r.state, forwarding: r.forwarding, health: 'up', removed: false, mac: parseMac(HOP_MAC), tunnelMtu: routeMtu })),
   }));
   engine.setSnapshot(new SnapshotBuilder().build(views, 0, MAX_REAL_IDS, { v4: '10.0.0.2', v6: 'fd00::2' }).snapshot);
   const io = new MemoryIo({ localMac: parseMac(LB_MAC), slotBytes: 70_000, batchCapacity });
@@ -156,6 +156,24 @@ describe('engine: IPIP forwarding', () => {
     expect(out).toHaveLength(1);
     expect(parsed(out[0]!).icmpType).toBe(3);
     expect(counters[Counter.icmpTooBigSent]).toBe(51);
+  });
+
+  it('takes the route\'s MTU toward the real when it is below the interface\'s (ip route ... mtu 1400): ICMP says 1380', () => {
+    const { io } = setup(1500, 8, 1400);
+    const out = io.inject([tcp4(40011, 0x10, new Uint8Array(1400))]); // 1440 bytes of IP: fits 1500, not 1400 - 20
+    expect(io.lastVerdicts()[0]).toBe(-DropReason.packetTooBig);
+    const m = parsed(out[0]!);
+    expect([m.icmpType, m.icmpCode]).toEqual([3, 4]);
+    expect((out[0]![m.l4Offset + 6]! << 8) | out[0]![m.l4Offset + 7]!).toBe(1380);
+    // A route MTU above the interface's changes nothing: the interface's holds.
+    const big = setup(1500, 8, 9000);
+    big.io.inject([tcp4(40012, 0x10, new Uint8Array(1400))]);
+    expect(big.io.lastVerdicts()[0]).toBe(VERDICT_TX);
+    // Without DF the outer fragments fit the route's MTU.
+    const frag = setup(1500, 8, 1400);
+    const pieces = frag.io.inject([tcp4(40013, 0x10, new Uint8Array(1400), false)]);
+    expect(pieces).toHaveLength(2);
+    for (const f of pieces) expect(f.length - 14).toBeLessThanOrEqual(1400);
   });
 
   it('sends an IPv4 packet without DF as outer fragments that fit the MTU', () => {

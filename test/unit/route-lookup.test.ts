@@ -12,29 +12,38 @@ const v6 = '[{"dst":"2001:db8::1","gateway":"fe80::1","dev":"eth0","protocol":"k
 describe('parseRouteBatch', () => {
   it('gives each address its gateway, or none on a connected network', () => {
     const r = parseRouteBatch(['10.255.255.1', '192.0.2.7'], `${gw}\n${connected}\n`, '');
-    expect(r.get('10.255.255.1')).toEqual({ gateway: '192.0.2.1', dev: 'eth0' });
-    expect(r.get('192.0.2.7')).toEqual({ gateway: null, dev: 'eth0' });
+    expect(r.get('10.255.255.1')).toMatchObject({ gateway: '192.0.2.1', dev: 'eth0' });
+    expect(r.get('192.0.2.7')).toMatchObject({ gateway: null, dev: 'eth0' });
+  });
+
+  it('gives each route its source address and its MTU metric (ip route ... mtu N), null without them', () => {
+    // iproute2 6.1, `ip route add 10.6.0.0/24 via 10.5.0.2 mtu 1400` (and `mtu lock 1380`: the same JSON).
+    const withMtu = '[{"dst":"10.6.0.9","gateway":"10.5.0.2","dev":"a0","prefsrc":"10.5.0.1","flags":[],"uid":0,"cache":[],"metrics":[{"mtu":1400}]}]';
+    const r = parseRouteBatch(['10.6.0.9', '192.0.2.7', '2001:db8::1'], `${withMtu}\n${connected}\n${v6}\n`, '');
+    expect(r.get('10.6.0.9')).toEqual({ gateway: '10.5.0.2', dev: 'a0', prefsrc: '10.5.0.1', mtu: 1400 });
+    expect(r.get('192.0.2.7')).toEqual({ gateway: null, dev: 'eth0', prefsrc: '192.0.2.2', mtu: null });
+    expect(r.get('2001:db8::1')).toEqual({ gateway: 'fe80::1', dev: 'eth0', prefsrc: null, mtu: null });
   });
 
   it('gives a failed lookup its own error, and the lookups after it their own answers', () => {
     const stderr = 'RTNETLINK answers: Network is unreachable\nCommand failed -:2\nRTNETLINK answers: No route to host\nCommand failed -:4\n';
     const r = parseRouteBatch(['10.255.255.1', '10.9.9.9', '192.0.2.7', '10.8.8.8'], `${gw}\n${connected}\n`, stderr);
-    expect(r.get('10.255.255.1')).toEqual({ gateway: '192.0.2.1', dev: 'eth0' });
+    expect(r.get('10.255.255.1')).toMatchObject({ gateway: '192.0.2.1', dev: 'eth0' });
     expect(r.get('10.9.9.9')).toEqual(new Error('RTNETLINK answers: Network is unreachable'));
-    expect(r.get('192.0.2.7')).toEqual({ gateway: null, dev: 'eth0' });
+    expect(r.get('192.0.2.7')).toMatchObject({ gateway: null, dev: 'eth0' });
     expect(r.get('10.8.8.8')).toEqual(new Error('RTNETLINK answers: No route to host'));
   });
 
   it('matches answers by address, not by order or spelling', () => {
     // The IPv6 real written another way in the config; the answers in another order.
     const r = parseRouteBatch(['2001:DB8:0::1', '10.255.255.1'], `${gw}\n${v6}\n`, '');
-    expect(r.get('2001:DB8:0::1')).toEqual({ gateway: 'fe80::1', dev: 'eth0' });
-    expect(r.get('10.255.255.1')).toEqual({ gateway: '192.0.2.1', dev: 'eth0' });
+    expect(r.get('2001:DB8:0::1')).toMatchObject({ gateway: 'fe80::1', dev: 'eth0' });
+    expect(r.get('10.255.255.1')).toMatchObject({ gateway: '192.0.2.1', dev: 'eth0' });
   });
 
   it('fails an address ip did not answer for, with what ip said', () => {
     const r = parseRouteBatch(['10.255.255.1', '10.9.9.9'], `${gw}\nnot json\n`, 'Error: any valid prefix is expected rather than "x".\n');
-    expect(r.get('10.255.255.1')).toEqual({ gateway: '192.0.2.1', dev: 'eth0' });
+    expect(r.get('10.255.255.1')).toMatchObject({ gateway: '192.0.2.1', dev: 'eth0' });
     expect(r.get('10.9.9.9')).toEqual(new Error('Error: any valid prefix is expected rather than "x".'));
     expect(parseRouteBatch(['10.9.9.9'], '', '').get('10.9.9.9')).toEqual(new Error('no answer from ip route get'));
   });
@@ -43,9 +52,9 @@ describe('parseRouteBatch', () => {
 describe('lookupRoutes', () => {
   it('asks the real ip once for all addresses', async () => {
     const r = await lookupRoutes(['127.0.0.1', '::1', '127.0.0.2'], 10_000);
-    expect(r.get('127.0.0.1')).toEqual({ gateway: null, dev: 'lo' });
-    expect(r.get('::1')).toEqual({ gateway: null, dev: 'lo' });
-    expect(r.get('127.0.0.2')).toEqual({ gateway: null, dev: 'lo' });
+    expect(r.get('127.0.0.1')).toMatchObject({ gateway: null, dev: 'lo' });
+    expect(r.get('::1')).toMatchObject({ gateway: null, dev: 'lo' });
+    expect(r.get('127.0.0.2')).toMatchObject({ gateway: null, dev: 'lo' });
   });
 
   it('asks nothing for no address', async () => {
