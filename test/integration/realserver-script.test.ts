@@ -502,8 +502,18 @@ describe('mode ipip', () => {
       expect((await h.script(['check', '--vip', `${VIP},${VIP6}`])).stdout).toBe(
         `ok: VIPs ${VIP},${VIP6} on lo, ARP hidden on lo eth0 eth1 ip6tnl0 tunl0 (mode ipip)\n`,
       );
-      // 1440 fits IPv4 in IPv4 (1440 + 40 + 20 = 1500), not IPv6 in IPv6 (1440 + 60 + 40 = 1540).
+      // 1440 fits IPv4 in IPv4 (1440 + 40 + 20 = 1500), not IPv6 in IPv6 (1440 + 60 + 40 = 1540):
+      // setup refuses it before any change (it took it, and the next check failed).
+      const refused = await h.script(['setup', '--vip', `${VIP},${VIP6}`, '--mss', '1440']);
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toBe(
+        `dsrlb-realserver: TCP MSS 1440 from ${VIP6} is too large for ipip: a full segment arrives as a 1540-byte packet on eth0 (mtu 1500): run: dsrlb-realserver setup --vip ${VIP6} --mode ipip --mss 1400; nothing was changed\n`,
+      );
+      expect((await h.script(['check', '--vip', `${VIP},${VIP6}`])).code).toBe(0);
+      // A path that shrinks after setup is check's to report.
+      await h.sh('ip link set eth0 mtu 1600');
       expect((await h.script(['setup', '--vip', `${VIP},${VIP6}`, '--mss', '1440'])).code).toBe(0);
+      await h.sh('ip link set eth0 mtu 1500');
       const v6 = await h.script(['check', '--vip', `${VIP},${VIP6}`]);
       expect(v6.stdout).toBe(
         `TCP MSS 1440 from ${VIP6} is too large for ipip: a full segment arrives as a 1540-byte packet on eth0 (mtu 1500): run: dsrlb-realserver setup --vip ${VIP6} --mode ipip --mss 1400\n`,
