@@ -207,8 +207,10 @@ static tunnel_socket* get_tunnel(napi_env env, napi_value handle) {
 // ---------------------------------------------------------------------------------------------
 // recvTunnel(handle, buf, meta) -> length, or -errno (-EAGAIN once drained): one datagram into buf
 // with recvmsg. meta[0] = the IPv6 outer traffic class, or -1 (IPv4: it is in the header read);
-// meta[1] = 1 when the datagram did not fit buf (MSG_TRUNC), else 0. Called per datagram, so a
-// refusal is a number, not an exception.
+// meta[1] = 1 when the datagram did not fit buf (MSG_TRUNC), else 0; with 6 slots, meta[2..5]
+// hold the outer source address as bytes (IPv4: 4, the rest 0; an IPv6 raw socket hands over no
+// outer header, so msg_name is the only place it is). Called per datagram, so a refusal is a
+// number, not an exception.
 
 static napi_value recv_tunnel(napi_env env, napi_callback_info info) {
   size_t argc = 3;
@@ -245,8 +247,12 @@ static napi_value recv_tunnel(napi_env env, napi_callback_info info) {
     char bytes[CMSG_SPACE(sizeof(int)) * 2];
     struct cmsghdr align;
   } control;
+  struct sockaddr_storage from;
   struct msghdr msg;
   memset(&msg, 0, sizeof msg);
+  memset(&from, 0, sizeof from);
+  msg.msg_name = &from;
+  msg.msg_namelen = sizeof from;
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control.bytes;
@@ -268,6 +274,12 @@ static napi_value recv_tunnel(napi_env env, napi_callback_info info) {
     }
   }
   meta[1] = (msg.msg_flags & MSG_TRUNC) != 0;
+  if (meta_length >= 6) {
+    uint8_t* source = (uint8_t*)&meta[2];
+    memset(source, 0, 16);
+    if (from.ss_family == AF_INET) memcpy(source, &((struct sockaddr_in*)&from)->sin_addr, 4);
+    else if (from.ss_family == AF_INET6) memcpy(source, &((struct sockaddr_in6*)&from)->sin6_addr, 16);
+  }
   napi_create_int32(env, (int32_t)n, &result);
   return result;
 }

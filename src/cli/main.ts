@@ -295,8 +295,9 @@ export async function main(args: string[]): Promise<number> {
         y
           .option('interface', { type: 'string', describe: 'receive tunnel packets on this interface only' })
           .option('vip', { type: 'string', array: true, demandOption: true, describe: 'VIP(s) inner packets must be addressed to (comma-separated or repeated)' })
-          .option('tun', { type: 'string', describe: 'TUN device name (default dsrlb-decap0)' }),
-      (a) => setExit(import('../decap/decap-command.js').then((m) => m.runDecap({ interface: a.interface, vips: a.vip.flatMap((v) => v.split(',')), tunName: a.tun }))),
+          .option('tun', { type: 'string', describe: 'TUN device name (default dsrlb-decap0)' })
+          .option('allow-source', { type: 'string', array: true, describe: 'take tunnel packets only from these outer sources (the LBs), CIDR[,CIDR..]; default: any, as a kernel tunnel' }),
+      (a) => setExit(import('../decap/decap-command.js').then((m) => m.runDecap({ interface: a.interface, vips: a.vip.flatMap((v) => v.split(',')), tunName: a.tun, allowSources: a['allow-source'] }))),
     )
     .command(
       'demo',

@@ -11,6 +11,7 @@ import { loadNative } from '../io/native-binding.js';
 import { DecapHost } from './decap-host.js';
 import { Decapsulator } from './decapsulator.js';
 import { VipSet } from './inner-packet.js';
+import { SourceFilter } from './source-filter.js';
 import { openTunnelSocket, tunnelSocketSpecs, type TunnelSocket, type TunnelSocketSpec } from './tunnel-sockets.js';
 
 export const DEFAULT_TUN_NAME = 'dsrlb-decap0';
@@ -28,6 +29,8 @@ export interface DecapOptions {
   /** IPv4/IPv6 VIPs; an element may hold several separated by commas. */
   vips: string[];
   tunName?: string;
+  /** Outer sources taken (CIDR prefixes; an element may hold several separated by commas); none: any. */
+  allowSources?: string[];
 }
 
 const EXIT_OK = 0;
@@ -39,7 +42,7 @@ function problem(message: string): void {
 }
 
 /** Exit 1 with one stderr line per problem, or the parsed options. */
-function parseOptions(opts: DecapOptions): { vips: VipSet; ifname: string | undefined; tunName: string } | string[] {
+function parseOptions(opts: DecapOptions): { vips: VipSet; ifname: string | undefined; tunName: string; sources: SourceFilter | null } | string[] {
   const problems: string[] = [];
   // yargs hands over a string for a single --vip unless the option is declared as an array.
   const given: unknown[] = ([] as unknown[]).concat(opts.vips ?? []);
@@ -58,8 +61,15 @@ function parseOptions(opts: DecapOptions): { vips: VipSet; ifname: string | unde
   if (!/^[A-Za-z0-9_.%-]{1,15}$/.test(tunName)) {
     problems.push(`--tun: ${JSON.stringify(tunName)} is not a usable interface name (1 to 15 letters, digits, "_.-")`);
   }
+  const sourceTexts = ([] as unknown[]).concat(opts.allowSources ?? []).flatMap((v) => String(v).split(',')).map((v) => v.trim()).filter((v) => v !== '');
+  let sources: SourceFilter | null = null;
+  try {
+    if (sourceTexts.length > 0) sources = new SourceFilter(sourceTexts);
+  } catch (err) {
+    problems.push(`--allow-source: ${(err as Error).message}`);
+  }
   if (problems.length > 0 || vips === undefined) return problems;
-  return { vips, ifname, tunName };
+  return { vips, ifname, tunName, sources };
 }
 
 /** VIPs that are not local addresses: the kernel would route their inner packets away, not deliver them. */
@@ -79,7 +89,7 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
     parsed.forEach(problem);
     return EXIT_USER;
   }
-  const { vips, ifname, tunName } = parsed;
+  const { vips, ifname, tunName, sources } = parsed;
   for (const vip of nonLocalVips(vips)) {
     log.warn('VIP is not an address of this host: its packets will not be delivered', {
       vip,
@@ -113,11 +123,11 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
     const native = loadNative();
     const tun = await host.setUp(tunName, vips.hasV6);
     const fd = tun.fd;
-    const d = new Decapsulator(vips, (buf, offset, length) => native.tunWrite(fd, buf, offset, length));
+    const d = new Decapsulator(vips, (buf, offset, length) => native.tunWrite(fd, buf, offset, length), sources);
     decap = d;
-    const onPacket = (buf: Buffer, length: number, spec: TunnelSocketSpec, outerTrafficClass: number): void => {
+    const onPacket = (buf: Buffer, length: number, spec: TunnelSocketSpec, outerTrafficClass: number, source: Uint8Array): void => {
       if (spec.outerFamily === 4) d.receiveIpv4Outer(buf, length);
-      else d.receiveIpv6Outer(buf, length, spec.protocol, outerTrafficClass);
+      else d.receiveIpv6Outer(buf, length, spec.protocol, outerTrafficClass, source);
     };
     const onError = (error: Error, spec: TunnelSocketSpec): void => {
       log.error('tunnel socket failed', { outerFamily: spec.outerFamily, protocol: spec.protocol, error: error.message });
@@ -131,6 +141,7 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
       tun: tun.name,
       interface: ifname ?? '(any)',
       vips: vips.addresses,
+      allowSources: sources?.texts ?? '(any)',
       sockets: sockets.map((s) => `ipv${s.spec.outerFamily}/protocol ${s.spec.protocol}`),
     });
     let logged = '';

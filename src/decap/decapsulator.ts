@@ -13,6 +13,7 @@ import {
   type DecapDropName,
   type VipSet,
 } from './inner-packet.js';
+import type { SourceFilter } from './source-filter.js';
 
 /** Writes one packet to the TUN device: bytes written, or -errno (native tunWrite). */
 export type PacketWriter = (buf: Uint8Array, offset: number, length: number) => number;
@@ -53,20 +54,27 @@ export class Decapsulator {
   constructor(
     private readonly vips: VipSet,
     private readonly write: PacketWriter,
+    private readonly sources: SourceFilter | null = null,
   ) {}
 
-  /** A packet from an IPv4 raw socket (protocol 4 or 41): outer header included. Returns 0 or -DecapDrop. */
+  /**
+   * A packet from an IPv4 raw socket (protocol 4 or 41): outer header included, so its source too.
+   * Returns 0 or -DecapDrop.
+   */
   receiveIpv4Outer(buf: Uint8Array, length: number): number {
     this.counts[RX_V4_OUTER]!++;
+    if (this.sources !== null && length >= 20 && !this.sources.allows(4, buf, 12)) return this.deliver(buf, -DecapDrop.sourceNotAllowed);
     return this.deliver(buf, innerOfIpv4Outer(buf, length, this.vips, this.inner));
   }
 
   /**
    * A packet from an IPv6 raw socket for next header `protocol`: the outer header already stripped,
-   * its traffic class given apart (IPV6_TCLASS ancillary data; -1 when there was none).
+   * its traffic class given apart (IPV6_TCLASS ancillary data; -1 when there was none) and its
+   * source too (16 bytes at sourceOffset of `source`).
    */
-  receiveIpv6Outer(buf: Uint8Array, length: number, protocol: number, outerTrafficClass: number): number {
+  receiveIpv6Outer(buf: Uint8Array, length: number, protocol: number, outerTrafficClass: number, source?: Uint8Array, sourceOffset = 0): number {
     this.counts[RX_V6_OUTER]!++;
+    if (this.sources !== null && (source === undefined || !this.sources.allows(6, source, sourceOffset))) return this.deliver(buf, -DecapDrop.sourceNotAllowed);
     return this.deliver(buf, innerOfIpv6Outer(buf, length, protocol, outerTrafficClass, this.vips, this.inner));
   }
 

@@ -25,12 +25,13 @@ export const DecapDrop = {
   notVip: 8, // inner destination is none of the VIPs: refused so decap cannot inject traffic
   tunWriteFailed: 9, // the TUN device refused the inner packet
   ceOnNotEct: 10, // outer ECN CE over an inner packet that is not ECN-capable (RFC 6040: drop)
+  sourceNotAllowed: 11, // the outer source is in none of --allow-source's prefixes
 } as const;
 
 export type DecapDropName = keyof typeof DecapDrop;
 
 /** Highest drop slot + 1. */
-export const DECAP_DROP_SLOTS = 11;
+export const DECAP_DROP_SLOTS = 12;
 
 /** out[] slots filled by innerPacket(). */
 export const INNER_OFFSET = 0;

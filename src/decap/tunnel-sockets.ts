@@ -44,20 +44,23 @@ export interface TunnelSocket {
 /**
  * Opens one raw socket, bound to `ifname` when given (SO_BINDTODEVICE: tunnel packets arriving
  * elsewhere are not read, and the kernel refuses them as before). `onPacket(buf, length, spec,
- * outerTrafficClass)` runs synchronously per datagram (the traffic class is -1 over IPv4, whose
- * header is in buf); buf is reused for the next one. Throws when the socket cannot be opened
+ * outerTrafficClass, source)` runs synchronously per datagram (the traffic class is -1 over IPv4,
+ * whose header is in buf; source holds the outer source's bytes); buf and source are reused for
+ * the next one. Throws when the socket cannot be opened
  * (EPERM without CAP_NET_RAW, EAFNOSUPPORT without IPv6).
  */
 export function openTunnelSocket(
   spec: TunnelSocketSpec,
   ifname: string | undefined,
-  onPacket: (buf: Buffer, length: number, spec: TunnelSocketSpec, outerTrafficClass: number) => void,
+  onPacket: (buf: Buffer, length: number, spec: TunnelSocketSpec, outerTrafficClass: number, source: Uint8Array) => void,
   onError: (error: Error, spec: TunnelSocketSpec) => void,
 ): TunnelSocket {
   const native = loadNative();
   const what = `raw IPv${spec.outerFamily} socket for protocol ${spec.protocol}`;
   const buffer = Buffer.alloc(RECEIVE_BUFFER_BYTES);
-  const meta = new Int32Array(2);
+  // [0] traffic class, [1] truncated, [2..5] the outer source address's bytes (`source`).
+  const meta = new Int32Array(6);
+  const source = new Uint8Array(meta.buffer, 8, 16);
   let handle: TunnelSocketHandle | null = null;
   let closed = false;
   const close = (): void => {
@@ -81,7 +84,7 @@ export function openTunnelSocket(
       }
       // A datagram is at most 65535 bytes: one that did not fit is not a tunnel packet of ours.
       if (meta[1] === 1) continue;
-      onPacket(buffer, length, spec, meta[0]!);
+      onPacket(buffer, length, spec, meta[0]!, source);
     }
   };
   try {

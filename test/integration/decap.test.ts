@@ -401,6 +401,26 @@ describe('dsrlb decap (namespaces)', () => {
     const unreachableBefore = snmp(NS.sender, 'Icmp', 'InDestUnreachs');
     expect((await udpExchange(VIP4, 100, 1, 300)).answers).toEqual([]);
     expect(snmp(NS.sender, 'Icmp', 'InDestUnreachs')).toBe(unreachableBefore + 1);
+  });
+
+  it('with --allow-source, takes tunnel packets from those outer sources only, and counts the rest', async () => {
+    const bad = await startInNs(NS.real, ['node', decapEntry, '--vip', VIP4, '--tun', 'dcx0', '--allow-source', '10.0.0.0/33']);
+    expect(await bad.exit).toBe(1);
+    expect(bad.stderr.join('').trim()).toBe('dsrlb decap: --allow-source: "10.0.0.0/33" is not an address or CIDR prefix (e.g. 192.0.2.0/24, 2001:db8::/64)');
+    // The IPv4 sender's address allowed, no IPv6 source: IPv4 outer packets pass, IPv6 ones do not.
+    const filtered = await startInNs(
+      NS.real,
+      ['node', decapEntry, '--interface', REAL_IF, '--vip', VIPS.join(','), '--tun', REAL_TUN, '--allow-source', `${SENDER4}/32,192.0.2.0/24`],
+      (l) => l.includes('"decap running"'),
+    );
+    expect(await httpGet(VIP4)).toEqual({ vip: VIP4, client: SENDER4 });
+    expect((await udpExchange(VIP6, 100, 3, 300)).answers).toEqual([]);
+    filtered.child.kill('SIGTERM');
+    expect(await filtered.exit).toBe(0);
+    const counters = jsonLines(filtered).find((l) => l.msg === 'decap stopped')?.counters as { dropped: Record<string, number>; decapsulatedIpv4: number; decapsulatedIpv6: number };
+    expect(counters.dropped.sourceNotAllowed).toBeGreaterThanOrEqual(3);
+    expect(counters.decapsulatedIpv4).toBeGreaterThan(0);
+    expect(counters.decapsulatedIpv6).toBe(0);
     const report = JSON.parse(await stopLast(server)) as { udpReceived: number; nonVipReceived: number };
     expect(report.nonVipReceived).toBe(0);
     const senderReport = JSON.parse(await stopLast(sender)) as { counters: { sendErrors: number } };

@@ -221,8 +221,9 @@ describe('dsrlb.service', () => {
   it('dsrlb-decap@.service runs `dsrlb decap` on the instance interface with the VIPs of its EnvironmentFile, as dsrlb with two capabilities', () => {
     const install = readFileSync(INSTALL, 'utf8');
     const bin = /^BIN_LINK=(\S+)$/m.exec(install)![1]!;
-    expect(decapOne('EnvironmentFile')).toBe('/etc/dsrlb/decap-%I.env');
-    expect(decapOne('ExecStart')).toBe(`${bin} decap --interface %I --vip \${VIPS}`);
+    // The script's file, and the operator's own options (optional: "-"), which the script never writes.
+    expect(unitSettings(decapUnitText).get('EnvironmentFile')).toEqual(['/etc/dsrlb/decap-%I.env', '-/etc/dsrlb/decap-%I.options']);
+    expect(decapOne('ExecStart')).toBe(`${bin} decap --interface %I --vip \${VIPS} $DECAP_OPTIONS`);
     expect(decapOne('User')).toBe('dsrlb');
     expect(decapOne('AmbientCapabilities')).toBe(one('AmbientCapabilities'));
     expect(decapOne('CapabilityBoundingSet')).toBe(one('CapabilityBoundingSet'));
@@ -493,7 +494,9 @@ describe('install.sh --root', () => {
     const execStart = decapOne('ExecStart')
       .replace(bin, `${process.execPath} ${join(root, 'opt/dsrlb/bin/dsrlb.js')}`)
       .replaceAll('%I', 'eth0')
-      .replace('${VIPS}', fromEnv);
+      .replace('${VIPS}', fromEnv)
+      // No options file: systemd puts nothing for an unset $VAR (unbraced).
+      .replace(' $DECAP_OPTIONS', '');
     const post = /^\/bin\/sh -c '(.*)'$/.exec(decapOne('ExecStartPost'))![1]!.replaceAll('$$', '$');
     // Where udev runs, /dev/net/tun is 0666 (50-udev-default.rules); here it is 0600: a node with
     // the udev mode is bound over it in the private mount namespace.

@@ -1,5 +1,5 @@
 // Namespace test helper: `ip netns exec NS node test/support/run-decap.mjs --vip VIP[,VIP..]
-// [--interface IF] [--tun NAME]` runs runDecap() from src/decap/decap-command.ts (transpiled on the
+// [--interface IF] [--tun NAME] [--allow-source CIDR[,CIDR..]]` runs runDecap() from src/decap/decap-command.ts (transpiled on the
 // fly, so the test needs no `npm run build`) until SIGTERM/SIGINT, and exits with its exit code.
 // Its JSON log lines (the counters on exit among them) go to stdout.
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -41,6 +41,7 @@ const { values } = parseArgs({
     vip: { type: 'string', multiple: true, default: [] },
     interface: { type: 'string' },
     tun: { type: 'string' },
+    'allow-source': { type: 'string', multiple: true, default: [] },
   },
 });
 
@@ -50,5 +51,5 @@ const { runDecap } = await import(pathToFileURL(main).href);
 const { rmSync } = await import('node:fs');
 rmSync(outDir, { recursive: true, force: true });
 
-const code = await runDecap({ vips: values.vip, interface: values.interface, tunName: values.tun });
+const code = await runDecap({ vips: values.vip, interface: values.interface, tunName: values.tun, allowSources: values['allow-source'] });
 process.exit(code);

@@ -5,7 +5,9 @@
 import { describe, expect, it } from 'vitest';
 import type { Logger } from '../../src/control/logger.js';
 import { DecapHost, type SysctlAccess, type TunOpener } from '../../src/decap/decap-host.js';
+import ipaddr from 'ipaddr.js';
 import { Decapsulator } from '../../src/decap/decapsulator.js';
+import { SourceFilter } from '../../src/decap/source-filter.js';
 import {
   DecapDrop,
   INNER_FAMILY,
@@ -171,6 +173,38 @@ describe('Decapsulator', () => {
       dropped: { notVip: 1, tunWriteFailed: 1 },
       lastTunWriteErrno: -5,
     });
+  });
+});
+
+describe('SourceFilter (--allow-source)', () => {
+  const bytes = (a: string) => Uint8Array.from(ipaddr.parse(a).toByteArray());
+  it('takes addresses in its prefixes only, bit-exact at any length, each family apart', () => {
+    const f = new SourceFilter(['192.0.2.0/25', '198.51.100.7', '2001:db8:1::/47']);
+    expect(f.allows(4, bytes('192.0.2.127'), 0)).toBe(true);
+    expect(f.allows(4, bytes('192.0.2.128'), 0)).toBe(false); // the 25th bit
+    expect(f.allows(4, bytes('198.51.100.7'), 0)).toBe(true); // a bare address is /32
+    expect(f.allows(4, bytes('198.51.100.8'), 0)).toBe(false);
+    expect(f.allows(6, bytes('2001:db8:1:ffff::1'), 0)).toBe(true);
+    expect(f.allows(6, bytes('2001:db8:2::1'), 0)).toBe(false); // the 47th bit
+    expect(f.allows(6, bytes('::ffff:192.0.2.1'), 0)).toBe(false); // an IPv6 source never matches an IPv4 prefix
+    expect(new SourceFilter([]).allows(6, bytes('2001:db8::1'), 0)).toBe(true); // no list: any source
+    const header = outer4(4, inner4()); // the source sits at byte 12 of an IPv4 header
+    expect(new SourceFilter([`${LB4}/32`]).allows(4, header, 12)).toBe(true);
+    for (const bad of ['10.0.0.0/33', 'lb1', '2001:db8::/129', '10.0.0.0/']) expect(() => new SourceFilter([bad])).toThrow(/is not an address or CIDR prefix/);
+  });
+
+  it('drops and counts tunnel packets from other sources, over either outer family', () => {
+    const written: number[] = [];
+    const decap = new Decapsulator(vips, (_b, _o, length) => (written.push(length), length), new SourceFilter([`${LB4}/32`, `${LB6}/128`]));
+    const fromLb = outer4(4, inner4());
+    expect(decap.receiveIpv4Outer(fromLb, fromLb.length)).toBe(0);
+    const spoofed = ipv4({ src: '203.0.113.9', dst: REAL4, proto: 4 }, inner4());
+    expect(decap.receiveIpv4Outer(spoofed, spoofed.length)).toBe(-DecapDrop.sourceNotAllowed);
+    expect(decap.receiveIpv6Outer(inner6(), inner6().length, 41, 0, bytes(LB6), 0)).toBe(0);
+    expect(decap.receiveIpv6Outer(inner6(), inner6().length, 41, 0, bytes('2001:db8:9::9'), 0)).toBe(-DecapDrop.sourceNotAllowed);
+    expect(decap.receiveIpv6Outer(inner6(), inner6().length, 41, 0)).toBe(-DecapDrop.sourceNotAllowed); // no source known
+    expect(written).toHaveLength(2);
+    expect(decap.counters().dropped).toEqual({ sourceNotAllowed: 3 });
   });
 });
 
