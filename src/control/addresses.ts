@@ -27,6 +27,15 @@ export function wordsToAddress(words: Uint32Array, offset: number, family: numbe
   return ipaddr.fromByteArray(bytes).toString();
 }
 
+/** One spelling of an address, to compare IPv6 addresses however they are written (text that is no address comes back as it is). */
+export function normalizedAddress(text: string): string {
+  try {
+    return ipaddr.parse(text).toNormalizedString();
+  } catch {
+    return text;
+  }
+}
+
 export function familyOf(text: string): 4 | 6 {
   return ipaddr.parse(text).kind() === 'ipv6' ? 6 : 4;
 }

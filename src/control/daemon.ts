@@ -6,7 +6,6 @@
 import { constants } from 'node:fs';
 import { access, open, readFile, rename, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import ipaddr from 'ipaddr.js';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
@@ -23,7 +22,7 @@ import type { LoopRequest } from '../dataplane/loop-runner.js';
 import { LoopGroup } from './loop-group.js';
 import { isWanted, type HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
-import { addressWords, formatMac } from './addresses.js';
+import { addressWords, formatMac, normalizedAddress } from './addresses.js';
 import { COMMAND_TIMEOUT_MS, HostSetup, systemRunner } from './host-setup.js';
 import { checkHostBeforeChanges } from './start-checks.js';
 import type { Logger } from './logger.js';
@@ -88,15 +87,6 @@ interface TunnelRoute {
   readonly nextHop: string;
   readonly source: string | null;
   readonly mtu: number | null;
-}
-
-/** One spelling of an address, to compare an IPv6 address however it is written. */
-function normalizedAddress(a: string): string {
-  try {
-    return ipaddr.parse(a).toNormalizedString();
-  } catch {
-    return a;
-  }
 }
 
 interface RealRuntime {

@@ -6,7 +6,7 @@
 // shift the others.
 
 import { execFile } from 'node:child_process';
-import ipaddr from 'ipaddr.js';
+import { normalizedAddress } from './addresses.js';
 
 export interface Route {
   /** The gateway, or null for an address on a connected network. */
@@ -18,14 +18,6 @@ export interface Route {
   readonly mtu: number | null;
 }
 
-/** One address in one spelling (an IPv6 address can be written many ways; ip prints its own). */
-function keyOf(address: string): string {
-  try {
-    return ipaddr.parse(address).toNormalizedString();
-  } catch {
-    return address;
-  }
-}
 
 /**
  * Parses the output of `ip -j -force -batch -` run on `route get A` lines for `addresses`: each
@@ -44,7 +36,7 @@ export function parseRouteBatch(addresses: readonly string[], stdout: string, st
     const r = answer[0];
     if (r?.dst === undefined) continue;
     const mtu = r.metrics?.find((m) => typeof m.mtu === 'number')?.mtu ?? null;
-    routes.set(keyOf(r.dst), { gateway: r.gateway ?? null, dev: r.dev ?? null, prefsrc: r.prefsrc ?? null, mtu });
+    routes.set(normalizedAddress(r.dst), { gateway: r.gateway ?? null, dev: r.dev ?? null, prefsrc: r.prefsrc ?? null, mtu });
   }
   // stderr: the error's own line(s), then "Command failed -:N" naming the batch line.
   const failed = new Map<number, string>();
@@ -58,7 +50,8 @@ export function parseRouteBatch(addresses: readonly string[], stdout: string, st
   }
   const out = new Map<string, Route | Error>();
   addresses.forEach((a, i) => {
-    const route = routes.get(keyOf(a));
+    // By one spelling: an IPv6 address can be written many ways, and ip prints its own.
+    const route = routes.get(normalizedAddress(a));
     out.set(a, route ?? new Error(failed.get(i + 1) ?? (message.join('; ') || 'no answer from ip route get')));
   });
   return out;

@@ -37,7 +37,7 @@ import { parseFrame } from './packet-parser.js';
 import { EXTRA_FRAMES, FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX, VIRTIO_NET_HDR_GSO_ECN, VIRTIO_NET_HDR_GSO_UDP_L4, VNET_HDR_LEN, type PacketBatch } from '../io/packet-io.js';
 import { encapsulate, tunnelOverheadBytes, TUNNEL_TEMPLATE_BYTES } from '../encap/ipip.js';
 import { buildEchoReply, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
-import { segmentTcp, segmentUdp } from '../encap/gso-segmenter.js';
+import { segmentGso } from '../encap/gso-segmenter.js';
 import { buildFragNeeded, buildPacketTooBig, fragmentOuter, mtuCheck, MTU_FITS, MTU_SEND_TOO_BIG, TooBigRateLimiter, tooBigMtu } from '../encap/too-big.js';
 
 export interface EngineOptions {
@@ -345,7 +345,7 @@ export class Engine {
     const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
     const scratch = batch.extraBuf;
     const segOut = this.segOut;
-    const n = (udp ? segmentUdp : segmentTcp)(buf, pkt, gsoSize, scratch, this.extraPos, EXTRA_HEADROOM, this.seg, segOut);
+    const n = segmentGso(buf, pkt, gsoSize, scratch, this.extraPos, EXTRA_HEADROOM, this.seg, segOut);
     if (n < 0) return n;
     // All segments or none: they must all fit the batch's extra slots, and a failure half-way takes
     // back the ones already queued (their bytes are then free for the next frame to reuse).
