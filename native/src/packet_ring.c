@@ -1058,12 +1058,26 @@ static napi_value sd_notify_js(napi_env env, napi_callback_info info) {
     throw_type(env, "sdNotify(socketPath, state) takes two strings");
     return NULL;
   }
-  napi_get_value_string_utf8(env, argv[0], path, sizeof path, &path_length);
-  napi_get_value_string_utf8(env, argv[1], state, sizeof state, &state_length);
+  // Measured first (a NULL buffer gives the length): copied into a fixed buffer, a longer string
+  // was cut short without a word.
+  size_t path_needed = 0, state_needed = 0;
+  napi_get_value_string_utf8(env, argv[0], NULL, 0, &path_needed);
+  napi_get_value_string_utf8(env, argv[1], NULL, 0, &state_needed);
+  if (state_needed >= sizeof state) {
+    throw_range(env, "the notification is longer than 1023 bytes");
+    return NULL;
+  }
   struct sockaddr_un addr;
   memset(&addr, 0, sizeof addr);
   addr.sun_family = AF_UNIX;
-  if (path_length < 2 || path_length > sizeof addr.sun_path || (path[0] != '/' && path[0] != '@')) {
+  if (path_needed >= sizeof path) {
+    throw_range(env, "the notify socket must be an absolute path or an @abstract name that fits sun_path");
+    return NULL;
+  }
+  napi_get_value_string_utf8(env, argv[0], path, sizeof path, &path_length);
+  napi_get_value_string_utf8(env, argv[1], state, sizeof state, &state_length);
+  // A path needs its NUL inside sun_path (the kernel refused 108 bytes with EINVAL); an abstract name does not.
+  if (path_length < 2 || (path[0] != '/' && path[0] != '@') || path_length + (path[0] == '/' ? 1 : 0) > sizeof addr.sun_path) {
     throw_range(env, "the notify socket must be an absolute path or an @abstract name that fits sun_path");
     return NULL;
   }

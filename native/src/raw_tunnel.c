@@ -56,13 +56,14 @@ static void close_tunnel(tunnel_socket* t, int in_teardown) {
     if (!in_teardown) napi_async_destroy(t->env, t->async_context);
     t->async_context = NULL;
   }
-  close(t->fd);
-  t->fd = -1;
+  // The poll handle stops before its fd closes (libuv: never close an fd a poll handle watches).
   if (t->poll != NULL) {
     uv_poll_stop(t->poll);
     uv_close((uv_handle_t*)t->poll, on_poll_closed);
     t->poll = NULL;
   }
+  close(t->fd);
+  t->fd = -1;
 }
 
 static void on_env_teardown(void* data) {

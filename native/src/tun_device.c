@@ -95,7 +95,8 @@ static napi_value tun_write(napi_env env, napi_callback_info info) {
     napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "buf must be a Uint8Array");
     return NULL;
   }
-  if ((size_t)offset + (size_t)length > buf_length) {
+  // Not offset + length: with a 32-bit size_t two uint32 values could wrap past the check.
+  if ((size_t)offset > buf_length || (size_t)length > buf_length - (size_t)offset) {
     napi_throw_range_error(env, "ERR_OUT_OF_RANGE", "offset + length is past the end of buf");
     return NULL;
   }

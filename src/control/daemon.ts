@@ -185,6 +185,13 @@ export class Daemon {
   ) {
     this.loops = new LoopGroup(log);
     this.loops.onLost = (reason) => this.onLoopLost?.(reason);
+    // A loop may have ended because its interface was made again, taking the addresses dsrlb put
+    // on it (IPv6 VIPs): apply the host setup again (it adds only what is missing).
+    this.loops.onRestarted = () =>
+      void this.exclusive(async () => {
+        if (this.stopping || !this.host) return;
+        await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' });
+      }).catch((err: Error) => this.log.error('could not put the host setup back after a packet loop restart', { error: err.message }));
     this.metrics = new DaemonMetrics({
       counters: () => this.loops.counters(),
       realCount: (counters, id, which) => this.realCount(counters, id, which),

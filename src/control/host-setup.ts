@@ -103,7 +103,8 @@ export class HostSetup {
     for (const cidr of wanted) {
       if (present.has(cidr)) continue;
       await this.runner(this.addressCommand('add', cidr));
-      this.state.addedAddresses.push(cidr);
+      // Added again (its interface was made again): recorded once.
+      if (!this.state.addedAddresses.includes(cidr)) this.state.addedAddresses.push(cidr);
       this.ownAdded.add(cidr);
       this.log.info('added VIP', { address: cidr, dev: this.devFor(cidr) });
     }

@@ -109,6 +109,8 @@ export class LoopGroup {
    * Restart=on-failure) starts it whole again.
    */
   onLost: ((reason: string) => void) | null = null;
+  /** Told when a lost loop runs again (the daemon puts back what a re-made interface lost). */
+  onRestarted: (() => void) | null = null;
 
   private readonly now: () => number;
   private readonly restartsPerWindow: number;
@@ -171,8 +173,10 @@ export class LoopGroup {
             break;
           case 'error':
             // A loop that failed to start (I/O, CPU pinning) ends its worker, or it would keep
-            // the process alive after the daemon gave up.
-            if (!loop.running) void loop.worker?.terminate();
+            // the process alive after the daemon gave up. One that fails while it runs (its
+            // interface gone) has closed its socket: its worker ends, and the loss takes its course.
+            if (loop.running) this.log.error('packet loop failed', { code: e.code, error: e.message });
+            void loop.worker?.terminate();
             reject(new LoopError(e.code, e.message));
             break;
           case 'explained':
@@ -271,7 +275,10 @@ export class LoopGroup {
       clearTimeout(giveUp);
       this.restarting--;
       if (failure === null) {
-        if (!this.stopped) this.log.info('packet loop started again');
+        if (!this.stopped) {
+          this.log.info('packet loop started again');
+          this.onRestarted?.();
+        }
         return;
       }
       this.broken = true;

@@ -64,7 +64,7 @@ export class DaemonMetrics {
     global('dsrlb_rx_packets_total', 'Frames received by the packet loop.', Slot.rxPackets);
     global('dsrlb_rx_bytes_total', 'Bytes received by the packet loop.', Slot.rxBytes);
     global('dsrlb_passed_packets_total', 'Frames not for a service, left to the kernel.', Slot.passedPackets);
-    global('dsrlb_tx_packets_total', 'Frames sent by the packet loop.', Slot.txPackets);
+    global('dsrlb_tx_packets_total', 'Frames the packet loop handed to the kernel to send (those it refused are dsrlb_dropped_packets_total{reason="tx_failed"} too).', Slot.txPackets);
     global('dsrlb_tx_bytes_total', 'Bytes sent by the packet loop.', Slot.txBytes);
     global('dsrlb_flows_rescheduled_total', 'Existing flows moved because their real could no longer keep them.', Slot.flowsRescheduled);
     global('dsrlb_flow_table_evictions_total', 'Flow entries evicted because the table was full.', Slot.flowTableEvictions);

@@ -6,6 +6,7 @@
 import { performance } from 'node:perf_hooks';
 import { performanceNowToMonotonicMs } from './monotonic-clock.js';
 import { Counter } from './counters.js';
+import { DropReason } from './drop-reasons.js';
 import { Engine, Placement } from './engine.js';
 import { FlowState, type FlowTimeouts } from './flow-table.js';
 import type { ForwardingSnapshot } from './forwarding-snapshot.js';
@@ -74,6 +75,8 @@ export class LoopRunner {
   constructor(
     private readonly settings: LoopSettings,
     private readonly emit: (e: LoopEvent) => void,
+    /** Opens the I/O (a seam: tests give an in-memory one). */
+    private readonly open: (s: LoopSettings) => Promise<PacketIo> = openIo,
   ) {}
 
   async start(): Promise<boolean> {
@@ -81,7 +84,7 @@ export class LoopRunner {
     if (s.cpu !== null && !(await this.pin(s.cpu))) return false;
     let io: PacketIo;
     try {
-      io = await openIo(s);
+      io = await this.open(s);
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       this.emit({ type: 'error', code: e.code ?? 'EIO', message: `opening ${s.io} on ${s.interface}: ${e.message}` });
@@ -102,11 +105,25 @@ export class LoopRunner {
       engine.processBatch(batch, origin + t);
       engineMs[0] += performance.now() - t;
     });
+    let ticks = 0;
     this.housekeeping = setInterval(() => {
+      // Once a second: an interface deleted (or deleted and made again) leaves the socket bound to
+      // nothing, forwarding nothing for good while the loop looks healthy. The loop ends instead,
+      // and the group opens a new one on the interface as it is now.
+      if (++ticks % 10 === 0) {
+        const lost = io.interfaceLost?.() ?? null;
+        if (lost !== null) {
+          this.shutDown();
+          this.emit({ type: 'error', code: 'EINTERFACE', message: lost });
+          return;
+        }
+      }
       engine.housekeeping(origin + performance.now(), 50_000);
       const st = io.stats();
       c[Counter.rxKernelDrops] = st.rxKernelDrops;
       c[Counter.rxOtherHost] = st.rxOtherHost ?? 0;
+      // The engine counted these as sent when it chose to send them; the kernel refused them.
+      c[Counter.dropBase + DropReason.txFailed] = st.txErrors;
       c[Counter.loopBusySeconds] = (st.busyMs ?? 0) / 1000;
       c[Counter.loopEngineSeconds] = engineMs[0]! / 1000;
     }, 100);
@@ -114,6 +131,13 @@ export class LoopRunner {
     c[Counter.loopHeartbeatMs] = origin + performance.now();
     this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal });
     return true;
+  }
+
+  private shutDown(): void {
+    if (this.housekeeping) clearInterval(this.housekeeping);
+    this.housekeeping = null;
+    this.io?.close();
+    this.engine = null;
   }
 
   /** Pins this thread (a worker: afpacket only, config validation sees to that) to `cpu`. */
@@ -171,9 +195,7 @@ export class LoopRunner {
         break;
       }
       case 'stop':
-        if (this.housekeeping) clearInterval(this.housekeeping);
-        this.io?.close();
-        this.engine = null;
+        this.shutDown();
         this.emit({ type: 'stopped' });
         break;
     }

@@ -3,6 +3,7 @@
 // of the mmap'ed ring, the engine rewrites frames there, and VERDICT_TX frames leave with sendmmsg
 // straight from ring memory, virtio_net_hdr included.
 // perf_hooks' performance, not the global: the global is a lazy accessor, a JS getter call per use.
+import { endianness } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import {
   FRAME_CSUM_PARTIAL,
@@ -255,6 +256,9 @@ export class AfPacketIo implements PacketIo {
   private rxCopied = 0;
 
   static open(options: AfPacketIoOptions): AfPacketIo {
+    // The kernel writes virtio_net_hdr fields in host order on a big-endian host; they are read
+    // here (and in the engine) as little-endian. Refused rather than misread.
+    if (endianness() !== 'LE') throw new Error('io: afpacket reads the virtio-net header as little-endian: big-endian hosts are not supported (use io: pcap)');
     const native = loadNative();
     checkLayout('layout', LAYOUT, native.layout);
     checkLayout('layoutV2', LAYOUT_V2, native.layoutV2);
@@ -330,6 +334,16 @@ export class AfPacketIo implements PacketIo {
     this.batch.buf = new Uint8Array(0);
     this.batch.count = 0;
     this.native.close(this.handle);
+  }
+
+  interfaceLost(): string | null {
+    let now: number;
+    try {
+      now = this.native.interfaceInfo(this.ifname).ifindex;
+    } catch (err) {
+      return `${this.ifname} is gone (${isNativeSystemError(err) ? err.code : (err as Error).message})`;
+    }
+    return now === this.handle.ifindex ? null : `${this.ifname} was made again (index ${this.handle.ifindex} -> ${now}): the socket still listens on the old one`;
   }
 
   stats(): AfPacketIoStats {

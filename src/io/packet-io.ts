@@ -108,4 +108,10 @@ export interface PacketIo {
   /** Stop delivering and close the socket; idempotent. */
   close(): void;
   stats(): PacketIoStats;
+  /**
+   * Why the socket no longer sees the interface it was opened on (deleted, or deleted and made
+   * again under the same name: a packet socket stays bound to the old index and receives nothing
+   * for good), or null while it does. Backends that cannot tell leave it out.
+   */
+  interfaceLost?(): string | null;
 }

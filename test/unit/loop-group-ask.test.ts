@@ -14,7 +14,7 @@ import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot
 import type { LoopEvent, LoopSettings } from '../../src/dataplane/loop-runner.js';
 
 /** slow-ready: says ready after 300 ms, then answers; never-ready: stays silent from the start. Loops beyond the list answer. */
-type Behaviour = 'answer' | 'exit' | 'silent' | 'slow-ready' | 'never-ready';
+type Behaviour = 'answer' | 'exit' | 'silent' | 'slow-ready' | 'never-ready' | 'fail';
 
 /** A worker that says ready, then answers 'flows' with one flow, exits, or stays silent. */
 const FAKE_LOOP = `
@@ -31,6 +31,8 @@ const FAKE_LOOP = `
     if (m.type === 'snapshot') workerData.counters[8] = m.snapshot.generation;
     if (m.type !== 'flows') return;
     if (workerData.behaviour === 'exit') process.exit(3);
+    // As a loop whose interface went: an error while it runs, its worker left to the group.
+    if (workerData.behaviour === 'fail') { parentPort.postMessage({ type: 'error', code: 'EINTERFACE', message: 'eth0 is gone (ENODEV)' }); return; }
     if (workerData.behaviour !== 'silent') parentPort.postMessage({ type: 'flows', id: m.id, keys: new Uint32Array(10), reals: Int32Array.of(workerData.real), count: 1 });
   });`;
 
@@ -112,6 +114,21 @@ describe('a packet loop that ends by itself', () => {
       expect(g.restarts).toBe(1);
       // The new loop answers questions.
       expect(realsOf((await g.ask((id) => ({ type: 'flows', id, limit: 10 }))) as LoopEvent[])).toEqual([1, 2]);
+    } finally {
+      await g.stop(1000);
+    }
+  });
+
+  it('one that reports an error while it runs (its interface gone) is ended and started again, and onRestarted is told', async () => {
+    const g = await oneLoop(['fail', 'answer']);
+    let restarted = 0;
+    g.onRestarted = () => void restarted++;
+    try {
+      void askFlows(g);
+      await until('the new loop', () => g.restarts === 1 && g.running);
+      await until('onRestarted', () => restarted === 1);
+      expect(g.settings).toHaveLength(2);
+      expect(realsOf((await g.ask((id) => ({ type: 'flows', id, limit: 10 }))) as LoopEvent[])).toEqual([1]);
     } finally {
       await g.stop(1000);
     }

@@ -15,6 +15,7 @@ import { readAdminToken } from '../../src/control/admin-token.js';
 import { DaemonError } from '../../src/control/daemon-error.js';
 import { createLogger, type Logger } from '../../src/control/logger.js';
 import { SystemdNotifier } from '../../src/control/systemd-notify.js';
+import { loadNative } from '../../src/io/native-binding.js';
 
 function deferred(): { promise: Promise<void>; resolve: () => void; reject: (e: Error) => void } {
   let resolve!: () => void;
@@ -272,5 +273,19 @@ while True:
       receiver.kill();
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it('the native sdNotify refuses what sun_path or its buffer cannot hold, instead of sending it cut short', () => {
+    const { sdNotify } = loadNative();
+    const path = (n: number) => `/${'p'.repeat(n - 1)}`;
+    // A path needs its NUL inside the 108 bytes of sun_path: 107 characters fit (nobody listens there).
+    expect(sdNotify(path(107), 'READY=1')).toBe(-2); // ENOENT
+    expect(() => sdNotify(path(108), 'READY=1')).toThrow(RangeError);
+    expect(() => sdNotify(path(200), 'READY=1')).toThrow(RangeError);
+    // An abstract name needs no NUL: '@' and 107 characters are the 108 bytes.
+    expect(sdNotify(`@${'a'.repeat(107)}`, 'READY=1')).toBe(-111); // ECONNREFUSED
+    expect(() => sdNotify(`@${'a'.repeat(108)}`, 'READY=1')).toThrow(RangeError);
+    expect(() => sdNotify(path(20), `STATUS=${'x'.repeat(1017)}`)).toThrow(/longer than 1023 bytes/);
+    expect(sdNotify(path(20), `STATUS=${'x'.repeat(1016)}`)).toBe(-2);
   });
 });

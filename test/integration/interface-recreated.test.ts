@@ -1,0 +1,59 @@
+// The LB's interface deleted and made again under the same name (a driver reload, a VLAN or bond
+// rebuilt by networkd, a container veth re-created): a packet socket stays bound to the old
+// interface index and receives nothing for good. Before, dsrlb then forwarded nothing while its
+// /healthz said running and its VIPs stayed announced. Each loop now sees it within a second and
+// ends; the group opens a new loop on the interface as it is, and the host setup is applied again.
+
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLab, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
+import { httpCount, labConfig, LabDaemon, metricValue, requireRoot, sleep } from '../support/lab-daemon.js';
+
+const PREFIX = `dsrt-if-${process.pid}-`;
+let lab: Lab;
+let daemon: LabDaemon;
+
+beforeAll(async () => {
+  requireRoot();
+  await destroyLabsWithPrefix(PREFIX);
+  lab = await createLab({ prefix: PREFIX, realCount: 2 });
+  await lab.startHttpServers();
+  const dir = await mkdtemp(join(tmpdir(), 'dsrlb-if-'));
+  const configPath = join(dir, 'dsrlb.yaml');
+  await writeFile(configPath, labConfig(lab, { top: ['workers: 2'], service: ['    healthCheck: { type: none }'], reals: lab.reals.map((r) => r.ipv4) }));
+  daemon = await LabDaemon.start(lab, configPath);
+}, 120_000);
+
+afterAll(async () => {
+  if (daemon) expect(await daemon.stop()).toBe(0);
+  await lab?.destroy();
+}, 60_000);
+
+describe('the LB interface made again', () => {
+  it('starts each loop again on the new interface within seconds: requests are answered again', async () => {
+    expect((await httpCount(lab, 20)).ok).toBe(20);
+    const sh = (ns: string, cmd: string) => lab.exec(ns, ['sh', '-c', cmd]);
+    // The switch side of the LB's veth goes, and with it the LB's eth0; the pair is made again,
+    // with the LB's MAC and address as before.
+    const swIf = 'sw-lb';
+    const del = await sh(lab.switchNs, `ip link del ${swIf} && ip link add ${swIf} type veth peer name eth0 netns ${lab.lb.ns} && ip link set ${swIf} master br0 up`);
+    expect(del.code, del.stderr).toBe(0);
+    const up = await sh(lab.lb.ns, `ip link set eth0 address ${lab.lb.mac} && ip addr add ${lab.lb.ipv4}/${lab.prefixLength} dev eth0 && ip link set eth0 up`);
+    expect(up.code, up.stderr).toBe(0);
+    let restarts = 0;
+    for (let i = 0; i < 100 && restarts < 2; i++) {
+      await sleep(100);
+      restarts = metricValue(await daemon.metrics(), 'dsrlb_loop_restarts_total', '');
+    }
+    expect(restarts).toBe(2);
+    await sleep(500);
+    const after = await httpCount(lab, 20, { timeoutMs: 3000 });
+    expect(after.ok, JSON.stringify(after)).toBe(20);
+    const failed = daemon.logs.filter((l) => l.includes('"packet loop failed"'));
+    expect(failed).toHaveLength(2);
+    expect(failed[0]).toMatch(/"code":"EINTERFACE".*eth0 (is gone|was made again)/);
+    expect(daemon.logs.some((l) => l.includes('"packet loop started again"'))).toBe(true);
+  }, 60_000);
+});
