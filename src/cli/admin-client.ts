@@ -52,7 +52,8 @@ export async function resolveAdminTarget(
       }
       // This host's token goes to this host only: an --admin URL elsewhere gets it from --token-file
       // (over plain http it would go out in the clear, and to any host the URL names).
-      if (tokenFile === null && admin.tokenFile !== null && !configFile && !isLoopbackUrl(baseUrl)) {
+      const ownUrl = `http://${formatListen(admin.listen)}`;
+      if (tokenFile === null && admin.tokenFile !== null && !configFile && !isLoopbackUrl(baseUrl) && baseUrl.replace(/\/$/, '') !== ownUrl) {
         withheld = `the token file of ${path} is not sent to ${baseUrl}, which is not this host: name it with --token-file`;
       } else tokenFile ??= admin.tokenFile;
     } else if (admin.missing === true && opts.config === undefined) {

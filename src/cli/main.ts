@@ -82,6 +82,7 @@ async function plan(a: { config: string; against?: string; json: boolean; admin?
     } catch (err) {
       throw new CliError(`the running daemon's live flows: ${(err as Error).message}`, 2);
     }
+    if (flows.cut) process.stderr.write(`dsrlb plan: the daemon sent ${flows.realIndex.length} of its live flows (its limit): the live-flow figures count those only\n`);
     const liveFlows = groupLiveFlows(flows.keys, flows.realIndex, flows.realIndex.length, (i) => flows.reals[i] ?? null);
     // The intent and health in force (admin overrides, probes); a daemon that does not send them leaves plan on config intent.
     const liveReals = Array.isArray(data.reals) ? (data.reals as import('../sim/plan.js').LiveReal[]) : undefined;

@@ -4,7 +4,7 @@
 // the config in force or the state file (reload, intent, announce) runs one at a time (exclusive()).
 
 import { constants } from 'node:fs';
-import { access, open, readFile, rename, stat } from 'node:fs/promises';
+import { access, copyFile, open, readFile, rename, stat } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
@@ -82,6 +82,9 @@ interface IntentOverride {
   configState: RealIntent;
   configWeight: number;
 }
+
+/** Live flows sent to `dsrlb plan` at most (about 230 MB of JSON). */
+const LIVE_FLOWS_LIMIT = 4_000_000;
 
 interface TunnelRoute {
   readonly nextHop: string;
@@ -362,7 +365,7 @@ export class Daemon {
    * unproven, so fail-open, or a table of the first real up) would pick other reals than its peers
    * for the flows the router moves to it, and those connections would be reset. A real up whose
    * MAC never resolves stops the wait after SETTLE_CAP_MS. Once settled, a service stays so (a
-   * probe restart on every LB at once must not withdraw the VIP everywhere).
+   * reload on every LB at once that adds reals must not withdraw the VIP everywhere).
    */
   private announceWanted(): Map<string, boolean> {
     const loopOk = (this.loops.running && this.loops.heartbeatAgeMs() < 1000) || this.loops.recovering;
@@ -1065,12 +1068,24 @@ export class Daemon {
       const overrides = new Map(Object.entries((intent ?? {}) as Record<string, IntentOverride>));
       // Every field checked as the admin API checks it: a weight of -5 here reached the Maglev
       // build, whose RangeError stopped the daemon at every start (the file is read each time).
+      // A bad entry is dropped alone: the file's other drains and disables stay in force.
       const isState = (v: unknown): boolean => v === 'active' || v === 'drain' || v === 'disabled';
       const isWeight = (v: unknown): boolean => typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 65535;
+      const dropped: { intent: string; problem: string }[] = [];
       for (const [key, o] of overrides) {
-        if (o === null || typeof o !== 'object' || !isState(o.configState) || !isWeight(o.configWeight)) throw new Error(`intent "${key}" is malformed`);
-        if (o.state !== undefined && !isState(o.state)) throw new Error(`intent "${key}": state ${JSON.stringify(o.state)} is not active, drain or disabled`);
-        if (o.weight !== undefined && !isWeight(o.weight)) throw new Error(`intent "${key}": weight ${JSON.stringify(o.weight)} is not an integer 0..65535`);
+        let problem: string | null = null;
+        if (o === null || typeof o !== 'object' || !isState(o.configState) || !isWeight(o.configWeight)) problem = 'malformed';
+        else if (o.state !== undefined && !isState(o.state)) problem = `state ${JSON.stringify(o.state)} is not active, drain or disabled`;
+        else if (o.weight !== undefined && !isWeight(o.weight)) problem = `weight ${JSON.stringify(o.weight)} is not an integer 0..65535`;
+        if (problem === null) continue;
+        overrides.delete(key);
+        dropped.push({ intent: key, problem });
+      }
+      if (dropped.length > 0) {
+        // The next intent change rewrites the file without them: its bytes are kept beside it.
+        const aside = `${file}.corrupt-${new Date().toISOString().replace(/[:.]/g, '-')}`;
+        const kept = await copyFile(file, aside).then(() => aside, () => null);
+        this.log.error('state file entries unusable: those intents are not applied, the others are', { stateFile: file, dropped, keptAs: kept });
       }
       this.overrides = overrides;
       this.withdrawn = new Set(withdrawn as string[] | undefined);
@@ -1147,8 +1162,13 @@ export class Daemon {
     };
   }
 
-  /** Live flows for plan: flow keys with the (service identity, address) of their real. */
-  async liveFlows(limit = 2_000_000): Promise<LiveFlowsWire> {
+  /**
+   * Live flows for plan: flow keys with the (service identity, address) of their real, at most
+   * `most` of them (split over the loops): more would not fit the answer's JSON (V8's largest
+   * string is 536M characters, 57 a flow).
+   */
+  async liveFlows(most = LIVE_FLOWS_LIMIT): Promise<LiveFlowsWire> {
+    const limit = Math.floor(most / Math.max(1, this.loops.size));
     const answers = await this.loops.ask((id) => ({ type: 'flows', id, limit }));
     const byId = new Map([...this.reals.values()].map((r) => [r.id, r]));
     let total = 0;
@@ -1173,7 +1193,8 @@ export class Daemon {
         realIndex[n++] = index;
       }
     }
-    return encodeLiveFlows(keys.subarray(0, n * FLOW_KEY_WORDS), realIndex.subarray(0, n), reals);
+    const cut = answers.some((e) => e.type === 'flows' && e.count >= limit);
+    return encodeLiveFlows(keys.subarray(0, n * FLOW_KEY_WORDS), realIndex.subarray(0, n), reals, cut);
   }
 
   /**

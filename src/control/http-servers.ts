@@ -101,7 +101,7 @@ export function browserRefusal(headers: IncomingMessage['headers'], tokenless: b
   if (headers.origin !== undefined) return `requests from web pages (Origin ${JSON.stringify(headers.origin)}) are refused: use the dsrlb CLI or curl`;
   if (!tokenless || headers.host === undefined) return null;
   const host = /^\[([0-9a-fA-F:.]+)\](?::\d+)?$/.exec(headers.host)?.[1] ?? /^([^:]+)(?::\d+)?$/.exec(headers.host)?.[1] ?? '';
-  if (host === 'localhost' || isIP(host) !== 0) return null;
+  if (host.toLowerCase() === 'localhost' || isIP(host) !== 0) return null;
   return `Host ${JSON.stringify(headers.host)} is refused without an admin token: ask by address (127.0.0.1, ::1) or set admin.tokenFile`;
 }
 

@@ -23,6 +23,8 @@ export const ASK_TIMEOUT_MS = 5_000;
  */
 export const RESTARTS_PER_WINDOW = 3;
 export const RESTART_WINDOW_MS = 60_000;
+/** Loops that lose their interface within this long of each other count as one restart. */
+const INTERFACE_LOSS_GROUP_MS = 2_000;
 /** How long a loop started again may take to be ready (a start takes well under a second). */
 export const RESTART_READY_MS = 10_000;
 
@@ -63,6 +65,8 @@ interface Loop {
   post(m: LoopRequest): void;
   worker: Worker | null;
   inline: LoopRunner | null;
+  /** The error it reported while running (its interface gone), which ended it. */
+  failure: { code: string; message: string } | null;
 }
 
 interface Pending {
@@ -91,6 +95,8 @@ export class LoopGroup {
   private restarting = 0;
   /** Monotonic times of the restarts in the last RESTART_WINDOW_MS. */
   private restartTimes: number[] = [];
+  /** When a loop last ended because its interface went (losses of the loops together count once). */
+  private lastInterfaceLossMs = -Infinity;
   /** The counts of loops that ended, so that the summed counters never go down. */
   private readonly retired = new Float64Array(COUNTER_SLOTS);
   private hasRetired = false;
@@ -150,6 +156,7 @@ export class LoopGroup {
         post: () => undefined,
         worker: null,
         inline: null,
+        failure: null,
       };
       const onEvent = (e: LoopEvent): void => {
         switch (e.type) {
@@ -175,7 +182,10 @@ export class LoopGroup {
             // A loop that failed to start (I/O, CPU pinning) ends its worker, or it would keep
             // the process alive after the daemon gave up. One that fails while it runs (its
             // interface gone) has closed its socket: its worker ends, and the loss takes its course.
-            if (loop.running) this.log.error('packet loop failed', { code: e.code, error: e.message });
+            if (loop.running) {
+              this.log.error('packet loop failed', { code: e.code, error: e.message });
+              loop.failure = { code: e.code, message: e.message };
+            }
             void loop.worker?.terminate();
             reject(new LoopError(e.code, e.message));
             break;
@@ -225,7 +235,7 @@ export class LoopGroup {
         this.forgetLoop(loop);
         // One that ends before it was ready (a no-op once it was): its start fails, not hangs.
         reject(new LoopError('LOOP_EXITED', `packet loop exited with code ${code} before it was ready`));
-        if (lost) this.lose(loop, `packet loop exited with code ${code}`);
+        if (lost) this.lose(loop, loop.failure?.message ?? `packet loop exited with code ${code}`);
       });
     });
   }
@@ -249,13 +259,18 @@ export class LoopGroup {
     if (this.broken) return;
     const now = this.now();
     this.restartTimes = this.restartTimes.filter((t) => now - t < RESTART_WINDOW_MS);
-    if (this.stopped || this.restartTimes.length >= this.restartsPerWindow) {
+    // Every loop sees its interface go within a second of the others: one event for the budget,
+    // or 4 workers used it up at once and the daemon stopped.
+    const interfaceLoss = loop.failure?.code === 'EINTERFACE';
+    const sameEvent = interfaceLoss && now - this.lastInterfaceLossMs < INTERFACE_LOSS_GROUP_MS;
+    if (interfaceLoss) this.lastInterfaceLossMs = now;
+    if (this.stopped || (!sameEvent && this.restartTimes.length >= this.restartsPerWindow)) {
       if (!this.stopped) this.log.error('packet loop lost too often: not starting it again', { restarts: this.restartTimes.length, windowSeconds: RESTART_WINDOW_MS / 1000 });
       this.broken = true;
       this.onLost?.(reason);
       return;
     }
-    this.restartTimes.push(now);
+    if (!sameEvent) this.restartTimes.push(now);
     this.restarts++;
     this.retired[Counter.loopRestarts] = this.restarts;
     this.restarting++;

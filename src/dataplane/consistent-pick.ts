@@ -15,8 +15,8 @@ export function consistentPick(snap: ForwardingSnapshot, svc: number, hash: numb
 
 /**
  * Where a mid-stream packet without a flow entry goes: as consistentPick, over the candidates and
- * the wanted reals not proven up or down yet (right after a start, a restart or a probe change,
- * their connections are alive on them and other LBs still send there); -1 when none.
+ * the wanted reals not proven up or down yet (right after a start or a restart, until their
+ * first probe, their connections are alive on them and other LBs still send there); -1 when none.
  */
 export function midStreamPick(snap: ForwardingSnapshot, svc: number, hash: number): number {
   return pickOver(snap, svc, hash, snap.svcMidDropAll, snap.svcMidCandStart, snap.svcMidCandCount, snap.svcMidTables);

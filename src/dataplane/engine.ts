@@ -323,13 +323,18 @@ export class Engine {
     const gsoType = buf[vnet + 1]! & ~VIRTIO_NET_HDR_GSO_ECN;
     const udp = gsoType === VIRTIO_NET_HDR_GSO_UDP_L4;
     if (udp ? pkt.ipProtocol !== IPPROTO_UDP : pkt.ipProtocol !== IPPROTO_TCP) return -DropReason.gsoUnsupported;
+    // Each UDP segment is one of the sender's datagrams (a QUIC packet): never cut smaller. Too big
+    // for the tunnel, the sender is told when it can go smaller (IPv4 with DF, as QUIC sends;
+    // IPv6 above 1280); else (IPv4 without DF, IPv6 at its 1280 floor) each goes as outer
+    // fragments, as such a datagram sent alone does.
+    let fragmentSegments = false;
     if (udp && headerL3Bytes + gsoSize + overhead > mtu) {
-      // Each segment is one of the sender's datagrams (a QUIC packet): never cut smaller. Too big
-      // for the tunnel: the sender is told (QUIC sends with DF and probes its path MTU).
-      this.sendTooBig(batch, buf, overhead, mtu, nowMs);
-      return -DropReason.packetTooBig;
-    }
-    if (headerL3Bytes + gsoSize + overhead > mtu) {
+      if ((pkt.family === 4 && pkt.dontFragment !== 0) || (pkt.family === 6 && headerL3Bytes + gsoSize > tooBigMtu(6, overhead, mtu))) {
+        this.sendTooBig(batch, buf, overhead, mtu, nowMs);
+        return -DropReason.packetTooBig;
+      }
+      fragmentSegments = true;
+    } else if (headerL3Bytes + gsoSize + overhead > mtu) {
       // Too big is said only when the client can go below its segments: an IPv6 client is never
       // told less than 1280, so at 1280 (a tunnel MTU under 1320) its segments are cut smaller here.
       if ((pkt.family === 6 || pkt.dontFragment !== 0) && headerL3Bytes + gsoSize > tooBigMtu(pkt.family, overhead, mtu)) {
@@ -354,27 +359,45 @@ export class Engine {
     const snap = this.snap;
     const tpl = real * TUNNEL_TEMPLATE_BYTES;
     const out = this.encapOut;
+    const frag = this.fragOut;
     const label = flowLabelOf(pkt, overhead);
+    // Outer fragments of the segments go after the last segment.
+    let fragPos = segOut[2 * (n - 1)]! + segOut[2 * (n - 1) + 1]!;
     for (let k = 0; k < n; k++) {
       const start = segOut[2 * k]!;
       const length = segOut[2 * k + 1]!;
+      const id = this.nextFragmentId;
+      this.nextFragmentId = (id + 1) >>> 0;
       let rc = parseFrame(scratch, start, length, this.seg) === 0 ? 0 : -DropReason.gsoUnsupported;
-      if (rc === 0) {
-        const id = this.nextFragmentId;
-        this.nextFragmentId = (id + 1) >>> 0;
-        rc = encapsulate(scratch, this.seg, EXTRA_HEADROOM, 0, snap.realTunnelTemplates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, label, out);
+      if (rc === 0) rc = encapsulate(scratch, this.seg, EXTRA_HEADROOM, 0, snap.realTunnelTemplates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, label, out);
+      let pieces = 1;
+      if (rc >= 0) for (let g = 1; g <= gap; g++) scratch[out[0]! - g] = 0;
+      if (rc >= 0 && fragmentSegments) {
+        // The bytes before this frame, down to the end of the one before it, are its headroom.
+        const slotStart = k === 0 ? this.extraPos : segOut[2 * (k - 1)]! + segOut[2 * (k - 1) + 1]!;
+        pieces = fragmentOuter(scratch, out[0]!, out[1]!, out[0]! - slotStart - gap, gap > 0 ? FRAME_HAS_VNET_HDR : 0, mtu, id, scratch, fragPos, gap, frag);
+        if (pieces < 0) rc = pieces;
+        else if (pieces > batch.extraOffsets.length - batch.extraCount) rc = -DropReason.batchFull;
       }
       if (rc < 0) {
         batch.extraCount = queuedBefore;
         return rc;
       }
-      for (let g = 1; g <= gap; g++) scratch[out[0]! - g] = 0;
-      batch.extraOffsets[batch.extraCount] = out[0]!;
-      batch.extraLengths[batch.extraCount] = out[1]!;
-      batch.extraCount++;
+      if (!fragmentSegments) {
+        batch.extraOffsets[batch.extraCount] = out[0]!;
+        batch.extraLengths[batch.extraCount] = out[1]!;
+        batch.extraCount++;
+        continue;
+      }
+      for (let f = 0; f < pieces; f++) {
+        batch.extraOffsets[batch.extraCount] = frag[1 + 2 * f]!;
+        batch.extraLengths[batch.extraCount] = frag[2 + 2 * f]!;
+        batch.extraCount++;
+      }
+      if (pieces > 1) fragPos = frag[1 + 2 * (pieces - 1)]! + frag[2 + 2 * (pieces - 1)]!;
     }
     this.counters[Counter.gsoSegmented]++;
-    this.extraPos = segOut[2 * (n - 1)]! + segOut[2 * (n - 1) + 1]!;
+    this.extraPos = fragPos;
     return VERDICT_CONSUMED;
   }
 

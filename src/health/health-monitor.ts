@@ -75,6 +75,8 @@ interface Watch {
   nextStartMs: number;
   lastDurationMs: number | null;
   stopped: boolean;
+  /** Its first probe has started (until then nextStartMs is the slot before the first). */
+  probed: boolean;
 }
 
 /** Every real's first probe comes within this long of its start (or the interval, if shorter). */
@@ -167,6 +169,8 @@ export class HealthMonitor extends EventEmitter {
       nextStartMs: startMs,
       lastDurationMs: null,
       stopped: false,
+      // A probe carried over from the old one is scheduled on its slots, not a first probe's.
+      probed: carried,
     };
     if (prober === null) return watch;
     if (carried) {
@@ -189,6 +193,12 @@ export class HealthMonitor extends EventEmitter {
     const oldIntervalMs = watch.target.check.intervalMs;
     watch.target = target;
     if (watch.prober === null || target.check.intervalMs === oldIntervalMs) return;
+    if (!watch.probed) {
+      // The first probe is still to come, within its second: it stays; the probes after it keep
+      // their place in the interval (the slot before the first is phase - interval).
+      watch.nextStartMs += oldIntervalMs - target.check.intervalMs;
+      return;
+    }
     if (watch.timer !== null) this.clock.clearTimeout(watch.timer);
     watch.timer = null;
     // Slots follow the last planned one by the new interval (re-randomised, two probes could be
@@ -230,6 +240,7 @@ export class HealthMonitor extends EventEmitter {
   }
 
   private startProbe(watch: Watch): void {
+    watch.probed = true;
     const running = runProbe(watch.prober!, watch.probeTarget, watch.target.check.timeoutMs, this.clock);
     watch.running = running;
     void running.result.then((result) => {

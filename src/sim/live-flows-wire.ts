@@ -8,6 +8,8 @@ import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
 
 export interface LiveFlowsWire {
   readonly count: number;
+  /** A loop held more flows than the answer's limit let it send: the flows are the first ones only. */
+  readonly cut?: boolean;
   /** count x FLOW_KEY_WORDS uint32 words. */
   readonly keys: string;
   /** count int32 indexes into `reals`. */
@@ -31,14 +33,25 @@ function fromBase64(text: string, count: number, what: string): Uint32Array {
   return words;
 }
 
-export function encodeLiveFlows(keys: Uint32Array, realIndex: Int32Array, reals: LiveFlowsWire['reals']): LiveFlowsWire {
-  return { count: realIndex.length, keys: toBase64(keys), realIndex: toBase64(realIndex), reals };
+export function encodeLiveFlows(keys: Uint32Array, realIndex: Int32Array, reals: LiveFlowsWire['reals'], cut = false): LiveFlowsWire {
+  return { count: realIndex.length, cut, keys: toBase64(keys), realIndex: toBase64(realIndex), reals };
 }
 
-export function decodeLiveFlows(wire: LiveFlowsWire): { keys: Uint32Array; realIndex: Int32Array; reals: LiveFlowsWire['reals'] } {
+/** What a daemon before this format sent: every key word as a number, a real per flow. */
+interface OldLiveFlows {
+  readonly keys: number[];
+  readonly reals: LiveFlowsWire['reals'];
+}
+
+export function decodeLiveFlows(wire: LiveFlowsWire | OldLiveFlows): { keys: Uint32Array; realIndex: Int32Array; reals: LiveFlowsWire['reals']; cut: boolean } {
+  // A daemon not yet restarted after an upgrade: its plan still works.
+  if (Array.isArray(wire.keys) && Array.isArray(wire.reals) && wire.keys.length === wire.reals.length * FLOW_KEY_WORDS) {
+    return { keys: Uint32Array.from(wire.keys), realIndex: Int32Array.from(wire.reals.keys()), reals: wire.reals, cut: false };
+  }
+  if (!('count' in wire)) throw new Error('not the format this dsrlb reads (a daemon of another version?)');
   const count = wire.count;
   if (!Number.isInteger(count) || count < 0 || !Array.isArray(wire.reals)) throw new Error('live flows: not the format this dsrlb reads (a daemon of another version?)');
   const keys = fromBase64(wire.keys, count * FLOW_KEY_WORDS, 'keys');
   const realIndex = new Int32Array(fromBase64(wire.realIndex, count, 'realIndex').buffer);
-  return { keys, realIndex, reals: wire.reals };
+  return { keys, realIndex, reals: wire.reals, cut: wire.cut === true };
 }

@@ -1,6 +1,6 @@
 // What an edit changes in one service's config besides the hash space: its settings (name,
-// forwarding, health check, whenAllDown, ...) and its reals, value by value, and whether the
-// daemon's health monitor would start the reals over from down. `dsrlb plan` lists and warns on these.
+// forwarding, health check, whenAllDown, ...) and its reals, value by value, and what the daemon's
+// health monitor does to the reals' health (HealthOnApply). `dsrlb plan` lists and warns on these.
 
 import type { ForwardingMode, HealthCheckConfig, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
 import { HEALTH_TIMING_KEYS, sameCheckValue } from '../health/check-timing.js';

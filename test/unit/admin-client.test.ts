@@ -56,6 +56,10 @@ describe('resolveAdminTarget', () => {
     expect(named.token).toBe('tok');
     expect((await resolveAdminTarget({ config: file, admin: 'http://localhost:9743' })).token).toBe('tok');
     expect((await resolveAdminTarget({ config: file, admin: 'http://[::1]:9743' })).token).toBe('tok');
+    // The config's own admin address, not on loopback: this host, the token goes.
+    const own = await scratch('own.yaml', 'admin: { listen: "192.0.2.5:9743", tokenFile: admin.token }\n');
+    await writeFile(join(own, '..', 'admin.token'), 'tok\n');
+    expect((await resolveAdminTarget({ config: own, admin: 'http://192.0.2.5:9743/' })).token).toBe('tok');
   });
 
   it('falls back to the default address when the default config file does not exist', async () => {

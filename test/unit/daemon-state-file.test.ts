@@ -46,11 +46,7 @@ describe('the state file at start', () => {
   });
 
   it('says so and sets a corrupt file aside, keeping its bytes, instead of dropping intent silently', async () => {
-    const k = 'tcp|10.93.0.100|80#10.93.0.11';
-    const intent = (o: Record<string, unknown>) => JSON.stringify({ intent: { [k]: { configState: 'active', configWeight: 100, ...o } } });
-    // Hand-edited values the admin API never writes: a weight of -5 made the Maglev build throw at every start.
-    const handEdited = [intent({ weight: -5 }), intent({ weight: 1e12 }), intent({ weight: '7' }), intent({ weight: 1.5 }), intent({ state: 'bogus' }), intent({ configState: 'up' }), intent({ configWeight: 70_000 })];
-    for (const bad of ['{"intent": {"tcp|10.93.0.100|80#10.93.0.11": {"state": "dra', '[1, 2]', '{"intent": {"k": 5}}', '{"withdrawn": "web"}', ...handEdited]) {
+    for (const bad of ['{"intent": {"tcp|10.93.0.100|80#10.93.0.11": {"state": "dra', '[1, 2]', '{"withdrawn": "web"}']) {
       const dir = await mkdtemp(join(tmpdir(), 'dsrlb-state-'));
       const file = join(dir, 'dsrlb.state.json');
       await writeFile(file, bad);
@@ -64,6 +60,29 @@ describe('the state file at start', () => {
       expect(names[0]).toMatch(/^dsrlb\.state\.json\.corrupt-/);
       expect(line!.keptAs).toBe(join(dir, names[0]!));
       expect(await readFile(join(dir, names[0]!), 'utf8')).toBe(bad);
+      d.daemon.health.stop();
+    }
+  });
+
+  it('drops a bad entry alone, said and its bytes kept: the other drains stay in force', async () => {
+    const good = 'tcp|10.93.0.100|80#10.93.0.11';
+    const other = 'tcp|10.93.0.100|80#10.93.0.12';
+    const entry = (o: Record<string, unknown>) => ({ configState: 'active', configWeight: 100, ...o });
+    // Hand-edited values the admin API never writes: a weight of -5 made the Maglev build throw at every start.
+    for (const bad of [{ weight: -5 }, { weight: 1e12 }, { weight: '7' }, { weight: 1.5 }, { state: 'bogus' }, { configState: 'up' }, { configWeight: 70_000 }, 5]) {
+      const dir = await mkdtemp(join(tmpdir(), 'dsrlb-state-'));
+      const file = join(dir, 'dsrlb.state.json');
+      const text = JSON.stringify({ intent: { [good]: entry({ state: 'drain' }), [other]: typeof bad === 'number' ? bad : entry(bad) } });
+      await writeFile(file, text);
+      const d = await daemonWithState(file);
+      await d.load();
+      const what = JSON.stringify(bad);
+      expect([...d.overrides().keys()], what).toEqual([good]);
+      const line = d.lines.find((l) => l.msg === 'state file entries unusable: those intents are not applied, the others are');
+      expect(line, what).toMatchObject({ level: 'error', stateFile: file, dropped: [{ intent: other }] });
+      const names = (await readdir(dir)).sort();
+      expect(names, what).toHaveLength(2);
+      expect(await readFile(join(dir, names[1]!), 'utf8')).toBe(text);
       d.daemon.health.stop();
     }
   });

@@ -51,6 +51,13 @@ services:
     forwarding: ipip
     reals:
       - address: fd01::11
+  - name: quic6
+    vip: ${VIP6}
+    port: 443
+    protocol: udp
+    forwarding: ipip
+    reals:
+      - address: fd01::12
 `);
   if (!r.ok) throw new Error(r.problems.map((p) => `${p.path}: ${p.message}`).join('\n'));
   return r.config;
@@ -260,6 +267,35 @@ describe('engine: UDP GSO (UDP_SEGMENT, as QUIC stacks send) to an IPIP real', (
     expect(Uint8Array.from(got)).toEqual(payload);
   });
 
+  it('sends datagrams without DF that are too big for the tunnel as outer fragments, as each sent alone goes', () => {
+    const { io, counters } = setup();
+    const vnet = Uint8Array.from([1, 5, 0, 0, 1472 & 0xff, 1472 >> 8, 0, 0, 0, 0]);
+    const train = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 17, df: false, id: 70 }, udp({ sport: 4433, dport: 53 }, new Uint8Array(2 * 1472), { src: CLIENT, dst: VIP })));
+    const out = io.inject([Uint8Array.from([...vnet, ...train])], [GSO_FLAGS]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_CONSUMED);
+    expect(counters[Counter.gsoSegmented]).toBe(1);
+    // Two datagrams of 1500 bytes, each 1520 with the outer header: two outer fragments each.
+    expect(out).toHaveLength(4);
+    const frags = out.map((f) => parsed(f));
+    for (const f of out) expect(f.length - 14).toBeLessThanOrEqual(1500);
+    expect(frags.map((f) => [f.moreFragments, f.fragmentOffset > 0 ? 1 : 0])).toEqual([[1, 0], [0, 1], [1, 0], [0, 1]]);
+    expect(frags[0]!.fragmentId).toBe(frags[1]!.fragmentId);
+    expect(frags[2]!.fragmentId).toBe(frags[3]!.fragmentId);
+    expect(frags[0]!.fragmentId).not.toBe(frags[2]!.fragmentId);
+  });
+
+  it('sends IPv6 datagrams at the 1280 floor over a tunnel MTU under 1320 as outer fragments (a packet too big of 1280 would change nothing)', () => {
+    const { io } = setup(1500, 8, 1300);
+    const vnet = Uint8Array.from([1, 5, 0, 0, 1232 & 0xff, 1232 >> 8, 0, 0, 0, 0]);
+    const train = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 17 }, udp({ sport: 4433, dport: 443 }, new Uint8Array(2 * 1232), { src: CLIENT6, dst: VIP6 })));
+    const out = io.inject([Uint8Array.from([...vnet, ...train])], [GSO_FLAGS]);
+    expect(io.lastVerdicts()[0]).toBe(VERDICT_CONSUMED);
+    expect(out).toHaveLength(4);
+    for (const f of out) expect(f.length - 14).toBeLessThanOrEqual(1300);
+    // Each outer packet carries a fragment header (next header 44).
+    for (const f of out) expect(f[14 + 6]).toBe(44);
+  });
+
   it('answers datagrams too big for the tunnel with fragmentation-needed, MTU 1480, instead of cutting them', () => {
     const { io, counters } = setup();
     const out = io.inject([udpGso(2 * 1460, 1460).frame], [GSO_FLAGS]);
@@ -420,7 +456,7 @@ describe('engine: IP fragments', () => {
     io.inject([fragment(90, 0), fragment(91, 0)]);
     // The reload: the same reals with the same ids, services in the opposite order.
     const cfg = config();
-    const idOf: Record<string, number> = { '10.1.0.11': 0, '10.1.0.12': 1, 'fd01::11': 2 };
+    const idOf: Record<string, number> = { '10.1.0.11': 0, '10.1.0.12': 1, 'fd01::11': 2, 'fd01::12': 3 };
     const view = (s: Config['services'][number], address: (a: string) => number): ServiceView => ({
       config: s,
       reals: s.reals.map((r) => ({ id: address(r.address), address: r.address, weight: r.weight, intent: r.state, forwarding: r.forwarding, health: 'up', removed: false, mac: parseMac(HOP_MAC) })),
@@ -431,7 +467,7 @@ describe('engine: IP fragments', () => {
     expect(io.lastVerdicts()[0]).toBe(VERDICT_TX);
     expect(hex(out!.subarray(30, 34))).toBe('0a01000c'); // outer destination 10.1.0.12, as the first fragment's
     // dns's real removed and its id 1 reused by web6's real: the other VIP's real never gets the fragment.
-    const swapped: Record<string, number> = { '10.1.0.11': 0, 'fd01::11': 1 };
+    const swapped: Record<string, number> = { '10.1.0.11': 0, 'fd01::11': 1, 'fd01::12': 2 };
     const withoutDns = cfg.services.filter((s) => s.name !== 'dns');
     engine.setSnapshot(builder.build(withoutDns.map((s) => view(s, (a) => swapped[a]!)), 0, MAX_REAL_IDS, { v4: '10.0.0.2', v6: 'fd00::2' }).snapshot);
     expect(io.inject([fragment(91, 40)])).toHaveLength(0);

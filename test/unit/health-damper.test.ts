@@ -171,6 +171,19 @@ describe('damping through the monitor, manual clock', () => {
     expect(prober.askedAtMs).toEqual([500, 30_000, 90_000, 150_000]);
   });
 
+  it('a reload of the interval before the first probe leaves the first probe where it was (it was pushed out by up to the new interval)', async () => {
+    const clock = new ManualClock();
+    const prober = new ScriptedProber(clock);
+    const monitor = new HealthMonitor({ clock, random: () => 0.5, probers: { tcp: prober } });
+    const target = (intervalMs: number) => ({ key: 'k', service: 'web', address: '10.0.0.11', vip: '10.0.0.100', check: check({ intervalMs, timeoutMs: 1000 }) });
+    monitor.setTargets([target(2000)]);
+    await clock.advanceTo(100);
+    monitor.setTargets([target(60_000)]);
+    await clock.advanceTo(62_000);
+    // First at 0.5 x 1 s as planned (before: at 57 s); then on the phase it had (0.5 x 2 s), every 60 s.
+    expect(prober.askedAtMs).toEqual([500, 1000, 61_000]);
+  });
+
   it('interval 1 s, rise 2: a real that recovers just after a failed probe is up 2 s later', async () => {
     const { clock, prober, changes, fact } = setup({ intervalMs: 1000, rise: 2, fall: 3 });
     await clock.advanceTo(2000); // probes at 0, 1000, 2000 all fail

@@ -28,7 +28,13 @@ describe('live flows on the wire', () => {
     expect(decodeLiveFlows(part).realIndex).toEqual(Int32Array.from([1, 2]));
   });
 
-  it('refuses a body of another shape (an older daemon sent a list of numbers) or a cut one', () => {
+  it('reads what a daemon before this format sent (not yet restarted after an upgrade), says when the answer was cut, refuses other shapes', () => {
+    const old = { keys: Array.from({ length: 20 }, (_, i) => i), reals: [{ identity: 'a', address: '10.0.0.1' }, { identity: 'a', address: '10.0.0.2' }] };
+    const back = decodeLiveFlows(old);
+    expect(back.keys).toEqual(Uint32Array.from(old.keys));
+    expect(back.realIndex).toEqual(Int32Array.from([0, 1]));
+    expect(back.cut).toBe(false);
+    expect(decodeLiveFlows(encodeLiveFlows(new Uint32Array(FLOW_KEY_WORDS), new Int32Array(1), [], true)).cut).toBe(true);
     expect(() => decodeLiveFlows({ keys: [1, 2], reals: [] } as never)).toThrow(/not the format this dsrlb reads/);
     const wire = encodeLiveFlows(new Uint32Array(2 * FLOW_KEY_WORDS), new Int32Array(2), []);
     expect(() => decodeLiveFlows({ ...wire, count: 3 })).toThrow(/keys holds 80 bytes, not 120/);

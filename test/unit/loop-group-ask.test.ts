@@ -134,6 +134,21 @@ describe('a packet loop that ends by itself', () => {
     }
   });
 
+  it('4 loops that lose their interface together count once against the restart budget (it was spent, and the daemon stopped)', async () => {
+    const g = await group(['fail', 'fail', 'fail', 'fail']);
+    const lost: string[] = [];
+    g.onLost = (reason) => void lost.push(reason);
+    try {
+      void askFlows(g);
+      await until('4 new loops', () => g.restarts === 4 && g.running && g.size === 4);
+      expect(lost).toEqual([]);
+      // Two more ordinary losses fit the budget of 3 a minute: the interface counted once.
+      expect((g as unknown as { restartTimes: number[] }).restartTimes).toHaveLength(1);
+    } finally {
+      await g.stop(1000);
+    }
+  });
+
   it("a single loop's counts carry over too, and the group runs only once the new loop is ready", async () => {
     const g = await oneLoop(['exit', 'slow-ready']);
     g.settings[0]!.counters[Counter.txPackets] = 42;
