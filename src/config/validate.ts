@@ -3,7 +3,7 @@
 
 import { dirname, join, resolve } from 'node:path';
 import ipaddr from 'ipaddr.js';
-import { isMap, isScalar, parseDocument } from 'yaml';
+import { isMap, isScalar, LineCounter, parseDocument, visit } from 'yaml';
 import { MAX_REAL_IDS } from '../dataplane/counters.js';
 import { formatDurationMs, parseDurationMs } from './duration.js';
 import type {
@@ -193,7 +193,8 @@ export function parseConfigText(text: string, opts: ParseOptions = {}): ConfigRe
  * the mapping's own keys win over merged ones.
  */
 export function parseConfigYaml(text: string): { ok: true; raw: unknown } | { ok: false; problems: ConfigProblem[] } {
-  const doc = parseDocument(text.startsWith('\uFEFF') ? text.slice(1) : text, { uniqueKeys: true, prettyErrors: true, merge: true });
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text.startsWith('\uFEFF') ? text.slice(1) : text, { uniqueKeys: true, prettyErrors: true, merge: true, lineCounter });
   if (doc.errors.length > 0) {
     return {
       ok: false,
@@ -203,6 +204,18 @@ export function parseConfigYaml(text: string): { ok: true; raw: unknown } | { ok
       ),
     };
   }
+  // A key that is a list or a mapping (`[a, b]: 1`) would be stringified by toJS, with a warning
+  // from yaml on stderr: it is no key of ours, said here with its position.
+  let complexKey: ConfigProblem | null = null;
+  visit(doc, {
+    Pair(_, pair) {
+      if (pair.key === null || isScalar(pair.key)) return;
+      const offset = (pair.key as { range?: [number, number, number] }).range?.[0];
+      complexKey = yamlProblem('a key must be a plain word or number, not a list or a mapping', offset === undefined ? undefined : lineCounter.linePos(offset));
+      return visit.BREAK;
+    },
+  });
+  if (complexKey !== null) return { ok: false, problems: [complexKey] };
   try {
     return { ok: true, raw: doc.toJS({ maxAliasCount: 100 }) };
   } catch (error) {

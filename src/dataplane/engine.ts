@@ -197,9 +197,9 @@ export class Engine {
     const snap = this.snap;
     if (proto === IPPROTO_ICMP || proto === IPPROTO_ICMPV6) {
       if (!isVip(snap, pkt.family, pkt.addr)) return VERDICT_PASS;
-      // A fragmented ICMPv4 message to a VIP (a large ping, for MTU checks) is the kernel's to
-      // reassemble and answer: it holds the VIP, and the nftables rule lets such fragments through.
-      if (pkt.isFragment === 1 && proto === IPPROTO_ICMP) return VERDICT_PASS;
+      // A fragmented ICMP message to a VIP (a large ping, for MTU checks) is the kernel's to
+      // reassemble and answer: it holds the VIP, and the nftables rules let such fragments through.
+      if (pkt.isFragment === 1) return VERDICT_PASS;
       return this.icmpToVip(batch, i, buf, off, len, flags, nowMs);
     }
     if (pkt.fragmentOffset !== 0) {
@@ -464,7 +464,8 @@ export class Engine {
     if (svc < 0) return -DropReason.icmpToVip;
     const entry = flows.lookup(flows.indexHash(), nowMs);
     let real = entry >= 0 ? flows.realOf(entry) : -1;
-    if (real < 0 || snap.realKeepExisting[real] !== 1) real = midStreamPick(snap, svc, flowHashInt32(key, snap.hashSeed));
+    // As place() checks: the entry's real may have been freed and its id given to another service's.
+    if (real < 0 || real >= snap.realIdLimit || snap.realKeepExisting[real] !== 1 || snap.realService[real] !== svc) real = midStreamPick(snap, svc, flowHashInt32(key, snap.hashSeed));
     if (real < 0) return -DropReason.noRealAvailable;
     return this.forward(batch, i, buf, off, len, flags, real, nowMs);
   }

@@ -66,6 +66,14 @@ describe('IPv6 L2 DSR', () => {
     expect(metricValue(await daemon.metrics(), 'dsrlb_icmp_echo_replied_total', '')).toBe(3);
   }, 30_000);
 
+  it('answers a large ping to the IPv6 VIP (its fragments left to the LB kernel, as for IPv4)', async () => {
+    const before = metricValue(await daemon.metrics(), 'dsrlb_icmp_echo_replied_total', '');
+    const big = await lab.exec(lab.client, ['ping', '-6', '-c', '2', '-i', '0.3', '-W', '2', '-s', '3000', lab.vip6!]);
+    expect(big.code, big.stdout + big.stderr).toBe(0);
+    expect(big.stdout).toMatch(/2 received/);
+    expect(metricValue(await daemon.metrics(), 'dsrlb_icmp_echo_replied_total', '')).toBe(before); // the kernel answered
+  }, 30_000);
+
   it('answers a unicast neighbour probe (NUD) for the VIP, so the neighbour entry stays reachable', async () => {
     // As a router re-checks the VIP: a stale entry is probed with a unicast solicitation to the VIP itself.
     const c = lab.client;

@@ -833,6 +833,9 @@ describe('file-level problems', () => {
       '(yaml) line 5, column 5: the key "port" is given twice in one mapping (YAML keys must be unique)',
     ]);
     expect(problemsOfText('interface: eth0\n---\nservices: []\n')).toEqual(['(yaml) line 2, column 1: the file holds more than one YAML document']);
+    // A list or mapping as a key: said at its place (yaml stringified it, with a warning on stderr).
+    expect(problemsOfText('interface: eth0\n? [a, b]\n: 1\nservices: []\n')).toEqual(['(yaml) line 2, column 3: a key must be a plain word or number, not a list or a mapping']);
+    expect(problemsOfText('interface: eth0\nservices:\n  - { {a: 1}: 2 }\n')).toEqual(['(yaml) line 3, column 7: a key must be a plain word or number, not a list or a mapping']);
   });
 
   it('reports an empty file and a non-mapping document', () => {

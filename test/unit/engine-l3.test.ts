@@ -423,6 +423,21 @@ describe('engine: ICMP toward a VIP', () => {
     expect(parsed(reply!).icmpType).toBe(129);
   });
 
+  it('leaves the fragments of a large ping to a VIP to the kernel, over IPv4 and IPv6 (they were counted as icmp_to_vip drops over IPv6)', () => {
+    const { io, counters } = setup();
+    const echo4 = icmpEcho({ id: 1, seq: 1 }, new Uint8Array(2000));
+    const echo6 = icmpv6({ type: 128, rest: 0x10001 }, new Uint8Array(2000), { src: CLIENT6, dst: VIP6 });
+    const frames = [
+      ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 1, id: 5, mf: true }, echo4.subarray(0, 1480))),
+      ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: CLIENT, dst: VIP, proto: 1, id: 5, fragOffset: 1480 }, echo4.subarray(1480))),
+      ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 58, extensionHeaders: [ipv6Fragment({ offset: 0, more: true, id: 9 })] }, echo6.subarray(0, 1448))),
+      ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV6 }, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 58, extensionHeaders: [ipv6Fragment({ offset: 1448, more: false, id: 9 })] }, echo6.subarray(1448))),
+    ];
+    expect(io.inject(frames)).toHaveLength(0);
+    expect([...io.lastVerdicts()]).toEqual([VERDICT_PASS, VERDICT_PASS, VERDICT_PASS, VERDICT_PASS]);
+    expect(counters[Counter.dropBase + DropReason.icmpToVip]).toBe(0);
+  });
+
   it('leaves neighbour discovery to an IPv6 VIP (types 133-137, e.g. a unicast NUD probe) to the kernel', () => {
     const { io, counters } = setup();
     for (const type of [133, 134, 135, 136, 137]) {
