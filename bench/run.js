@@ -92,8 +92,8 @@ const opts = {
   retries: Number(argv.retries ?? (quick ? 1 : 2)),
   contendedCores: 0.05,
   // Repeated runs may take this long in all, so a busy machine cannot push the run past its time
-  // bound (a full run takes about 830-850 s without any since the sixth session's longer download
-  // warm-up; 860 and 880 s with a few repeats).
+  // bound: a full run takes about 830 s without any since the sink stops 250 ms after the last
+  // frame (run 13; 850-870 s before, and 915 s in run 12 with 12 repeats).
   retryBudgetS: quick ? 20 : 40,
   outDir: argv.out ?? join(ROOT, 'bench', 'out'),
 };
