@@ -83,6 +83,9 @@ interface IntentOverride {
   configWeight: number;
 }
 
+/** How long queued rebuilds (health and neighbour changes) wait for more changes. */
+const QUEUED_REBUILD_MS = 100;
+
 /** Live flows sent to `dsrlb plan` at most (about 230 MB of JSON). */
 const LIVE_FLOWS_LIMIT = 4_000_000;
 
@@ -686,13 +689,19 @@ export class Daemon {
     return views;
   }
 
+  /**
+   * One rebuild for the changes that come within QUEUED_REBUILD_MS: probe results arrive one by
+   * one, and with 1,000 reals flapping each rebuilt every service (529 rebuilds in 30 s, 87% of
+   * the main thread). Health is damped over seconds already; 100 ms more changes nothing.
+   */
   private queueRebuild(why: string): void {
     if (this.rebuildQueued) return;
     this.rebuildQueued = true;
-    setImmediate(() => {
+    const timer = setTimeout(() => {
       this.rebuildQueued = false;
       this.rebuild(why);
-    });
+    }, QUEUED_REBUILD_MS);
+    timer.unref();
   }
 
   /** Build a snapshot from the current view and hand it to the packet loop. */

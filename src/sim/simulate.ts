@@ -126,6 +126,8 @@ class Simulation {
   private readonly trace: TraceRecord[] = [];
   /** Real id -> (service name, address), for naming where frames went. */
   private readonly realName = new Map<number, { service: string; address: string }>();
+  /** Removed reals whose flows still drain (forgetDrained frees their ids once they are gone). */
+  private readonly draining: { state: ServiceState; real: RealState }[] = [];
   private readonly peakActive = new Map<number, number>();
   private readonly flowsStarted = new Map<number, number>();
   private readonly heap: FlowRun[] = [];
@@ -157,6 +159,7 @@ class Simulation {
       const nowMs = Math.min(eventMs, flowMs);
       endMs = nowMs;
       this.engine.housekeeping(nowMs, this.engine.flows.capacity);
+      this.forgetDrained();
       // Packets of running flows first (a flow ending now frees its real before anything new
       // arrives), then the scenario's events at this time in file order.
       while (this.heap.length > 0 && this.heap[0]!.nextMs === nowMs) {
@@ -195,6 +198,7 @@ class Simulation {
         break;
       case 'removeReal':
         existing!.removed = true;
+        this.draining.push({ state, real: existing! });
         break;
       case 'weight':
         existing!.weight = event.weight;
@@ -224,6 +228,26 @@ class Simulation {
     const { snapshot, services } = this.builder.build(views, this.config.hashSeed, MAX_REAL_IDS);
     this.engine.setSnapshot(snapshot);
     return services;
+  }
+
+  /**
+   * Removed reals whose last flow has ended are forgotten and their ids freed, as the daemon does
+   * (it kept every one: a scenario that added and removed reals ran out of the 8192 ids).
+   */
+  private forgetDrained(): void {
+    if (this.draining.length === 0) return;
+    let kept = 0;
+    for (const d of this.draining) {
+      if (!d.real.removed) continue; // added again
+      if (this.entriesOn(d.state, d.real) > 0) {
+        this.draining[kept++] = d;
+        continue;
+      }
+      const i = d.state.reals.indexOf(d.real);
+      if (i >= 0) d.state.reals.splice(i, 1);
+      this.registry.release(RealRegistry.keyOf(d.state.identity, d.real.address));
+    }
+    this.draining.length = kept;
   }
 
   private entriesOn(state: ServiceState, real: RealState): number {

@@ -177,6 +177,22 @@ describe('IPIP next hops asked again while running', () => {
   });
 });
 
+describe('rebuilds queued by health changes', () => {
+  it('takes the changes of 100 ms in one rebuild (one per probe result rebuilt every service 30 times a second)', async () => {
+    const d = daemonRunning(configText({ reals: 50 }));
+    const snapshots = () => d.sent.filter((m) => m.type === 'snapshot').length;
+    const before = snapshots();
+    const keys = [...(d.inside.reals as Map<string, unknown>).keys()];
+    const fact = { state: 'down', since: 0, lastError: 'refused', successes: 0, failures: 1, lastDurationMs: 1, probing: false, settled: true };
+    for (const key of keys) (d.inside.health as { emit(e: string, k: string, f: unknown): boolean }).emit('change', key, fact);
+    await new Promise((r) => setTimeout(r, 30));
+    expect(snapshots()).toBe(before);
+    await new Promise((r) => setTimeout(r, 150));
+    expect(snapshots()).toBe(before + 1);
+    d.daemon.health.stop();
+  });
+});
+
 describe('IPIP routes: outer source and MTU', () => {
   it('takes the route\'s source (never a VIP) and its MTU per real into the snapshot', async () => {
     const bin = join(dir, 'bin');

@@ -345,6 +345,51 @@ events:
     expect(result.summary.services.find((s) => s.name === 'rest')!.reals[0]!.flowsStarted).toBe(1);
   });
 
+  it('frees the id of a removed real once its flows are gone, as the daemon does: 8,300 reals added and removed one at a time', () => {
+    // It kept every one: past 8,192 reals over time the run stopped with "more than 8192 reals" (exit 2).
+    const events = Array.from({ length: 8300 }, (_, i) => {
+      const address = `10.1.${Math.floor(i / 250)}.${(i % 250) + 1}`;
+      return `  - { at: ${2 * i + 1}, addReal: { service: web, address: ${address} } }\n  - { at: ${2 * i + 2}, removeReal: { service: web, address: ${address} } }`;
+    });
+    const result = run(`config:
+  services:
+    - { name: web, vip: 203.0.113.10, port: 80, tableSize: 7, reals: [{ address: 10.0.0.11 }] }
+events:
+${events.join('\n')}
+`);
+    expect(result.trace.filter((r) => r.event === 'removeReal')).toHaveLength(8300);
+  });
+
+  it('refuses more reals at once than the daemon holds, naming the event', () => {
+    const reals = Array.from({ length: 8192 }, (_, i) => `{ address: 10.1.${Math.floor(i / 250)}.${(i % 250) + 1} }`).join(', ');
+    expect(
+      problems(`config:
+  services:
+    - { name: web, vip: 203.0.113.10, port: 80, tableSize: 8209, reals: [${reals}] }
+events:
+  - { at: 1s, addReal: { service: web, address: 10.2.0.1 } }
+`),
+    ).toEqual(['events[0].addReal.address: would make 8193 reals at once; the daemon (and the simulator) hold at most 8192']);
+  });
+
+  it('takes health unknown (a real its probes have not decided): no new flows, its flows stay; and refuses a flow id past 2^53', () => {
+    const result = run(`${CONFIG}events:
+  - { at: 0, flow: { id: a, client: 198.51.100.1:40000, duration: 10s } }
+  - { at: 1s, health: { service: web, address: 10.0.0.11, state: unknown } }
+  - { at: 1s, health: { service: web, address: 10.0.0.12, state: unknown } }
+  - { at: 1s, health: { service: web, address: 10.0.0.13, state: unknown } }
+  - { at: 2s, flow: { id: b, client: 198.51.100.2:40000, duration: 1s } }
+`);
+    const start = (id: string) => result.trace.find((r) => r.flow === id && r.event === 'start');
+    expect(start('a')).toBeDefined();
+    // Every real unknown: none is up, so fail-open (the default) gives new flows to every wanted real.
+    expect(result.trace.filter((r) => r.event === 'health').at(-1)).toMatchObject({ state: 'unknown', failOpen: true });
+    expect(result.trace.some((r) => r.flow === 'a' && r.event === 'moved')).toBe(false);
+    expect(problems(`${CONFIG}events:\n  - { at: 0, flow: { id: 12345678901234567890, client: 198.51.100.1:40000, duration: 1s } }\n`)).toEqual([
+      'events[0].flow.id: 12345678901234567000 is too large a number to be read exactly: write the id in quotes',
+    ]);
+  });
+
   it('words a bad intent or health state as the config words its one-of errors, with a hint for a wrong case', () => {
     expect(
       problems(`${CONFIG}
@@ -355,7 +400,7 @@ events:
 `),
     ).toEqual([
       'events[0].intent.state: "Drain" is not active, drain or disabled (did you mean "drain"?)',
-      'events[1].health.state: "sick" is not up or down',
+      'events[1].health.state: "sick" is not up, down or unknown',
       'events[2].intent.state: missing; expected active, drain or disabled',
     ]);
   });
