@@ -118,6 +118,16 @@ const MAX_HASH_SEED = 0xffff_ffff;
 
 type Raw = Record<string, unknown>;
 
+/** A real's weight as the config takes it: an integer 0..65535 (the admin API, the state file and scenarios check the same). */
+export function isWeight(v: unknown): v is number {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= MAX_WEIGHT;
+}
+
+/** A real's intent as the config takes it: active, drain or disabled. */
+export function isRealIntent(v: unknown): v is RealIntent {
+  return (INTENTS as readonly unknown[]).includes(v);
+}
+
 class ProblemList {
   readonly items: ConfigProblem[] = [];
   add(path: string, message: string): void {

@@ -9,7 +9,7 @@ import { dirname } from 'node:path';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
-import { parseClientEndpoint, parseIpAddress, parseServiceAddress, problemLines } from '../config/validate.js';
+import { isRealIntent, isWeight, parseClientEndpoint, parseIpAddress, parseServiceAddress, problemLines } from '../config/validate.js';
 import { FlowState } from '../dataplane/flow-table.js';
 import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
 import { encodeLiveFlows, type LiveFlowsWire } from '../sim/live-flows-wire.js';
@@ -1098,13 +1098,11 @@ export class Daemon {
       // Every field checked as the admin API checks it: a weight of -5 here reached the Maglev
       // build, whose RangeError stopped the daemon at every start (the file is read each time).
       // A bad entry is dropped alone: the file's other drains and disables stay in force.
-      const isState = (v: unknown): boolean => v === 'active' || v === 'drain' || v === 'disabled';
-      const isWeight = (v: unknown): boolean => typeof v === 'number' && Number.isInteger(v) && v >= 0 && v <= 65535;
       const dropped: { intent: string; problem: string }[] = [];
       for (const [key, o] of overrides) {
         let problem: string | null = null;
-        if (o === null || typeof o !== 'object' || !isState(o.configState) || !isWeight(o.configWeight)) problem = 'malformed';
-        else if (o.state !== undefined && !isState(o.state)) problem = `state ${JSON.stringify(o.state)} is not active, drain or disabled`;
+        if (o === null || typeof o !== 'object' || !isRealIntent(o.configState) || !isWeight(o.configWeight)) problem = 'malformed';
+        else if (o.state !== undefined && !isRealIntent(o.state)) problem = `state ${JSON.stringify(o.state)} is not active, drain or disabled`;
         else if (o.weight !== undefined && !isWeight(o.weight)) problem = `weight ${JSON.stringify(o.weight)} is not an integer 0..65535`;
         if (problem === null) continue;
         overrides.delete(key);

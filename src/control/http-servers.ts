@@ -6,7 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { timingSafeEqual } from 'node:crypto';
 import { isIP } from 'node:net';
 import type { ListenAddress } from '../config/types.js';
-import { problemLines } from '../config/validate.js';
+import { isWeight, problemLines } from '../config/validate.js';
 import { DaemonError, type Daemon, type IntentChange } from './daemon.js';
 
 
@@ -214,7 +214,7 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
         }
         const w = (body as { weight?: unknown } | null)?.weight;
         if (w === undefined) throw new DaemonError('BAD_BODY', 'the body has no "weight": send {"weight": N}');
-        if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535) {
+        if (!isWeight(w)) {
           throw new DaemonError('BAD_WEIGHT', `weight ${JSON.stringify(w)} is not an integer 0..65535`);
         }
         json(res, 200, await daemon.setIntent(service, real, { weight: w }));

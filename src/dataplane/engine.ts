@@ -370,8 +370,13 @@ export class Engine {
       this.nextFragmentId = (id + 1) >>> 0;
       let rc = parseFrame(scratch, start, length, this.seg) === 0 ? 0 : -DropReason.gsoUnsupported;
       if (rc === 0) rc = encapsulate(scratch, this.seg, EXTRA_HEADROOM, 0, snap.realTunnelTemplates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, label, out);
+      // The frames to queue, as fragmentOuter lists them: [count, offset, length, ...].
       let pieces = 1;
-      if (rc >= 0) for (let g = 1; g <= gap; g++) scratch[out[0]! - g] = 0;
+      if (rc >= 0) {
+        for (let g = 1; g <= gap; g++) scratch[out[0]! - g] = 0;
+        frag[1] = out[0]!;
+        frag[2] = out[1]!;
+      }
       if (rc >= 0 && fragmentSegments) {
         // The bytes before this frame, down to the end of the one before it, are its headroom.
         const slotStart = k === 0 ? this.extraPos : segOut[2 * (k - 1)]! + segOut[2 * (k - 1) + 1]!;
@@ -383,17 +388,7 @@ export class Engine {
         batch.extraCount = queuedBefore;
         return rc;
       }
-      if (!fragmentSegments) {
-        batch.extraOffsets[batch.extraCount] = out[0]!;
-        batch.extraLengths[batch.extraCount] = out[1]!;
-        batch.extraCount++;
-        continue;
-      }
-      for (let f = 0; f < pieces; f++) {
-        batch.extraOffsets[batch.extraCount] = frag[1 + 2 * f]!;
-        batch.extraLengths[batch.extraCount] = frag[2 + 2 * f]!;
-        batch.extraCount++;
-      }
+      for (let f = 0; f < pieces; f++) this.pushExtra(batch, frag[1 + 2 * f]!, frag[2 + 2 * f]!);
       if (pieces > 1) fragPos = frag[1 + 2 * (pieces - 1)]! + frag[2 + 2 * (pieces - 1)]!;
     }
     this.counters[Counter.gsoSegmented]++;

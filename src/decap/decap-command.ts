@@ -41,12 +41,18 @@ function problem(message: string): void {
   process.stderr.write(`dsrlb decap: ${message}\n`);
 }
 
+/**
+ * The items of a list option given repeated and/or comma-separated (yargs hands over a string
+ * for a single value unless the option is declared as an array).
+ */
+function listItems(value: string | readonly string[] | undefined): string[] {
+  return ([] as unknown[]).concat(value ?? []).flatMap((v) => String(v).split(',')).map((v) => v.trim()).filter((v) => v !== '');
+}
+
 /** Exit 1 with one stderr line per problem, or the parsed options. */
 function parseOptions(opts: DecapOptions): { vips: VipSet; ifname: string | undefined; tunName: string; sources: SourceFilter | null } | string[] {
   const problems: string[] = [];
-  // yargs hands over a string for a single --vip unless the option is declared as an array.
-  const given: unknown[] = ([] as unknown[]).concat(opts.vips ?? []);
-  const texts = given.flatMap((v) => String(v).split(',')).map((v) => v.trim()).filter((v) => v !== '');
+  const texts = listItems(opts.vips);
   let vips: VipSet | undefined;
   if (texts.length === 0) problems.push('--vip: at least one VIP is required (e.g. --vip 203.0.113.10)');
   // The config's rule for a VIP: a unicast address, every bad one reported.
@@ -61,7 +67,7 @@ function parseOptions(opts: DecapOptions): { vips: VipSet; ifname: string | unde
   if (!/^[A-Za-z0-9_.%-]{1,15}$/.test(tunName)) {
     problems.push(`--tun: ${JSON.stringify(tunName)} is not a usable interface name (1 to 15 letters, digits, "_.-")`);
   }
-  const sourceTexts = ([] as unknown[]).concat(opts.allowSources ?? []).flatMap((v) => String(v).split(',')).map((v) => v.trim()).filter((v) => v !== '');
+  const sourceTexts = listItems(opts.allowSources);
   let sources: SourceFilter | null = null;
   try {
     if (sourceTexts.length > 0) sources = new SourceFilter(sourceTexts);

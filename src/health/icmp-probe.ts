@@ -3,8 +3,8 @@
 // identifier, sequence and source. The socket is opened on demand and closed when no probe waits.
 
 import { createRequire } from 'node:module';
-import ipaddr from 'ipaddr.js';
 import { isIPv6 } from 'node:net';
+import { normalizedAddress } from '../control/addresses.js';
 import { OK, fail, oneLine, timedOut, type ProbeOutcome, type ProbeTarget, type Prober } from './probe.js';
 
 /** The part of `raw-socket` used here; the package ships no types, so this is its whole surface. */
@@ -185,12 +185,7 @@ export class IcmpProber implements Prober {
 }
 
 function sameAddress(expected: string, source: string): boolean {
-  if (expected === source) return true;
-  try {
-    return ipaddr.parse(expected).toNormalizedString() === ipaddr.parse(source).toNormalizedString();
-  } catch {
-    return false;
-  }
+  return normalizedAddress(expected) === normalizedAddress(source);
 }
 
 function failFromSendError(error: Error): ProbeOutcome {

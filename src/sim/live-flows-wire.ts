@@ -48,9 +48,10 @@ export function decodeLiveFlows(wire: LiveFlowsWire | OldLiveFlows): { keys: Uin
   if (Array.isArray(wire.keys) && Array.isArray(wire.reals) && wire.keys.length === wire.reals.length * FLOW_KEY_WORDS) {
     return { keys: Uint32Array.from(wire.keys), realIndex: Int32Array.from(wire.reals.keys()), reals: wire.reals, cut: false };
   }
-  if (!('count' in wire)) throw new Error('not the format this dsrlb reads (a daemon of another version?)');
+  if (!('count' in wire) || !Number.isInteger(wire.count) || wire.count < 0 || !Array.isArray(wire.reals)) {
+    throw new Error('live flows: not the format this dsrlb reads (a daemon of another version?)');
+  }
   const count = wire.count;
-  if (!Number.isInteger(count) || count < 0 || !Array.isArray(wire.reals)) throw new Error('live flows: not the format this dsrlb reads (a daemon of another version?)');
   const keys = fromBase64(wire.keys, count * FLOW_KEY_WORDS, 'keys');
   const realIndex = new Int32Array(fromBase64(wire.realIndex, count, 'realIndex').buffer);
   return { keys, realIndex, reals: wire.reals, cut: wire.cut === true };

@@ -7,7 +7,7 @@ import { dirname, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import { MAX_REAL_IDS } from '../dataplane/counters.js';
 import type { Config, ConfigProblem, Protocol, RealIntent, ServiceConfig } from '../config/types.js';
-import { describe, isMapping, listWords, parseConfigText, parseIpAddress, parseListenAddress, serviceAddressName, unicastProblem, validateConfig, keyPath, unknownKeyMessage, yamlProblem } from '../config/validate.js';
+import { describe, isMapping, isWeight, listWords, parseConfigText, parseIpAddress, parseListenAddress, serviceAddressName, unicastProblem, validateConfig, keyPath, unknownKeyMessage, yamlProblem } from '../config/validate.js';
 import type { SimTuple } from './frames.js';
 
 /** Events of a scenario are applied in file order; `at` never goes backwards. */
@@ -350,7 +350,7 @@ function eventList(add: Add, problems: readonly ConfigProblem[], events: readonl
       const w = body['weight'];
       if (w === undefined || w === null) {
         if (action === 'weight') add(`${at}.weight`, `${w === null ? 'is empty' : 'missing'}; expected a weight (0..65535)`);
-      } else if (typeof w !== 'number' || !Number.isInteger(w) || w < 0 || w > 65535) {
+      } else if (!isWeight(w)) {
         add(`${at}.weight`, `${describe(w)} is not a weight (0..65535)`);
       } else {
         weight = w;
