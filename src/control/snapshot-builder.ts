@@ -10,7 +10,9 @@ import {
   SCHED_RENDEZVOUS,
   SCHED_WLC,
   serviceKeyHash,
+  sharedArray,
   type ForwardingSnapshot,
+  type TypedArrayOf,
 } from '../dataplane/forwarding-snapshot.js';
 import { stringHash } from '../dataplane/flow-hash.js';
 import { buildMaglevTable, countMovedSlots, type MaglevReal } from '../dataplane/maglev-table.js';
@@ -88,20 +90,20 @@ export class SnapshotBuilder {
 
   build(services: readonly ServiceView[], hashSeed: number, maxRealIds: number, tunnel: TunnelSources = { v4: null, v6: null }): BuildResult {
     const n = services.length;
-    const svcFamily = new Uint8Array(n);
-    const svcProtocol = new Uint8Array(n);
-    const svcPort = new Uint16Array(n);
-    const svcVip = new Uint32Array(n * 4);
-    const svcScheduler = new Uint8Array(n);
-    const svcDropAll = new Uint8Array(n);
+    const svcFamily = sharedArray(Uint8Array, n);
+    const svcProtocol = sharedArray(Uint8Array, n);
+    const svcPort = sharedArray(Uint16Array, n);
+    const svcVip = sharedArray(Uint32Array, n * 4);
+    const svcScheduler = sharedArray(Uint8Array, n);
+    const svcDropAll = sharedArray(Uint8Array, n);
     const svcTables: Int32Array[] = [];
-    const svcTableSize = new Int32Array(n);
-    const svcCandStart = new Int32Array(n);
-    const svcCandCount = new Int32Array(n);
+    const svcTableSize = sharedArray(Int32Array, n);
+    const svcCandStart = sharedArray(Int32Array, n);
+    const svcCandCount = sharedArray(Int32Array, n);
     const svcMidTables: Int32Array[] = [];
-    const svcMidCandStart = new Int32Array(n);
-    const svcMidCandCount = new Int32Array(n);
-    const svcMidDropAll = new Uint8Array(n);
+    const svcMidCandStart = sharedArray(Int32Array, n);
+    const svcMidCandCount = sharedArray(Int32Array, n);
+    const svcMidDropAll = sharedArray(Uint8Array, n);
     const candIds: number[] = [];
     const candSeeds: number[] = [];
     const candWeights: number[] = [];
@@ -109,13 +111,13 @@ export class SnapshotBuilder {
     let realIdLimit = 0;
     for (const s of services) for (const r of s.reals) realIdLimit = Math.max(realIdLimit, r.id + 1);
     if (realIdLimit > maxRealIds) throw new RangeError(`too many reals: id ${realIdLimit - 1} >= ${maxRealIds}`);
-    const realKeepExisting = new Uint8Array(realIdLimit);
-    const realForwarding = new Uint8Array(realIdLimit);
-    const realMac = new Uint8Array(realIdLimit * 6);
-    const realMacKnown = new Uint8Array(realIdLimit);
-    const realService = new Int32Array(realIdLimit).fill(-1);
-    const realTunnelTemplates = new Uint8Array(realIdLimit * TUNNEL_TEMPLATE_BYTES);
-    const realTunnelMtu = new Uint16Array(realIdLimit);
+    const realKeepExisting = sharedArray(Uint8Array, realIdLimit);
+    const realForwarding = sharedArray(Uint8Array, realIdLimit);
+    const realMac = sharedArray(Uint8Array, realIdLimit * 6);
+    const realMacKnown = sharedArray(Uint8Array, realIdLimit);
+    const realService = sharedArray(Int32Array, realIdLimit).fill(-1);
+    const realTunnelTemplates = sharedArray(Uint8Array, realIdLimit * TUNNEL_TEMPLATE_BYTES);
+    const realTunnelMtu = sharedArray(Uint16Array, realIdLimit);
     const vips: { family: number; words: Uint32Array; text: string }[] = [];
 
     /** Appends reals (sorted) to the candidate arrays; returns where they start. */
@@ -208,7 +210,7 @@ export class SnapshotBuilder {
 
     let buckets = 1;
     while (buckets < n * 2) buckets <<= 1;
-    const lookupBuckets = new Int32Array(buckets).fill(-1);
+    const lookupBuckets = sharedArray(Int32Array, buckets).fill(-1);
     for (let si = 0; si < n; si++) {
       let b = serviceKeyHash(svcFamily[si]!, svcProtocol[si]!, svcVip, si * 4, svcPort[si]!) & (buckets - 1);
       while (lookupBuckets[b] !== -1) b = (b + 1) & (buckets - 1);
@@ -230,9 +232,9 @@ export class SnapshotBuilder {
       svcTableSize,
       svcCandStart,
       svcCandCount,
-      candIds: Int32Array.from(candIds),
-      candSeeds: Uint32Array.from(candSeeds),
-      candWeights: Float64Array.from(candWeights),
+      candIds: sharedFrom(Int32Array, candIds),
+      candSeeds: sharedFrom(Uint32Array, candSeeds),
+      candWeights: sharedFrom(Float64Array, candWeights),
       svcMidTables,
       svcMidCandStart,
       svcMidCandCount,
@@ -248,8 +250,8 @@ export class SnapshotBuilder {
       realTunnelTemplates,
       realTunnelMtu,
       vipCount: vips.length,
-      vipWords: Uint32Array.from(vips.flatMap((v) => [...v.words])),
-      vipFamily: Uint8Array.from(vips.map((v) => v.family)),
+      vipWords: sharedFrom(Uint32Array, vips.flatMap((v) => [...v.words])),
+      vipFamily: sharedFrom(Uint8Array, vips.map((v) => v.family)),
     };
     return { snapshot, services: reports };
   }
@@ -269,6 +271,13 @@ export class SnapshotBuilder {
     nextTables.set(cacheKey, { inputs, table });
     return table;
   }
+}
+
+/** `values` in a shared typed array (forwarding-snapshot.ts sharedArray). */
+function sharedFrom<T extends { set(values: ArrayLike<number>): void }>(ctor: TypedArrayOf<T>, values: readonly number[]): T {
+  const out = sharedArray(ctor, values.length);
+  out.set(values);
+  return out;
 }
 
 function sortedByAddress(reals: readonly RealView[]): RealView[] {

@@ -3,6 +3,18 @@
 // typed arrays indexed by service index or real id. The control plane builds a new one aside
 // (src/control/snapshot-builder.ts) and the loop swaps it in between batches with one assignment.
 
+export type TypedArrayOf<T> = { new (buffer: SharedArrayBuffer): T; readonly BYTES_PER_ELEMENT: number };
+
+/**
+ * A zeroed typed array of `length` elements over a SharedArrayBuffer. Every array of a snapshot is
+ * made this way: posted to a packet loop it is shared, not copied. A copy of 81 services' Maglev
+ * tables (21 MiB) stalled each loop 4-11 ms per snapshot and grew its memory by as much until a
+ * collection. Sharing is safe because nothing writes a snapshot's arrays once it is built.
+ */
+export function sharedArray<T>(ctor: TypedArrayOf<T>, length: number): T {
+  return new ctor(new SharedArrayBuffer(length * ctor.BYTES_PER_ELEMENT));
+}
+
 export const SCHED_MAGLEV = 0;
 export const SCHED_RENDEZVOUS = 1;
 export const SCHED_WLC = 2;

@@ -3,6 +3,7 @@
 // The engine looks a flow up as table[hash % table.length]; an empty or all-zero set gives -1s.
 
 import { stringHash } from './flow-hash.js';
+import { sharedArray } from './forwarding-snapshot.js';
 
 export interface MaglevReal {
   /** The value written into the slots this real owns (an int32 >= 0). */
@@ -84,7 +85,7 @@ export function buildMaglevTable(
   seed: number,
 ): Int32Array {
   validate(reals, tableSize);
-  const table = new Int32Array(tableSize).fill(-1);
+  const table = sharedArray(Int32Array, tableSize).fill(-1); // a snapshot's: shared with the loops
   let divisor = 0;
   for (const real of reals) divisor = gcd(real.weight, divisor);
   if (divisor === 0) return table; // no real, or all weight 0
