@@ -6,7 +6,7 @@
 // copy-on-write faults cost it more CPU than the rest of its idle time. `ip -6 neigh` runs only
 // when there are IPv6 reals.
 
-import { createSocket } from 'node:dgram';
+import { createSocket, type Socket } from 'node:dgram';
 import { readFile } from 'node:fs/promises';
 import { EventEmitter } from 'node:events';
 import { monotonicMs } from '../dataplane/monotonic-clock.js';
@@ -26,6 +26,7 @@ const FAST_POLL_MS = 10_000;
 // /proc/net/arp flags (linux/if_arp.h): a complete or a permanent entry has a usable address.
 const ATF_COM = 0x02;
 const ATF_PERM = 0x04;
+const EMPTY = Buffer.alloc(0);
 
 /** Usable IPv4 neighbours of `ifname` from the text of /proc/net/arp, as `ip -j neigh` entries. */
 export function parseProcArp(text: string, ifname: string): NeighEntry[] {
@@ -55,6 +56,8 @@ export class NeighborWatcher extends EventEmitter {
   private fastUntil = 0;
   /** Datagrams sent to make the kernel resolve or revalidate a real (for tests). */
   kicks = 0;
+  /** One socket per family for those datagrams: a socket each cost 8,000 binds and closes a second at 8,000 unresolved reals. */
+  private readonly kickSockets: { udp4: Socket | null; udp6: Socket | null } = { udp4: null, udp6: null };
 
   constructor(
     private readonly ifname: string,
@@ -99,6 +102,10 @@ export class NeighborWatcher extends EventEmitter {
   stop(): void {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
+    for (const type of ['udp4', 'udp6'] as const) {
+      this.kickSockets[type]?.close();
+      this.kickSockets[type] = null;
+    }
   }
 
   /** Read the neighbour table once; emits 'change' when a wanted real's MAC appears or changes. */
@@ -135,9 +142,19 @@ export class NeighborWatcher extends EventEmitter {
 
   private kick(address: string): void {
     this.kicks++;
-    const sock = createSocket(address.includes(':') ? 'udp6' : 'udp4');
-    sock.on('error', () => sock.close());
+    const type = address.includes(':') ? 'udp6' : 'udp4';
+    let sock = this.kickSockets[type];
+    if (sock === null) {
+      const made = createSocket(type);
+      made.unref();
+      // A socket that failed is made again at the next kick; a send's own error (no route) is the callback's.
+      made.on('error', () => {
+        made.close();
+        if (this.kickSockets[type] === made) this.kickSockets[type] = null;
+      });
+      sock = this.kickSockets[type] = made;
+    }
     // Port 9 (discard): the datagram only makes the kernel resolve the neighbour.
-    sock.send(Buffer.alloc(0), 9, address, () => sock.close());
+    sock.send(EMPTY, 9, address, () => {});
   }
 }

@@ -1,3 +1,5 @@
+import { createSocket } from 'node:dgram';
+import { once } from 'node:events';
 import { describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/control/logger.js';
 import { NeighborWatcher, REVALIDATE_MS, parseProcArp } from '../../src/control/neighbors.js';
@@ -42,6 +44,29 @@ describe('NeighborWatcher', () => {
     advance(REVALIDATE_MS);
     await w.refresh();
     expect(w.kicks).toBe(5);
+  });
+
+  it('sends its datagrams from one socket per family, closed by stop() (a socket each was 8,000 binds a second at 8,000 unresolved reals)', async () => {
+    // Port 9 on a loopback address of the test's own: needs root, as the daemon does.
+    const sink = createSocket('udp4');
+    sink.bind(9, '127.0.0.31');
+    await once(sink, 'listening');
+    const ports: number[] = [];
+    sink.on('message', (_m, rinfo) => ports.push(rinfo.port));
+    const { w, advance } = watcher();
+    try {
+      w.setWanted(['127.0.0.31']);
+      for (let i = 0; i < 3; i++) {
+        await w.refresh();
+        advance(1_500);
+      }
+      for (let waited = 0; ports.length < 3 && waited < 2000; waited += 10) await new Promise((r) => setTimeout(r, 10));
+      expect(ports).toHaveLength(3);
+      expect(new Set(ports).size).toBe(1);
+    } finally {
+      w.stop();
+      sink.close();
+    }
   });
 
   it('polls an unresolved real every 250 ms for 10 s after it is wanted, then every 2 s; a resolved set every 2 s', async () => {
