@@ -329,7 +329,10 @@ function eventList(add: Add, problems: readonly ConfigProblem[], events: readonl
           if (entry !== undefined && !entry.removed) add(`${at}.address`, `${address} is already a real of service ${service.name}`);
           else if (configured >= MAX_REAL_IDS) add(`${at}.address`, `would make ${configured + 1} reals at once; the daemon (and the simulator) hold at most ${MAX_REAL_IDS}`);
           else if (parsed.address === service.vip) add(`${at}.address`, `${address} is the VIP of service ${service.name}; a real must be another host`);
-          else if (parsed.family !== service.family) add(`${at}.address`, `${address} is IPv${parsed.family} but the VIP of service ${service.name} is IPv${service.family}`);
+          // An added real takes the service's forwarding, and ipip carries an IPv4 VIP to IPv6 reals too (as the config allows).
+          else if (parsed.family !== service.family && !(service.family === 4 && service.forwarding === 'ipip')) {
+            add(`${at}.address`, `${address} is IPv${parsed.family} but the VIP of service ${service.name} is IPv${service.family}${service.family === 4 ? ' and its forwarding is l2 (ipip can carry IPv4 in IPv6)' : ''}`);
+          }
           else {
             // As the config refuses them: not a unicast host, or another service's VIP.
             const why = unicastProblem(address, 'a real');

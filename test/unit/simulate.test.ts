@@ -305,13 +305,28 @@ events:
       'events[1].removeReal.address: 10.0.0.11 is not a real of service web',
       'events[2].weight.address: 10.0.0.11 is not a real of service web',
       'events[3].addReal.address: 10.0.0.12 is already a real of service web',
-      'events[4].addReal.address: 2001:db8::5 is IPv6 but the VIP of service web is IPv4',
+      'events[4].addReal.address: 2001:db8::5 is IPv6 but the VIP of service web is IPv4 and its forwarding is l2 (ipip can carry IPv4 in IPv6)',
       'events[5].removeReal.address: 10.0.0.9 is not a real of service web',
       'events[6].intent.state: "sleeping" is not active, drain or disabled',
       'events[8].weight.weight: 70000 is not a weight (0..65535)',
       'events[10].addReal.address: "0.0.0.0" is the unspecified address; a real must be a unicast address reachable on the network',
       'events[11].addReal.address: "224.0.0.1" is a multicast address; a real must be a unicast address reachable on the network',
     ]);
+  });
+
+  it('adds an IPv6 real to an IPv4 VIP whose service forwards by ipip, as the config allows', () => {
+    const result = run(`
+config:
+  tunnel: { sourceV4: 192.0.2.1, sourceV6: "2001:db8::1" }
+  services:
+    - { name: web, vip: 203.0.113.10, port: 80, forwarding: ipip, reals: [ { address: "2001:db8::11" } ] }
+events:
+  - { at: 0s, addReal: { service: web, address: "2001:db8::12" } }
+${flows('f', 40, '1s', '1s')}`);
+    const reals = result.summary.services[0]!.reals;
+    expect(reals.map((r) => r.address)).toEqual(['2001:db8::11', '2001:db8::12']);
+    expect(reals[1]!.flowsStarted).toBeGreaterThan(0);
+    expect(reals[0]!.flowsStarted + reals[1]!.flowsStarted).toBe(40);
   });
 
   it('refuses to add another service\'s VIP as a real, as the config does', () => {
