@@ -59,6 +59,9 @@ _Static_assert(TPACKET2_HDRLEN == 52, "TPACKET2_HDRLEN");
 #ifndef PACKET_FANOUT_FLAG_IGNORE_OUTGOING
 #define PACKET_FANOUT_FLAG_IGNORE_OUTGOING 0x4000
 #endif
+#ifndef PACKET_FANOUT_FLAG_UNIQUEID
+#define PACKET_FANOUT_FLAG_UNIQUEID 0x2000
+#endif
 
 // TPACKET_V3 frames are variable-sized; the kernel still validates a nominal frame size.
 #define NOMINAL_FRAME_BYTES 2048u
@@ -445,9 +448,44 @@ static int join_fanout(int fd, uint32_t group_id, uint32_t type_flags) {
   return setsockopt(fd, SOL_PACKET, PACKET_FANOUT, &fanout, sizeof fanout);
 }
 
+// Puts the bound socket `fd` into a PACKET_FANOUT hash group: a new one (`make`), whose id the
+// kernel picks among those no group of the namespace uses (PACKET_FANOUT_FLAG_UNIQUEID, Linux >=
+// 4.12), or the existing group `group_id`. Group ids are shared by every program of the network
+// namespace: a group made under an id of our own choosing would have been joined silently when
+// another program had one under it. Returns 0 and the group's id in *joined, or an errno.
+static int enter_fanout(int fd, int make, uint32_t group_id, uint32_t* joined) {
+  // A fanout group delivers through its own hook, which ignores the socket's
+  // PACKET_IGNORE_OUTGOING: the group needs the flag too (Linux >= 6.2). Older kernels refuse
+  // it with EINVAL; there the TypeScript side still skips PACKET_OUTGOING frames. The group keeps
+  // the flags it was made with, and a member must give the same ones: the fallback is the same
+  // for the loop that makes it and those that join.
+  // No PACKET_FANOUT_FLAG_DEFRAG: it reassembles IPv4 datagrams before fanout, and a reassembled
+  // datagram larger than the MTU cannot be sent on to an L2 real (EMSGSIZE). The skb hash of
+  // every fragment, first or later, covers addresses and protocol only, so the fragments of a
+  // datagram reach one loop, whose fragment table sends them after their first fragment.
+  uint32_t type_flags = PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_IGNORE_OUTGOING;
+  // UNIQUEID wants id 0 and is not kept: the members that join later name the id without it.
+  if (make) {
+    type_flags |= PACKET_FANOUT_FLAG_UNIQUEID;
+    group_id = 0;
+  }
+  int r = join_fanout(fd, group_id, type_flags);
+  if (r < 0 && errno == EINVAL) r = join_fanout(fd, group_id, type_flags & ~PACKET_FANOUT_FLAG_IGNORE_OUTGOING);
+  if (r < 0) return errno;
+  // id | type << 16 | flags << 24 of the group the socket is in now.
+  uint32_t fanout = 0;
+  socklen_t length = sizeof fanout;
+  if (getsockopt(fd, SOL_PACKET, PACKET_FANOUT, &fanout, &length) < 0) return errno;
+  // A kernel before 4.12 takes UNIQUEID for an unknown flag, keeps it, and puts the socket in
+  // group 0, which may be another program's.
+  if (make && ((fanout >> 24) & (PACKET_FANOUT_FLAG_UNIQUEID >> 8)) != 0) return EOPNOTSUPP;
+  *joined = fanout & 0xffff;
+  return 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // openPacketSocket({ ifname, blockSizeBytes, blockCount, retireTimeoutMs, reserveBytes, vnetHdr,
-//                    fanoutGroupId, ringVersion = 3, frameSizeBytes (V2) })
+//                    fanoutGroupId | fanoutNewGroup, ringVersion = 3, frameSizeBytes (V2) })
 
 static int get_optional_uint32(napi_env env, napi_value object, const char* name, uint32_t fallback, uint32_t* out) {
   napi_value value;
@@ -466,6 +504,8 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   uint32_t block_size, block_count, retire_ms, reserve, fanout_id = 0;
   uint32_t version, frame_size;
   bool vnet = false;
+  // A fanout group to join (fanoutGroupId) or to make (fanoutNewGroup), or neither.
+  bool fanout_join = false, fanout_make = false;
   napi_valuetype type;
 
   if (!get_args(env, info, 1, argv)) return NULL;
@@ -497,8 +537,18 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
     return NULL;
   }
   if (!get_property(env, argv[0], "fanoutGroupId", &value)) return NULL;
+  if (napi_typeof(env, value, &type) == napi_ok && type != napi_undefined) {
+    if (!get_uint32(env, value, "fanoutGroupId", &fanout_id)) return NULL;
+    fanout_join = true;
+  }
+  if (!get_property(env, argv[0], "fanoutNewGroup", &value)) return NULL;
   if (napi_typeof(env, value, &type) == napi_ok && type != napi_undefined &&
-      !get_uint32(env, value, "fanoutGroupId", &fanout_id)) {
+      napi_get_value_bool(env, value, &fanout_make) != napi_ok) {
+    throw_type(env, "fanoutNewGroup must be a boolean");
+    return NULL;
+  }
+  if (fanout_join && fanout_make) {
+    throw_type(env, "fanoutGroupId (join a group) and fanoutNewGroup (make one) exclude each other");
     return NULL;
   }
 
@@ -591,7 +641,8 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   if (ring == MAP_FAILED) { call = "mmap(PACKET_RX_RING)"; err = errno; goto fail; }
   s->ring = ring;
 
-  if (fanout_id > 0 && set_drop_all_filter(s->fd, 1) < 0) {
+  bool fanout = fanout_join || fanout_make;
+  if (fanout && set_drop_all_filter(s->fd, 1) < 0) {
     call = "setsockopt(SO_ATTACH_FILTER)"; err = errno; goto fail;
   }
   struct sockaddr_ll sll;
@@ -619,18 +670,10 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   }
   if (getsockopt(s->tx_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sndbuf_len) < 0) sndbuf = 0;
   s->send_buffer_bytes = sndbuf;
-  if (fanout_id > 0) {
-    // A fanout group delivers through its own hook, which ignores the socket's
-    // PACKET_IGNORE_OUTGOING: the group needs the flag too (Linux >= 6.2). Older kernels refuse
-    // it with EINVAL; there the TypeScript side still skips PACKET_OUTGOING frames.
-    // No PACKET_FANOUT_FLAG_DEFRAG: it reassembles IPv4 datagrams before fanout, and a reassembled
-    // datagram larger than the MTU cannot be sent on to an L2 real (EMSGSIZE). The skb hash of
-    // every fragment, first or later, covers addresses and protocol only, so the fragments of a
-    // datagram reach one loop, whose fragment table sends them after their first fragment.
-    uint32_t type_flags = PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_IGNORE_OUTGOING;
-    int r = join_fanout(s->fd, fanout_id, type_flags);
-    if (r < 0 && errno == EINVAL) r = join_fanout(s->fd, fanout_id, type_flags & ~PACKET_FANOUT_FLAG_IGNORE_OUTGOING);
-    if (r < 0) { call = "setsockopt(PACKET_FANOUT)"; err = errno; goto fail; }
+  uint32_t fanout_group = 0;
+  if (fanout) {
+    err = enter_fanout(s->fd, fanout_make, fanout_id, &fanout_group);
+    if (err != 0) { call = "setsockopt(PACKET_FANOUT)"; goto fail; }
     // From here the group's hash decides which frames are ours.
     if (set_drop_all_filter(s->fd, 0) < 0) { call = "setsockopt(SO_DETACH_FILTER)"; err = errno; goto fail; }
   }
@@ -668,6 +711,12 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   set_int_property(env, handle, "frameSizeBytes", s->frame_size);
   set_int_property(env, handle, "frameCount", s->frame_count);
   set_int_property(env, handle, "sendBufferBytes", s->send_buffer_bytes);
+  if (fanout) {
+    set_int_property(env, handle, "fanoutGroupId", fanout_group);
+  } else {
+    napi_get_null(env, &v);
+    napi_set_named_property(env, handle, "fanoutGroupId", v);
+  }
   napi_get_boolean(env, vnet, &v);
   napi_set_named_property(env, handle, "vnetHdr", v);
   napi_create_string_utf8(env, ifname, NAPI_AUTO_LENGTH, &v);

@@ -1,7 +1,7 @@
 // The packet loops of one daemon, as the control plane sees them: one worker thread per loop
-// (PACKET_FANOUT spreads flows over their sockets by hash, so each flow stays in one loop's flow
-// table), or a single loop on this thread for io: pcap (the cap addon polls on the process's
-// default libuv loop). Counters and per-real flow counts are summed over the loops when read.
+// (a PACKET_FANOUT group of their own spreads flows over their sockets by hash, so each flow stays
+// in one loop's flow table), or a single loop on this thread for io: pcap (the cap addon polls on
+// the process's default libuv loop). Counters and per-real flow counts are summed over the loops when read.
 
 import { setFlagsFromString } from 'node:v8';
 import { Worker } from 'node:worker_threads';
@@ -9,8 +9,9 @@ import { COUNTER_SLOTS, Counter, createCounters } from '../dataplane/counters.js
 import type { FlowTimeouts } from '../dataplane/flow-table.js';
 import type { ForwardingSnapshot } from '../dataplane/forwarding-snapshot.js';
 import { monotonicMs } from '../dataplane/monotonic-clock.js';
-import { LoopRunner, type LoopEvent, type LoopRequest, type LoopSettings } from '../dataplane/loop-runner.js';
+import { LoopRunner, type FanoutMembership, type LoopEvent, type LoopRequest, type LoopSettings } from '../dataplane/loop-runner.js';
 import { DaemonError } from './daemon-error.js';
+import { FanoutGroup } from './fanout-group.js';
 import type { Logger } from './logger.js';
 
 /** How long ask() waits for a loop that still runs; a loop answers within one wake-up (a few ms). */
@@ -76,7 +77,7 @@ interface Pending {
   readonly timer: NodeJS.Timeout;
 }
 
-export type LoopBase = Omit<LoopSettings, 'counters' | 'fanoutGroupId' | 'cpu'>;
+export type LoopBase = Omit<LoopSettings, 'counters' | 'fanout' | 'cpu'>;
 
 export class LoopGroup {
   private loops: Loop[] = [];
@@ -104,10 +105,12 @@ export class LoopGroup {
   private lastSnapshot: ForwardingSnapshot | null = null;
   private lastTimeouts: FlowTimeouts | null = null;
   private stopped = false;
-  /** Worker threads by their settings until they exit (a replacement that hangs is terminated). */
-  private readonly startingWorkers = new Map<LoopSettings, Worker>();
+  /** Worker threads, by the settings startOne was given, until they exit (a replacement that hangs is terminated). */
+  private readonly startingWorkers = new Map<Omit<LoopSettings, 'fanout'>, Worker>();
   /** A loss was handed to onLost: the group no longer runs whole, whatever its other loops do. */
   private broken = false;
+  /** The loops' PACKET_FANOUT group; null for a single loop, which needs none. */
+  private fanout: FanoutGroup | null = null;
 
   /**
    * Called when a loop ends by itself and cannot be started again (RESTARTS_PER_WINDOW used up, or
@@ -131,20 +134,51 @@ export class LoopGroup {
     this.restartReadyMs = opts.restartReadyMs ?? RESTART_READY_MS;
   }
 
-  /** Starts `count` loops (1 for pcap), loop i pinned to cpus[i % length], and resolves when all are ready. */
+  /**
+   * Starts `count` loops (1 for pcap), loop i pinned to cpus[i % length], and resolves when all are
+   * ready. With more than one, the first makes their fanout group, and the others are started once
+   * it is ready, to join it (one worker's start, 0.1-0.2 s here, before the others start together).
+   */
   async start(base: LoopBase, count: number, cpus: readonly number[] = []): Promise<void> {
     const n = base.io === 'pcap' ? 1 : count;
-    // One fanout group per daemon process; 0 (no fanout) for a single loop.
-    const fanoutGroupId = n > 1 ? (process.pid & 0xfffe) + 1 : 0;
+    this.fanout = n > 1 ? new FanoutGroup() : null;
     const cpuOf = (i: number): number | null => (cpus.length > 0 ? cpus[i % cpus.length]! : null);
     // flowTable.capacity is the daemon's, as memory is: each loop holds its share (fanout spreads
     // flows evenly by hash), not a whole table each.
     const flowCapacity = Math.ceil(base.flowCapacity / n);
     this.flowCapacity = flowCapacity * n;
-    await Promise.all(Array.from({ length: n }, (_, i) => this.startOne({ ...base, flowCapacity, counters: createCounters(), fanoutGroupId, cpu: cpuOf(i) })));
+    await Promise.all(Array.from({ length: n }, (_, i) => this.startOne({ ...base, flowCapacity, counters: createCounters(), cpu: cpuOf(i) })));
   }
 
-  private startOne(settings: LoopSettings): Promise<void> {
+  /** The PACKET_FANOUT group the loops are in, null without one (a single loop) or while none is (being made). */
+  get fanoutGroupId(): number | null {
+    return this.fanout?.id ?? null;
+  }
+
+  /**
+   * Starts one loop with `unjoined` and its part in the fanout group (LoopSettings.fanout), which is
+   * decided here, when it starts: the group may have been made, or be gone, since the loop it replaces
+   * started. `unjoined` (the same object) names the starting worker in startingWorkers.
+   */
+  private async startOne(unjoined: Omit<LoopSettings, 'fanout'>): Promise<void> {
+    // Stands for this loop in the fanout group's bookkeeping, from before its worker exists.
+    const holder = {};
+    const fanout = this.fanout;
+    let membership: FanoutMembership = { mode: 'none' };
+    if (fanout !== null) {
+      try {
+        membership = await fanout.enter(holder);
+      } catch (err) {
+        fanout.leave(holder);
+        throw err;
+      }
+      // Stopped, or given up on, while it waited for the group's id: nothing more to start.
+      if (this.stopped || this.broken) {
+        fanout.leave(holder);
+        throw new LoopError('LOOP_STOPPED', 'the packet loops stopped before this one started');
+      }
+    }
+    const settings: LoopSettings = { ...unjoined, fanout: membership };
     return new Promise<void>((resolve, reject) => {
       const loop: Loop = {
         settings,
@@ -161,6 +195,11 @@ export class LoopGroup {
       const onEvent = (e: LoopEvent): void => {
         switch (e.type) {
           case 'ready':
+            if (e.fanoutGroupId !== null) {
+              // The group's id for the loops that wait to join it.
+              fanout?.ready(holder, e.fanoutGroupId);
+              if (membership.mode === 'make') this.log.info('packet loops share a new PACKET_FANOUT group', { fanoutGroupId: e.fanoutGroupId, interface: settings.interface });
+            }
             this.localMac = e.localMac;
             this.mtu = e.mtu;
             loop.active = e.activeByReal;
@@ -213,8 +252,8 @@ export class LoopGroup {
       }
       disableMemoryReducerForNewIsolates();
       const worker = this.createWorker(settings);
-      this.startingWorkers.set(settings, worker);
-      worker.once('exit', () => this.startingWorkers.delete(settings));
+      this.startingWorkers.set(unjoined, worker);
+      worker.once('exit', () => this.startingWorkers.delete(unjoined));
       loop.worker = worker;
       loop.post = (m) => worker.postMessage(m);
       worker.on('message', onEvent);
@@ -233,6 +272,8 @@ export class LoopGroup {
         loop.running = false;
         loop.exited = true;
         this.forgetLoop(loop);
+        // Its socket is closed: it no longer holds the fanout group (before a replacement asks for it).
+        fanout?.leave(holder, loop.failure?.code === 'EINTERFACE');
         // One that ends before it was ready (a no-op once it was): its start fails, not hangs.
         reject(new LoopError('LOOP_EXITED', `packet loop exited with code ${code} before it was ready`));
         if (lost) this.lose(loop, loop.failure?.message ?? `packet loop exited with code ${code}`);
@@ -242,8 +283,9 @@ export class LoopGroup {
 
   /**
    * A loop ended by itself: its counts are kept, it leaves the group, and a new loop with the same
-   * settings, the last snapshot and fresh counters takes its place (its socket joins the same
-   * fanout group). Its flow table is gone, and the kernel spreads the group's flows anew as a
+   * settings, the last snapshot and fresh counters takes its place (its socket joins the loops'
+   * fanout group, or makes a new one when no loop holds that any more, as after the interface
+   * was made again). Its flow table is gone, and the kernel spreads the group's flows anew as a
    * member leaves and joins (other loops' flows move too): their packets find their reals again as
    * after a daemon restart (the mid-stream placement). The VIPs, the announcements and the health
    * state carry on untouched, which a restart of the whole daemon would not.
@@ -274,8 +316,10 @@ export class LoopGroup {
     this.restarts++;
     this.retired[Counter.loopRestarts] = this.restarts;
     this.restarting++;
-    const settings: LoopSettings = {
-      ...loop.settings,
+    // Its part in the fanout group is decided anew when it starts (startOne).
+    const { fanout: _previous, ...same } = loop.settings;
+    const settings: Omit<LoopSettings, 'fanout'> = {
+      ...same,
       counters: createCounters(),
       timeouts: this.lastTimeouts ?? loop.settings.timeouts,
       snapshot: this.lastSnapshot ?? loop.settings.snapshot,

@@ -22,13 +22,20 @@ export interface LoopSettings {
   timeouts: FlowTimeouts;
   maxRealIds: number;
   counters: Float64Array;
-  /** PACKET_FANOUT group shared by the daemon's loops (0: a single loop, no fanout). */
-  fanoutGroupId: number;
+  /** Its socket's part in the PACKET_FANOUT group of the daemon's loops. */
+  fanout: FanoutMembership;
   /** The CPU this loop's thread runs on (config `cpus`), or null: wherever the kernel puts it. */
   cpu: number | null;
   /** The snapshot to run from the first packet (a loop started again after it ended); else the empty one until the first 'snapshot'. */
   snapshot?: ForwardingSnapshot | null;
 }
+
+/**
+ * How a loop's socket takes part in the PACKET_FANOUT group that spreads the flows over the
+ * daemon's loops: not at all (a single loop); as the socket that makes it, under an id the kernel
+ * picks that no other program's group has (the loop reports it in 'ready'); or joining that group.
+ */
+export type FanoutMembership = { readonly mode: 'none' } | { readonly mode: 'make' } | { readonly mode: 'join'; readonly groupId: number };
 
 export type LoopRequest =
   | { type: 'snapshot'; snapshot: ForwardingSnapshot }
@@ -38,7 +45,8 @@ export type LoopRequest =
   | { type: 'stop' };
 
 export type LoopEvent =
-  | { type: 'ready'; localMac: Uint8Array; mtu: number; activeByReal: Int32Array; inactiveByReal: Int32Array }
+  /** fanoutGroupId: the PACKET_FANOUT group its socket is in, null without one. */
+  | { type: 'ready'; localMac: Uint8Array; mtu: number; activeByReal: Int32Array; inactiveByReal: Int32Array; fanoutGroupId: number | null }
   | { type: 'error'; code: string; message: string }
   | { type: 'explained'; id: number; real: number; placement: string; generation: number; slot: number; flowState: number }
   | { type: 'flows'; id: number; keys: Uint32Array; reals: Int32Array; count: number }
@@ -59,7 +67,8 @@ async function openIo(s: LoopSettings): Promise<PacketIo> {
   const { AfPacketIo } = await import('../io/afpacket-io.js');
   return AfPacketIo.open({
     interface: s.interface,
-    fanoutGroupId: s.fanoutGroupId > 0 ? s.fanoutGroupId : undefined,
+    fanoutGroupId: s.fanout.mode === 'join' ? s.fanout.groupId : undefined,
+    fanoutNewGroup: s.fanout.mode === 'make',
     ringVersion: s.ring === 'v2' ? 2 : 3,
   });
 }
@@ -88,6 +97,12 @@ export class LoopRunner {
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       this.emit({ type: 'error', code: e.code ?? 'EIO', message: `opening ${s.io} on ${s.interface}: ${e.message}` });
+      return false;
+    }
+    if (s.fanout.mode !== 'none' && (io.fanoutGroupId ?? null) === null) {
+      // The other loops would wait for (or share flows with) a group this I/O is not in.
+      io.close();
+      this.emit({ type: 'error', code: 'EINVAL', message: `opening ${s.io} on ${s.interface}: this I/O cannot take part in a PACKET_FANOUT group (workers > 1 needs io: afpacket)` });
       return false;
     }
     const engine = new Engine({ flowCapacity: s.flowCapacity, timeouts: s.timeouts, maxRealIds: s.maxRealIds, counters: s.counters, localMac: io.localMac, mtu: io.mtu });
@@ -129,7 +144,7 @@ export class LoopRunner {
     }, 100);
     // A heartbeat from the start: a loop started again is not taken for a stalled one until its first housekeeping.
     c[Counter.loopHeartbeatMs] = origin + performance.now();
-    this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal });
+    this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal, fanoutGroupId: io.fanoutGroupId ?? null });
     return true;
   }
 

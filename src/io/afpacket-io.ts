@@ -38,8 +38,14 @@ export interface AfPacketIoOptions {
   retireTimeoutMs?: number;
   /** Headroom the kernel leaves before each frame for encapsulation headers (at most 1024). */
   reserveBytes?: number;
-  /** > 0: share the interface's traffic with other sockets of this PACKET_FANOUT group (flow hash). */
+  /**
+   * Share the interface's traffic (by flow hash) with the other sockets of the existing
+   * PACKET_FANOUT group with this id (0..65535), one that another socket of this program made
+   * with fanoutNewGroup.
+   */
   fanoutGroupId?: number;
+  /** Make a new PACKET_FANOUT group (see fanoutGroupId) under an id the kernel picks; `fanoutGroupId` of the AfPacketIo tells which. */
+  fanoutNewGroup?: boolean;
   /**
    * Receive and send a virtio_net_hdr with every frame (default true). Without it, partial
    * checksums and GSO super-frames cannot be sent back as they are (see FRAME_* flags).
@@ -189,6 +195,25 @@ function positiveInteger(name: string, value: number, min: number, max: number):
 }
 
 /**
+ * The kernel's refusal of the fanout group, in words that say which group and what may be wrong
+ * (the errno name stays the code), or null for any other failure to open.
+ */
+function fanoutRefused(err: unknown, options: AfPacketIoOptions): Error | null {
+  if (!isNativeSystemError(err) || err.syscall !== 'setsockopt(PACKET_FANOUT)') return null;
+  const ifname = options.interface;
+  let message: string;
+  if (options.fanoutNewGroup) {
+    message = `the kernel refused to make a PACKET_FANOUT group on ${ifname} under an id of its choosing (${err.message})`;
+    if (err.code === 'EOPNOTSUPP') message += ': PACKET_FANOUT_FLAG_UNIQUEID needs Linux 4.12 or later (workers: 1 needs no group)';
+    else if (err.code === 'EINVAL') message += `: is ${ifname} up?`;
+  } else {
+    message = `the kernel refused to let the socket on ${ifname} join PACKET_FANOUT group ${options.fanoutGroupId}, which another packet loop of this daemon made (${err.message})`;
+    if (err.code === 'EINVAL') message += `: a group of another type, flags or interface has that id now, or ${ifname} is down`;
+  }
+  return Object.assign(new Error(message), { code: err.code, errno: err.errno, syscall: err.syscall });
+}
+
+/**
  * Frames as on the wire: a VLAN tag the kernel stripped into the ring header is put back, and
  * flags come from the virtio_net_hdr (or tp_status without one). A frame cut short by the ring
  * (snaplen < wire length) is dropped here and counted in rxTruncated, never shown to the engine.
@@ -203,6 +228,8 @@ export class AfPacketIo implements PacketIo {
   readonly mtu: number;
   readonly ifname: string;
   readonly vnetHdr: boolean;
+  /** The PACKET_FANOUT group the socket is in, null without one. */
+  readonly fanoutGroupId: number | null;
 
   private readonly native: DsrlbNative;
   private readonly handle: PacketSocketHandle;
@@ -265,17 +292,23 @@ export class AfPacketIo implements PacketIo {
     const batchCapacity = positiveInteger('batchCapacity', options.batchCapacity ?? AFPACKET_DEFAULTS.batchCapacity, 1, 65536);
     const reserveBytes = options.reserveBytes ?? AFPACKET_DEFAULTS.reserveBytes;
     const ringVersion = options.ringVersion ?? AFPACKET_DEFAULTS.ringVersion;
-    const handle = native.openPacketSocket({
-      ifname: options.interface,
-      frameSizeBytes: ringVersion === 2 ? frameSizeFor(native.interfaceInfo(options.interface).mtu, reserveBytes) : undefined,
-      blockSizeBytes: options.blockSizeBytes ?? AFPACKET_DEFAULTS.blockSizeBytes,
-      blockCount: options.blockCount ?? AFPACKET_DEFAULTS.blockCount,
-      retireTimeoutMs: options.retireTimeoutMs ?? AFPACKET_DEFAULTS.retireTimeoutMs,
-      reserveBytes,
-      vnetHdr: options.vnetHdr ?? AFPACKET_DEFAULTS.vnetHdr,
-      fanoutGroupId: options.fanoutGroupId ?? 0,
-      ringVersion,
-    });
+    let handle: PacketSocketHandle;
+    try {
+      handle = native.openPacketSocket({
+        ifname: options.interface,
+        frameSizeBytes: ringVersion === 2 ? frameSizeFor(native.interfaceInfo(options.interface).mtu, reserveBytes) : undefined,
+        blockSizeBytes: options.blockSizeBytes ?? AFPACKET_DEFAULTS.blockSizeBytes,
+        blockCount: options.blockCount ?? AFPACKET_DEFAULTS.blockCount,
+        retireTimeoutMs: options.retireTimeoutMs ?? AFPACKET_DEFAULTS.retireTimeoutMs,
+        reserveBytes,
+        vnetHdr: options.vnetHdr ?? AFPACKET_DEFAULTS.vnetHdr,
+        fanoutGroupId: options.fanoutGroupId,
+        fanoutNewGroup: options.fanoutNewGroup,
+        ringVersion,
+      });
+    } catch (err) {
+      throw fanoutRefused(err, options) ?? err;
+    }
     if (handle.hardwareType !== ARPHRD_ETHER && handle.hardwareType !== ARPHRD_LOOPBACK) {
       native.close(handle);
       const error = new Error(
@@ -294,6 +327,7 @@ export class AfPacketIo implements PacketIo {
     this.localMac = Uint8Array.from(handle.mac);
     this.mtu = handle.mtu;
     this.vnetHdr = handle.vnetHdr;
+    this.fanoutGroupId = handle.fanoutGroupId;
     this.ringVersion = handle.ringVersion;
     this.vnetLen = handle.vnetHdr ? VNET_HDR_LEN : 0;
     this.blockSizeBytes = handle.blockSizeBytes;

@@ -20,8 +20,18 @@ export interface OpenPacketSocketOptions {
   reserveBytes: number;
   /** PACKET_VNET_HDR: a 10-byte virtio_net_hdr precedes every received and every sent frame. */
   vnetHdr: boolean;
-  /** > 0: join PACKET_FANOUT group (HASH, no DEFRAG: fragments go through as they are) with this id (1..65535). */
+  /**
+   * Join the existing PACKET_FANOUT group with this id (0..65535; HASH, no DEFRAG: fragments go
+   * through as they are). Ids are shared by every program in the network namespace: join only a
+   * group this program made (see fanoutNewGroup), or the kernel makes one under this id if none has it.
+   */
   fanoutGroupId?: number;
+  /**
+   * Make a new PACKET_FANOUT group (as fanoutGroupId describes) under an id the kernel picks among
+   * those no group uses (PACKET_FANOUT_FLAG_UNIQUEID, Linux >= 4.12); the handle's fanoutGroupId
+   * tells which. Excludes fanoutGroupId.
+   */
+  fanoutNewGroup?: boolean;
   /** 3 (default): TPACKET_V3 blocks; 2: TPACKET_V2 fixed frames, each handed over at once. */
   ringVersion?: 2 | 3;
   /** V2: bytes per ring frame, a power of two >= 2048 dividing blockSizeBytes (default 2048). */
@@ -52,6 +62,8 @@ export interface PacketSocketHandle extends InterfaceInfo {
   readonly vnetHdr: boolean;
   /** SO_SNDBUF of the sending socket (the kernel doubles what was asked: 16 MiB with privileges). */
   readonly sendBufferBytes: number;
+  /** The PACKET_FANOUT group the socket is in (getsockopt), null when it was opened without one. */
+  readonly fanoutGroupId: number | null;
 }
 
 /** PACKET_STATISTICS since the previous call: the kernel resets them on each read. */
@@ -96,6 +108,10 @@ export interface NativeSystemError extends Error {
 }
 
 export interface DsrlbNative {
+  /**
+   * Throws a NativeSystemError; one whose syscall is 'setsockopt(PACKET_FANOUT)' when the kernel
+   * refused the fanout group (EOPNOTSUPP: a kernel before 4.12 ignored PACKET_FANOUT_FLAG_UNIQUEID).
+   */
   openPacketSocket(options: OpenPacketSocketOptions): PacketSocketHandle;
   /**
    * sendmmsg of frames [first, count) whose bytes lie in the ring at offsets[i], lengths[i]

@@ -100,6 +100,8 @@ export interface PacketIo {
   /** The interface's MAC address (6 bytes) and MTU, read when the backend opened it. */
   readonly localMac: Uint8Array;
   readonly mtu: number;
+  /** The PACKET_FANOUT group its socket is in, null for none; backends without fanout leave it out. */
+  readonly fanoutGroupId?: number | null;
   /**
    * Start delivering batches. `onBatch` runs synchronously for each batch and fills the verdicts;
    * when it returns, the backend sends the VERDICT_TX frames and recycles the batch memory.

@@ -1,5 +1,5 @@
-// Run inside a fresh network namespace (root): one packet socket A in fanout group 777 takes a UDP
-// flood on lo while a second socket B joins the same group, polls for a moment and leaves, again
+// Run inside a fresh network namespace (root): one packet socket A in a fanout group it made (the
+// kernel picks the id) takes a UDP flood on lo while a second socket B joins the same group, polls for a moment and leaves, again
 // and again. Every datagram carries a sequence number; one seen by two sockets was duplicated,
 // which a forwarder would send twice. 16 flows (source ports), so the hash gives the joiner some. Prints {sent, received, duplicated, joins} as JSON.
 import { spawn } from 'node:child_process';
@@ -13,7 +13,7 @@ const SECONDS = Number(process.argv[3] ?? 4);
 const JOINS = Number(process.argv[2] ?? 150);
 const MAX_SEQ = 1 << 24;
 const seen = new Uint8Array(MAX_SEQ);
-const options = { ifname: 'lo', blockSizeBytes: 1 << 16, blockCount: 64, retireTimeoutMs: 1, reserveBytes: 128, vnetHdr: true, fanoutGroupId: 777 };
+const options = { ifname: 'lo', blockSizeBytes: 1 << 16, blockCount: 64, retireTimeoutMs: 1, reserveBytes: 128, vnetHdr: true };
 
 /** Counts the sequence number of every flood datagram in each ready TPACKET_V3 block, then hands the block back. */
 let byJoiner = 0;
@@ -43,7 +43,7 @@ function drainer(handle, joiner) {
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const a = native.openPacketSocket(options);
+const a = native.openPacketSocket({ ...options, fanoutNewGroup: true });
 native.startPolling(a, drainer(a, false));
 
 const flood = spawn('python3', ['-c', `
@@ -65,7 +65,7 @@ await sleep(100);
 let joins = 0;
 const floodEnd = Date.now() + SECONDS * 1000 - 200;
 for (; joins < JOINS && Date.now() < floodEnd; joins++) {
-  const b = native.openPacketSocket(options);
+  const b = native.openPacketSocket({ ...options, fanoutGroupId: a.fanoutGroupId });
   native.startPolling(b, drainer(b, true));
   await sleep(4);
   native.close(b);

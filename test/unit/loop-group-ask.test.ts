@@ -22,7 +22,9 @@ const FAKE_LOOP = `
   // Shared, as a loop's per-real flow counts are: 5 active flows on real 0 in every loop.
   const active = new Int32Array(new SharedArrayBuffer(16));
   active[0] = 5;
-  const ready = () => parentPort.postMessage({ type: 'ready', localMac: new Uint8Array(6), mtu: 1500, activeByReal: active, inactiveByReal: new Int32Array(new SharedArrayBuffer(16)) });
+  // The fanout group its socket is in: one made under the id the test picked, or the one it joined.
+  const fanoutGroupId = workerData.fanout.mode === 'make' ? workerData.madeGroupId : workerData.fanout.mode === 'join' ? workerData.fanout.groupId : null;
+  const ready = () => parentPort.postMessage({ type: 'ready', localMac: new Uint8Array(6), mtu: 1500, activeByReal: active, inactiveByReal: new Int32Array(new SharedArrayBuffer(16)), fanoutGroupId });
   if (workerData.behaviour === 'slow-ready') setTimeout(ready, 300); else if (workerData.behaviour !== 'never-ready') ready();
   // Like the engine: the snapshot it runs, in its counters (slot 8, snapshotGeneration).
   if (workerData.snapshot) workerData.counters[8] = workerData.snapshot.generation;
@@ -38,6 +40,8 @@ const FAKE_LOOP = `
 
 class FakeLoops extends LoopGroup {
   private next = 0;
+  /** The id the kernel would give the next fanout group a loop makes. */
+  nextGroupId = 100;
   readonly settings: LoopSettings[] = [];
   readonly workers: Worker[] = [];
   constructor(
@@ -49,7 +53,8 @@ class FakeLoops extends LoopGroup {
   protected override createWorker(settings: LoopSettings): Worker {
     this.settings.push(settings);
     const i = this.next++;
-    const w = new Worker(FAKE_LOOP, { eval: true, workerData: { behaviour: this.behaviours[i] ?? 'answer', real: i, counters: settings.counters, snapshot: settings.snapshot } });
+    const madeGroupId = settings.fanout.mode === 'make' ? this.nextGroupId++ : null;
+    const w = new Worker(FAKE_LOOP, { eval: true, workerData: { behaviour: this.behaviours[i] ?? 'answer', real: i, counters: settings.counters, snapshot: settings.snapshot, fanout: settings.fanout, madeGroupId } });
     this.workers.push(w);
     return w;
   }
@@ -103,7 +108,8 @@ describe('a packet loop that ends by itself', () => {
       expect(again.snapshot).toEqual(snapshot);
       expect(again.timeouts).toEqual(timeouts);
       // The same share of the flow table, in the same fanout group, with counters of its own.
-      expect([again.flowCapacity, again.fanoutGroupId, again.interface]).toEqual([first!.flowCapacity, first!.fanoutGroupId, first!.interface]);
+      expect([again.flowCapacity, again.fanout, again.interface]).toEqual([first!.flowCapacity, { mode: 'join', groupId: 100 }, first!.interface]);
+      expect(first!.fanout).toEqual({ mode: 'make' });
       expect(again.counters).not.toBe(first!.counters);
       again.counters[Counter.rxPackets] = 3;
       const c = g.counters();
@@ -333,6 +339,62 @@ describe('LoopGroup.start', () => {
     try {
       expect(g.settings.map((s) => s.flowCapacity)).toEqual([34, 34, 34]);
       expect(g.flowCapacity).toBe(102);
+    } finally {
+      await g.stop(1000);
+    }
+  });
+});
+
+describe("the packet loops' fanout group", () => {
+  it('is made by the first loop, under the id the kernel picks; the others open their sockets to join it once it is ready', async () => {
+    const g = new FakeLoops(['slow-ready', 'answer', 'answer']);
+    const started = g.start(base, 3);
+    try {
+      await new Promise((r) => setTimeout(r, 150));
+      // The first loop is not ready yet: no other loop has been started with a group to join.
+      expect(g.settings.map((s) => s.fanout)).toEqual([{ mode: 'make' }]);
+      expect(g.fanoutGroupId).toBeNull();
+      await started;
+      expect(g.settings.map((s) => s.fanout)).toEqual([{ mode: 'make' }, { mode: 'join', groupId: 100 }, { mode: 'join', groupId: 100 }]);
+      expect(g.fanoutGroupId).toBe(100);
+    } finally {
+      await started.catch(() => undefined);
+      await g.stop(1000);
+    }
+  });
+
+  it('is not made for a single loop', async () => {
+    const g = await oneLoop(['answer']);
+    try {
+      expect(g.settings[0]!.fanout).toEqual({ mode: 'none' });
+      expect(g.fanoutGroupId).toBeNull();
+    } finally {
+      await g.stop(1000);
+    }
+  });
+
+  it('is made again when every loop lost its interface: the first loop started again makes a new group, the others join that', async () => {
+    const g = await group(['fail', 'fail', 'fail']);
+    try {
+      expect(g.fanoutGroupId).toBe(100);
+      void askFlows(g);
+      await until('3 new loops', () => g.restarts === 3 && g.running && g.size === 3);
+      expect(g.settings.slice(3).map((s) => s.fanout)).toEqual([{ mode: 'make' }, { mode: 'join', groupId: 101 }, { mode: 'join', groupId: 101 }]);
+      expect(g.fanoutGroupId).toBe(101);
+    } finally {
+      await g.stop(1000);
+    }
+  });
+
+  it('fails the start with the error of the loop that was to make it, and the other loops never open a socket', async () => {
+    const g = new FailingRestart([]);
+    g.failNext = 'error';
+    await expect(g.start(base, 3)).rejects.toMatchObject({ code: 'ENODEV', message: 'opening afpacket on none: no such device' });
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      // Only the failing worker was made (FailingRestart does not record it).
+      expect(g.settings).toEqual([]);
+      expect(g.fanoutGroupId).toBeNull();
     } finally {
       await g.stop(1000);
     }

@@ -44,7 +44,7 @@ async function started(): Promise<{ io: FakeIo; counters: Float64Array; events: 
     timeouts: { synMs: 60_000, establishedMs: 900_000, finMs: 120_000, closeMs: 10_000, udpMs: 300_000 },
     maxRealIds: MAX_REAL_IDS,
     counters,
-    fanoutGroupId: 0,
+    fanout: { mode: 'none' },
     cpu: null,
   };
   const events: LoopEvent[] = [];
