@@ -72,9 +72,12 @@ export async function resolveAdminTarget(
       if (/\s/.test(token)) throw new CliError(`token file ${tokenFile}: the token contains whitespace; a bearer token is one word (e.g. openssl rand -hex 32)`, 1);
     } catch (err) {
       if (err instanceof CliError) throw err;
-      // A loopback admin API needs no token: only fail when the daemon asks for one.
-      token = null;
       const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+      // A file the user named is the user's to fix, whatever the daemon would say (it was asked
+      // without a token, and its 401 read as "the daemon refused", exit 2).
+      if (opts.tokenFile !== undefined) throw new CliError(`--token-file ${tokenFile}: cannot read token file: ${code}`, 1);
+      // The config's token file: a loopback admin API needs no token, so only fail when the daemon asks for one.
+      token = null;
       if (!isLoopbackUrl(baseUrl!) || baseUrl!.startsWith('https')) throw new CliError(`cannot read token file ${tokenFile}: ${code}`, 1);
       tokenProblem = `cannot read token file ${tokenFile}: ${code}`;
     }

@@ -62,6 +62,15 @@ describe('resolveAdminTarget', () => {
     expect((await resolveAdminTarget({ config: own, admin: 'http://192.0.2.5:9743/' })).token).toBe('tok');
   });
 
+  it('a --token-file that cannot be read is a user error at once, even for a loopback daemon', async () => {
+    const missing = join(tmpdir(), 'no-such-dir-dsrlb', 'nope.token');
+    for (const admin of ['http://127.0.0.1:9743', 'http://[::1]:9743', undefined]) {
+      const err = await resolveAdminTarget({ admin, tokenFile: missing }, join(tmpdir(), 'no-such-dir-dsrlb', 'dsrlb.yaml')).catch((e: unknown) => e);
+      expect(err, String(admin)).toBeInstanceOf(CliError);
+      expect([(err as CliError).exitCode, (err as CliError).message]).toEqual([1, `--token-file ${missing}: cannot read token file: ENOENT`]);
+    }
+  });
+
   it('falls back to the default address when the default config file does not exist', async () => {
     const target = await resolveAdminTarget({}, join(tmpdir(), 'no-such-dir-dsrlb', 'dsrlb.yaml'));
     expect(target).toEqual({ baseUrl: 'http://127.0.0.1:9743', token: null });

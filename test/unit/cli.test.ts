@@ -77,6 +77,16 @@ describe('dsrlb CLI', () => {
     expect(r.stderr).toMatch(/cannot reach the daemon at http:\/\/127\.0\.0\.1:9/);
   });
 
+  it('a --token-file that cannot be read is a user error (exit 1) naming the file, before any request', async () => {
+    // Port 9 is closed: a request would end in exit 2 ("cannot reach"), and a loopback daemon used to
+    // be asked without a token, its 401 reported as "the daemon refused" (exit 2).
+    for (const cmd of [['status'], ['drain', 'web', '10.0.0.11'], ['reload']]) {
+      const r = await dsrlb([...cmd, '--token-file', 'nope', '--admin', 'http://127.0.0.1:9']);
+      expect(r.code, cmd.join(' ')).toBe(1);
+      expect(r.stderr.trim(), cmd.join(' ')).toBe('dsrlb: --token-file nope: cannot read token file: ENOENT');
+    }
+  });
+
   it('simulate prints the example trace and refuses an invalid scenario with path: message lines', async () => {
     const ok = await dsrlb(['simulate', resolve(import.meta.dirname, '../../examples/simulate-wlc-vs-maglev.yaml')]);
     expect(ok.code).toBe(0);
