@@ -1,11 +1,19 @@
-// `dsrlb status` as a table in the spirit of `ipvsadm -Ln`: one line per service, one per real.
+// `dsrlb status` as a table in the layout of `ipvsadm -Ln`: a header line for service rows and one
+// for real rows, each over what is under it; then notes (operator overrides, drops, the loops).
 
+/** A real's intent as the config file says it (GET /status `configIntent`); absent from older daemons. */
+interface ConfigIntent {
+  state: string;
+  weight: number;
+}
 interface RealStatus {
   address: string;
   forwarding: string;
   weight: number;
   intent: string;
   removed: boolean;
+  /** The config's intent, beside the one in force (`intent`, `weight`); null for a removed real. */
+  configIntent?: ConfigIntent | null;
   health: { state: string; since: string; lastError: string | null };
   activeFlows: number;
   inactiveFlows: number;
@@ -40,28 +48,65 @@ interface LoopStatus {
   restarts?: number;
 }
 
+const SERVICE_HEADER = ['Prot LocalAddress:Port', 'Scheduler', 'Forward', 'Name', 'Flags'];
+const REAL_HEADER = ['  -> RemoteAddress:Port', 'Forward', 'Weight', 'Intent', 'Health', 'ActiveConn', 'InActConn', 'Pkt/s', 'Bytes/s'];
+
+/** What an operator set over the config's intent, as "drain", "weight 100" or "drain, weight 10" (the config's values); null when nothing. */
+function overridden(r: RealStatus): { state: boolean; weight: boolean; config: string } | null {
+  const c = r.configIntent;
+  if (c === undefined || c === null || r.removed) return null;
+  const state = c.state !== r.intent;
+  const weight = c.weight !== r.weight;
+  if (!state && !weight) return null;
+  return { state, weight, config: [state ? c.state : '', weight ? `weight ${c.weight}` : ''].filter(Boolean).join(', ') };
+}
+
 export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopStatus }, now = Date.now()): string {
-  const rows: string[][] = [['Prot', 'LocalAddress:Port', 'Scheduler', 'Forward', 'Weight', 'Intent', 'Health', 'ActiveConn', 'InActConn', 'Pkt/s', 'Bytes/s']];
-  const lines: string[] = [];
+  // The first column (service or real address) is shared, so both kinds' other columns start at the
+  // same place; the rest are aligned within their kind, each under its own header line.
+  const serviceRows: string[][] = [SERVICE_HEADER];
+  const realRows: string[][] = [REAL_HEADER];
+  const order: { kind: 'service' | 'real'; row: string[] }[] = [];
+  const overrides: string[] = [];
   const notes: string[] = [];
   for (const s of status.services) {
     const vip = s.vip.includes(':') ? `[${s.vip}]` : s.vip;
-    // The Health column of a service row names it, and says when it runs fail-open or drops.
     // A removed service drops new flows by definition: REMOVED says it all.
-    const flags = s.removed ? `${s.name} REMOVED(draining)` : [s.name, s.panic ? 'PANIC(failOpen)' : '', s.dropping ? 'DROPPING' : ''].filter(Boolean).join(' ');
+    const flags = s.removed ? 'REMOVED(draining)' : [s.panic ? 'PANIC(failOpen)' : '', s.dropping ? 'DROPPING' : ''].filter(Boolean).join(' ');
     if (s.dropping && s.droppingReason && !s.removed) notes.push(`${s.name}: dropping: ${s.droppingReason}`);
-    rows.push([s.protocol.toUpperCase(), `${vip}:${s.port}`, s.scheduler, s.forwarding, '', '', flags, '', '', '', '']);
+    const row = [`${s.protocol.toUpperCase().padEnd(4)} ${vip}:${s.port}`, s.scheduler, s.forwarding, s.name, flags];
+    serviceRows.push(row);
+    order.push({ kind: 'service', row });
     for (const r of s.reals) {
       const addr = r.address.includes(':') ? `[${r.address}]` : r.address;
       const health = `${r.health.state} ${since(r.health.since, now)}${r.health.lastError ? ` (${r.health.lastError})` : ''}`;
-      rows.push(['', `  -> ${addr}:${s.port}`, '', r.forwarding, String(r.weight), r.removed ? 'removed' : r.intent, health, String(r.activeFlows), String(r.inactiveFlows), String(Math.round(r.pps)), String(Math.round(r.bytesPerSecond))]);
+      // An intent an operator set (this run, or restored from the state file at start) is marked:
+      // the config file alone no longer tells what the real does.
+      const o = overridden(r);
+      if (o !== null) overrides.push(`  ${s.name} ${r.address}: ${o.config}`);
+      const weight = `${r.weight}${o?.weight ? '*' : ''}`;
+      const intent = r.removed ? 'removed' : `${r.intent}${o?.state ? '*' : ''}`;
+      const realRow = [`  -> ${addr}:${s.port}`, r.forwarding, weight, intent, health, String(r.activeFlows), String(r.inactiveFlows), String(Math.round(r.pps)), String(Math.round(r.bytesPerSecond))];
+      realRows.push(realRow);
+      order.push({ kind: 'real', row: realRow });
     }
+  }
+  if (overrides.length > 0) {
+    notes.unshift(
+      '* set by an operator (dsrlb drain|undrain|disable|enable|weight), kept in the state file across restarts until the config file changes that real; the config says:',
+      ...overrides,
+    );
   }
   // The loops are not a service's: said after the table, only when something is wrong or was.
   const loop = status.loop;
   if (loop !== undefined && !loop.healthy) notes.push("packet loops: NOT HEALTHY (ended or stalled; the daemon's log says why)");
   if (loop !== undefined && (loop.restarts ?? 0) > 0) notes.push(`packet loops: started again ${loop.restarts} time${loop.restarts === 1 ? '' : 's'} after a crash (the daemon's log says why)`);
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  for (const r of rows) lines.push(r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd());
+  const first = Math.max(...[...serviceRows, ...realRows].map((r) => r[0]!.length));
+  const widthsOf = (rows: string[][]): number[] => rows[0]!.map((_, i) => (i === 0 ? first : Math.max(...rows.map((r) => r[i]!.length))));
+  const serviceWidths = widthsOf(serviceRows);
+  const realWidths = widthsOf(realRows);
+  const line = (r: string[], widths: number[]): string => r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
+  const lines = [line(SERVICE_HEADER, serviceWidths), line(REAL_HEADER, realWidths)];
+  for (const { kind, row } of order) lines.push(line(row, kind === 'service' ? serviceWidths : realWidths));
   return [...lines, ...notes].join('\n');
 }

@@ -1,5 +1,6 @@
-// `dsrlb status` as a table: ipvsadm -Ln's columns, the service's name always shown, and why a
-// dropping service drops.
+// `dsrlb status` as a table: ipvsadm -Ln's layout (a header line for services, one for reals, each
+// over what is under it), the service's name always shown, why a dropping service drops, and which
+// intents an operator set over the config's.
 
 import { describe, expect, it } from 'vitest';
 import { formatStatus } from '../../src/cli/status-table.js';
@@ -19,17 +20,47 @@ const real = (address: string, health: string, lastError: string | null = null) 
 });
 const service = (name: string, extra: object) => ({ name, protocol: 'tcp', vip: '203.0.113.10', port: 80, scheduler: 'maglev', forwarding: 'l2', panic: false, dropping: false, reals: [real('10.0.1.11', 'up')], ...extra });
 
+/** The cells of `row` under the columns of `header`: each header word starts its column, as ipvsadm's. */
+function cells(header: string, row: string): Record<string, string> {
+  const names = header.trim().split(/\s{2,}/);
+  let from = 0;
+  const starts = names.map((n) => (from = header.indexOf(n, from)));
+  const out: Record<string, string> = {};
+  names.forEach((n, i) => (out[n] = row.slice(starts[i], starts[i + 1] ?? row.length).trim()));
+  // Text left of the first column, or a cell that runs into the next column, is misplaced.
+  expect(row.slice(0, starts[0]).trim(), `row ${JSON.stringify(row)} left of ${JSON.stringify(names[0])}`).toBe('');
+  names.forEach((n, i) => {
+    if (i > 0 && starts[i]! > 0 && row.length > starts[i]!) expect(row[starts[i]! - 1], `column ${n} of ${JSON.stringify(row)}`).toBe(' ');
+  });
+  return out;
+}
+
+const SERVICE_HEADER = 'Prot LocalAddress:Port';
+const REAL_HEADER = '  -> RemoteAddress:Port';
+
+/** Every row under its own header (service rows under the first, real rows under the second), as cells. */
+function table(text: string): Record<string, string>[] {
+  const lines = text.split('\n');
+  expect(lines[0]!.startsWith(SERVICE_HEADER), lines[0]).toBe(true);
+  expect(lines[1]!.startsWith(REAL_HEADER), lines[1]).toBe(true);
+  return lines.slice(2).filter((l) => /^(TCP|UDP) |^  -> /.test(l)).map((l) => cells(l.startsWith('  -> ') ? lines[1]! : lines[0]!, l));
+}
+
 describe('status table', () => {
-  it('shows each service by address and name, and each real with weight, intent, health and flows', () => {
-    const text = formatStatus({ services: [service('web', {})] }, now);
-    expect(text.split('\n').map((l) => l.split(/\s{2,}/))).toEqual([
-      ['Prot', 'LocalAddress:Port', 'Scheduler', 'Forward', 'Weight', 'Intent', 'Health', 'ActiveConn', 'InActConn', 'Pkt/s', 'Bytes/s'],
-      ['TCP', '203.0.113.10:80', 'maglev', 'l2', 'web'],
-      ['', '-> 10.0.1.11:80', 'l2', '100', 'active', 'up 30s', '3', '1', '12', '2048'],
+  it('has a header line for services and one for reals, as ipvsadm -Ln, and every value sits under its own header', () => {
+    const text = formatStatus({ services: [service('web', {}), service('dns', { protocol: 'udp', vip: '2001:db8::53', port: 53, scheduler: 'wlc', reals: [real('2001:db8::11', 'up')] })] }, now);
+    const lines = text.split('\n');
+    expect(lines[0]!.split(/\s{2,}/)).toEqual([SERVICE_HEADER, 'Scheduler', 'Forward', 'Name', 'Flags']);
+    expect(lines[1]!.split(/\s{2,}/)).toEqual(['', '-> RemoteAddress:Port', 'Forward', 'Weight', 'Intent', 'Health', 'ActiveConn', 'InActConn', 'Pkt/s', 'Bytes/s']);
+    expect(table(text)).toEqual([
+      { [SERVICE_HEADER]: 'TCP  203.0.113.10:80', Scheduler: 'maglev', Forward: 'l2', Name: 'web', Flags: '' },
+      { '-> RemoteAddress:Port': '-> 10.0.1.11:80', Forward: 'l2', Weight: '100', Intent: 'active', Health: 'up 30s', ActiveConn: '3', InActConn: '1', 'Pkt/s': '12', 'Bytes/s': '2048' },
+      { [SERVICE_HEADER]: 'UDP  [2001:db8::53]:53', Scheduler: 'wlc', Forward: 'l2', Name: 'dns', Flags: '' },
+      { '-> RemoteAddress:Port': '-> [2001:db8::11]:53', Forward: 'l2', Weight: '100', Intent: 'active', Health: 'up 30s', ActiveConn: '3', InActConn: '1', 'Pkt/s': '12', 'Bytes/s': '2048' },
     ]);
   });
 
-  it('keeps the name beside PANIC or DROPPING and says after the table why a service drops', () => {
+  it('puts PANIC or DROPPING under Flags beside the name, and says after the table why a service drops', () => {
     const text = formatStatus(
       {
         services: [
@@ -39,27 +70,60 @@ describe('status table', () => {
       },
       now,
     );
-    const lines = text.split('\n');
-    expect(lines[1]).toMatch(/ web PANIC\(failOpen\)$/);
-    expect(lines[2]).toMatch(/down 30s \(connect ECONNREFUSED\)/);
-    expect(lines[3]).toMatch(/ api DROPPING$/);
-    expect(lines.at(-1)).toBe('api: dropping: no MAC known for 10.0.1.12 (ARP/neighbour discovery unanswered)');
+    const rows = table(text);
+    expect(rows[0]).toMatchObject({ Name: 'web', Flags: 'PANIC(failOpen)' });
+    expect(rows[1]).toMatchObject({ Health: 'down 30s (connect ECONNREFUSED)' });
+    expect(rows[2]).toMatchObject({ Name: 'api', Flags: 'DROPPING' });
+    expect(text.split('\n').at(-1)).toBe('api: dropping: no MAC known for 10.0.1.12 (ARP/neighbour discovery unanswered)');
   });
 
   it('marks a service removed by a reload whose flows drain, without a dropping note', () => {
     const text = formatStatus({ services: [service('old', { removed: true, dropping: true, droppingReason: 'removed from the config', reals: [real('10.0.1.11', 'up', null)] })] }, now);
-    const lines = text.split('\n');
-    expect(lines[1]).toMatch(/ old REMOVED\(draining\)$/);
-    expect(lines).toHaveLength(3);
+    expect(table(text)[0]).toMatchObject({ Name: 'old', Flags: 'REMOVED(draining)' });
+    expect(text.split('\n')).toHaveLength(4);
+  });
+
+  it("marks an intent an operator set over the config's (a drain restored from the state file at start too), and says after the table what the config says", () => {
+    const text = formatStatus(
+      {
+        services: [
+          service('web', {
+            reals: [
+              { ...real('10.0.1.11', 'up'), configIntent: { state: 'active', weight: 100 } },
+              { ...real('10.0.1.12', 'up'), intent: 'drain', configIntent: { state: 'active', weight: 100 } },
+              { ...real('10.0.1.13', 'up'), weight: 5, configIntent: { state: 'active', weight: 100 } },
+              { ...real('10.0.1.14', 'up'), intent: 'disabled', weight: 0, configIntent: { state: 'drain', weight: 10 } },
+              // A daemon that does not send the config's intent: nothing to compare, no marker.
+              { ...real('10.0.1.15', 'up'), intent: 'drain' },
+            ],
+          }),
+        ],
+      },
+      now,
+    );
+    const rows = table(text).slice(1);
+    expect(rows.map((r) => [r['-> RemoteAddress:Port'], r.Weight, r.Intent])).toEqual([
+      ['-> 10.0.1.11:80', '100', 'active'],
+      ['-> 10.0.1.12:80', '100', 'drain*'],
+      ['-> 10.0.1.13:80', '5*', 'active'],
+      ['-> 10.0.1.14:80', '0*', 'disabled*'],
+      ['-> 10.0.1.15:80', '100', 'drain'],
+    ]);
+    expect(text.split('\n').slice(8)).toEqual([
+      '* set by an operator (dsrlb drain|undrain|disable|enable|weight), kept in the state file across restarts until the config file changes that real; the config says:',
+      '  web 10.0.1.12: active',
+      '  web 10.0.1.13: weight 100',
+      '  web 10.0.1.14: drain, weight 10',
+    ]);
   });
 
   it('says after the table when the packet loops do not run, or were started again after a crash', () => {
     const quiet = formatStatus({ services: [service('web', {})], loop: { healthy: true, restarts: 0 } }, now);
-    expect(quiet.split('\n')).toHaveLength(3);
+    expect(quiet.split('\n')).toHaveLength(4);
     const restarted = formatStatus({ services: [service('web', {})], loop: { healthy: true, restarts: 1 } }, now).split('\n');
     expect(restarted.at(-1)).toBe("packet loops: started again 1 time after a crash (the daemon's log says why)");
     const down = formatStatus({ services: [service('web', {})], loop: { healthy: false, restarts: 2 } }, now).split('\n');
-    expect(down.slice(3)).toEqual([
+    expect(down.slice(4)).toEqual([
       "packet loops: NOT HEALTHY (ended or stalled; the daemon's log says why)",
       "packet loops: started again 2 times after a crash (the daemon's log says why)",
     ]);
