@@ -4,7 +4,7 @@
 // the config in force or the state file (reload, intent, announce) runs one at a time (exclusive()).
 
 import { constants } from 'node:fs';
-import { access, copyFile, open, readFile, rename, stat } from 'node:fs/promises';
+import { access, copyFile, open, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
@@ -13,6 +13,7 @@ import { isRealIntent, isWeight, parseClientEndpoint, parseIpAddress, parseServi
 import { FlowState } from '../dataplane/flow-table.js';
 import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
 import { encodeLiveFlows, type LiveFlowsWire } from '../sim/live-flows-wire.js';
+import { decodeSavedFlows, encodeSavedFlows } from './flows-file.js';
 import { readAdminToken } from './admin-token.js';
 import { DaemonError } from './daemon-error.js';
 import { InstanceLock, InstanceLockError } from './instance-lock.js';
@@ -113,6 +114,13 @@ interface RealRuntime {
 
 /** How often the next hops of IPIP reals are asked again (one `ip -batch` of `route get` for all). */
 const ROUTE_REFRESH_MS = 10_000;
+/**
+ * With several loops, how long a flow handed over from the daemon before stays in the loops that
+ * see none of its packets (each loop is given every flow: the kernel's fanout hash picks the loop).
+ */
+const HANDOFF_GRACE_MS = 60_000;
+/** How long a loop may take to hand its flows over or take them (1M flows: about a second). */
+const HANDOFF_ASK_MS = 30_000;
 
 /** The longest a service waits for its reals to settle before it may be announced anyway. */
 const SETTLE_CAP_MS = 30_000;
@@ -267,6 +275,8 @@ export class Daemon {
     await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' });
     await this.startWorker();
     this.syncReals();
+    // Before the first snapshot: no packet has made a flow entry yet.
+    await this.adoptSavedFlows();
     const tunnel = await this.resolveTunnelRoutes(this.config);
     this.tunnelRoutes = tunnel.routes;
     this.tunnelSources = tunnel.sources;
@@ -1224,6 +1234,92 @@ export class Daemon {
     return encodeLiveFlows(keys.subarray(0, n * FLOW_KEY_WORDS), realIndex.subarray(0, n), reals, cut);
   }
 
+  /** Where a clean stop leaves the flows for the next start: beside the state file (none without one). */
+  private flowsFile(): string | null {
+    return this.config.stateFile === null ? null : `${this.config.stateFile}.flows`;
+  }
+
+  /**
+   * At a clean stop: every loop's live flows to flowsFile(), for the next daemon. Failing here
+   * loses only the hand-over (logged); the stop goes on.
+   */
+  private async saveFlows(): Promise<void> {
+    const file = this.flowsFile();
+    if (file === null || this.loops.size === 0) return;
+    const began = monotonicMs();
+    try {
+      const answers = await this.loops.ask((id) => ({ type: 'flows', id, limit: this.config.flowTable.capacity }), HANDOFF_ASK_MS);
+      const byId = new Map([...this.reals.values()].map((r) => [r.id, r]));
+      const reals: { identity: string; address: string }[] = [];
+      const indexOfId = new Map<number, number>();
+      let total = 0;
+      for (const e of answers) if (e.type === 'flows') total += e.count;
+      const keys = new Uint32Array(total * FLOW_KEY_WORDS);
+      const realIndex = new Int32Array(total);
+      const idleMs = new Uint32Array(total);
+      const states = new Uint8Array(total);
+      let n = 0;
+      for (const e of answers) {
+        if (e.type !== 'flows') continue;
+        for (let i = 0; i < e.count; i++) {
+          const r = byId.get(e.reals[i]!);
+          if (r === undefined) continue;
+          let index = indexOfId.get(r.id);
+          if (index === undefined) indexOfId.set(r.id, (index = reals.push({ identity: r.service, address: r.address }) - 1));
+          keys.set(e.keys.subarray(i * FLOW_KEY_WORDS, (i + 1) * FLOW_KEY_WORDS), n * FLOW_KEY_WORDS);
+          realIndex[n] = index;
+          idleMs[n] = Math.min(Math.round(e.idleMs[i]!), 0xffffffff);
+          states[n++] = e.states[i]!;
+        }
+      }
+      const bytes = encodeSavedFlows({ writtenAtMs: Date.now(), count: n, keys: keys.subarray(0, n * FLOW_KEY_WORDS), realIndex, idleMs, states, reals });
+      await writeFile(`${file}.tmp`, bytes, { mode: 0o600 });
+      await rename(`${file}.tmp`, file);
+      this.log.info('flows kept for the next start', { flows: n, file, ms: Math.round(monotonicMs() - began) });
+    } catch (err) {
+      this.log.warn('flows not kept for the next start: its packets go where the consistent hash puts them then', { file, error: (err as Error).message });
+    }
+  }
+
+  /**
+   * At a start: the flows the daemon before left (saveFlows), given to the loops on the reals they
+   * were on, by (service, address); flows of reals no longer configured are left out. The file is
+   * removed first, so a later start (after a crash) never takes flows this old.
+   */
+  private async adoptSavedFlows(): Promise<void> {
+    const file = this.flowsFile();
+    if (file === null) return;
+    let bytes: Buffer;
+    try {
+      bytes = await readFile(file);
+      await unlink(file);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') this.log.warn('flows of the daemon before not taken', { file, error: (err as Error).message });
+      return;
+    }
+    try {
+      const saved = decodeSavedFlows(bytes);
+      const gapMs = Math.max(0, Date.now() - saved.writtenAtMs);
+      const idOf = saved.reals.map((r) => this.reals.get(RealRegistry.keyOf(r.identity, r.address))?.id ?? -1);
+      const keep: number[] = [];
+      for (let i = 0; i < saved.count; i++) if (idOf[saved.realIndex[i]!]! >= 0) keep.push(i);
+      const n = keep.length;
+      const flows = { count: n, keys: new Uint32Array(n * FLOW_KEY_WORDS), reals: new Int32Array(n), states: new Uint8Array(n), idleMs: new Float64Array(n) };
+      keep.forEach((i, j) => {
+        flows.keys.set(saved.keys.subarray(i * FLOW_KEY_WORDS, (i + 1) * FLOW_KEY_WORDS), j * FLOW_KEY_WORDS);
+        flows.reals[j] = idOf[saved.realIndex[i]!]!;
+        flows.states[j] = saved.states[i]!;
+        flows.idleMs[j] = saved.idleMs[i]! + gapMs;
+      });
+      const graceMs = this.loops.size > 1 ? HANDOFF_GRACE_MS : null;
+      const answers = await this.loops.ask((id) => ({ type: 'adoptFlows', id, flows, graceMs }), HANDOFF_ASK_MS);
+      const adopted = Math.max(0, ...answers.map((e) => (e.type === 'adopted' ? e.count : 0)));
+      this.log.info('flows taken over from the daemon before', { saved: saved.count, ofRealsGone: saved.count - n, adopted, stoppedForMs: gapMs });
+    } catch (err) {
+      this.log.warn('flows of the daemon before not taken', { file, error: (err as Error).message });
+    }
+  }
+
   /**
    * Plan's view of every real (removed ones that still drain too): the intent in force (config or
    * operator override) and the health fact, by service identity and address.
@@ -1365,6 +1461,7 @@ export class Daemon {
     }
     this.health.stop();
     this.neighbors?.stop();
+    if (!ownOnly) await this.saveFlows();
     await this.loops.stop(CLOSE_TIMEOUT_MS);
     this.announcer?.close();
     if (ownOnly) await this.host?.undoOwn();

@@ -229,7 +229,8 @@ export class LoopGroup {
             reject(new LoopError(e.code, e.message));
             break;
           case 'explained':
-          case 'flows': {
+          case 'flows':
+          case 'adopted': {
             const p = this.pending.get(e.id);
             if (!p || !p.waiting.delete(loop)) break;
             p.events.push(e);

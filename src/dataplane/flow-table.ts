@@ -345,6 +345,11 @@ export class FlowTable {
     return this.seen[entry * SEEN_STRIDE + SEEN_OFFSET]!;
   }
 
+  /** The idle timeout of FlowState `state` (0 for a value that is not a state). */
+  timeoutOf(state: number): number {
+    return state >= FlowState.syn && state <= FlowState.udp ? this.timeoutByStateMs[state]! : 0;
+  }
+
   /** True for a live entry idle past its state's timeout (removed by the next lookup or sweep). */
   isExpired(entry: number, nowMs: number): boolean {
     return this.isLive(entry) && this.idlePastTimeout(entry, nowMs);

@@ -8,7 +8,8 @@ import { performanceNowToMonotonicMs } from './monotonic-clock.js';
 import { Counter } from './counters.js';
 import { DropReason } from './drop-reasons.js';
 import { Engine, Placement } from './engine.js';
-import { FlowState, type FlowTimeouts } from './flow-table.js';
+import { adoptFlows, collectFlows, type FlowBatch } from './flow-handoff.js';
+import type { FlowTimeouts } from './flow-table.js';
 import type { ForwardingSnapshot } from './forwarding-snapshot.js';
 import { ParsedPacket } from './parsed-packet.js';
 import type { PacketIo } from '../io/packet-io.js';
@@ -42,6 +43,8 @@ export type LoopRequest =
   | { type: 'timeouts'; timeouts: FlowTimeouts }
   | { type: 'explain'; id: number; family: number; protocol: number; addr: Uint32Array; srcPort: number; dstPort: number }
   | { type: 'flows'; id: number; limit: number }
+  /** Flows of the daemon that ran before (flow-handoff.ts adoptFlows); graceMs with several loops. */
+  | { type: 'adoptFlows'; id: number; flows: FlowBatch; graceMs: number | null }
   | { type: 'stop' };
 
 export type LoopEvent =
@@ -49,7 +52,8 @@ export type LoopEvent =
   | { type: 'ready'; localMac: Uint8Array; mtu: number; activeByReal: Int32Array; inactiveByReal: Int32Array; fanoutGroupId: number | null }
   | { type: 'error'; code: string; message: string }
   | { type: 'explained'; id: number; real: number; placement: string; generation: number; slot: number; flowState: number }
-  | { type: 'flows'; id: number; keys: Uint32Array; reals: Int32Array; count: number }
+  | ({ type: 'flows'; id: number } & FlowBatch)
+  | { type: 'adopted'; id: number; count: number }
   | { type: 'stopped' };
 
 const placementNames: Record<number, string> = {
@@ -191,22 +195,13 @@ export class LoopRunner {
         break;
       }
       case 'flows': {
-        const flows = engine.flows;
-        const limit = Math.min(m.limit, flows.size);
-        const keys = new Uint32Array(limit * 10);
-        const reals = new Int32Array(limit);
-        const k = new Uint32Array(10);
-        let count = 0;
-        const now = this.origin + performance.now();
-        for (let e = flows.next(-1); e >= 0 && count < limit; e = flows.next(e)) {
-          // Flows, not leftovers: an entry idle past its timeout or reset (closed) carries no connection.
-          if (flows.isExpired(e, now) || flows.stateOf(e) === FlowState.closed) continue;
-          flows.readKey(e, k);
-          keys.set(k, count * 10);
-          reals[count] = flows.realOf(e);
-          count++;
-        }
-        this.emit({ type: 'flows', id: m.id, keys, reals, count });
+        const b = collectFlows(engine.flows, this.origin + performance.now(), m.limit);
+        this.emit({ type: 'flows', id: m.id, keys: b.keys, reals: b.reals, states: b.states, idleMs: b.idleMs, count: b.count });
+        break;
+      }
+      case 'adoptFlows': {
+        const count = adoptFlows(engine.flows, m.flows, this.origin + performance.now(), m.graceMs, this.settings.maxRealIds);
+        this.emit({ type: 'adopted', id: m.id, count });
         break;
       }
       case 'stop':

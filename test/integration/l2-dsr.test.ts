@@ -179,7 +179,42 @@ describe.each(['afpacket', 'pcap', 'afpacketx2', 'afpacket:v2x2'])('L2 DSR with 
       expect(fresh.ok).toBe(100);
       expect(fresh.byReal.r4 ?? 0).toBeGreaterThan(5);
     }, 120_000);
+  }
 
+  if (io === 'afpacket' || io === 'afpacketx2') {
+    it('hands its flows to the next daemon at a clean restart: keep-alive connections stay on their reals, a drained one\'s too', async () => {
+      const client = lab.spawn(lab.client, [process.execPath, join(ROOT, 'dist/lab/http-client.js'), '--host', lab.vip, '--keepalive', '30'], { stdio: ['pipe', 'pipe', 'pipe'] });
+      const lines = createInterface({ input: client.stdout! })[Symbol.asyncIterator]();
+      const next = async () => JSON.parse((await lines.next()).value as string);
+      expect((await next()).opened).toBe(30);
+      const round = async () => {
+        client.stdin!.write('go\n');
+        return ((await next()) as { answers: { port: number; real?: string; error?: string }[] }).answers.map((a) => a.real ?? a.error);
+      };
+      const first = await round();
+      const drained = lab.reals.find((r) => first.filter((x) => x === r.name).length >= 3)!;
+      const drain = await daemon.cli(['drain', 'web', drained.ipv4]);
+      expect(drain.code, drain.stderr).toBe(0);
+      try {
+        expect(await round()).toEqual(first);
+        expect(await daemon.stop('SIGTERM')).toBe(0);
+        expect(daemon.logs.some((l) => l.includes('flows kept for the next start'))).toBe(true);
+        daemon = await LabDaemon.start(lab, configPath);
+        // Without the hand-over the drained real's connections went to another real and were reset.
+        expect(await round()).toEqual(first);
+        expect(daemon.logs.some((l) => l.includes('flows taken over from the daemon before'))).toBe(true);
+        const fresh = await httpCount(60);
+        expect(fresh.ok).toBe(60);
+        expect(fresh.byReal[drained.name] ?? 0).toBe(0);
+      } finally {
+        client.stdin!.write('quit\n');
+        const undrain = await daemon.cli(['undrain', 'web', drained.ipv4]);
+        expect(undrain.code, undrain.stderr).toBe(0);
+      }
+    }, 120_000);
+  }
+
+  if (io === 'afpacket') {
     it('drops a burst of malformed frames by reason and keeps forwarding good traffic', async () => {
       const lbMac = lab.lb.mac;
       const src = lab.client.ipv4;

@@ -1,0 +1,139 @@
+// Flows handed from one daemon to the next: a loop's flows taken out (collectFlows) and put into a
+// new table (adoptFlows) with their reals, states and idle times, expiring when they would have
+// (or within the grace that several loops get), and the file that carries them (flows-file.ts).
+
+import { describe, expect, it } from 'vitest';
+import { decodeSavedFlows, encodeSavedFlows, type SavedFlows } from '../../src/control/flows-file.js';
+import { adoptFlows, collectFlows } from '../../src/dataplane/flow-handoff.js';
+import { FLOW_KEY_WORDS } from '../../src/dataplane/flow-hash.js';
+import { FlowState, FlowTable, type FlowTimeouts } from '../../src/dataplane/flow-table.js';
+
+const TIMEOUTS: FlowTimeouts = { synMs: 10_000, establishedMs: 900_000, finMs: 30_000, closeMs: 5_000, udpMs: 300_000 };
+const MAX_REALS = 64;
+
+function keyOf(id: number): Uint32Array {
+  const k = new Uint32Array(FLOW_KEY_WORDS);
+  k[0] = 6 | (4 << 8);
+  k[1] = (0x0a000000 | id) >>> 0;
+  k[5] = 0xcb00710a;
+  k[9] = ((40000 + (id & 0xfff)) << 16) | 80;
+  return k;
+}
+
+function put(t: FlowTable, id: number, real: number, state: number, nowMs: number): void {
+  t.key.set(keyOf(id));
+  t.insert(t.indexHash(), real, state, nowMs);
+}
+
+/** The entry of flow `id` in `t`, or -1. */
+function find(t: FlowTable, id: number, nowMs: number): number {
+  t.key.set(keyOf(id));
+  return t.lookup(t.indexHash(), nowMs);
+}
+
+describe('collectFlows and adoptFlows', () => {
+  // Flows 1..5, one per state, last seen at different times before 1,000,000 ms.
+  const old = new FlowTable(100, TIMEOUTS, MAX_REALS, 1);
+  put(old, 1, 7, FlowState.established, 100_000); // idle 900 s at 1,000,000: past its timeout
+  put(old, 2, 8, FlowState.syn, 995_000); // idle 5 s
+  put(old, 3, 9, FlowState.closed, 999_000); // closed: no connection
+  put(old, 4, 10, FlowState.udp, 990_000); // idle 10 s
+  put(old, 5, 11, FlowState.established, 400_000); // idle 600 s
+  put(old, 6, 12, FlowState.fin, 998_000); // idle 2 s
+  const batch = collectFlows(old, 1_000_000, 1000);
+
+  it('takes the live flows with real, state and idle time, not the expired or closed ones', () => {
+    expect(batch.count).toBe(4);
+    const got = Array.from({ length: batch.count }, (_, i) => ({ src: batch.keys[i * FLOW_KEY_WORDS + 1]! & 0xff, real: batch.reals[i], state: batch.states[i], idle: batch.idleMs[i] }));
+    expect(got.sort((a, b) => a.src - b.src)).toEqual([
+      { src: 2, real: 8, state: FlowState.syn, idle: 5_000 },
+      { src: 4, real: 10, state: FlowState.udp, idle: 10_000 },
+      { src: 5, real: 11, state: FlowState.established, idle: 600_000 },
+      { src: 6, real: 12, state: FlowState.fin, idle: 2_000 },
+    ]);
+    expect(collectFlows(old, 1_000_000, 2).count).toBe(2);
+  });
+
+  it('puts them into a new table on their reals, expiring when they would have', () => {
+    // The new daemon's clock starts elsewhere: idle times, not clock values, carry over.
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 2);
+    expect(adoptFlows(t, batch, 50_000, null, MAX_REALS)).toBe(4);
+    expect(adoptFlows(t, batch, 50_000, null, MAX_REALS)).toBe(0); // given again, nothing is put in twice
+    const e5 = find(t, 5, 50_000);
+    expect(t.realOf(e5)).toBe(11);
+    expect(t.stateOf(e5)).toBe(FlowState.established);
+    expect(t.lastSeenOf(e5)).toBe(50_000 - 600_000);
+    expect(t.activeByReal[11]).toBe(1);
+    expect(t.inactiveByReal[8]).toBe(1);
+    // The syn entry (idle 5 s of 10) goes 5 s later, the established one 300 s later.
+    expect(t.expire(50_000 + 5_001, 100)).toBeGreaterThanOrEqual(1);
+    expect(find(t, 2, 50_000 + 5_001)).toBe(-1);
+    expect(find(t, 5, 50_000 + 299_000)).toBeGreaterThanOrEqual(0);
+    expect(find(t, 5, 50_000 + 300_000)).toBe(-1);
+  });
+
+  it('with a grace, keeps an untouched flow no longer than that, and a touched one as usual', () => {
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 3);
+    expect(adoptFlows(t, batch, 0, 60_000, MAX_REALS)).toBe(4);
+    const e5 = find(t, 5, 59_000);
+    expect(e5).toBeGreaterThanOrEqual(0);
+    t.touch(e5, 0x10, 59_000);
+    expect(find(t, 2, 5_001)).toBe(-1); // its own 5 s left are less than the grace
+    expect(find(t, 4, 60_000)).toBe(-1);
+    expect(find(t, 6, 60_000)).toBe(-1);
+    expect(find(t, 5, 900_000)).toBeGreaterThanOrEqual(0);
+  });
+
+  it('leaves out flows with a real id or state out of range', () => {
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 4);
+    const bad = { ...batch, reals: Int32Array.from([MAX_REALS, -1, 3, 3]), states: Uint8Array.from([FlowState.syn, FlowState.syn, 0, 9]) };
+    expect(adoptFlows(t, bad, 0, null, MAX_REALS)).toBe(0);
+    expect(t.size).toBe(0);
+  });
+
+  it('keeps the table\'s oldest-first order: a full table evicts the longest idle first', () => {
+    const t = new FlowTable(2, TIMEOUTS, MAX_REALS, 5);
+    expect(adoptFlows(t, batch, 0, null, MAX_REALS)).toBe(4);
+    expect(t.size).toBe(2);
+    expect(find(t, 6, 0)).toBeGreaterThanOrEqual(0); // idle 2 s
+    expect(find(t, 2, 0)).toBeGreaterThanOrEqual(0); // idle 5 s
+    expect(t.evictions).toBe(2);
+  });
+});
+
+describe('flows file', () => {
+  const flows: SavedFlows = {
+    writtenAtMs: 1_764_000_000_000,
+    count: 2,
+    keys: Uint32Array.from([...keyOf(1), ...keyOf(0xffffff)]),
+    realIndex: Int32Array.from([1, 0]),
+    idleMs: Uint32Array.from([5, 4_000_000_000]),
+    states: Uint8Array.from([FlowState.established, FlowState.udp]),
+    reals: [
+      { identity: 'tcp|203.0.113.10|80', address: '10.0.0.11' },
+      { identity: 'udp|2001:db8::10|53', address: '2001:db8::11' },
+    ],
+  };
+
+  it('reads back what it wrote', () => {
+    const back = decodeSavedFlows(encodeSavedFlows(flows));
+    expect({ ...back, keys: [...back.keys], realIndex: [...back.realIndex], idleMs: [...back.idleMs], states: [...back.states] }).toEqual({
+      ...flows,
+      keys: [...flows.keys],
+      realIndex: [...flows.realIndex],
+      idleMs: [...flows.idleMs],
+      states: [...flows.states],
+    });
+  });
+
+  it('refuses what is not such a file, saying why', () => {
+    const good = encodeSavedFlows(flows);
+    expect(() => decodeSavedFlows(Buffer.from('{"flows": []}'))).toThrow(/no DSRLBFLW mark/);
+    const v2 = Buffer.from(good);
+    v2.writeUInt32LE(2, 8);
+    expect(() => decodeSavedFlows(v2)).toThrow(/it is version 2/);
+    expect(() => decodeSavedFlows(good.subarray(0, good.length - 1))).toThrow(/bytes for 2 flows/);
+    const wrongReal = encodeSavedFlows({ ...flows, realIndex: Int32Array.from([0, 2]) });
+    expect(() => decodeSavedFlows(wrongReal)).toThrow(/flow 1 names real 2 of 2/);
+  });
+});
