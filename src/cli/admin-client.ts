@@ -105,7 +105,7 @@ const ADMIN_TIMEOUT_MS = 15_000;
 /**
  * One request to the admin API and its JSON answer. node:http, not fetch: fetch refuses the WHATWG
  * "bad ports" (6000, 10080, 5060, ...), which admin.listen may name. Exit 2 when the daemon cannot be
- * reached, refuses or fails; exit 1 for what the daemon calls a user error (400, 404). A 422 (a
+ * reached, refuses or fails; exit 1 for what the daemon calls a user error (400, 404, 409). A 422 (a
  * refused reload) is returned for the caller to print.
  */
 export async function adminRequest(
@@ -144,7 +144,8 @@ export async function adminRequest(
   const said = data !== null && typeof data.message === 'string' ? data.message : pageText(text) || `HTTP ${status}`;
   if (data === null) throw new CliError(`${target.baseUrl} is not a dsrlb admin API: HTTP ${status} ${said}`, 2);
   if (status === 401 || status === 403) throw new CliError(`the daemon refused: ${said} (${target.tokenProblem ?? tokenHint(target, path)})`, 2);
-  if (status === 404 || status === 400) throw new CliError(said, 1);
+  // 409: a reload that names a config file other than the daemon's (the user's to fix).
+  if (status === 404 || status === 400 || status === 409) throw new CliError(said, 1);
   // 422: a refused reload, whose problems the caller prints.
   if ((status < 200 || status > 299) && status !== 422) throw new CliError(`the daemon failed: HTTP ${status} ${said}`, 2);
   return { status, data };

@@ -1,6 +1,8 @@
 // The `dsrlb` command line (yargs). Exit codes: 0 success, 1 user error (bad flag, bad config,
 // unknown service), 2 the daemon or the system refused. Errors: one line per problem on stderr.
 
+import { realpath } from 'node:fs/promises';
+import { resolve } from 'node:path';
 import yargs, { type Argv } from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { formatProblems, parseClientEndpoint } from '../config/validate.js';
@@ -44,6 +46,14 @@ function adminOptions<T>(y: Argv<T>) {
 /** -c FILE of the commands that need a file (run, validate, plan). */
 function configFileOption<T>(y: Argv<T>, describe: string) {
   return y.option('config', { alias: 'c', type: 'string', demandOption: true, requiresArg: true, coerce: once('--config'), describe });
+}
+
+/** `{configRealPath}` of a file that resolves here (symlinks followed), else nothing. */
+async function realpathOf(path: string): Promise<{ configRealPath?: string }> {
+  return realpath(path).then(
+    (configRealPath) => ({ configRealPath }),
+    () => ({}),
+  );
 }
 
 function print(text: string): void {
@@ -183,13 +193,18 @@ export async function main(args: string[]): Promise<number> {
       (a) =>
         setExit(
           (async () => {
-            const { data } = await adminRequest(await resolveAdminTarget(a), 'POST', '/reload');
+            // A reload reads the daemon's own config file. `-c FILE` names the file the operator
+            // means: the daemon refuses (409, exit 1) when it is not its own, instead of
+            // reloading its own and saying "taken". Sent as typed (absolute) and as resolved here.
+            const body = a.config === undefined ? undefined : { configPath: resolve(a.config), ...(await realpathOf(a.config)) };
+            const { data } = await adminRequest(await resolveAdminTarget(a), 'POST', '/reload', body);
             const problems = (data.problems as string[]) ?? [];
+            const file = typeof data.configPath === 'string' ? ` (config ${data.configPath})` : '';
             if (data.result === 'taken') {
-              print('reload taken');
+              print(`reload taken${file}`);
               return 0;
             }
-            process.stderr.write(['reload refused:', ...problems].join('\n') + '\n');
+            process.stderr.write([`reload refused${file}:`, ...problems].join('\n') + '\n');
             // The config (a user error) or the host (the token file, an address change) refused.
             return data.refusedBy === 'system' ? 2 : 1;
           })(),

@@ -4,7 +4,9 @@
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
+import { realpath } from 'node:fs/promises';
 import { isIP } from 'node:net';
+import { isAbsolute, resolve } from 'node:path';
 import type { ListenAddress } from '../config/types.js';
 import { isWeight, problemLines } from '../config/validate.js';
 import { DaemonError, type Daemon, type IntentChange } from './daemon.js';
@@ -77,6 +79,7 @@ function statusOf(code: string): number {
   if (code === 'STATE_NOT_SAVED' || code === 'LOOP_UNANSWERED') return 503;
   if (code === 'INTERNAL') return 500;
   if (code === 'BODY_TOO_LARGE') return 413;
+  if (code === 'NOT_THE_DAEMONS_CONFIG') return 409;
   return 400;
 }
 
@@ -87,6 +90,50 @@ class MethodError extends DaemonError {
   ) {
     super('METHOD', `method ${method ?? '?'} not allowed here: use ${allow}`);
   }
+}
+
+/** The file a path names, symlinks followed; the path itself when it cannot be resolved (gone, or not visible here). */
+async function realpathOr(path: string): Promise<string> {
+  return realpath(path).catch(() => path);
+}
+
+/**
+ * POST /reload's optional body `{"configPath": "/abs/path", "configRealPath": "/abs/path"}`: the
+ * file the caller means to load (`dsrlb reload -c FILE`, as typed and as resolved on its host).
+ * A reload reads the daemon's own file (as SIGHUP), so one meant for another file is refused
+ * before anything is reloaded: "reload taken" of a file that was never read told the operator
+ * the new config was in force. Compared by real path on the daemon's side, so a symlink to the
+ * daemon's file (or the daemon started through one) is the same file.
+ */
+async function checkReloadTarget(body: string, configPath: string): Promise<void> {
+  if (body.trim() === '') return;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    throw new DaemonError('BAD_BODY', 'the body is not JSON: send nothing, or {"configPath": "/absolute/path"}');
+  }
+  const { configPath: wanted, configRealPath } = (parsed ?? {}) as { configPath?: unknown; configRealPath?: unknown };
+  if (wanted === undefined) return;
+  const candidates: string[] = [];
+  for (const [key, value] of [['configPath', wanted], ['configRealPath', configRealPath]] as const) {
+    if (value === undefined && key === 'configRealPath') continue;
+    // A relative path would be read from the daemon's working directory, not the caller's.
+    if (typeof value !== 'string' || !isAbsolute(value)) throw new DaemonError('BAD_BODY', `${key} ${JSON.stringify(value)} is not an absolute path`);
+    candidates.push(value);
+  }
+  const own = resolve(configPath);
+  const ownReal = await realpathOr(own);
+  for (const c of candidates) if (c === own || (await realpathOr(c)) === ownReal) return;
+  const given = candidates[0]!;
+  throw Object.assign(
+    new DaemonError(
+      'NOT_THE_DAEMONS_CONFIG',
+      `reload refused, nothing reloaded: ${given} is not the daemon's config file ${own} (a reload reads the daemon's own file again, never another): ` +
+        `check the new file with dsrlb plan -c ${given}, then put it in place of ${own}`,
+    ),
+    { configPath: own },
+  );
 }
 
 /**
@@ -135,7 +182,8 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
         res.setHeader('allow', err.allow);
         json(res, 405, { error: err.code, message: err.message });
       } else if (err instanceof DaemonError) {
-        json(res, statusOf(err.code), { error: err.code, message: err.message });
+        const configPath = (err as { configPath?: string }).configPath;
+        json(res, statusOf(err.code), { error: err.code, message: err.message, ...(configPath === undefined ? {} : { configPath }) });
       } else if (err instanceof URIError) {
         // decodeURIComponent of a SERVICE or REAL that is not valid percent-encoding: the client's mistake.
         json(res, 400, { error: 'BAD_PATH', message: `the path is not valid percent-encoding: ${req.url ?? ''}` });
@@ -173,8 +221,11 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
     }
     if (path === '/reload') {
       only(req, 'POST');
+      await checkReloadTarget(await readBody(req), daemon.configPath);
       const r = await daemon.reload();
-      json(res, r.ok ? 200 : 422, r.ok ? { result: 'taken', problems: [] } : { result: 'refused', refusedBy: r.refusedBy, problems: problemLines(r.problems) });
+      // The file read (absolute, as the daemon names it): the operator sees which config was taken or refused.
+      const configPath = resolve(daemon.configPath);
+      json(res, r.ok ? 200 : 422, r.ok ? { result: 'taken', configPath, problems: [] } : { result: 'refused', refusedBy: r.refusedBy, configPath, problems: problemLines(r.problems) });
       return;
     }
     if (path === '/plan-input') {

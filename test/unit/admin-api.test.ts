@@ -4,6 +4,9 @@
 
 import type { AddressInfo } from 'node:net';
 import type { Server } from 'node:http';
+import { mkdtemp, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DaemonError } from '../../src/control/daemon-error.js';
 import type { Daemon } from '../../src/control/daemon.js';
@@ -43,6 +46,12 @@ const fake = {
   liveFlows: async () => ({ toJSON: () => { throw new RangeError('Invalid string length'); } }),
   configPath: '/etc/dsrlb/dsrlb.yaml',
   configText: '',
+  reloads: 0,
+  reloadResult: { ok: true, problems: [] } as { ok: boolean; problems: { path: string; message: string }[]; refusedBy?: string },
+  reload: async () => {
+    fake.reloads++;
+    return fake.reloadResult;
+  },
   setIntent: async (service: string, real: string, change: object) => {
     calls.push(`${service} ${real} ${JSON.stringify(change)}`);
     if (real === '10.0.0.99') throw new DaemonError('STATE_NOT_SAVED', 'nothing changed: the state file /x cannot be written');
@@ -133,6 +142,73 @@ describe('admin API status codes', () => {
     const body = (await r.json()) as { error: string; message: string };
     expect(body.error).toBe('STATE_NOT_SAVED');
     expect(body.message).toMatch(/nothing changed/);
+  });
+});
+
+describe('POST /reload', () => {
+  /** The daemon's config file (relative, as `dsrlb run -c dsrlb.yaml` gives it) and another file beside it. */
+  async function files(): Promise<{ own: string; other: string; link: string }> {
+    const dir = await mkdtemp(join(tmpdir(), 'dsrlb-reload-'));
+    const own = join(dir, 'dsrlb.yaml');
+    const other = join(dir, 'bad1.yaml');
+    await writeFile(own, 'interface: eth0\n');
+    await writeFile(other, 'interface: eth0\n');
+    const link = join(dir, 'current.yaml');
+    await symlink(own, link);
+    return { own, other, link };
+  }
+  const reload = async (body?: unknown): Promise<{ status: number; data: Record<string, unknown> }> => {
+    const r = await fetch(`${base}/reload`, { method: 'POST', ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+    return { status: r.status, data: (await r.json()) as Record<string, unknown> };
+  };
+
+  it('answers with the path of the config file the daemon read, taken or refused', async () => {
+    const { own } = await files();
+    fake.configPath = own;
+    fake.reloads = 0;
+    expect(await reload()).toEqual({ status: 200, data: { result: 'taken', configPath: own, problems: [] } });
+    fake.reloadResult = { ok: false, refusedBy: 'config', problems: [{ path: 'services[0].port', message: '70000 is not a port (0..65535)' }] };
+    expect(await reload()).toEqual({ status: 422, data: { result: 'refused', refusedBy: 'config', configPath: own, problems: ['services[0].port: 70000 is not a port (0..65535)'] } });
+    fake.reloadResult = { ok: true, problems: [] };
+    expect(fake.reloads).toBe(2);
+  });
+
+  it('refuses (409, nothing reloaded) a reload that names a config file other than the daemon\'s, by real path', async () => {
+    const { own, other, link } = await files();
+    fake.configPath = own;
+    fake.reloads = 0;
+    const wrong = await reload({ configPath: other });
+    expect(wrong.status).toBe(409);
+    expect(wrong.data.error).toBe('NOT_THE_DAEMONS_CONFIG');
+    expect(wrong.data.configPath).toBe(own);
+    expect(wrong.data.message).toBe(
+      `reload refused, nothing reloaded: ${other} is not the daemon's config file ${own} (a reload reads the daemon's own file again, never another): ` +
+        `check the new file with dsrlb plan -c ${other}, then put it in place of ${own}`,
+    );
+    expect(fake.reloads).toBe(0);
+    // The same file by another name (a symlink), by the name the CLI resolved, or as the daemon's own: taken.
+    expect((await reload({ configPath: link })).status).toBe(200);
+    expect((await reload({ configPath: '/nowhere/x.yaml', configRealPath: own })).status).toBe(200);
+    expect((await reload({ configPath: own })).data).toEqual({ result: 'taken', configPath: own, problems: [] });
+    expect(fake.reloads).toBe(3);
+    // A daemon started through the symlink reads the file it points to.
+    fake.configPath = link;
+    expect((await reload({ configPath: own })).data).toEqual({ result: 'taken', configPath: link, problems: [] });
+    expect((await reload({ configPath: other })).status).toBe(409);
+  });
+
+  it('answers a body it cannot use with 400 and what to send', async () => {
+    fake.reloads = 0;
+    for (const [body, message] of [
+      ['nope', 'the body is not JSON: send nothing, or {"configPath": "/absolute/path"}'],
+      ['{"configPath": "dsrlb.yaml"}', 'configPath "dsrlb.yaml" is not an absolute path'],
+      ['{"configPath": 5}', 'configPath 5 is not an absolute path'],
+    ] as const) {
+      const r = await fetch(`${base}/reload`, { method: 'POST', body });
+      expect(r.status, body).toBe(400);
+      expect(((await r.json()) as { message: string }).message, body).toBe(message);
+    }
+    expect(fake.reloads).toBe(0);
   });
 });
 

@@ -4,12 +4,14 @@
 import { execFile } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { commandNodeFlags, dsrlbArgv } from '../../src/cli/command-argv.js';
+import type { Daemon } from '../../src/control/daemon.js';
+import { startAdminServer } from '../../src/control/http-servers.js';
 
 const CLI = resolve(import.meta.dirname, '../../bin/dsrlb.js');
 const run = promisify(execFile);
@@ -84,6 +86,45 @@ describe('dsrlb CLI', () => {
       const r = await dsrlb([...cmd, '--token-file', 'nope', '--admin', 'http://127.0.0.1:9']);
       expect(r.code, cmd.join(' ')).toBe(1);
       expect(r.stderr.trim(), cmd.join(' ')).toBe('dsrlb: --token-file nope: cannot read token file: ENOENT');
+    }
+  });
+
+  it('reload -c FILE reloads only when FILE is the daemon\'s own config file: another is refused (exit 1, both named, nothing reloaded)', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'dsrlb-cli-'));
+    const own = join(dir, 'dsrlb.yaml');
+    await writeFile(own, 'interface: eth0\nservices: []\n');
+    let reloads = 0;
+    // The real admin API over a stand-in daemon that runs `own`.
+    const fake = { config: { admin: { listen: { host: '127.0.0.1', port: 0 } } }, adminToken: null, configPath: own, reload: async () => (reloads++, { ok: true, problems: [] }) };
+    const server = await startAdminServer(fake as unknown as Daemon);
+    const admin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      // A broken file whose admin section names this daemon, as in `validate -c bad1.yaml` (problems) then `reload -c bad1.yaml`.
+      const bad = join(dir, 'bad1.yaml');
+      await writeFile(bad, `admin: { listen: "${admin.slice('http://'.length)}" }\nservices:\n  - vip: 10.0.0.300\n    port: 80\n    reals: [ { address: 10.0.1.300 } ]\n`);
+      const refused = await dsrlb(['reload', '-c', bad]);
+      expect(refused.code).toBe(1);
+      expect(refused.stdout).toBe('');
+      expect(refused.stderr.trim()).toBe(
+        `dsrlb: reload refused, nothing reloaded: ${bad} is not the daemon's config file ${own} (a reload reads the daemon's own file again, never another): ` +
+          `check the new file with dsrlb plan -c ${bad}, then put it in place of ${own}`,
+      );
+      // Named relative to the current directory, or through --admin: the same.
+      const relative = await run(process.execPath, [CLI, 'reload', '-c', 'bad1.yaml', '--admin', admin], { cwd: dir }).catch((e: { code: number }) => e);
+      expect((relative as { code?: number }).code).toBe(1);
+      expect(reloads).toBe(0);
+      // The daemon's own file, by its name or a symlink to it: taken, and the answer says which file was read.
+      const link = join(dir, 'current.yaml');
+      await symlink(own, link);
+      for (const c of [own, link]) {
+        const taken = await dsrlb(['reload', '-c', c, '--admin', admin]);
+        expect([taken.code, taken.stdout], c).toEqual([0, `reload taken (config ${own})\n`]);
+      }
+      // Without -c: whatever file the daemon runs (as SIGHUP), named.
+      expect((await dsrlb(['reload', '--admin', admin])).stdout).toBe(`reload taken (config ${own})\n`);
+      expect(reloads).toBe(3);
+    } finally {
+      server.close();
     }
   });
 
