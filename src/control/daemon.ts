@@ -268,6 +268,7 @@ export class Daemon {
     await checkHostBeforeChanges(this.config);
     await this.loadOverrides();
     if (this.pruneOverrides()) await this.saveStateOrWarn();
+    this.logRestoredIntent();
     await this.checkStateFileWritable();
     this.host = host;
     this.neighbors = new NeighborWatcher(this.config.interface, this.log);
@@ -1133,6 +1134,19 @@ export class Daemon {
     }
   }
 
+  /** Says at start which operator intent from the state file overrides the config (status marks it too). */
+  private logRestoredIntent(): void {
+    for (const [key, o] of this.overrides) {
+      this.log.info('operator intent from the state file in force', {
+        real: key,
+        ...(o.state !== undefined ? { intent: o.state } : {}),
+        ...(o.weight !== undefined ? { weight: o.weight } : {}),
+        config: { intent: o.configState, weight: o.configWeight },
+      });
+    }
+    for (const service of this.withdrawn) this.log.info('operator withdrawal from the state file in force', { service });
+  }
+
   /** Says at start, not at the first drain, that intent changes cannot be kept. */
   private async checkStateFileWritable(): Promise<void> {
     const file = this.config.stateFile;
@@ -1340,6 +1354,7 @@ export class Daemon {
   }
 
   status(): Record<string, unknown> {
+    const configReals = realsByKey(this.config);
     const views = this.serviceViews();
     const counters = this.loops.counters();
     const keyById = new Map([...this.reals.values()].map((x) => [x.id, x.key]));
@@ -1376,6 +1391,8 @@ export class Daemon {
               weight: r.weight,
               intent: r.intent,
               removed: r.removed,
+              // Beside the intent in force: what the config file says (an operator override differs).
+              configIntent: r.removed ? null : configIntentOf(configReals.get(RealRegistry.keyOf(serviceIdentity(v.config), r.address))),
               health: {
                 state: fact?.state ?? 'down',
                 since: new Date(fact?.since ?? Date.now()).toISOString(),
@@ -1471,6 +1488,11 @@ export class Daemon {
     this.lock = null;
     this.log.info('dsrlb stopped');
   }
+}
+
+/** A real's intent as its config says it, for status beside the one in force. */
+function configIntentOf(r: RealConfig | undefined): { state: RealIntent; weight: number } | null {
+  return r === undefined ? null : { state: r.state, weight: r.weight };
 }
 
 /** The config's reals by (service identity, address) key, as overrides are kept. */

@@ -42,6 +42,14 @@ describe('the state file at start', () => {
     await d.load();
     expect(d.lines).toEqual([]);
     expect(d.overrides().get('tcp|10.93.0.100|80#10.93.0.11')).toMatchObject({ state: 'drain' });
+    // Said at start (it was applied silently), and status gives the config's intent beside it.
+    const inner = d.daemon as unknown as { logRestoredIntent(): void; syncReals(): void; neighbors: { macOf(a: string): null } };
+    inner.logRestoredIntent();
+    expect(d.lines).toMatchObject([{ msg: 'operator intent from the state file in force', real: 'tcp|10.93.0.100|80#10.93.0.11', intent: 'drain', config: { intent: 'active', weight: 100 } }]);
+    inner.syncReals();
+    inner.neighbors = { macOf: () => null };
+    const real = (d.daemon.status() as { services: { reals: Record<string, unknown>[] }[] }).services[0]!.reals[0]!;
+    expect(real).toMatchObject({ intent: 'drain', weight: 100, configIntent: { state: 'active', weight: 100 } });
     d.daemon.health.stop();
   });
 
