@@ -124,6 +124,8 @@ const HANDOFF_ASK_MS = 30_000;
 
 /** The longest a service waits for its reals to settle before it may be announced anyway. */
 const SETTLE_CAP_MS = 30_000;
+/** A wanted real whose MAC (or next hop's) stays unknown this long is logged: it takes no new flows. */
+const MAC_WAIT_WARN_MS = 10_000;
 
 export class Daemon {
   config!: Config;
@@ -151,6 +153,8 @@ export class Daemon {
   private overrides = new Map<string, IntentOverride>();
   private lastReports: readonly ServiceBuildReport[] = [];
   /** Services whose view has settled since start, and when each was first seen (announceWanted). */
+  /** Wanted reals without a MAC, by id: since when (monotonic ms), and whether that was logged. */
+  private readonly macMissing = new Map<number, { sinceMs: number; warned: boolean }>();
   private readonly settledServices = new Set<string>();
   private readonly firstSeenMs = new Map<string, number>();
   private rebuildQueued = false;
@@ -430,6 +434,30 @@ export class Daemon {
     if (unsettled.length > 0) this.log.warn('settled before every real did (the wait is capped)', { service: s.name, unsettled, waitedMs });
     else this.log.info('health settled: every real proven up or down', { service: s.name });
     return true;
+  }
+
+  /**
+   * Logs a wanted real, not known to be down, whose MAC (or next hop's) has stayed unknown for
+   * MAC_WAIT_WARN_MS: the snapshot leaves it out of the candidates, so it takes no new flows while
+   * status shows it active and up (a mistyped address, a host on another segment). Once per episode;
+   * neighbors.ts logs the MAC when it comes.
+   */
+  private warnUnresolvedMacs(): void {
+    const now = monotonicMs();
+    const missing = new Set<number>();
+    for (const v of this.serviceViews()) {
+      for (const r of v.reals) {
+        if (r.mac !== null || !isWanted(r) || r.health === 'down') continue;
+        missing.add(r.id);
+        let m = this.macMissing.get(r.id);
+        if (m === undefined) this.macMissing.set(r.id, (m = { sinceMs: now, warned: false }));
+        if (!m.warned && now - m.sinceMs >= MAC_WAIT_WARN_MS) {
+          m.warned = true;
+          this.log.warn('real has no MAC: it takes no new flows until ARP/neighbour discovery answers', { service: v.config.name, real: r.address, next: this.neighborOf(r), waitedS: Math.round((now - m.sinceMs) / 1000) });
+        }
+      }
+    }
+    for (const id of this.macMissing.keys()) if (!missing.has(id)) this.macMissing.delete(id);
   }
 
   /** Proven up with its MAC (or its next hop's) known, or confirmed down: see announceWanted. */
@@ -767,6 +795,7 @@ export class Daemon {
 
   /** Once a second: rates, and forgetting removed reals whose last flow is gone. */
   private tick(): void {
+    this.warnUnresolvedMacs();
     let forget = false;
     const counters = this.loops.counters();
     // The oldest snapshot a loop still runs: a removed real's id is free only once none runs one that schedules onto it.
