@@ -548,8 +548,12 @@ describe('mode ipip', () => {
       await standIn(h, 'tunl0');
       await standIn(h, 'ip6tnl0');
       const vip = '203.0.113.30';
+      // Set up where no clamp is needed (setup clamps where one is), then the path shrinks.
+      await h.sh('ip link set eth0 mtu 9000');
       const setup = await h.script(['setup', '--vip', `${vip},${VIP6}`, '--mode', 'ipip']);
       expect(setup.code, setup.stderr).toBe(0);
+      expect(setup.stdout).not.toContain('clamped');
+      await h.sh('ip link set eth0 mtu 1500');
       // Unclamped, the real announces MTU - 40 (IPv6: - 60): 1460 + 40 + 20 and 1440 + 60 + 40 exceed 1500.
       const v4Line = (mtu: number, mss: number, fit: number): string =>
         `TCP MSS from ${vip} not clamped, too large for ipip: a full segment (MSS ${mss}) arrives as a ${mss + 60}-byte packet on eth0 (mtu ${mtu}), ` +
@@ -576,6 +580,45 @@ describe('mode ipip', () => {
       const clamped = await h.script(['check', '--vip', `${vip},${VIP6}`]);
       expect(clamped.stdout).toBe(`ok: VIPs ${vip},${VIP6} on lo, ARP hidden on lo eth0 eth1 ip6tnl0 tunl0 (mode ipip)\n`);
       expect(clamped.code).toBe(0);
+    });
+  });
+
+  it('setup of an ipip VIP whose path cannot carry an unclamped MSS clamps it to the MSS check names, so its own check passes', async () => {
+    await withHost('ip7', async (h) => {
+      await routed(h);
+      await standIn(h, 'tunl0');
+      await standIn(h, 'ip6tnl0');
+      const vip = '203.0.113.31';
+      const setup = await h.script(['setup', '--vip', `${vip},${VIP6}`, '--mode', 'ipip']);
+      expect([setup.code, setup.stderr]).toEqual([0, '']);
+      expect(lines(setup.stdout)).toEqual(
+        expect.arrayContaining([
+          `clamped the TCP MSS from ${vip} to 1440: the largest whose full segment fits ipip through eth0 (mtu 1500); choose another with --mss N`,
+          `clamped the TCP MSS from ${VIP6} to 1400: the largest whose full segment fits ipip through eth0 (mtu 1500); choose another with --mss N`,
+        ]),
+      );
+      expect(await h.state()).toContain(`mss ${vip} 1440\nmss ${VIP6} 1400\n`);
+      const check = await h.script(['check', '--vip', `${vip},${VIP6}`]);
+      expect([check.code, check.stdout, check.stderr]).toEqual([0, `ok: VIPs ${vip},${VIP6} on lo, ARP hidden on lo eth0 eth1 ip6tnl0 tunl0 (mode ipip)\n`, '']);
+      expect((await h.script(['setup', '--vip', `${vip},${VIP6}`])).stdout).toBe(`setup ok, nothing to change (mode ipip, VIPs ${vip},${VIP6})\n`);
+      // A recorded clamp is kept as if it had been given (the path may grow: it still fits).
+      await h.sh('ip link set eth0 mtu 9000');
+      expect((await h.script(['setup', '--vip', vip])).stdout).toContain('nothing to change');
+      // Where no MSS of 536 or more fits, the MTU is the fix: said, and nothing is clamped.
+      await h.sh('ip link set eth0 mtu 576');
+      const other = '203.0.113.32';
+      const tiny = await h.script(['setup', '--vip', other, '--mode', 'ipip']);
+      expect(tiny.code).toBe(0);
+      expect(tiny.stderr).toBe(
+        `dsrlb-realserver: warning: TCP MSS from ${other} not clamped, too large for ipip: a full segment (MSS 536) arrives as a 596-byte packet on eth0 (mtu 576), ` +
+          'and the LB answers each with ICMP too-big: run: ip link set eth0 mtu 1520, and the MTU of the path from the LB alike\n',
+      );
+      expect(await h.state()).not.toContain(`mss ${other} `);
+      // Where the path carries a 1500-byte client packet plus the outer header, no clamp is needed.
+      await h.sh('ip link set eth0 mtu 1520');
+      const roomy = await h.script(['setup', '--vip', '203.0.113.33', '--mode', 'ipip']);
+      expect([roomy.code, roomy.stderr]).toEqual([0, '']);
+      expect(roomy.stdout).not.toContain('clamped');
     });
   });
 
@@ -637,6 +680,16 @@ describe('--mss without nft', () => {
         const plain = await run('ip', ['netns', 'exec', h.ns, 'env', `PATH=${dir}`, `DSRLB_ROOT=${h.root}`, 'dash', SCRIPT, 'setup', '--vip', VIP]);
         expect(plain.stderr).toBe('');
         expect(plain.code).toBe(0);
+        // ipip on a path that needs a clamp: setup cannot make it without nft, and says so with the command check will give.
+        await routed(h);
+        await standIn(h, 'tunl0');
+        const ipip = await run('ip', ['netns', 'exec', h.ns, 'env', `PATH=${dir}`, `DSRLB_ROOT=${h.root}`, 'dash', SCRIPT, 'setup', '--vip', '203.0.113.34', '--mode', 'ipip']);
+        expect(ipip.code).toBe(0);
+        expect(ipip.stderr).toBe(
+          'dsrlb-realserver: warning: TCP MSS from 203.0.113.34 not clamped, too large for ipip: a full segment (MSS 1460) arrives as a 1520-byte packet on eth0 (mtu 1500), ' +
+            'and the LB answers each with ICMP too-big: run: dsrlb-realserver setup --vip 203.0.113.34 --mode ipip --mss 1440, or raise the MTU of eth0 and of the path from the LB to 1520 ' +
+            '(--mss needs nft (nftables), which is not installed)\n',
+        );
       } finally {
         await rm(dir, { recursive: true, force: true });
       }
