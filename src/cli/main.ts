@@ -188,8 +188,15 @@ export async function main(args: string[]): Promise<number> {
     )
     .command(
       'reload',
-      'reload the daemon config (as SIGHUP); prints whether it was taken',
-      (y) => adminOptions(y),
+      "reload the daemon's own config file (as SIGHUP); prints which file and whether it was taken",
+      (y) =>
+        // adminOptions' -c, described for what reload does with it.
+        adminOptions(y).option('config', {
+          type: 'string',
+          requiresArg: true,
+          coerce: once('--config'),
+          describe: `the daemon's config file (its admin section finds the API; default ${DEFAULT_CONFIG_PATH}): refused, nothing reloaded, if the daemon runs another`,
+        }),
       (a) =>
         setExit(
           (async () => {
