@@ -107,7 +107,7 @@ export class DaemonMetrics {
 
     new client.Gauge({
       name: 'dsrlb_flows_active',
-      help: 'Flow entries per real (established TCP and live UDP), as IPVS ActiveConn.',
+      help: 'Flow entries per real: established TCP (IPVS ActiveConn) and live UDP (which IPVS counts in InActConn).',
       labelNames: ['service', 'real'],
       registers: [registry],
       collect() {
@@ -117,7 +117,7 @@ export class DaemonMetrics {
     });
     new client.Gauge({
       name: 'dsrlb_flows_inactive',
-      help: 'Flow entries per real in SYN, FIN or closed state, as IPVS InActConn.',
+      help: 'Flow entries per real in TCP SYN, FIN or closed state (IPVS InActConn, less UDP).',
       labelNames: ['service', 'real'],
       registers: [registry],
       collect() {
