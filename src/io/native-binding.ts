@@ -1,4 +1,4 @@
-// The whole surface of the native addon (native/src/packet_ring.c) as one TypeScript interface,
+// The whole surface of the native addon (native/src/*.c) as one TypeScript interface,
 // and its loader. Nothing past this file sees an untyped value from the addon.
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -179,6 +179,15 @@ export interface DsrlbNative {
   recvTunnel(handle: TunnelSocketHandle, buf: Uint8Array, meta: Int32Array): number;
   /** Stops readiness and closes the socket. Idempotent. */
   closeTunnelSocket(handle: TunnelSocketHandle): void;
+  /**
+   * Sends whole Ethernet frames (14 to 65535 bytes each, no FCS) out of interface `ifindex`, as
+   * they are, from a packet socket opened for the call and closed after it (native/src/frame_send.c):
+   * for the control plane's occasional frames, never the packet loops'. Non-blocking: returns how
+   * many went, from the first; fewer means the kernel had no room (EAGAIN/ENOBUFS) for the next.
+   * Throws a NativeSystemError for any other refusal (ENETDOWN: interface down; ENXIO: no
+   * interface has that index now); frames before it went out.
+   */
+  sendFrames(ifindex: number, frames: readonly Uint8Array[]): number;
 }
 
 /** An open tunnel raw socket. Only the addon creates these; pass them back unchanged. */
