@@ -101,9 +101,18 @@ export class Engine {
   /**
    * Outer IPv4 identification / IPv6 fragment id for packets the engine fragments. A random start
    * per engine: with several packet loops, fragments to one real from two loops should not share
-   * ids (RFC 6864), which a common start of 1 made likely.
+   * ids (RFC 6864), which a common start of 1 made likely. An int32 (the same 32 bits; users take
+   * `& 0xffff` or bytes): as a uint32, half of all starts are 2^31 or more, a heap number stored
+   * here for every encapsulated packet, GSO segment and outer fragment (test/unit/engine-no-alloc).
    */
   private nextFragmentId: number;
+  /**
+   * The snapshot's hash seed as an int32 (flowHashInt32 takes its bits), taken once per snapshot:
+   * the snapshot's field is a uint32, a heap number from 2^31 on, boxed again wherever it is
+   * passed to a call V8 does not inline (a new or rescheduled flow, a too-big message without an
+   * entry: 16 bytes each with a seed of 2^31 or more).
+   */
+  private hashSeed = 0;
   /** Set by place(): how the last placed packet got its real (a Placement value). */
   lastPlacement = 0;
   /** Set by explain(): the Maglev table slot of its hash pick, or -1 (rendezvous, wlc, a hit). */
@@ -122,12 +131,13 @@ export class Engine {
     const rate = opts.tooBigPerSecond ?? 200;
     const perClient = opts.tooBigPerClientPerSecond ?? 50;
     this.tooBig = new TooBigRateLimiter(rate, Math.max(1, rate / 2), perClient, Math.max(1, perClient));
-    this.nextFragmentId = (opts.fragmentIdStart ?? randomBytes(4).readUInt32LE(0)) >>> 0;
+    this.nextFragmentId = (opts.fragmentIdStart ?? randomBytes(4).readUInt32LE(0)) | 0;
   }
 
   /** Swap in a new snapshot. Called between batches only (JS runs one batch to completion). */
   setSnapshot(snap: ForwardingSnapshot): void {
     this.snap = snap;
+    this.hashSeed = snap.hashSeed | 0;
     this.counters[Counter.snapshotGeneration] = snap.generation;
   }
 
@@ -207,7 +217,8 @@ export class Engine {
       // what all its fragments name alike (its own ipProtocol may be an IPv6 extension header).
       if (!isVip(snap, pkt.family, pkt.addr)) return VERDICT_PASS;
       const frags = this.fragments;
-      frags.setKey(pkt.fragmentProtocol, pkt.family, pkt.addr, pkt.fragmentId);
+      // `| 0`: an IPv6 fragment id is a uint32, a heap number from 2^31 on when passed as it is.
+      frags.setKey(pkt.fragmentProtocol, pkt.family, pkt.addr, pkt.fragmentId | 0);
       const real = frags.lookup(nowMs);
       // The real must still serve this VIP: its id may have been freed and reused meanwhile. Not
       // the service index, which a reload that reorders services changes under the fragment.
@@ -220,7 +231,7 @@ export class Engine {
     const real = this.place(svc, pkt, nowMs);
     if (real < 0) return -DropReason.noRealAvailable;
     if (pkt.isFragment === 1) {
-      this.fragments.setKey(pkt.fragmentProtocol, pkt.family, pkt.addr, pkt.fragmentId);
+      this.fragments.setKey(pkt.fragmentProtocol, pkt.family, pkt.addr, pkt.fragmentId | 0);
       this.fragments.record(real, nowMs);
     }
     return this.forward(batch, i, buf, off, len, flags, real, nowMs);
@@ -281,7 +292,7 @@ export class Engine {
       return -DropReason.packetTooBig;
     }
     const id = this.nextFragmentId;
-    this.nextFragmentId = (id + 1) >>> 0;
+    this.nextFragmentId = (id + 1) | 0;
     // Complete a partial checksum here: a virtual NIC (veth) hands CHECKSUM_PARTIAL through to the
     // receiver, and a real that decapsulates in user space (dsrlb decap) would see the inner
     // checksum unfinished; outer fragments carry no offload metadata either.
@@ -367,7 +378,7 @@ export class Engine {
       const start = segOut[2 * k]!;
       const length = segOut[2 * k + 1]!;
       const id = this.nextFragmentId;
-      this.nextFragmentId = (id + 1) >>> 0;
+      this.nextFragmentId = (id + 1) | 0;
       let rc = parseFrame(scratch, start, length, this.seg) === 0 ? 0 : -DropReason.gsoUnsupported;
       if (rc === 0) rc = encapsulate(scratch, this.seg, EXTRA_HEADROOM, 0, snap.realTunnelTemplates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, label, out);
       // The frames to queue, as fragmentOuter lists them: [count, offset, length, ...].
@@ -460,7 +471,7 @@ export class Engine {
     const entry = flows.lookup(flows.indexHash(), nowMs);
     let real = entry >= 0 ? flows.realOf(entry) : -1;
     // As place() checks: the entry's real may have been freed and its id given to another service's.
-    if (real < 0 || real >= snap.realIdLimit || snap.realKeepExisting[real] !== 1 || snap.realService[real] !== svc) real = midStreamPick(snap, svc, flowHashInt32(key, snap.hashSeed));
+    if (real < 0 || real >= snap.realIdLimit || snap.realKeepExisting[real] !== 1 || snap.realService[real] !== svc) real = midStreamPick(snap, svc, flowHashInt32(key, this.hashSeed));
     if (real < 0) return -DropReason.noRealAvailable;
     return this.forward(batch, i, buf, off, len, flags, real, nowMs);
   }
@@ -487,7 +498,7 @@ export class Engine {
    * goes by the table's own bucket hash.
    */
   private flowHashOfKey(): number {
-    return flowHashInt32(this.flows.key, this.snap.hashSeed);
+    return flowHashInt32(this.flows.key, this.hashSeed);
   }
 
   /**

@@ -66,12 +66,12 @@ export function parseEmbeddedFlow(buf: Uint8Array, pkt: ParsedPacket, out: Uint3
     if ((((buf[q + 6] << 8) | buf[q + 7]) & 0x1fff) !== 0) return ERR_NOT_HANDLED;
     const protocol = buf[q + 9];
     if (protocol !== IPPROTO_TCP && protocol !== IPPROTO_UDP) return ERR_NOT_HANDLED;
-    const quotedSrc = readU32(buf, q + 12);
-    if (quotedSrc !== pkt.addr[4]) return ERR_NOT_HANDLED;
+    const quotedSrc = readWord32(buf, q + 12);
+    if (quotedSrc !== (pkt.addr[4]! | 0)) return ERR_NOT_HANDLED;
     const ports = q + headerBytes;
     if (ports + PORT_BYTES > end) return ERR_TRUNCATED_ICMP;
     out[0] = protocol | (4 << 8);
-    out[1] = readU32(buf, q + 16);
+    out[1] = readWord32(buf, q + 16);
     out[2] = 0;
     out[3] = 0;
     out[4] = 0;
@@ -87,7 +87,7 @@ export function parseEmbeddedFlow(buf: Uint8Array, pkt: ParsedPacket, out: Uint3
   if (q + IPV6_HEADER_BYTES > end) return ERR_TRUNCATED_ICMP;
   if (buf[q] >> 4 !== 6) return ERR_NOT_HANDLED;
   const addr = pkt.addr;
-  for (let i = 0; i < 4; i++) if (readU32(buf, q + 8 + (i << 2)) !== addr[4 + i]) return ERR_NOT_HANDLED;
+  for (let i = 0; i < 4; i++) if (readWord32(buf, q + 8 + (i << 2)) !== (addr[4 + i]! | 0)) return ERR_NOT_HANDLED;
   let nextHeader = buf[q + 6];
   let pos = q + IPV6_HEADER_BYTES;
   for (let walked = 0; ; walked++) {
@@ -105,22 +105,32 @@ export function parseEmbeddedFlow(buf: Uint8Array, pkt: ParsedPacket, out: Uint3
   if (pos + PORT_BYTES > end) return ERR_TRUNCATED_ICMP;
   out[0] = nextHeader | (6 << 8);
   for (let i = 0; i < 4; i++) {
-    out[1 + i] = readU32(buf, q + 24 + (i << 2));
+    out[1 + i] = readWord32(buf, q + 24 + (i << 2));
     out[5 + i] = addr[4 + i];
   }
   out[9] = swappedPorts(buf, pos);
   return 0;
 }
 
-/** The quoted (sport, dport) read as the original flow's (dport, sport): dport << 16 | sport. */
+/**
+ * The quoted (sport, dport) read as the original flow's (dport, sport): dport << 16 | sport, as an
+ * int32 (the Uint32Array key word takes the same bits). Not made unsigned here: a client port of
+ * 32768 or more would make it a heap number wherever this is not inlined.
+ */
 function swappedPorts(buf: Uint8Array, ports: number): number {
   const quotedSrcPort = (buf[ports] << 8) | buf[ports + 1];
   const quotedDstPort = (buf[ports + 2] << 8) | buf[ports + 3];
-  return ((quotedDstPort << 16) | quotedSrcPort) >>> 0;
+  return (quotedDstPort << 16) | quotedSrcPort;
 }
 
-function readU32(buf: Uint8Array, pos: number): number {
-  return ((buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3]) >>> 0;
+/**
+ * 32 bits big-endian as an int32, compared with a Uint32Array word as `word | 0` and stored in one
+ * as it is. Not made unsigned (as packet-parser's readWord32): an address word of 2^31 or more (any
+ * IPv4 address from 128.0.0.0, fd00::/8) would be a heap number, one allocation per call that V8
+ * does not inline (an ICMPv6 too-big message about an fd00:: client made two).
+ */
+function readWord32(buf: Uint8Array, pos: number): number {
+  return (buf[pos] << 24) | (buf[pos + 1] << 16) | (buf[pos + 2] << 8) | buf[pos + 3];
 }
 
 /**
