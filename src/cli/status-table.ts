@@ -15,6 +15,8 @@ interface RealStatus {
   /** The config's intent, beside the one in force (`intent`, `weight`); null for a removed real. */
   configIntent?: ConfigIntent | null;
   health: { state: string; since: string; lastError: string | null };
+  /** The real's MAC (IPIP: its next hop's), null while unresolved; absent from older daemons. */
+  mac?: string | null;
   activeFlows: number;
   inactiveFlows: number;
   pps: number;
@@ -84,6 +86,11 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
       // the config file alone no longer tells what the real does.
       const o = overridden(r);
       if (o !== null) overrides.push(`  ${s.name} ${r.address}: ${o.config}`);
+      // The snapshot leaves a real without a MAC out of the candidates, whatever its health says
+      // (a service that drops for it says so already).
+      if (r.mac === null && !s.dropping && !r.removed && r.intent === 'active' && r.weight > 0) {
+        notes.push(`${s.name} ${r.address}: no MAC known (ARP/neighbour discovery unanswered): takes no new flows`);
+      }
       const weight = `${r.weight}${o?.weight ? '*' : ''}`;
       const intent = r.removed ? 'removed' : `${r.intent}${o?.state ? '*' : ''}`;
       const realRow = [`  -> ${addr}:${s.port}`, r.forwarding, weight, intent, health, String(r.activeFlows), String(r.inactiveFlows), String(Math.round(r.pps)), String(Math.round(r.bytesPerSecond))];
@@ -100,7 +107,7 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
   // The loops are not a service's: said after the table, only when something is wrong or was.
   const loop = status.loop;
   if (loop !== undefined && !loop.healthy) notes.push("packet loops: NOT HEALTHY (ended or stalled; the daemon's log says why)");
-  if (loop !== undefined && (loop.restarts ?? 0) > 0) notes.push(`packet loops: started again ${loop.restarts} time${loop.restarts === 1 ? '' : 's'} after a crash (the daemon's log says why)`);
+  if (loop !== undefined && (loop.restarts ?? 0) > 0) notes.push(`packet loops: started again ${loop.restarts} time${loop.restarts === 1 ? '' : 's'} after they ended (a crash, or their interface made again: the daemon's log says which)`);
   const first = Math.max(...[...serviceRows, ...realRows].map((r) => r[0]!.length));
   const widthsOf = (rows: string[][]): number[] => rows[0]!.map((_, i) => (i === 0 ? first : Math.max(...rows.map((r) => r[i]!.length))));
   const serviceWidths = widthsOf(serviceRows);

@@ -77,6 +77,25 @@ describe('status table', () => {
     expect(text.split('\n').at(-1)).toBe('api: dropping: no MAC known for 10.0.1.12 (ARP/neighbour discovery unanswered)');
   });
 
+  it('says after the table which wanted real has no MAC: it takes no new flows though its health says up', () => {
+    const text = formatStatus(
+      {
+        services: [
+          service('web', {
+            reals: [
+              { ...real('10.0.1.11', 'up'), mac: '02:00:00:00:00:11' },
+              { ...real('10.0.1.98', 'up'), mac: null },
+              { ...real('10.0.1.99', 'up'), intent: 'disabled', mac: null },
+              real('10.0.1.12', 'up'), // an older daemon: no mac field, no note
+            ],
+          }),
+        ],
+      },
+      now,
+    );
+    expect(text.split('\n').slice(7)).toEqual(['web 10.0.1.98: no MAC known (ARP/neighbour discovery unanswered): takes no new flows']);
+  });
+
   it('marks a service removed by a reload whose flows drain, without a dropping note', () => {
     const text = formatStatus({ services: [service('old', { removed: true, dropping: true, droppingReason: 'removed from the config', reals: [real('10.0.1.11', 'up', null)] })] }, now);
     expect(table(text)[0]).toMatchObject({ Name: 'old', Flags: 'REMOVED(draining)' });
@@ -117,15 +136,15 @@ describe('status table', () => {
     ]);
   });
 
-  it('says after the table when the packet loops do not run, or were started again after a crash', () => {
+  it('says after the table when the packet loops do not run, or were started again after they ended', () => {
     const quiet = formatStatus({ services: [service('web', {})], loop: { healthy: true, restarts: 0 } }, now);
     expect(quiet.split('\n')).toHaveLength(4);
     const restarted = formatStatus({ services: [service('web', {})], loop: { healthy: true, restarts: 1 } }, now).split('\n');
-    expect(restarted.at(-1)).toBe("packet loops: started again 1 time after a crash (the daemon's log says why)");
+    expect(restarted.at(-1)).toBe("packet loops: started again 1 time after they ended (a crash, or their interface made again: the daemon's log says which)");
     const down = formatStatus({ services: [service('web', {})], loop: { healthy: false, restarts: 2 } }, now).split('\n');
     expect(down.slice(4)).toEqual([
       "packet loops: NOT HEALTHY (ended or stalled; the daemon's log says why)",
-      "packet loops: started again 2 times after a crash (the daemon's log says why)",
+      "packet loops: started again 2 times after they ended (a crash, or their interface made again: the daemon's log says which)",
     ]);
   });
 });
