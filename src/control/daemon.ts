@@ -35,6 +35,7 @@ import { removalBlocker } from './service-removal.js';
 import { SnapshotBuilder, type RealView, type ServiceBuildReport, type ServiceView, type TunnelSources } from './snapshot-builder.js';
 import { lookupRoutes } from './route-lookup.js';
 import { VipAnnouncer } from './announcer.js';
+import { announceVips, type AnnouncementRounds } from './vip-announcements.js';
 
 export const CLOSE_TIMEOUT_MS = 10_000;
 
@@ -153,6 +154,10 @@ export class Daemon {
   private overrides = new Map<string, IntentOverride>();
   private lastReports: readonly ServiceBuildReport[] = [];
   /** Services whose view has settled since start, and when each was first seen (announceWanted). */
+  /** Sends the gratuitous ARPs / unsolicited NAs (a field, so that a test can replace it). */
+  private announceVips = announceVips;
+  /** Announcement rounds not finished yet: a stop cancels them before the host gives the VIPs up. */
+  private readonly vipRounds = new Set<AnnouncementRounds>();
   /** Wanted reals without a MAC, by id: since when (monotonic ms), and whether that was logged. */
   private readonly macMissing = new Map<number, { sinceMs: number; warned: boolean }>();
   private readonly settledServices = new Set<string>();
@@ -209,6 +214,8 @@ export class Daemon {
       void this.exclusive(async () => {
         if (this.stopping || !this.host) return;
         await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' });
+        // An interface made again has a new MAC that the neighbours do not know yet.
+        this.announceOnLink(this.vips(), 'packet loop started again');
       }).catch((err: Error) => this.log.error('could not put the host setup back after a packet loop restart', { error: err.message }));
     this.metrics = new DaemonMetrics({
       counters: () => this.loops.counters(),
@@ -295,6 +302,7 @@ export class Daemon {
     this.housekeeping = setInterval(() => this.tick(), 1000);
     this.routesTimer = setInterval(() => void this.refreshTunnelRoutes(), ROUTE_REFRESH_MS);
     this.started = true;
+    this.announceOnLink(this.vips(), 'start');
     this.log.info('dsrlb running', {
       interface: this.config.interface,
       io: this.config.io,
@@ -458,6 +466,19 @@ export class Daemon {
       }
     }
     for (const id of this.macMissing.keys()) if (!missing.has(id)) this.macMissing.delete(id);
+  }
+
+  /**
+   * Tells the segment's neighbours that `vips` are at this interface's MAC, now and again a second
+   * later (vip-announcements.ts): at start, when a loop started again (the interface may have been
+   * made again with a new MAC), for the VIPs a reload adds. Only on a daemon that started (a test's
+   * daemon that never took the host sends nothing).
+   */
+  private announceOnLink(vips: readonly string[], reason: string): void {
+    if (!this.started || this.stopping || vips.length === 0) return;
+    const rounds = this.announceVips(this.config.interface, vips, this.log, { reason });
+    this.vipRounds.add(rounds);
+    void rounds.done.then(() => this.vipRounds.delete(rounds));
   }
 
   /** Proven up with its MAC (or its next hop's) known, or confirmed down: see announceWanted. */
@@ -858,6 +879,7 @@ export class Daemon {
   }
 
   private async reloadNow(): Promise<ReloadResult> {
+    const vipsBefore = new Set(this.vips());
     const { text, result: loaded } = await readConfigFile(this.configPath);
     if (!loaded.ok) return this.refuseReload(loaded.problems, 'config', 'reload refused: config invalid, the running config stays');
     const next = loaded.config;
@@ -942,6 +964,7 @@ export class Daemon {
     this.rebuild('reload');
     this.metrics.reloadTaken();
     this.log.info('reload taken', { services: next.services.map((s) => s.name) });
+    this.announceOnLink(this.vips().filter((v) => !vipsBefore.has(v)), 'reload');
     // Taken: what follows only follows the new config, and says so in the log when it cannot.
     if (pruned) await this.saveStateOrWarn();
     // Announcing follows the new config without holding the answer (a BIRD that did not answer
@@ -1498,6 +1521,7 @@ export class Daemon {
     if (this.routesTimer) clearInterval(this.routesTimer);
     if (this.announceTimer) clearInterval(this.announceTimer);
     this.announceTimer = null;
+    for (const r of this.vipRounds) r.cancel();
     if (this.announcer) {
       // Withdraw first and give BGP time to move the flows away while the loop still forwards.
       await this.announcing;

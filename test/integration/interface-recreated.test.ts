@@ -56,4 +56,24 @@ describe('the LB interface made again', () => {
     expect(failed[0]).toMatch(/"code":"EINTERFACE".*eth0 (is gone|was made again)/);
     expect(daemon.logs.some((l) => l.includes('"packet loop started again"'))).toBe(true);
   }, 60_000);
+
+  it('tells the segment the VIP\'s new MAC when the interface comes back with another one (gratuitous ARP)', async () => {
+    expect((await httpCount(lab, 5)).ok).toBe(5); // the client holds the VIP's MAC now
+    const sent = () => daemon.logs.filter((l) => l.includes('VIP announcements sent') && l.includes('packet loop started again')).length;
+    const sentBefore = sent();
+    const sh = (ns: string, cmd: string) => lab.exec(ns, ['sh', '-c', cmd]);
+    const del = await sh(lab.switchNs, `ip link del sw-lb && ip link add sw-lb type veth peer name eth0 netns ${lab.lb.ns} && ip link set sw-lb master br0 up`);
+    expect(del.code, del.stderr).toBe(0);
+    const up = await sh(lab.lb.ns, `ip addr add ${lab.lb.ipv4}/${lab.prefixLength} dev eth0 && ip link set eth0 up && cat /sys/class/net/eth0/address`);
+    expect(up.code, up.stderr).toBe(0);
+    const newMac = up.stdout.trim();
+    expect(newMac).not.toBe(lab.lb.mac);
+    for (let i = 0; i < 100 && sent() < sentBefore + 2; i++) await sleep(100);
+    expect(sent() - sentBefore, daemon.logs.slice(-20).join('\n')).toBeGreaterThanOrEqual(2); // both rounds
+    // Without it the client kept the old MAC (REACHABLE, then PROBE, FAILED) for about a minute.
+    const neigh = await lab.exec(lab.client, ['ip', '-j', 'neigh', 'show', lab.vip]);
+    expect((JSON.parse(neigh.stdout) as { lladdr?: string }[])[0]?.lladdr, neigh.stdout).toBe(newMac);
+    const after = await httpCount(lab, 20, { timeoutMs: 3000 });
+    expect(after.ok, JSON.stringify(after)).toBe(20);
+  }, 60_000);
 });
