@@ -100,7 +100,11 @@ function serviceHasVip(s: ForwardingSnapshot, svc: number, family: number, addr:
   return s.svcFamily[svc] === family && s.svcVip[v] === addr[4] && s.svcVip[v + 1] === addr[5] && s.svcVip[v + 2] === addr[6] && s.svcVip[v + 3] === addr[7];
 }
 
-/** Hash of (family, protocol, VIP, port) for the service index; the builder uses the same function. */
+/**
+ * Hash of (family, protocol, VIP, port) for the service index, as an int32 (callers take `& mask`):
+ * a uint32 from 2^31 up is a heap number wherever V8 does not inline this, one per lookup.
+ * The builder uses the same function.
+ */
 export function serviceKeyHash(family: number, protocol: number, vip: Uint32Array, vipOffset: number, port: number): number {
   let h = Math.imul(family * 256 + protocol, 0x9e3779b1) ^ port;
   h = Math.imul(h ^ vip[vipOffset], 0x85ebca6b);
@@ -108,7 +112,7 @@ export function serviceKeyHash(family: number, protocol: number, vip: Uint32Arra
   h = Math.imul(h ^ vip[vipOffset + 2], 0x85ebca6b);
   h = Math.imul(h ^ vip[vipOffset + 3], 0xc2b2ae35);
   h ^= h >>> 16;
-  return h >>> 0;
+  return h;
 }
 
 function findExact(s: ForwardingSnapshot, family: number, protocol: number, addr: Uint32Array, port: number): number {

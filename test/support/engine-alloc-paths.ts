@@ -529,37 +529,25 @@ def('icmp: echo request to an IPv6 VIP answered in place', (name) => rigPath(nam
 // hash is 2^31 or more (udp 85; the IPv6 VIP's port 9000 and port 0), as many are.
 const ROUTER = '198.51.100.1';
 const ROUTER6 = 'fd00:5100::1';
-/**
- * findService's bucket hash (serviceKeyHash, forwarding-snapshot.ts) is a uint32: a heap number
- * for half of all services wherever V8 does not inline it, which it does not in icmpToVip when the
- * loop's compiled code has used up its inlining budget (most runs of the ICMPv6 paths here). Up to
- * two per message: the exact port, then port 0. The fix, outside this audit's files:
- * serviceKeyHash returns `h` (an int32; the builder and findExact only take `& mask` of it)
- * instead of `h >>> 0`. Remove this allowance with it. (Under node --no-turbo-inlining every path
- * with such a service pays it, and with the fix none does: checked on a copy of the tree.)
- */
-const SERVICE_KEY_HASH: KnownAllocation = { bytesPerPacket: 32, why: 'serviceKeyHash returns a uint32 (forwarding-snapshot.ts): a heap number per service lookup that V8 does not inline' };
 const quote4 = (sport: number, port = 85) => ipv4({ src: VIP, dst: CLIENT, proto: 17, df: true }, udp({ sport: port, dport: sport }, payload(32), { src: VIP, dst: CLIENT })).subarray(0, 28);
 const fragNeeded = (quote: Uint8Array) => eth4(ipv4({ src: ROUTER, dst: VIP, proto: 1 }, icmp({ type: 3, code: 4, rest: 1400 }, quote)));
 const quote6 = (sport: number) => ipv6({ src: VIP6, dst: CLIENT6, nextHeader: 17 }, udp({ sport: 9000, dport: sport }, payload(32), { src: VIP6, dst: CLIENT6 })).subarray(0, 48);
 const packetTooBig = (quote: Uint8Array) => eth6(ipv6({ src: ROUTER6, dst: VIP6, nextHeader: 58 }, icmpv6({ type: 2, rest: 1400 }, quote, { src: ROUTER6, dst: VIP6 })));
 def('icmp: fragmentation-needed from a client about a flow goes to the real of its entry', (name) =>
   rigPath(name, new Rig(times(FLOWS, (i) => ({ bytes: fragNeeded(quote4(50_000 + i)) })), l2Snap()).prime(times(FLOWS, (i) => ({ bytes: udp4(50_000 + i, { dport: 85 }) }))), VERDICT_TX, {
-    known: SERVICE_KEY_HASH,
     check: expectThat('flow entries', (r) => r.engine.flows.size, (v) => v === FLOWS),
   }),
 );
-def('icmp: fragmentation-needed about a flow without entry (mid-stream pick)', (name) => rigPath(name, new Rig(times(FLOWS, (i) => ({ bytes: fragNeeded(quote4(60_000 + i)) })), l2Snap()), VERDICT_TX, { known: SERVICE_KEY_HASH }));
+def('icmp: fragmentation-needed about a flow without entry (mid-stream pick)', (name) => rigPath(name, new Rig(times(FLOWS, (i) => ({ bytes: fragNeeded(quote4(60_000 + i)) })), l2Snap()), VERDICT_TX));
 def('icmp: ICMPv6 packet too big from a client about a flow goes to the real of its entry', (name) =>
   rigPath(name, new Rig(times(FLOWS, (i) => ({ bytes: packetTooBig(quote6(50_000 + i)) })), l2Snap()).prime(times(FLOWS, (i) => ({ bytes: udp6(50_000 + i, { dport: 9000 }) }))), VERDICT_TX, {
-    known: SERVICE_KEY_HASH,
     check: expectThat('flow entries', (r) => r.engine.flows.size, (v) => v === FLOWS),
   }),
 );
-def('icmp: ICMPv6 packet too big about a flow without entry (mid-stream pick)', (name) => rigPath(name, new Rig(times(FLOWS, (i) => ({ bytes: packetTooBig(quote6(60_000 + i)) })), l2Snap()), VERDICT_TX, { known: SERVICE_KEY_HASH }));
+def('icmp: ICMPv6 packet too big about a flow without entry (mid-stream pick)', (name) => rigPath(name, new Rig(times(FLOWS, (i) => ({ bytes: packetTooBig(quote6(60_000 + i)) })), l2Snap()), VERDICT_TX));
 def('drop: icmpToVip (ICMP to a VIP that is neither echo nor too-big)', (name) => rigPath(name, new Rig(times(FLOWS, () => ({ bytes: eth4(ipv4({ src: CLIENT, dst: VIP, proto: 1 }, icmp({ type: 13 }, payload(12)))) })), l2Snap()), -DropReason.icmpToVip));
 def('drop: icmpToVip (a too-big message quoting no service)', (name) =>
-  rigPath(name, new Rig(times(FLOWS, () => ({ bytes: fragNeeded(ipv4({ src: VIP, dst: CLIENT, proto: 17 }, udp({ sport: 7777, dport: 1 }, [], { src: VIP, dst: CLIENT }))) })), l2Snap()), -DropReason.icmpToVip, { known: SERVICE_KEY_HASH }),
+  rigPath(name, new Rig(times(FLOWS, () => ({ bytes: fragNeeded(ipv4({ src: VIP, dst: CLIENT, proto: 17 }, udp({ sport: 7777, dport: 1 }, [], { src: VIP, dst: CLIENT }))) })), l2Snap()), -DropReason.icmpToVip),
 );
 def('drop: truncatedIcmp (a too-big message whose quote stops before the ports)', (name) => rigPath(name, new Rig(times(FLOWS, () => ({ bytes: fragNeeded(quote4(1).subarray(0, 20)) })), l2Snap()), -DropReason.truncatedIcmp));
 def('drop: truncatedIcmp (ICMP header cut short)', (name) => rigPath(name, new Rig(times(FLOWS, () => ({ bytes: eth4(ipv4({ src: CLIENT, dst: VIP, proto: 1 }, [8, 0])) })), l2Snap()), -DropReason.truncatedIcmp));

@@ -6,8 +6,7 @@
 // (test/support/engine-alloc-harness.ts). A path passes with no collection during its 200,000
 // packets (fewer for the big ones) and no growth beyond the measurement's own few hundred bytes:
 // one heap number per packet fails it many times over, one per batch too. Two control paths that
-// allocate on purpose must fail it, or the measurement has gone blind. The ICMP too-big paths may
-// take one known allocation, serviceKeyHash's (see SERVICE_KEY_HASH), until its fix lands.
+// allocate on purpose must fail it, or the measurement has gone blind.
 
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
