@@ -14,6 +14,7 @@ import {
   type ForwardingSnapshot,
   type TypedArrayOf,
 } from '../dataplane/forwarding-snapshot.js';
+import { DropReason } from '../dataplane/drop-reasons.js';
 import { stringHash } from '../dataplane/flow-hash.js';
 import { buildMaglevTable, countMovedSlots, type MaglevReal } from '../dataplane/maglev-table.js';
 import { eligibility, isWanted, type HealthFact } from '../health/eligibility.js';
@@ -96,6 +97,7 @@ export class SnapshotBuilder {
     const svcVip = sharedArray(Uint32Array, n * 4);
     const svcScheduler = sharedArray(Uint8Array, n);
     const svcDropAll = sharedArray(Uint8Array, n);
+    const svcDropReason = sharedArray(Uint8Array, n);
     const svcTables: Int32Array[] = [];
     const svcTableSize = sharedArray(Int32Array, n);
     const svcCandStart = sharedArray(Int32Array, n);
@@ -165,6 +167,10 @@ export class SnapshotBuilder {
         }
       }
       svcDropAll[si] = candidates.length === 0 ? 1 : 0;
+      // Counted as neighbor_unknown (the alert for an unresolved MAC) when a real would take the
+      // flow but for its MAC; else no_real_available.
+      const waitsForMac = sv.reals.some((r) => r.mac === null && (eligibility(r) === 'new' || (cfg.whenAllDown === 'failOpen' && isWanted(r))));
+      svcDropReason[si] = waitsForMac ? DropReason.neighborUnknown : DropReason.noRealAvailable;
       svcCandCount[si] = candidates.length;
       // Candidates sorted by address: the order other LBs see too.
       const sorted = sortedByAddress(candidates);
@@ -228,6 +234,7 @@ export class SnapshotBuilder {
       svcVip,
       svcScheduler,
       svcDropAll,
+      svcDropReason,
       svcTables,
       svcTableSize,
       svcCandStart,

@@ -229,7 +229,7 @@ export class Engine {
     const svc = findService(snap, pkt.family, proto, pkt.addr, pkt.dstPort);
     if (svc < 0) return VERDICT_PASS;
     const real = this.place(svc, pkt, nowMs);
-    if (real < 0) return -DropReason.noRealAvailable;
+    if (real < 0) return -snap.svcDropReason[svc]!;
     if (pkt.isFragment === 1) {
       this.fragments.setKey(pkt.fragmentProtocol, pkt.family, pkt.addr, pkt.fragmentId | 0);
       this.fragments.record(real, nowMs);

@@ -35,6 +35,8 @@ export interface ForwardingSnapshot {
   readonly svcScheduler: Uint8Array; // SCHED_*
   /** 1 when no real may take new flows and the service says whenAllDown: drop. */
   readonly svcDropAll: Uint8Array;
+  /** The DropReason counted when the service places a packet on no real: neighborUnknown when MACs are what is missing. */
+  readonly svcDropReason: Uint8Array;
   /** Consistent-hash (Maglev) table per service over its candidates; also the fallback for wlc. */
   readonly svcTables: readonly Int32Array[];
   readonly svcTableSize: Int32Array;
@@ -150,6 +152,7 @@ export function emptySnapshot(): ForwardingSnapshot {
     svcVip: new Uint32Array(0),
     svcScheduler: new Uint8Array(0),
     svcDropAll: new Uint8Array(0),
+    svcDropReason: new Uint8Array(0),
     svcTables: [],
     svcTableSize: new Int32Array(0),
     svcCandStart: new Int32Array(0),

@@ -337,9 +337,16 @@ ${REALS.slice(0, 3).map((a) => `      - address: ${a}`).join('\n')}
     for (let port = 46000; port < 46100; port++) expect(realOf(io.inject([tcpFrame(port, SYN)])[0]!)).toBe(1);
     for (const port of onFirst) expect(io.inject([tcpFrame(port, ACK, [1])])).toHaveLength(0);
     expect(counters[Counter.dropBase + DropReason.neighborUnknown]).toBe(onFirst.length);
-    // With no resolved real at all the service has no candidate: new flows are dropped, not misdirected.
+    // With no resolved real at all the service has no candidate: new flows are dropped, not
+    // misdirected, and counted as neighbor_unknown (the alert for a MAC that does not resolve),
+    // not as no_real_available.
     build(baseConfig('maglev', REALS.slice(0, 2)), (r) => ({ ...r, mac: null }));
     expect(io.inject([tcpFrame(47000, SYN)])).toHaveLength(0);
+    expect(counters[Counter.dropBase + DropReason.neighborUnknown]).toBe(onFirst.length + 1);
+    expect(counters[Counter.dropBase + DropReason.noRealAvailable]).toBe(0);
+    // Reals that are down (and whenAllDown: drop) are no_real_available, whatever their MACs.
+    build(baseConfig('maglev', REALS.slice(0, 2), '    whenAllDown: drop'), (r) => ({ ...r, health: 'down', mac: r.address === REALS[0] ? null : r.mac }));
+    expect(io.inject([tcpFrame(47001, SYN)])).toHaveLength(0);
     expect(counters[Counter.dropBase + DropReason.noRealAvailable]).toBe(1);
   });
 
