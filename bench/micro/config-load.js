@@ -11,21 +11,7 @@ import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
 import { LineCounter, parseDocument } from 'yaml';
 import { CONFIG_SHAPES, generateConfigText } from './config-shapes.js';
-
-function flags(argv = process.argv.slice(2)) {
-  /** @type {Record<string, string | boolean>} */
-  const out = {};
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (!a.startsWith('--')) continue;
-    const next = argv[i + 1];
-    if (next !== undefined && !next.startsWith('--')) {
-      out[a.slice(2)] = next;
-      i++;
-    } else out[a.slice(2)] = true;
-  }
-  return out;
-}
+import { flags } from './micro-setup.js';
 
 const opts = flags();
 const quick = opts.quick === true;

@@ -514,7 +514,7 @@ describe('reload', () => {
     const web = during.services.find((x) => x.name === 'web');
     expect(web).toMatchObject({ removed: true });
     expect(web!.reals.reduce((n, x) => n + x.activeFlows, 0)).toBeGreaterThanOrEqual(1);
-    expect((await daemon.cli(['status'])).stdout).toMatch(/ web REMOVED\(draining\)/);
+    expect((await daemon.cli(['status'])).stdout).toMatch(/ web +REMOVED\(draining\)/);
     expect(metricValue(await daemon.metrics(), 'dsrlb_flow_table_entries', '')).toBeGreaterThanOrEqual(1);
     const fresh = await httpCount(lab, 5, { timeoutMs: 1000 });
     expect(fresh.ok).toBe(0);
