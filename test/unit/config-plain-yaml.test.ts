@@ -8,6 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { generateConfigText } from '../../bench/micro/config-shapes.js';
 import { parsePlainYaml, resolvePlainScalar } from '../../src/config/plain-yaml.js';
 import { formatProblems, parseConfigText, parseConfigYaml, parseConfigYamlDocument, validateConfig, type ConfigResult } from '../../src/config/validate.js';
+import { mulberry32 } from '../support/prng.js';
 
 const YAML_ERROR = Symbol('yaml error');
 
@@ -241,17 +242,6 @@ describe('errors read as they did through the yaml library alone', () => {
 });
 
 describe('fuzzed configs', () => {
-  // Deterministic (mulberry32): a failure names its seed and text.
-  function random(seed: number): () => number {
-    let a = seed >>> 0;
-    return () => {
-      a = (a + 0x6d2b79f5) >>> 0;
-      let t = a;
-      t = Math.imul(t ^ (t >>> 15), t | 1);
-      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
-  }
   const TOKENS = [
     ' ', '  ', '\n', '\n  ', '\n- ', '-', '- ', ':', ': ', '#', ' #', '"', "'", '[', ']', '{', '}', ',', ', ', '&a ', '*a', '!', '|', '>', '?', '? ',
     '~', '0', '1', '.', 'x', 'e5', '0x', 'null', 'true', '\t', '\r', '\r\n', '\u00a0', '%', '@', '`', '\\', '<<: ', '---\n', '__proto__: ',
@@ -287,7 +277,7 @@ describe('fuzzed configs', () => {
     let answered = 0;
     let total = 0;
     for (let seed = 1; seed <= 800; seed++) {
-      const next = random(seed);
+      const next = mulberry32(seed);
       let text = bases[seed % bases.length] as string;
       const mutations = 1 + Math.floor(next() * 3);
       for (let m = 0; m < mutations; m++) text = mutate(text, next);

@@ -5,21 +5,10 @@ import { describe, expect, it } from 'vitest';
 import { FlowState, FlowTable, nextTcpState, type FlowTimeouts } from '../../src/dataplane/flow-table.js';
 import { flowHash, flowIndexHash } from '../../src/dataplane/flow-hash.js';
 import { IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN } from '../../src/dataplane/parsed-packet.js';
+import { mulberry32 } from '../support/prng.js';
 
 const LONG: FlowTimeouts = { synMs: 1e12, establishedMs: 1e12, finMs: 1e12, closeMs: 1e12, udpMs: 1e12 };
 const SEED = 0x5eed;
-
-/** Deterministic PRNG (mulberry32) so failures reproduce. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Fills key with a distinct IPv4 TCP 5-tuple for id (client 10.x.y.z:port -> 203.0.113.10:80). */
 function fillKey(key: Uint32Array, id: number, protocol = IPPROTO_TCP): void {
@@ -74,7 +63,7 @@ describe('FlowTable against a Map model', () => {
     const maxRealIds = 8;
     const t = new FlowTable(capacity, LONG, maxRealIds);
     const model = new Map<number, { entry: number; real: number }>();
-    const rand = rng(seed);
+    const rand = mulberry32(seed);
     let evictions = 0;
     let removes = 0;
     // Plain comparisons in the loops: one expect() per key would dominate the run time.
@@ -155,7 +144,7 @@ describe('FlowTable against a Map model', () => {
     const mixed: HashFn = (key) => (key[9]! & 3) === 0 ? 127 : key[9]! & 3;
     const t2 = new FlowTable(capacity, LONG, 1);
     for (const id of ids) put(t2, mixed, id, 0, FlowState.syn, 0);
-    const rand = rng(3);
+    const rand = mulberry32(3);
     for (const [table, hash] of [[t, sameHash], [t2, mixed]] as const) {
       const left = ids.slice();
       while (left.length > 0) {
@@ -459,7 +448,7 @@ describe('FlowTable per-real counts', () => {
     const maxRealIds = 5;
     const timeouts: FlowTimeouts = { synMs: 300, establishedMs: 2000, finMs: 600, closeMs: 100, udpMs: 900 };
     const t = new FlowTable(300, timeouts, maxRealIds);
-    const rand = rng(4);
+    const rand = mulberry32(4);
     const flagChoices = [TCP_SYN, TCP_ACK, TCP_ACK | TCP_PSH, TCP_FIN | TCP_ACK, TCP_RST, TCP_SYN | TCP_ACK, 0];
     const stateChoices = [FlowState.syn, FlowState.established, FlowState.udp];
     let nowMs = 0;
@@ -554,7 +543,7 @@ describe('FlowTable index growth', () => {
 describe('FlowTable iteration', () => {
   it('next() visits each live entry once, oldest first', () => {
     const t = new FlowTable(1000, LONG, 1);
-    const rand = rng(5);
+    const rand = mulberry32(5);
     const live = new Set<number>();
     for (let id = 0; id < 800; id++) live.add(put(t, strongHash, id, 0, FlowState.syn, id));
     for (let id = 0; id < 800; id += 3) {

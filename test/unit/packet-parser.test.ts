@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import ipaddr from 'ipaddr.js';
 import { DropReason } from '../../src/dataplane/drop-reasons.js';
 import { IPV6_MAX_EXTENSION_HEADERS, parseFrame } from '../../src/dataplane/packet-parser.js';
+import { mulberry32 } from '../support/prng.js';
 import {
   ETHERTYPE_ARP,
   ETHERTYPE_IPV4,
@@ -380,17 +381,6 @@ function shortenIp(ip: Uint8Array, keep: number): Uint8Array {
   return out;
 }
 
-/** mulberry32: a small seeded PRNG so the fuzz run is reproducible. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // ---- tests --------------------------------------------------------------------------------------
 
@@ -548,7 +538,7 @@ describe('parseFrame fuzz', () => {
   );
 
   it('20,000 seeded random mutations of valid frames never throw, return a known verdict and keep offsets in bounds', () => {
-    const rand = prng(0x5eed);
+    const rand = mulberry32(0x5eed);
     const pick = (n: number) => Math.floor(rand() * n);
     const bases = vectors.filter((v) => v.verdict === PARSE_OK).map((v) => v.frame);
     const pkt = new ParsedPacket();
