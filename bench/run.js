@@ -711,6 +711,10 @@ async function main() {
   const results = { startedAt: new Date().toISOString(), mode: quick ? 'quick' : 'full', options: { ...opts, suites: [...opts.suites] } };
   log(`${results.mode} run; namespaces ${PREFIX}*`);
   results.machine = await machineState();
+  // Said now, not after ten minutes of packet runs when the download suite starts HAProxy.
+  if (opts.suites.has('download') && results.machine.haproxy === null) {
+    throw new Error('haproxy is not installed: run `sudo bench/setup.sh` first (or leave the download out: --only pps,micro)');
+  }
   if (results.machine.backgroundBusyCores > 0.1) log(`warning: ${results.machine.backgroundBusyCores.toFixed(2)} cores already busy: figures will be noisy`);
   // The micro-benchmarks first: their figures are absolute nanoseconds, and after ten minutes of
   // packet runs this VM ran the same code 1.7x slower (209 instead of 122 ns/packet in two full

@@ -154,6 +154,8 @@ export class Daemon {
   private overrides = new Map<string, IntentOverride>();
   private lastReports: readonly ServiceBuildReport[] = [];
   /** Services whose view has settled since start, and when each was first seen (announceWanted). */
+  /** The flows file this start took, removed once the start succeeded. */
+  private takenFlowsFile: string | null = null;
   /** Sends the gratuitous ARPs / unsolicited NAs (a field, so that a test can replace it). */
   private announceVips = announceVips;
   /** Announcement rounds not finished yet: a stop cancels them before the host gives the VIPs up. */
@@ -302,6 +304,7 @@ export class Daemon {
     this.housekeeping = setInterval(() => this.tick(), 1000);
     this.routesTimer = setInterval(() => void this.refreshTunnelRoutes(), ROUTE_REFRESH_MS);
     this.started = true;
+    await this.removeTakenFlows();
     this.announceOnLink(this.vips(), 'start');
     this.log.info('dsrlb running', {
       interface: this.config.interface,
@@ -1350,7 +1353,8 @@ export class Daemon {
   /**
    * At a start: the flows the daemon before left (saveFlows), given to the loops on the reals they
    * were on, by (service, address); flows of reals no longer configured are left out. The file is
-   * removed first, so a later start (after a crash) never takes flows this old.
+   * removed once the start has succeeded (removeTakenFlows): a start that fails leaves it to the
+   * next, and a later start (after a crash) never takes flows this old.
    */
   private async adoptSavedFlows(): Promise<void> {
     const file = this.flowsFile();
@@ -1358,7 +1362,7 @@ export class Daemon {
     let bytes: Buffer;
     try {
       bytes = await readFile(file);
-      await unlink(file);
+      this.takenFlowsFile = file;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') this.log.warn('flows of the daemon before not taken', { file, error: (err as Error).message });
       return;
@@ -1384,6 +1388,13 @@ export class Daemon {
     } catch (err) {
       this.log.warn('flows of the daemon before not taken', { file, error: (err as Error).message });
     }
+  }
+
+  /** After a successful start: the flows file taken at start goes (see adoptSavedFlows). */
+  private async removeTakenFlows(): Promise<void> {
+    const file = this.takenFlowsFile;
+    this.takenFlowsFile = null;
+    if (file !== null) await unlink(file).catch((err: Error) => this.log.warn('the flows file taken at start could not be removed: a start after a crash would take its flows again', { file, error: err.message }));
   }
 
   /**

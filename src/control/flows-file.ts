@@ -56,6 +56,7 @@ export function decodeSavedFlows(b: Buffer): SavedFlows {
     return fail('its header is not JSON');
   }
   at += headerBytes;
+  if (header === null || typeof header !== 'object' || Array.isArray(header)) return fail('its header is not a JSON object');
   const { writtenAtMs, count, reals } = header;
   if (typeof writtenAtMs !== 'number' || !Number.isFinite(writtenAtMs)) return fail('no writtenAtMs');
   if (typeof count !== 'number' || !Number.isInteger(count) || count < 0) return fail('no flow count');

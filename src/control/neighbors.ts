@@ -54,6 +54,8 @@ export class NeighborWatcher extends EventEmitter {
   private lastKick = new Map<string, number>();
   /** Until when (monotonic ms) unresolved reals are polled every 250 ms; then every 2 s. */
   private fastUntil = 0;
+  /** stop() was called: a refresh still running schedules and sends nothing. */
+  private stopped = false;
   /** Datagrams sent to make the kernel resolve or revalidate a real (for tests). */
   kicks = 0;
   /** One socket per family for those datagrams: a socket each cost 8,000 binds and closes a second at 8,000 unresolved reals. */
@@ -82,9 +84,11 @@ export class NeighborWatcher extends EventEmitter {
   }
 
   start(): void {
+    this.stopped = false;
     const tick = async (): Promise<void> => {
       await this.refresh().catch((e: Error) => this.log.warn('neighbour refresh failed', { error: e.message }));
-      this.timer = setTimeout(() => void tick(), this.nextPollMs());
+      // A refresh that was running when stop() came schedules nothing.
+      if (!this.stopped) this.timer = setTimeout(() => void tick(), this.nextPollMs());
     };
     void tick();
   }
@@ -100,6 +104,7 @@ export class NeighborWatcher extends EventEmitter {
   }
 
   stop(): void {
+    this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     for (const type of ['udp4', 'udp6'] as const) {
@@ -141,6 +146,7 @@ export class NeighborWatcher extends EventEmitter {
   }
 
   private kick(address: string): void {
+    if (this.stopped) return; // a refresh still running at stop() opens no socket that nothing closes
     this.kicks++;
     const type = address.includes(':') ? 'udp6' : 'udp4';
     let sock = this.kickSockets[type];

@@ -45,14 +45,18 @@ export function collectFlows(table: FlowTable, nowMs: number, limit: number): Fl
  * they expire when they would have; with `graceMs`, no later than that from now unless a packet
  * comes (with several loops the kernel's fanout hash, which user space cannot compute, decides
  * which loop sees a flow, so every loop is given every flow and the copies no packet touches go
- * soon). Flows already in the table, past their timeout, closed, or with a real id or state out
- * of range are left out. The table's last-seen lists stay in order when nothing newer is in it
- * yet (the daemon hands flows over before the first snapshot, so no packet has made an entry) and
- * the batch comes oldest first. Returns the flows put in.
+ * soon). Flows past their timeout, closed, or with a real id or state out of range are left out.
+ * A flow the batch holds twice (a restart within the grace: every loop handed over its copy)
+ * keeps its most recent copy. The batch goes in oldest first, so that the table's last-seen lists
+ * stay in order (the daemon hands flows over before the first snapshot: no packet has made an
+ * entry yet) and, when the table cannot hold them all, the longest idle make room for the newer
+ * ones; that is no eviction of a live flow, and is not counted as one. Returns the batch's flows
+ * the table holds at the end.
  */
 export function adoptFlows(table: FlowTable, batch: FlowBatch, nowMs: number, graceMs: number | null, maxRealIds: number): number {
   const order = Array.from({ length: batch.count }, (_, i) => i).sort((a, b) => batch.idleMs[b]! - batch.idleMs[a]!);
-  let adopted = 0;
+  const sizeBefore = table.size;
+  const evictionsBefore = table.evictions;
   for (const i of order) {
     const state = batch.states[i]!;
     const real = batch.reals[i]!;
@@ -63,9 +67,10 @@ export function adoptFlows(table: FlowTable, batch: FlowBatch, nowMs: number, gr
     if (nowMs - lastSeen >= timeout) continue;
     table.key.set(batch.keys.subarray(i * FLOW_KEY_WORDS, (i + 1) * FLOW_KEY_WORDS));
     const hash = table.indexHash();
-    if (table.lookup(hash, nowMs) >= 0) continue;
+    const older = table.lookup(hash, nowMs);
+    if (older >= 0) table.remove(older); // an older copy (or a stale one, grace-clamped)
     table.insert(hash, real, state, lastSeen);
-    adopted++;
   }
-  return adopted;
+  table.evictions = evictionsBefore;
+  return table.size - sizeBefore;
 }

@@ -91,13 +91,32 @@ describe('collectFlows and adoptFlows', () => {
     expect(t.size).toBe(0);
   });
 
-  it('keeps the table\'s oldest-first order: a full table evicts the longest idle first', () => {
+  it('keeps the most recently active flows when the table cannot hold them all, and counts no eviction', () => {
+    // Each of several loops holds capacity / workers entries and is given every flow.
     const t = new FlowTable(2, TIMEOUTS, MAX_REALS, 5);
-    expect(adoptFlows(t, batch, 0, null, MAX_REALS)).toBe(4);
+    expect(adoptFlows(t, batch, 0, null, MAX_REALS)).toBe(2);
     expect(t.size).toBe(2);
     expect(find(t, 6, 0)).toBeGreaterThanOrEqual(0); // idle 2 s
     expect(find(t, 2, 0)).toBeGreaterThanOrEqual(0); // idle 5 s
-    expect(t.evictions).toBe(2);
+    expect(t.evictions).toBe(0); // no live flow was evicted: dsrlb_flow_table_evictions_total stays
+  });
+
+  it('keeps the most recent copy of a flow handed over twice (a restart within the grace: each loop had a copy)', () => {
+    // Loop A saw the flow's packets (idle 50 ms); loop B held the untouched, grace-clamped copy.
+    const twice = {
+      count: 2,
+      keys: Uint32Array.from([...keyOf(9), ...keyOf(9)]),
+      reals: Int32Array.from([3, 3]),
+      states: Uint8Array.from([FlowState.established, FlowState.syn]),
+      idleMs: Float64Array.from([50, 850_000]),
+    };
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 6);
+    expect(adoptFlows(t, twice, 1_000_000, null, MAX_REALS)).toBe(1);
+    const e = find(t, 9, 1_000_000);
+    expect(t.stateOf(e)).toBe(FlowState.established);
+    expect(t.lastSeenOf(e)).toBe(1_000_000 - 50);
+    expect(t.activeByReal[3]).toBe(1);
+    expect(t.inactiveByReal[3]).toBe(0);
   });
 });
 
@@ -135,5 +154,7 @@ describe('flows file', () => {
     expect(() => decodeSavedFlows(good.subarray(0, good.length - 1))).toThrow(/bytes for 2 flows/);
     const wrongReal = encodeSavedFlows({ ...flows, realIndex: Int32Array.from([0, 2]) });
     expect(() => decodeSavedFlows(wrongReal)).toThrow(/flow 1 names real 2 of 2/);
+    const nullHeader = Buffer.concat([Buffer.from('DSRLBFLW'), Buffer.from([1, 0, 0, 0, 4, 0, 0, 0]), Buffer.from('null')]);
+    expect(() => decodeSavedFlows(nullHeader)).toThrow(/its header is not a JSON object/);
   });
 });

@@ -69,6 +69,18 @@ describe('NeighborWatcher', () => {
     }
   });
 
+  it('schedules and sends nothing after stop() when a refresh was still running', async () => {
+    let release!: (text: string) => void;
+    const w = new NeighborWatcher('eth0', createLogger(() => undefined), async () => ({ stdout: '[]', stderr: '' }), () => new Promise<string>((r) => (release = r)));
+    w.setWanted(['127.0.0.41']);
+    w.start();
+    w.stop();
+    release('IP address HW type Flags HW address Mask Device\n');
+    await new Promise((r) => setTimeout(r, 20));
+    expect(w.kicks).toBe(0);
+    expect((w as unknown as { timer: unknown }).timer).toBe(null);
+  });
+
   it('polls an unresolved real every 250 ms for 10 s after it is wanted, then every 2 s; a resolved set every 2 s', async () => {
     const { w, advance } = watcher();
     w.setWanted(['127.0.0.11']);
