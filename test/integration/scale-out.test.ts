@@ -349,12 +349,20 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
     const atLb1 = await startCapture(lab, l1.ns, 'eth0', ['-Q', 'in', 'tcp', 'and', 'dst', 'host', VIP_WEB]);
     const before = await tcpCounters(lab, lab.client.ns, counters);
     const lb2DropsBefore = await drops(lb(1));
-    const n = 2000;
+    // New connections, batch after batch, until 500 ms after dsrlb exited (a fixed count could
+    // end before a slower stop did: the stop now hands its flows over first).
+    let exitedAtMs = Number.POSITIVE_INFINITY;
     let clientDoneAtMs = 0;
-    const load = httpCount(lab, VIP_WEB, n, { concurrency: 10 }).then((r) => {
+    const load = (async () => {
+      const total = { ok: 0, failed: 0 };
+      while (Date.now() < exitedAtMs + 500) {
+        const r = await httpCount(lab, VIP_WEB, 300, { concurrency: 10 });
+        total.ok += r.ok;
+        total.failed += r.failed;
+      }
       clientDoneAtMs = Date.now();
-      return r;
-    });
+      return total;
+    })();
     await sleep(700);
     // An unrelated link changes state on the host just before: the kernel's link watch then holds
     // carrier news back for up to a second, which a withdrawal by carrier waited for (the route
@@ -368,6 +376,7 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
     const exited = d1.stop('SIGTERM');
     const routeMs = await lab.waitForNexthops(VIP_WEB, [lb(1).ipv4], ROUTE_TIMEOUT_MS, { sinceMs: signalAtMs });
     const exitCode = await exited;
+    exitedAtMs = d1.exitedAtMs!;
     daemons.delete(l1.name);
     const result = await load;
     const after = await tcpCounters(lab, lab.client.ns, counters);
@@ -381,7 +390,8 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
     expect(routeMs).toBeLessThan(exitMs);
     // Traffic was still flowing when dsrlb had gone.
     expect(clientDoneAtMs).toBeGreaterThan(d1.exitedAtMs!);
-    expect(result).toMatchObject({ ok: n, failed: 0 });
+    expect(result.failed).toBe(0);
+    expect(result.ok).toBeGreaterThanOrEqual(600);
     // Nothing reached lb1 once the router had dropped it (routeMs is when the poll saw it: later).
     expect(lastAtLb1Ms).toBeLessThanOrEqual(routeMs);
     // No attempt was black-holed: a SYN sent into a dead path would have been retransmitted.
@@ -394,7 +404,7 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
       routeWithoutLb1AfterSigtermMs: routeMs,
       lastFrameAtLb1AfterSigtermMs: lastAtLb1Ms,
       dsrlbExitAfterSigtermMs: exitMs,
-      connections: n,
+      connections: result.ok + result.failed,
       failed: result.failed,
       synRetransmits,
       synsLostNotByTheStop: retransmitted.filter((x) => x.firstMs < 0 || x.lbs.lb2!.inMs !== null).map(describeSyn),
