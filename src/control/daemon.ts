@@ -19,7 +19,7 @@ import { DaemonError } from './daemon-error.js';
 import { InstanceLock, InstanceLockError } from './instance-lock.js';
 import { Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter } from '../dataplane/counters.js';
 import { timeoutsOf } from './flow-timeouts.js';
-import type { LoopRequest } from '../dataplane/loop-runner.js';
+import type { LoopEvent, LoopRequest } from '../dataplane/loop-runner.js';
 import { LoopGroup } from './loop-group.js';
 import { isWanted, type HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
@@ -153,7 +153,6 @@ export class Daemon {
   readonly health: HealthMonitor;
   private overrides = new Map<string, IntentOverride>();
   private lastReports: readonly ServiceBuildReport[] = [];
-  /** Services whose view has settled since start, and when each was first seen (announceWanted). */
   /** The flows file this start took, removed once the start succeeded. */
   private takenFlowsFile: string | null = null;
   /** Sends the gratuitous ARPs / unsolicited NAs (a field, so that a test can replace it). */
@@ -162,6 +161,7 @@ export class Daemon {
   private readonly vipRounds = new Set<AnnouncementRounds>();
   /** Wanted reals without a MAC, by id: since when (monotonic ms), and whether that was logged. */
   private readonly macMissing = new Map<number, { sinceMs: number; warned: boolean }>();
+  /** Services whose view has settled since start, and when each was first seen (announceWanted). */
   private readonly settledServices = new Set<string>();
   private readonly firstSeenMs = new Map<string, number>();
   private rebuildQueued = false;
@@ -1276,11 +1276,23 @@ export class Daemon {
   async liveFlows(most = LIVE_FLOWS_LIMIT): Promise<LiveFlowsWire> {
     const limit = Math.floor(most / Math.max(1, this.loops.size));
     const answers = await this.loops.ask((id) => ({ type: 'flows', id, limit }));
+    const g = this.gatherFlows(answers);
+    const cut = answers.some((e) => e.type === 'flows' && e.count >= limit);
+    return encodeLiveFlows(g.keys, g.realIndex, g.reals, cut);
+  }
+
+  /**
+   * The loops' 'flows' answers as one list, each flow's real named once in `reals` by (service
+   * identity, address); flows of a real this daemon no longer knows are left out.
+   */
+  private gatherFlows(answers: readonly LoopEvent[]): { count: number; keys: Uint32Array; realIndex: Int32Array; states: Uint8Array; idleMs: Float64Array; reals: { identity: string; address: string }[] } {
     const byId = new Map([...this.reals.values()].map((r) => [r.id, r]));
     let total = 0;
     for (const e of answers) if (e.type === 'flows') total += e.count;
     const keys = new Uint32Array(total * FLOW_KEY_WORDS);
     const realIndex = new Int32Array(total);
+    const states = new Uint8Array(total);
+    const idleMs = new Float64Array(total);
     const reals: { identity: string; address: string }[] = [];
     const indexOfId = new Map<number, number>();
     let n = 0;
@@ -1296,11 +1308,12 @@ export class Daemon {
           indexOfId.set(id, index);
         }
         keys.set(e.keys.subarray(i * FLOW_KEY_WORDS, (i + 1) * FLOW_KEY_WORDS), n * FLOW_KEY_WORDS);
-        realIndex[n++] = index;
+        realIndex[n] = index;
+        states[n] = e.states[i]!;
+        idleMs[n++] = e.idleMs[i]!;
       }
     }
-    const cut = answers.some((e) => e.type === 'flows' && e.count >= limit);
-    return encodeLiveFlows(keys.subarray(0, n * FLOW_KEY_WORDS), realIndex.subarray(0, n), reals, cut);
+    return { count: n, keys: keys.subarray(0, n * FLOW_KEY_WORDS), realIndex: realIndex.subarray(0, n), states: states.subarray(0, n), idleMs: idleMs.subarray(0, n), reals };
   }
 
   /** Where a clean stop leaves the flows for the next start: beside the state file (none without one). */
@@ -1318,33 +1331,12 @@ export class Daemon {
     const began = monotonicMs();
     try {
       const answers = await this.loops.ask((id) => ({ type: 'flows', id, limit: this.config.flowTable.capacity }), HANDOFF_ASK_MS);
-      const byId = new Map([...this.reals.values()].map((r) => [r.id, r]));
-      const reals: { identity: string; address: string }[] = [];
-      const indexOfId = new Map<number, number>();
-      let total = 0;
-      for (const e of answers) if (e.type === 'flows') total += e.count;
-      const keys = new Uint32Array(total * FLOW_KEY_WORDS);
-      const realIndex = new Int32Array(total);
-      const idleMs = new Uint32Array(total);
-      const states = new Uint8Array(total);
-      let n = 0;
-      for (const e of answers) {
-        if (e.type !== 'flows') continue;
-        for (let i = 0; i < e.count; i++) {
-          const r = byId.get(e.reals[i]!);
-          if (r === undefined) continue;
-          let index = indexOfId.get(r.id);
-          if (index === undefined) indexOfId.set(r.id, (index = reals.push({ identity: r.service, address: r.address }) - 1));
-          keys.set(e.keys.subarray(i * FLOW_KEY_WORDS, (i + 1) * FLOW_KEY_WORDS), n * FLOW_KEY_WORDS);
-          realIndex[n] = index;
-          idleMs[n] = Math.min(Math.round(e.idleMs[i]!), 0xffffffff);
-          states[n++] = e.states[i]!;
-        }
-      }
-      const bytes = encodeSavedFlows({ writtenAtMs: Date.now(), count: n, keys: keys.subarray(0, n * FLOW_KEY_WORDS), realIndex, idleMs, states, reals });
+      const g = this.gatherFlows(answers);
+      const idleMs = Uint32Array.from(g.idleMs, (ms) => Math.min(Math.round(ms), 0xffffffff));
+      const bytes = encodeSavedFlows({ writtenAtMs: Date.now(), count: g.count, keys: g.keys, realIndex: g.realIndex, idleMs, states: g.states, reals: g.reals });
       await writeFile(`${file}.tmp`, bytes, { mode: 0o600 });
       await rename(`${file}.tmp`, file);
-      this.log.info('flows kept for the next start', { flows: n, file, ms: Math.round(monotonicMs() - began) });
+      this.log.info('flows kept for the next start', { flows: g.count, file, ms: Math.round(monotonicMs() - began) });
     } catch (err) {
       this.log.warn('flows not kept for the next start: its packets go where the consistent hash puts them then', { file, error: (err as Error).message });
     }
