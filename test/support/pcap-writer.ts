@@ -1,5 +1,7 @@
 // A minimal pcap (libpcap 2.4, Ethernet link type) writer for tests: frames in, file bytes out,
-// so external dissectors (tshark) can judge what the data plane produced.
+// so external dissectors (tshark) can judge what the data plane produced, and tshark run on them.
+
+import { execFileSync } from 'node:child_process';
 
 /** LINKTYPE_ETHERNET */
 const LINKTYPE_ETHERNET = 1;
@@ -29,4 +31,20 @@ export function pcapFile(frames: readonly Uint8Array[], startSeconds = 1_700_000
     pos += RECORD_HEADER_BYTES + frame.length;
   });
   return out;
+}
+
+/** tshark's version line; throws (a test needing tshark fails, never skips) when it is not installed. */
+export function requireTshark(): string {
+  let version = '';
+  try {
+    version = execFileSync('tshark', ['--version'], { encoding: 'utf8' });
+  } catch (error) {
+    throw new Error(`tshark is required for this test (apt-get install -y tshark): ${String(error)}`);
+  }
+  return version;
+}
+
+/** tshark's output on the pcap `file` with `args`; its profile writes go to `home`, not the real home. */
+export function runTshark(file: string, args: readonly string[], home: string): string {
+  return execFileSync('tshark', ['-r', file, ...args], { encoding: 'utf8', env: { ...process.env, HOME: home }, maxBuffer: 64 << 20 });
 }

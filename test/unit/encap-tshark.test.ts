@@ -3,7 +3,6 @@
 // pcap and read back with tshark, checksum validation on; nothing may be malformed or bad.
 // Needs tshark (Debian package "tshark"); the test fails, never skips, without it.
 
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,7 +14,7 @@ import { buildTunnelTemplate, encapsulate } from '../../src/encap/ipip.js';
 import { buildFragNeeded, buildPacketTooBig, fragmentOuter, tooBigMtu } from '../../src/encap/too-big.js';
 import { ETH_IPV4, ETH_IPV6, TCP_FLAGS, ethernet, icmpEcho, icmpv6, ipv4, ipv6, mac, patternBytes, tcp, udp } from '../support/packet-builder.js';
 import { CLIENT4, CLIENT6, LB_MAC, NEXT_HOP_MAC, REAL4, REAL6, SOURCE4, SOURCE6, VIP4, VIP6 } from '../support/test-net.js';
-import { pcapFile } from '../support/pcap-writer.js';
+import { pcapFile, requireTshark, runTshark } from '../support/pcap-writer.js';
 
 const LB = mac(LB_MAC);
 const NEXT_HOP = mac(NEXT_HOP_MAC);
@@ -157,21 +156,14 @@ describe('tshark reads every frame src/encap builds as well-formed, with good ch
   function tshark(name: string, frames: Uint8Array[], tcpChecksum: boolean): TsharkView {
     const file = join(dir, name);
     writeFileSync(file, pcapFile(frames));
-    const env = { ...process.env, HOME: dir }; // keep tshark's profile writes out of the real home
-    const args = ['-r', file, ...COMMON, '-o', `tcp.check_checksum:${tcpChecksum ? 'TRUE' : 'FALSE'}`];
-    const verbose = execFileSync('tshark', [...args, '-V'], { encoding: 'utf8', env, maxBuffer: 64 << 20 });
-    const protocols = execFileSync('tshark', [...args, '-T', 'fields', '-e', 'frame.protocols'], { encoding: 'utf8', env }).trim().split('\n');
+    const args = [...COMMON, '-o', `tcp.check_checksum:${tcpChecksum ? 'TRUE' : 'FALSE'}`];
+    const verbose = runTshark(file, [...args, '-V'], dir);
+    const protocols = runTshark(file, [...args, '-T', 'fields', '-e', 'frame.protocols'], dir).trim().split('\n');
     return { verbose, protocols };
   }
 
   beforeAll(() => {
-    let version = '';
-    try {
-      version = execFileSync('tshark', ['--version'], { encoding: 'utf8' });
-    } catch (error) {
-      throw new Error(`tshark is required for this test (apt-get install -y tshark): ${String(error)}`);
-    }
-    expect(version).toMatch(/TShark/);
+    expect(requireTshark()).toMatch(/TShark/);
     dir = mkdtempSync(join(tmpdir(), 'dsrlb-encap-tshark-'));
     whole = tshark('whole.pcap', FRAMES.filter((f) => !f.quoteCut).flatMap((f) => f.frames()), true);
     cut = tshark('quote-cut.pcap', FRAMES.filter((f) => f.quoteCut).flatMap((f) => f.frames()), false);

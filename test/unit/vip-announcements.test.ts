@@ -2,7 +2,6 @@
 // byte, read back by tshark (checksum validation on; the test fails, never skips, without tshark),
 // and announceVips' rounds, re-reads and failures against a fake link (no root).
 
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,7 +16,7 @@ import {
   type AnnouncementLink,
 } from '../../src/control/vip-announcements.js';
 import { fromHex, hex, mac } from '../support/packet-builder.js';
-import { pcapFile } from '../support/pcap-writer.js';
+import { pcapFile, requireTshark, runTshark } from '../support/pcap-writer.js';
 import { LB_MAC, VIP4, VIP6 } from '../support/test-net.js';
 
 const LB = mac(LB_MAC);
@@ -71,24 +70,17 @@ describe('VIP announcement frames', () => {
   });
 
   it('reads as a gratuitous ARP and an NA with a good checksum in tshark', () => {
-    let version = '';
-    try {
-      version = execFileSync('tshark', ['--version'], { encoding: 'utf8' });
-    } catch (error) {
-      throw new Error(`tshark is required for this test (apt-get install -y tshark): ${String(error)}`);
-    }
-    expect(version).toMatch(/TShark/);
+    expect(requireTshark()).toMatch(/TShark/);
     const dir = mkdtempSync(join(tmpdir(), 'dsrlb-announce-tshark-'));
     try {
       const file = join(dir, 'announce.pcap');
       writeFileSync(file, pcapFile([gratuitousArpFrame(LB, VIP4), unsolicitedNeighborAdvertFrame(LB, VIP6), unsolicitedNeighborAdvertFrame(mac(OTHER_MAC), 'fd77::100')]));
-      const env = { ...process.env, HOME: dir }; // keep tshark's profile writes out of the real home
-      const args = ['-r', file, '-n']; // tshark always verifies ICMPv6 checksums
-      const verbose = execFileSync('tshark', [...args, '-V'], { encoding: 'utf8', env });
+      const args = ['-n']; // tshark always verifies ICMPv6 checksums
+      const verbose = runTshark(file, [...args, '-V'], dir);
       expect(verbose.split('\n').filter((line) => /malformed|bad|incorrect|exception|Expert Info \((Error|Warning)/i.test(line))).toEqual([]);
       expect(verbose.split('\n').filter((line) => /\[Checksum Status: Good\]/.test(line))).toHaveLength(2);
       const fields = (...names: string[]) =>
-        execFileSync('tshark', [...args, '-T', 'fields', '-E', 'separator=|', ...names.flatMap((n) => ['-e', n])], { encoding: 'utf8', env })
+        runTshark(file, [...args, '-T', 'fields', '-E', 'separator=|', ...names.flatMap((n) => ['-e', n])], dir)
           .trim()
           .split('\n');
       expect(fields('frame.protocols')).toEqual(['eth:ethertype:arp', 'eth:ethertype:ipv6:icmpv6', 'eth:ethertype:ipv6:icmpv6']);
