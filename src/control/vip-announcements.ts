@@ -7,17 +7,14 @@
 
 import ipaddr from 'ipaddr.js';
 import { fold16, ones16 } from '../dataplane/checksum.js';
+import { ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, IPPROTO_ICMPV6 } from '../dataplane/parsed-packet.js';
 import { isNativeSystemError, loadNative } from '../io/native-binding.js';
 import { formatMac } from './addresses.js';
 import type { Logger } from './logger.js';
 
-const ETHERTYPE_ARP = 0x0806;
-const ETHERTYPE_IPV4 = 0x0800;
-const ETHERTYPE_IPV6 = 0x86dd;
 /** ARPHRD_ETHER: the hardware type of Ethernet, VLAN, bond, bridge, veth and macvlan devices alike. */
 const ARPHRD_ETHER = 1;
 const ARPOP_REQUEST = 1;
-const IPPROTO_ICMPV6 = 58;
 const ND_NEIGHBOR_ADVERT = 136;
 /** The NA flags word: Override (bit 29) set; Router and Solicited (bits 31, 30) clear. */
 const NA_FLAG_OVERRIDE = 0x20;
