@@ -12,6 +12,7 @@ import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } fro
 import { isRealIntent, isWeight, parseClientEndpoint, parseIpAddress, parseServiceAddress, problemLines } from '../config/validate.js';
 import { FlowState } from '../dataplane/flow-table.js';
 import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
+import { HANDOFF_GRACE_MS } from '../dataplane/flow-handoff.js';
 import { encodeLiveFlows, type LiveFlowsWire } from '../sim/live-flows-wire.js';
 import { decodeSavedFlows, encodeSavedFlows } from './flows-file.js';
 import { readAdminToken } from './admin-token.js';
@@ -115,11 +116,6 @@ interface RealRuntime {
 
 /** How often the next hops of IPIP reals are asked again (one `ip -batch` of `route get` for all). */
 const ROUTE_REFRESH_MS = 10_000;
-/**
- * With several loops, how long a flow handed over from the daemon before stays in the loops that
- * see none of its packets (each loop is given every flow: the kernel's fanout hash picks the loop).
- */
-const HANDOFF_GRACE_MS = 60_000;
 /** How long a loop may take to hand its flows over or take them (1M flows: about a second). */
 const HANDOFF_ASK_MS = 30_000;
 

@@ -6,6 +6,7 @@
 import { setFlagsFromString } from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import { COUNTER_SLOTS, Counter, createCounters } from '../dataplane/counters.js';
+import { collectRecords, concatFlows, HANDOFF_GRACE_MS, type FlowBatch } from '../dataplane/flow-handoff.js';
 import type { FlowTimeouts } from '../dataplane/flow-table.js';
 import type { ForwardingSnapshot } from '../dataplane/forwarding-snapshot.js';
 import { monotonicMs } from '../dataplane/monotonic-clock.js';
@@ -28,6 +29,8 @@ export const RESTART_WINDOW_MS = 60_000;
 const INTERFACE_LOSS_GROUP_MS = 2_000;
 /** How long a loop started again may take to be ready (a start takes well under a second). */
 export const RESTART_READY_MS = 10_000;
+/** How long the other loops may take to give their flows for a loop started again (they answer between batches). */
+const CARRY_ASK_MS = 1_000;
 
 /** Counter slots that hold a level, not a count: an ended loop's value is not carried into the sum. */
 const LEVEL_SLOTS: readonly number[] = [Counter.loopHeartbeatMs, Counter.snapshotGeneration, Counter.flowTableEntries];
@@ -68,6 +71,8 @@ interface Loop {
   inline: LoopRunner | null;
   /** The error it reported while running (its interface gone), which ended it. */
   failure: { code: string; message: string } | null;
+  /** Its flow table's records (shared memory), read when it has ended; null before it was ready. */
+  flowRecords: SharedArrayBuffer | null;
 }
 
 interface Pending {
@@ -84,7 +89,7 @@ export class LoopGroup {
   private readonly sum = new Float64Array(COUNTER_SLOTS);
   private seq = 0;
   // Per request: the loops that still owe an answer. A loop that ends is taken out of every
-  // request (its flows ended with it, so the living loops' answers are the whole truth).
+  // request (its flows go to the loop that replaces it, which answers later questions).
   private readonly pending = new Map<number, Pending>();
   localMac: Uint8Array = new Uint8Array(6);
   mtu = 1500;
@@ -111,6 +116,11 @@ export class LoopGroup {
   private broken = false;
   /** The loops' PACKET_FANOUT group; null for a single loop, which needs none. */
   private fanout: FanoutGroup | null = null;
+  /**
+   * The flows of the loops lost since the group last ran whole (and with several loops the other
+   * loops' flows at each loss), as of atMs: what a loop started again is given (carryFlows).
+   */
+  private carried: { flows: FlowBatch; atMs: number } | null = null;
 
   /**
    * Called when a loop ends by itself and cannot be started again (RESTARTS_PER_WINDOW used up, or
@@ -191,6 +201,7 @@ export class LoopGroup {
         worker: null,
         inline: null,
         failure: null,
+        flowRecords: null,
       };
       const onEvent = (e: LoopEvent): void => {
         switch (e.type) {
@@ -204,7 +215,9 @@ export class LoopGroup {
             this.mtu = e.mtu;
             loop.active = e.activeByReal;
             loop.inactive = e.inactiveByReal;
+            loop.flowRecords = e.flowRecords;
             loop.running = true;
+            if (settings.adopt) this.log.info('the new packet loop holds the flows of the loop it replaces', { flows: e.adoptedFlows, given: settings.adopt.flows.count });
             // Ready after stop() (a restart under way when the group stopped), or after it was given up on: it stops too.
             if (this.stopped || this.broken) {
               loop.running = false;
@@ -286,10 +299,10 @@ export class LoopGroup {
    * A loop ended by itself: its counts are kept, it leaves the group, and a new loop with the same
    * settings, the last snapshot and fresh counters takes its place (its socket joins the loops'
    * fanout group, or makes a new one when no loop holds that any more, as after the interface
-   * was made again). Its flow table is gone, and the kernel spreads the group's flows anew as a
-   * member leaves and joins (other loops' flows move too): their packets find their reals again as
-   * after a daemon restart (the mid-stream placement). The VIPs, the announcements and the health
-   * state carry on untouched, which a restart of the whole daemon would not.
+   * was made again). Its flows are read from its table's shared records and given to the new loop
+   * before its first packet (carryFlows), so that connections stay on their reals (draining ones,
+   * and wlc's picks, which the consistent hash would not find again). The VIPs, the announcements
+   * and the health state carry on untouched, which a restart of the whole daemon would not.
    */
   private lose(loop: Loop, reason: string): void {
     const i = this.loops.indexOf(loop);
@@ -318,13 +331,14 @@ export class LoopGroup {
     this.retired[Counter.loopRestarts] = this.restarts;
     this.restarting++;
     // Its part in the fanout group is decided anew when it starts (startOne).
-    const { fanout: _previous, ...same } = loop.settings;
+    const { fanout: _previous, adopt: _adopted, ...same } = loop.settings;
     const settings: Omit<LoopSettings, 'fanout'> = {
       ...same,
       counters: createCounters(),
       timeouts: this.lastTimeouts ?? loop.settings.timeouts,
       snapshot: this.lastSnapshot ?? loop.settings.snapshot,
     };
+    const lostFlows = this.flowsOfEnded(loop);
     this.log.warn('starting the packet loop again', { reason, restartsInWindow: this.restartTimes.length });
     // A replacement that neither gets ready nor fails is given up on: `recovering` would otherwise
     // keep the VIPs announced (and systemd's watchdog fed) for a loop that never runs.
@@ -334,6 +348,8 @@ export class LoopGroup {
       settled = true;
       clearTimeout(giveUp);
       this.restarting--;
+      // The group runs whole again (or has given up): what was carried has been given.
+      if (this.restarting === 0) this.carried = null;
       if (failure === null) {
         if (!this.stopped) {
           this.log.info('packet loop started again');
@@ -350,10 +366,69 @@ export class LoopGroup {
       settle(`not ready within ${this.restartReadyMs / 1000} s`);
     }, this.restartReadyMs);
     giveUp.unref();
-    this.startOne(settings).then(
-      () => settle(null),
-      (err: Error) => settle(err.message),
-    );
+    this.carryFlows(lostFlows)
+      // Carrying flows is worth a warning, never a loop that stays down.
+      .catch((err: Error) => {
+        this.log.warn('the flows of the ended packet loop are not carried: their packets go where the consistent hash puts them', { error: err.message });
+        return null;
+      })
+      .then((adopt) => {
+        settings.adopt = adopt;
+        return this.startOne(settings);
+      })
+      .then(
+        () => settle(null),
+        (err: Error) => settle(err.message),
+      );
+  }
+
+  /** The live flows in an ended loop's table (its records outlive its thread), then let go. */
+  private flowsOfEnded(loop: Loop): { flows: FlowBatch; atMs: number } | null {
+    const records = loop.flowRecords;
+    loop.flowRecords = null;
+    if (!records) return null;
+    const atMs = monotonicMs();
+    try {
+      return { flows: collectRecords(records, this.lastTimeouts ?? loop.settings.timeouts, atMs), atMs };
+    } catch (err) {
+      this.log.warn('the flows of the ended packet loop are not carried: their packets go where the consistent hash puts them', { error: (err as Error).message });
+      return null;
+    }
+  }
+
+  /**
+   * What a loop started again is given before its first packet: the flows of the loops lost since
+   * the group last ran whole, and with several loops the living loops' flows too, which are also
+   * given the lost loop's at once. With several loops the kernel's fanout hash spreads every flow
+   * anew as a member leaves and joins, and user space cannot compute it: every loop is given every
+   * flow, and the copies no packet touches go after HANDOFF_GRACE_MS.
+   */
+  private async carryFlows(lost: { flows: FlowBatch; atMs: number } | null): Promise<LoopSettings['adopt']> {
+    const parts = this.carried ? [{ batch: this.carried.flows, atMs: this.carried.atMs }] : [];
+    if (lost) parts.push({ batch: lost.flows, atMs: lost.atMs });
+    if (this.fanout !== null) {
+      if (lost && lost.flows.count > 0) {
+        const flows = lost.flows;
+        this.ask((id) => ({ type: 'adoptFlows', id, flows, graceMs: HANDOFF_GRACE_MS }), CARRY_ASK_MS).catch(() => undefined);
+      }
+      try {
+        const answers = await this.ask((id) => ({ type: 'flows', id, limit: this.flowCapacity }), CARRY_ASK_MS);
+        const atMs = monotonicMs();
+        const living = answers.flatMap((e) => (e.type === 'flows' ? [{ batch: e as FlowBatch, atMs }] : []));
+        parts.push(...living);
+        // Their flows move between them too (three loops or more).
+        if (living.length > 1) {
+          const flows = concatFlows(living, atMs);
+          this.ask((id) => ({ type: 'adoptFlows', id, flows, graceMs: HANDOFF_GRACE_MS }), CARRY_ASK_MS).catch(() => undefined);
+        }
+      } catch (err) {
+        this.log.warn('the other packet loops did not give their flows for the new loop', { error: (err as Error).message });
+      }
+    }
+    if (parts.length === 0) return null;
+    const atMs = monotonicMs();
+    this.carried = { flows: concatFlows(parts, atMs), atMs };
+    return { flows: this.carried.flows, atMs, graceMs: this.fanout !== null ? HANDOFF_GRACE_MS : null };
   }
 
   /** The thread that runs one loop (a seam: tests give a worker that speaks the same messages). */
@@ -437,14 +512,14 @@ export class LoopGroup {
       let oldest = Infinity;
       for (const l of this.loops) oldest = Math.min(oldest, l.counters[Counter.loopHeartbeatMs]!);
       sum[Counter.loopHeartbeatMs] = oldest;
-      // The snapshot every living loop runs: an ended loop's is frozen and its flows are gone.
+      // The snapshot every living loop runs: an ended loop's is frozen.
       const living = this.loops.filter((l) => !l.exited);
       sum[Counter.snapshotGeneration] = Math.min(...(living.length > 0 ? living : this.loops).map((l) => l.counters[Counter.snapshotGeneration]!));
     }
     return sum;
   }
 
-  /** Flows on real `id` in the loops that run (an ended loop's flows ended with it). */
+  /** Flows on real `id` in the loops that run (an ended loop's are counted again by the loop that takes them). */
   active(id: number): number {
     let n = 0;
     for (const l of this.loops) if (!l.exited) n += l.active[id] ?? 0;

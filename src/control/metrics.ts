@@ -75,7 +75,7 @@ export class DaemonMetrics {
     global('dsrlb_gso_segmented_total', 'GSO super-frames segmented in software for IPIP reals.', Slot.gsoSegmented);
     global('dsrlb_loop_busy_seconds_total', 'Time the packet loops spent on wake-ups (ring, engine, send), summed over loops: its rate is the cores they keep busy (io: afpacket).', Slot.loopBusySeconds);
     global('dsrlb_loop_engine_seconds_total', 'Of the packet loops\' busy time, the time in the engine (parse, lookup, pick, rewrite), summed over loops.', Slot.loopEngineSeconds);
-    global('dsrlb_loop_restarts_total', 'Packet loops started again after they ended by themselves (a crash, or their interface deleted and made again); their flow tables were lost.', Slot.loopRestarts);
+    global('dsrlb_loop_restarts_total', 'Packet loops started again after they ended by themselves (a crash, or their interface deleted and made again), each holding the flows of the loop it replaced.', Slot.loopRestarts);
 
     new client.Counter({
       name: 'dsrlb_dropped_packets_total',

@@ -37,6 +37,11 @@ const SEEN_STRIDE = STRIDE / 2;
 const SEEN_OFFSET = R_SEEN / 2;
 /** R_STATE of a free entry. */
 const STATE_FREE = 0;
+/**
+ * The record layout, for reading the records of a table whose loop has ended (flow-handoff.ts
+ * collectRecords): the key in words 0..9, then these words; a free record has state 0.
+ */
+export const FLOW_RECORD = { words: STRIDE, real: R_REAL, state: R_STATE, seenWord: R_SEEN } as const;
 const STATE_SLOTS = 6;
 /** Keeps nextPow2(2 * capacity) buckets addressable by an Int32Array index. */
 const MAX_CAPACITY = 1 << 28;
@@ -67,6 +72,17 @@ export function nextTcpState(state: number, tcpFlags: number): number {
     return state === FlowState.syn ? FlowState.established : state;
   }
   return state;
+}
+
+/** The idle timeout of each state value (index 0, free: 0), into `out`. */
+export function timeoutsByState(t: FlowTimeouts, out = new Float64Array(STATE_SLOTS)): Float64Array {
+  checkTimeouts(t);
+  out[FlowState.syn] = t.synMs;
+  out[FlowState.established] = t.establishedMs;
+  out[FlowState.fin] = t.finMs;
+  out[FlowState.closed] = t.closeMs;
+  out[FlowState.udp] = t.udpMs;
+  return out;
 }
 
 /** IPVS counts an entry as active only while established; live UDP flows count as active too. */
@@ -124,7 +140,12 @@ export class FlowTable {
   /** Preallocated homes of the index as it doubles, used in turn: maxBuckets in one, half that in the other. */
   private readonly indexFull: Int32Array;
   private readonly indexHalf: Int32Array;
-  /** Entry records (see STRIDE), `capacity` of them; `seen` is the float64 view of the same memory. */
+  /**
+   * Entry records (see STRIDE), `capacity` of them; `seen` is the float64 view of the same memory.
+   * Shared memory, so that the control thread can still read the flows when the loop that owns the
+   * table has ended (a crash, its interface gone) and give them to the loop that replaces it.
+   */
+  readonly records: SharedArrayBuffer;
   private readonly rec: Int32Array;
   private readonly seen: Float64Array;
   /** Each entry's hash, to find its bucket when it is removed (off the per-packet path). */
@@ -157,9 +178,9 @@ export class FlowTable {
     this.indexHalf = new Int32Array(buckets > INITIAL_BUCKETS ? buckets : 0);
     this.index = this.indexFull;
     this.indexMask = buckets - 1;
-    const records = new ArrayBuffer(capacity * STRIDE * 4);
-    this.rec = new Int32Array(records);
-    this.seen = new Float64Array(records);
+    this.records = new SharedArrayBuffer(capacity * STRIDE * 4);
+    this.rec = new Int32Array(this.records);
+    this.seen = new Float64Array(this.records);
     this.hashes = new Int32Array(capacity);
     // Touch the index memory now: page faults inside growIndex() made its pause four times longer
     // (40 ms instead of 10 at 512k entries). Entry records are touched as they are first used, so
@@ -173,13 +194,7 @@ export class FlowTable {
   }
 
   setTimeouts(t: FlowTimeouts): void {
-    checkTimeouts(t);
-    const tm = this.timeoutByStateMs;
-    tm[FlowState.syn] = t.synMs;
-    tm[FlowState.established] = t.establishedMs;
-    tm[FlowState.fin] = t.finMs;
-    tm[FlowState.closed] = t.closeMs;
-    tm[FlowState.udp] = t.udpMs;
+    timeoutsByState(t, this.timeoutByStateMs);
   }
 
   /** Bytes held by this table's typed arrays (index, records, hashes, scratch key, per-real counts), each buffer once. */

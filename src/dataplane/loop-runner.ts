@@ -8,7 +8,7 @@ import { performanceNowToMonotonicMs } from './monotonic-clock.js';
 import { Counter } from './counters.js';
 import { DropReason } from './drop-reasons.js';
 import { Engine, Placement } from './engine.js';
-import { adoptFlows, collectFlows, type FlowBatch } from './flow-handoff.js';
+import { adoptFlows, collectFlows, concatFlows, type FlowBatch } from './flow-handoff.js';
 import type { FlowTimeouts } from './flow-table.js';
 import type { ForwardingSnapshot } from './forwarding-snapshot.js';
 import { ParsedPacket } from './parsed-packet.js';
@@ -29,6 +29,12 @@ export interface LoopSettings {
   cpu: number | null;
   /** The snapshot to run from the first packet (a loop started again after it ended); else the empty one until the first 'snapshot'. */
   snapshot?: ForwardingSnapshot | null;
+  /**
+   * Flows to hold before the first packet (a loop started again: the flows of the loop it
+   * replaces, and with several loops the others' too), taken as of `atMs` on the process's
+   * monotonic clock; graceMs as in adoptFlows.
+   */
+  adopt?: { flows: FlowBatch; atMs: number; graceMs: number | null } | null;
 }
 
 /**
@@ -49,7 +55,11 @@ export type LoopRequest =
 
 export type LoopEvent =
   /** fanoutGroupId: the PACKET_FANOUT group its socket is in, null without one. */
-  | { type: 'ready'; localMac: Uint8Array; mtu: number; activeByReal: Int32Array; inactiveByReal: Int32Array; fanoutGroupId: number | null }
+  /**
+   * flowRecords: its flow table's records (FlowTable.records), read by the group when the loop has
+   * ended; adoptedFlows: the flows of settings.adopt it holds.
+   */
+  | { type: 'ready'; localMac: Uint8Array; mtu: number; activeByReal: Int32Array; inactiveByReal: Int32Array; flowRecords: SharedArrayBuffer; adoptedFlows: number; fanoutGroupId: number | null }
   | { type: 'error'; code: string; message: string }
   | { type: 'explained'; id: number; real: number; placement: string; generation: number; slot: number; flowState: number }
   | ({ type: 'flows'; id: number } & FlowBatch)
@@ -82,6 +92,8 @@ export class LoopRunner {
   private io: PacketIo | null = null;
   private housekeeping: NodeJS.Timeout | null = null;
   private readonly scratch = new ParsedPacket();
+  /** Flows of settings.adopt the table held after the start. */
+  private adopted = 0;
   /** performance.now() + origin = the process's monotonic clock, shared with the control plane's heartbeat check. */
   private readonly origin = performanceNowToMonotonicMs();
 
@@ -111,6 +123,11 @@ export class LoopRunner {
     }
     const engine = new Engine({ flowCapacity: s.flowCapacity, timeouts: s.timeouts, maxRealIds: s.maxRealIds, counters: s.counters, localMac: io.localMac, mtu: io.mtu });
     if (s.snapshot) engine.setSnapshot(s.snapshot);
+    if (s.adopt) {
+      const now = this.origin + performance.now();
+      const flows = concatFlows([{ batch: s.adopt.flows, atMs: s.adopt.atMs }], now);
+      this.adopted = adoptFlows(engine.flows, flows, now, s.adopt.graceMs, s.maxRealIds);
+    }
     this.io = io;
     this.engine = engine;
     const origin = this.origin;
@@ -148,7 +165,7 @@ export class LoopRunner {
     }, 100);
     // A heartbeat from the start: a loop started again is not taken for a stalled one until its first housekeeping.
     c[Counter.loopHeartbeatMs] = origin + performance.now();
-    this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal, fanoutGroupId: io.fanoutGroupId ?? null });
+    this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal, flowRecords: engine.flows.records, adoptedFlows: this.adopted, fanoutGroupId: io.fanoutGroupId ?? null });
     return true;
   }
 

@@ -3,12 +3,15 @@
 // interface index and receives nothing for good. Before, dsrlb then forwarded nothing while its
 // /healthz said running and its VIPs stayed announced. Each loop now sees it within a second and
 // ends; the group opens a new loop on the interface as it is, and the host setup is applied again.
+// The new loops hold the old loops' flows (read from their tables' shared records), so that
+// connections stay on their reals.
 
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
+import { KeepAliveClient } from '../support/keepalive-client.js';
 import { httpCount, labConfig, LabDaemon, metricValue, requireRoot, sleep } from '../support/lab-daemon.js';
 
 const PREFIX = `dsrt-if-${process.pid}-`;
@@ -75,5 +78,40 @@ describe('the LB interface made again', () => {
     expect((JSON.parse(neigh.stdout) as { lladdr?: string }[])[0]?.lladdr, neigh.stdout).toBe(newMac);
     const after = await httpCount(lab, 20, { timeoutMs: 3000 });
     expect(after.ok, JSON.stringify(after)).toBe(20);
+  }, 60_000);
+
+  it('keeps connections on their reals across it, a drained real\'s too: the new loops hold the old loops\' flows', async () => {
+    const { client, opened } = await KeepAliveClient.open(lab, lab.client.ns, lab.vip, 30);
+    expect(opened).toBe(30);
+    const round = async () => (await client.round()).answers.map((a) => ('real' in a ? a.real : a.error));
+    const first = await round();
+    const drained = lab.reals.find((r) => first.filter((x) => x === r.name).length >= 3)!;
+    expect(drained, first.join(',')).toBeDefined();
+    expect((await daemon.cli(['drain', 'web', drained.ipv4])).code).toBe(0);
+    try {
+      expect(await round()).toEqual(first);
+      const restartsBefore = metricValue(await daemon.metrics(), 'dsrlb_loop_restarts_total', '');
+      const held = () => daemon.logs.filter((l) => l.includes('the new packet loop holds the flows of the loop it replaces'));
+      const heldBefore = held().length;
+      const sh = (ns: string, cmd: string) => lab.exec(ns, ['sh', '-c', cmd]);
+      const mac = (await sh(lab.lb.ns, 'cat /sys/class/net/eth0/address')).stdout.trim();
+      const del = await sh(lab.switchNs, `ip link del sw-lb && ip link add sw-lb type veth peer name eth0 netns ${lab.lb.ns} && ip link set sw-lb master br0 up`);
+      expect(del.code, del.stderr).toBe(0);
+      const up = await sh(lab.lb.ns, `ip link set eth0 address ${mac} && ip addr add ${lab.lb.ipv4}/${lab.prefixLength} dev eth0 && ip link set eth0 up`);
+      expect(up.code, up.stderr).toBe(0);
+      for (let i = 0; i < 100 && held().length < heldBefore + 2; i++) await sleep(100);
+      expect(metricValue(await daemon.metrics(), 'dsrlb_loop_restarts_total', '') - restartsBefore).toBe(2);
+      // Each new loop was given every flow (two loops: the kernel's fanout hash picks the loop).
+      for (const line of held().slice(heldBefore)) expect(JSON.parse(line).flows, line).toBeGreaterThanOrEqual(30);
+      await sleep(500);
+      // Without the carried flows the drained real's connections went to the other real and were reset.
+      expect(await round()).toEqual(first);
+      const fresh = await httpCount(lab, 20, { timeoutMs: 3000 });
+      expect(fresh.ok).toBe(20);
+      expect(fresh.byReal[drained.name] ?? 0).toBe(0);
+    } finally {
+      await client.close();
+      expect((await daemon.cli(['undrain', 'web', drained.ipv4])).code).toBe(0);
+    }
   }, 60_000);
 });

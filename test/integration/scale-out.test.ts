@@ -10,7 +10,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   captureVipSourced,
   httpCount,
-  KeepAliveClient,
   LbDaemon,
   metricSum,
   parseSegment,
@@ -18,11 +17,11 @@ import {
   sleep,
   startCapture,
   tcpCounters,
-  type KeepAliveRound,
   type LbHost,
   type Segment,
   type Status,
 } from '../support/scale-out-lab.js';
+import { KeepAliveClient, type KeepAliveRound } from '../support/keepalive-client.js';
 
 const PREFIX = `dsrt-so-${process.pid}-`;
 const VIP_WEB = '10.79.0.100';
@@ -478,7 +477,7 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
   it('30 keep-alive connections survive SIGKILL of one LB (dsrlb and its BIRD) and its return, each answered by the same real', async () => {
     const l1 = lb(0);
     const before = await flowsCreated(l1, 'web');
-    const { client, opened } = await KeepAliveClient.open(lab, VIP_WEB, 30, 10_000);
+    const { client, opened } = await KeepAliveClient.open(lab, lab.client.ns, VIP_WEB, 30, 10_000);
     try {
       expect(opened).toBe(30);
       const first = await client.round();
@@ -545,7 +544,7 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
   async function deadHost(bfd: boolean): Promise<{ convergenceMs: number; roundDuringFailoverMs: number; lost: number }> {
     const l1 = lb(0);
     const before = await flowsCreated(l1, 'web');
-    const { client, opened } = await KeepAliveClient.open(lab, VIP_WEB, 30, 15_000);
+    const { client, opened } = await KeepAliveClient.open(lab, lab.client.ns, VIP_WEB, 30, 15_000);
     try {
       expect(opened).toBe(30);
       const first = await client.round();

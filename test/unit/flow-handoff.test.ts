@@ -4,7 +4,8 @@
 
 import { describe, expect, it } from 'vitest';
 import { decodeSavedFlows, encodeSavedFlows, type SavedFlows } from '../../src/control/flows-file.js';
-import { adoptFlows, collectFlows } from '../../src/dataplane/flow-handoff.js';
+import { adoptFlows, collectFlows, collectRecords, concatFlows, type FlowBatch } from '../../src/dataplane/flow-handoff.js';
+import { mulberry32 } from '../support/prng.js';
 import { FLOW_KEY_WORDS } from '../../src/dataplane/flow-hash.js';
 import { FlowState, FlowTable, type FlowTimeouts } from '../../src/dataplane/flow-table.js';
 
@@ -58,7 +59,8 @@ describe('collectFlows and adoptFlows', () => {
     // The new daemon's clock starts elsewhere: idle times, not clock values, carry over.
     const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 2);
     expect(adoptFlows(t, batch, 50_000, null, MAX_REALS)).toBe(4);
-    expect(adoptFlows(t, batch, 50_000, null, MAX_REALS)).toBe(0); // given again, nothing is put in twice
+    expect(adoptFlows(t, batch, 50_000, null, MAX_REALS)).toBe(4); // given again: held, not put in twice
+    expect(t.size).toBe(4);
     const e5 = find(t, 5, 50_000);
     expect(t.realOf(e5)).toBe(11);
     expect(t.stateOf(e5)).toBe(FlowState.established);
@@ -117,6 +119,84 @@ describe('collectFlows and adoptFlows', () => {
     expect(t.lastSeenOf(e)).toBe(1_000_000 - 50);
     expect(t.activeByReal[3]).toBe(1);
     expect(t.inactiveByReal[3]).toBe(0);
+  });
+});
+
+describe('adoptFlows into a table that holds flows (a loop given the flows of one that ended)', () => {
+  const one = (id: number, real: number, state: number, idleMs: number): FlowBatch => ({
+    count: 1,
+    keys: keyOf(id),
+    reals: Int32Array.from([real]),
+    states: Uint8Array.from([state]),
+    idleMs: Float64Array.from([idleMs]),
+  });
+
+  it("gives the batch's real to a flow the table placed anew, keeping the later last-seen time", () => {
+    // The loop that knew flow 9 (real 3, drained since) ended; its next packet came to this loop,
+    // which found no entry and placed it on real 5 two seconds ago.
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 7);
+    put(t, 9, 5, FlowState.established, 998_000);
+    expect(adoptFlows(t, one(9, 3, FlowState.established, 10_000), 1_000_000, null, MAX_REALS)).toBe(1);
+    const e = find(t, 9, 1_000_000);
+    expect(t.realOf(e)).toBe(3);
+    expect(t.lastSeenOf(e)).toBe(998_000);
+    expect(t.activeByReal[5]).toBe(0);
+    expect(t.activeByReal[3]).toBe(1);
+    expect(t.size).toBe(1);
+  });
+
+  it('leaves alone an entry on the same real that is more recent (its own flow given back)', () => {
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 8);
+    put(t, 9, 3, FlowState.fin, 999_000);
+    expect(adoptFlows(t, one(9, 3, FlowState.established, 5_000), 1_000_000, 60_000, MAX_REALS)).toBe(1);
+    const e = find(t, 9, 1_000_000);
+    expect(t.stateOf(e)).toBe(FlowState.fin);
+    expect(t.lastSeenOf(e)).toBe(999_000);
+    expect(t.inactiveByReal[3]).toBe(1);
+    expect(t.activeByReal[3]).toBe(0);
+  });
+});
+
+describe('collectRecords: the flows of a table whose loop has ended, from its shared records', () => {
+  it('finds what collectFlows finds, after inserts, state changes, removals and expiry', () => {
+    const rand = mulberry32(42);
+    const t = new FlowTable(2_000, TIMEOUTS, MAX_REALS, 9);
+    const states = [FlowState.syn, FlowState.established, FlowState.fin, FlowState.closed, FlowState.udp];
+    for (let i = 0; i < 5_000; i++) {
+      const id = Math.floor(rand() * 3_000);
+      const now = 1_000_000 + i * 100;
+      const e = find(t, id, now);
+      if (e >= 0 && rand() < 0.3) t.remove(e);
+      else if (e >= 0) t.touch(e, rand() < 0.5 ? 0x10 : 0x01, now);
+      else put(t, id, Math.floor(rand() * MAX_REALS), states[Math.floor(rand() * states.length)]!, now - rand() * 400_000);
+    }
+    const now = 1_000_000 + 5_000 * 100;
+    const rows = (b: FlowBatch) =>
+      Array.from({ length: b.count }, (_, i) => `${[...b.keys.subarray(i * FLOW_KEY_WORDS, (i + 1) * FLOW_KEY_WORDS)].join(',')} ${b.reals[i]} ${b.states[i]} ${b.idleMs[i]}`).sort();
+    const fromRecords = collectRecords(t.records, TIMEOUTS, now);
+    expect(fromRecords.count).toBeGreaterThan(500);
+    expect(rows(fromRecords)).toEqual(rows(collectFlows(t, now, t.capacity)));
+  });
+
+  it('reads nothing from a new or cleared table', () => {
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 10);
+    expect(collectRecords(t.records, TIMEOUTS, 0).count).toBe(0);
+    put(t, 1, 3, FlowState.established, 0);
+    t.clear();
+    expect(collectRecords(t.records, TIMEOUTS, 0).count).toBe(0);
+  });
+});
+
+describe('concatFlows', () => {
+  it('joins batches taken at different times, each idle time as of the latest', () => {
+    const a = { count: 1, keys: keyOf(1), reals: Int32Array.from([1]), states: Uint8Array.from([FlowState.udp]), idleMs: Float64Array.from([100]) };
+    const b = { count: 1, keys: keyOf(2), reals: Int32Array.from([2]), states: Uint8Array.from([FlowState.syn]), idleMs: Float64Array.from([7]) };
+    const j = concatFlows([{ batch: a, atMs: 1_000 }, { batch: b, atMs: 1_500 }], 1_500);
+    expect(j.count).toBe(2);
+    expect([...j.reals]).toEqual([1, 2]);
+    expect([...j.states]).toEqual([FlowState.udp, FlowState.syn]);
+    expect([...j.idleMs]).toEqual([600, 7]);
+    expect([...j.keys.subarray(FLOW_KEY_WORDS)]).toEqual([...keyOf(2)]);
   });
 });
 
