@@ -472,7 +472,7 @@ export class Engine {
     let real = entry >= 0 ? flows.realOf(entry) : -1;
     // As place() checks: the entry's real may have been freed and its id given to another service's.
     if (real < 0 || real >= snap.realIdLimit || snap.realKeepExisting[real] !== 1 || snap.realService[real] !== svc) real = midStreamPick(snap, svc, flowHashInt32(key, this.hashSeed));
-    if (real < 0) return -DropReason.noRealAvailable;
+    if (real < 0) return -snap.svcDropReason[svc]!;
     return this.forward(batch, i, buf, off, len, flags, real, nowMs);
   }
 

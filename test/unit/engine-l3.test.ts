@@ -63,7 +63,7 @@ services:
   return r.config;
 }
 
-function setup(mtu = 1500, batchCapacity = 8, routeMtu: number | null = null) {
+function setup(mtu = 1500, batchCapacity = 8, routeMtu: number | null = null, realMac: string | null = HOP_MAC) {
   const cfg = config();
   const counters = createCounters();
   const engine = new Engine({
@@ -77,7 +77,7 @@ function setup(mtu = 1500, batchCapacity = 8, routeMtu: number | null = null) {
   let id = 0;
   const views: ServiceView[] = cfg.services.map((s) => ({
     config: s,
-    reals: s.reals.map((r) => ({ id: id++, address: r.address, weight: r.weight, intent: r.state, forwarding: r.forwarding, health: 'up', removed: false, mac: parseMac(HOP_MAC), tunnelMtu: routeMtu })),
+    reals: s.reals.map((r) => ({ id: id++, address: r.address, weight: r.weight, intent: r.state, forwarding: r.forwarding, health: 'up', removed: false, mac: realMac === null ? null : parseMac(realMac), tunnelMtu: routeMtu })),
   }));
   engine.setSnapshot(new SnapshotBuilder().build(views, 0, MAX_REAL_IDS, { v4: '10.0.0.2', v6: 'fd00::2' }).snapshot);
   const io = new MemoryIo({ localMac: parseMac(LB_MAC), slotBytes: 70_000, batchCapacity });
@@ -407,6 +407,16 @@ describe('engine: ICMP toward a VIP', () => {
     const [out] = io.inject([msg]);
     expect(io.lastVerdicts()[0]).toBe(VERDICT_TX);
     expect(hex(out!.subarray(14 + 16, 14 + 20))).toBe('0a01000b'); // outer destination: the real
+  });
+
+  it('drops a fragmentation-needed for a service whose reals have no MAC yet as neighbor_unknown, as the flow\'s own packets', () => {
+    const { io, counters } = setup(1500, 8, null, null);
+    const quoted = ipv4({ src: VIP, dst: CLIENT, proto: 6 }, tcp({ sport: 80, dport: 41000, flags: 0x10 }, [], { src: VIP, dst: CLIENT }));
+    const msg = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: '198.51.100.1', dst: VIP, proto: 1 }, icmp({ type: 3, code: 4, rest: 1400 }, quoted.subarray(0, 28))));
+    expect(io.inject([msg])).toHaveLength(0);
+    expect(io.inject([tcp4(41000, 0x10)])).toHaveLength(0);
+    expect(counters[Counter.dropBase + DropReason.neighborUnknown]).toBe(2);
+    expect(counters[Counter.dropBase + DropReason.noRealAvailable]).toBe(0);
   });
 
   it('drops other ICMP to a VIP and counts it', () => {
