@@ -55,6 +55,8 @@ export interface EngineOptions {
   tooBigPerClientPerSecond?: number;
   /** The first outer IPv4 identification / IPv6 fragment id (default: random, see nextFragmentId). */
   fragmentIdStart?: number;
+  /** A flow table made beforehand (flowCapacity, timeouts and maxRealIds as here), holding flows already; default: a new one. */
+  flows?: FlowTable;
 }
 
 const ICMP_FRAG_NEEDED_TYPE = 3;
@@ -121,7 +123,7 @@ export class Engine {
   explainFlowState = 0;
 
   constructor(opts: EngineOptions) {
-    this.flows = new FlowTable(opts.flowCapacity, opts.timeouts, opts.maxRealIds);
+    this.flows = opts.flows ?? new FlowTable(opts.flowCapacity, opts.timeouts, opts.maxRealIds);
     this.counters = opts.counters;
     this.localMac = new Uint8Array(6);
     this.localMac.set(opts.localMac.subarray(0, 6));

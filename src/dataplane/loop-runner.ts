@@ -9,7 +9,7 @@ import { Counter } from './counters.js';
 import { DropReason } from './drop-reasons.js';
 import { Engine, Placement } from './engine.js';
 import { adoptFlows, collectFlows, concatFlows, type FlowBatch } from './flow-handoff.js';
-import type { FlowTimeouts } from './flow-table.js';
+import { FlowTable, type FlowTimeouts } from './flow-table.js';
 import type { ForwardingSnapshot } from './forwarding-snapshot.js';
 import { ParsedPacket } from './parsed-packet.js';
 import type { PacketIo } from '../io/packet-io.js';
@@ -107,6 +107,13 @@ export class LoopRunner {
   async start(): Promise<boolean> {
     const s = this.settings;
     if (s.cpu !== null && !(await this.pin(s.cpu))) return false;
+    // Flows given to a loop started again go in before its socket opens: with many of them (1M take
+    // about 0.6 s) the ring would overflow meanwhile.
+    const flows = new FlowTable(s.flowCapacity, s.timeouts, s.maxRealIds);
+    if (s.adopt) {
+      const now = this.origin + performance.now();
+      this.adopted = adoptFlows(flows, concatFlows([{ batch: s.adopt.flows, atMs: s.adopt.atMs }], now), now, s.adopt.graceMs, s.maxRealIds);
+    }
     let io: PacketIo;
     try {
       io = await this.open(s);
@@ -121,13 +128,8 @@ export class LoopRunner {
       this.emit({ type: 'error', code: 'EINVAL', message: `opening ${s.io} on ${s.interface}: this I/O cannot take part in a PACKET_FANOUT group (workers > 1 needs io: afpacket)` });
       return false;
     }
-    const engine = new Engine({ flowCapacity: s.flowCapacity, timeouts: s.timeouts, maxRealIds: s.maxRealIds, counters: s.counters, localMac: io.localMac, mtu: io.mtu });
+    const engine = new Engine({ flowCapacity: s.flowCapacity, timeouts: s.timeouts, maxRealIds: s.maxRealIds, counters: s.counters, localMac: io.localMac, mtu: io.mtu, flows });
     if (s.snapshot) engine.setSnapshot(s.snapshot);
-    if (s.adopt) {
-      const now = this.origin + performance.now();
-      const flows = concatFlows([{ batch: s.adopt.flows, atMs: s.adopt.atMs }], now);
-      this.adopted = adoptFlows(engine.flows, flows, now, s.adopt.graceMs, s.maxRealIds);
-    }
     this.io = io;
     this.engine = engine;
     const origin = this.origin;
