@@ -4,6 +4,9 @@
 // need IPv6 forwarding on), and an nftables table
 // that drops IP to the VIPs at prerouting (raw) so the LB's own kernel never answers or
 // resets VIP traffic while the packet socket still sees it (lab-facts: "Owning the VIP").
+// While it holds IPv6 VIPs there it also sets net.ipv6.conf.<if>.keep_addr_on_down to 1: with the
+// default 0, taking the interface down and up again (a carrier loss does not) removes every IPv6
+// address of it, the VIPs too, and nothing would put them back (such a flap restarts no packet loop).
 // A run-state file remembers what we added, so a restart after a crash adopts and later undoes it.
 // Only one daemon per network namespace may hold these (instance-lock.ts sees to that, before
 // anything here runs); a start that fails undoes only what its own process added.
@@ -47,7 +50,40 @@ interface HostState {
   groDisabled: boolean;
   /** GRO and LRO as they were before groDisabled (LRO null: fixed, not ours to set); absent in older records. */
   offloadsBefore?: Offloads;
+  /**
+   * net.ipv6.conf.<if>.keep_addr_on_down as it was before we set it to 1 for our IPv6 VIPs;
+   * absent when we did not set it (nothing to put back), as in records from before it was kept.
+   */
+  keepAddrOnDownBefore?: number;
 }
+
+/** Reads and writes kernel settings under /proc/sys; injectable so unit tests run without privileges. */
+export interface Sysctl {
+  /** The value, trimmed; null when there is no such setting (no IPv6 on this host or interface). */
+  read(key: string): Promise<string | null>;
+  write(key: string, value: string): Promise<void>;
+}
+
+/**
+ * Sysctl on the files of /proc/sys, keys as paths below it (`net/ipv6/conf/eth0.100/...`): a VLAN
+ * interface's dot stays as it is, where `sysctl`'s dotted key would want it written as a slash.
+ * /proc/sys/net is the network namespace of the process that opens it: the daemon's own.
+ */
+export function procSysctl(root = '/proc/sys'): Sysctl {
+  return {
+    read: (key) =>
+      readFile(`${root}/${key}`, 'utf8').then(
+        (text) => text.trim(),
+        (e: NodeJS.ErrnoException) => {
+          if (e.code === 'ENOENT') return null;
+          throw e;
+        },
+      ),
+    write: (key, value) => writeFile(`${root}/${key}`, value),
+  };
+}
+
+const KEEP_ADDR_ALL = 'net/ipv6/conf/all/keep_addr_on_down';
 
 export interface Offloads {
   gro: boolean;
@@ -71,12 +107,15 @@ export class HostSetup {
   /** Addresses this process added itself (a failed start removes only these). */
   private readonly ownAdded = new Set<string>();
   private ownGroDisabled = false;
+  /** keepAddrOnDownBefore was recorded by this process (a failed start puts back only that). */
+  private ownKeepAddrOnDown = false;
 
   constructor(
     private readonly ifname: string,
     private readonly log: Logger,
     private readonly runner: CommandRunner = systemRunner,
     runDir = '/run/dsrlb',
+    private readonly sysctl: Sysctl = procSysctl(),
   ) {
     // /run is shared by every network namespace: name the file after ours too.
     const netns = statSync('/proc/self/ns/net').ino;
@@ -100,6 +139,10 @@ export class HostSetup {
   async apply(vips: readonly string[], opts: { disableGro: boolean }): Promise<void> {
     const wanted = new Set(vips.map((v) => (v.includes(':') ? `${v}/128` : `${v}/32`)));
     const present = new Set([...(await this.addressesOn('lo')), ...(await this.addressesOn(this.ifname))]);
+    const holdsV6 = [...wanted].some((cidr) => cidr.endsWith('/128'));
+    // Before the IPv6 VIPs go on: a flap in between would take them away. Again on every apply: an
+    // interface made again (a loop restart applies again) has its settings back at the defaults.
+    if (holdsV6) await this.keepAddressesOnDown();
     for (const cidr of wanted) {
       if (present.has(cidr)) continue;
       await this.runner(this.addressCommand('add', cidr));
@@ -115,6 +158,7 @@ export class HostSetup {
       this.ownAdded.delete(cidr);
       this.log.info('removed VIP', { address: cidr });
     }
+    if (!holdsV6 && this.state.keepAddrOnDownBefore !== undefined) await this.restoreKeepAddrOnDown();
     await this.runner(['nft', '-f', '-'], nftRuleset(vips));
     if (opts.disableGro && !this.state.groDisabled) {
       // libpcap gives no GSO metadata: keep the kernel from merging frames beyond the MTU. What
@@ -145,6 +189,7 @@ export class HostSetup {
       await this.runner(this.addressCommand('del', cidr)).catch(() => undefined);
     }
     if (this.state.groDisabled) await this.restoreOffloads(this.state.offloadsBefore);
+    if (this.state.keepAddrOnDownBefore !== undefined) await this.restoreKeepAddrOnDown();
     this.log.info('host changes undone', { addresses: this.state.addedAddresses });
     this.state = { interface: this.ifname, addedAddresses: [], groDisabled: false };
     this.ownAdded.clear();
@@ -161,9 +206,17 @@ export class HostSetup {
     }
     const kept = this.state.addedAddresses.filter((a) => !this.ownAdded.has(a));
     if (this.ownGroDisabled && !(this.adopted?.groDisabled ?? false)) await this.restoreOffloads(this.state.offloadsBefore);
+    // A value a crashed predecessor set stays set (its VIPs may stay too), recorded as it was.
+    if (this.ownKeepAddrOnDown) await this.restoreKeepAddrOnDown();
     if (this.adopted) {
       await this.runner(['nft', '-f', '-'], nftRuleset(kept.map((c) => c.slice(0, c.lastIndexOf('/'))))).catch(() => undefined);
-      this.state = { interface: this.ifname, addedAddresses: kept, groDisabled: this.adopted.groDisabled, offloadsBefore: this.adopted.offloadsBefore };
+      this.state = {
+        interface: this.ifname,
+        addedAddresses: kept,
+        groDisabled: this.adopted.groDisabled,
+        offloadsBefore: this.adopted.offloadsBefore,
+        keepAddrOnDownBefore: this.state.keepAddrOnDownBefore,
+      };
       await this.save().catch(() => undefined);
     } else {
       await this.runner(['nft', 'delete', 'table', 'inet', NFT_TABLE]).catch(() => undefined);
@@ -177,6 +230,55 @@ export class HostSetup {
   private async restoreOffloads(before: Offloads | undefined): Promise<void> {
     const on = before === undefined ? ['gro', 'on'] : [...(before.gro ? ['gro', 'on'] : []), ...(before.lro === true ? ['lro', 'on'] : [])];
     if (on.length > 0) await this.runner(['ethtool', '-K', this.ifname, ...on]).catch(() => undefined);
+  }
+
+  /**
+   * Makes the kernel keep the interface's IPv6 addresses (our VIPs) when it goes down, recording
+   * the value it had the first time. The kernel reads `all` when it is not 0, else the interface's
+   * own value, and keeps them when that is above 0 (-1: never).
+   */
+  private async keepAddressesOnDown(): Promise<void> {
+    const key = this.keepAddrKey();
+    const [all, own] = await Promise.all([this.sysctl.read(KEEP_ADDR_ALL), this.sysctl.read(key)]).catch((e: Error) => {
+      this.log.warn('could not read keep_addr_on_down: IPv6 VIPs are lost if the interface goes down', { error: e.message });
+      return [null, null];
+    });
+    // No setting: no IPv6 here, so no IPv6 VIP either (adding one fails and says why).
+    if (own === null) return;
+    const allValue = Number(all ?? 0);
+    if ((allValue !== 0 ? allValue : Number(own)) > 0) return;
+    if (allValue < 0) {
+      // Only `all` could change that, and that is every interface's business, not ours.
+      this.log.warn('net.ipv6.conf.all.keep_addr_on_down is -1: IPv6 VIPs are lost if the interface goes down, until a reload or restart of dsrlb', { interface: this.ifname });
+      return;
+    }
+    try {
+      await this.sysctl.write(key, '1');
+    } catch (e) {
+      this.log.warn('could not set keep_addr_on_down: IPv6 VIPs are lost if the interface goes down', { sysctl: key, error: (e as Error).message });
+      return;
+    }
+    // Set again on an interface made again: the value recorded first is the host's own.
+    if (this.state.keepAddrOnDownBefore === undefined) {
+      this.state.keepAddrOnDownBefore = Number(own);
+      this.ownKeepAddrOnDown = true;
+    }
+    this.log.info('IPv6 addresses now kept when the interface goes down', { sysctl: key, before: Number(own) });
+  }
+
+  /** keep_addr_on_down back as recorded, and the record dropped. */
+  private async restoreKeepAddrOnDown(): Promise<void> {
+    const before = this.state.keepAddrOnDownBefore;
+    if (before === undefined) return;
+    await this.sysctl.write(this.keepAddrKey(), String(before)).catch((e: Error) =>
+      this.log.warn('could not put keep_addr_on_down back', { sysctl: this.keepAddrKey(), value: before, error: e.message }),
+    );
+    delete this.state.keepAddrOnDownBefore;
+    this.ownKeepAddrOnDown = false;
+  }
+
+  private keepAddrKey(): string {
+    return `net/ipv6/conf/${this.ifname}/keep_addr_on_down`;
   }
 
   private devFor(cidr: string): string {

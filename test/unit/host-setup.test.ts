@@ -1,12 +1,13 @@
 // HostSetup with a recording command runner: what a clean stop undoes (everything, adopted state
-// too) and what a failed start undoes (only what its own process added).
+// too) and what a failed start undoes (only what its own process added); keep_addr_on_down, set
+// while it holds IPv6 VIPs, through a fake /proc/sys.
 
-import { mkdtemp, readFile, readdir, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, readdir, writeFile } from 'node:fs/promises';
 import { statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { HostSetup, parseOffloads, type CommandRunner } from '../../src/control/host-setup.js';
+import { HostSetup, parseOffloads, procSysctl, type CommandRunner, type Sysctl } from '../../src/control/host-setup.js';
 import { createLogger } from '../../src/control/logger.js';
 
 function fakeHost(onLo: string[], offloads = ETHTOOL_K) {
@@ -143,5 +144,244 @@ describe('HostSetup', () => {
     expect(parseOffloads(ETHTOOL_K)).toEqual({ gro: true, lro: false });
     expect(parseOffloads('generic-receive-offload: off\nlarge-receive-offload: off [fixed]\n')).toEqual({ gro: false, lro: null });
     expect(parseOffloads('')).toEqual({ gro: null, lro: null });
+  });
+});
+
+const KEEP = 'net/ipv6/conf/eth0/keep_addr_on_down';
+const KEEP_ALL = 'net/ipv6/conf/all/keep_addr_on_down';
+
+/**
+ * /proc/sys as a map (a key left out does not exist: no IPv6); its writes go into `calls`, the
+ * host's list of commands, so their order against the `ip addr` commands shows.
+ */
+function fakeSysctl(calls: string[], values: Record<string, string>) {
+  const reads: string[] = [];
+  const sysctl: Sysctl = {
+    read: async (key) => {
+      reads.push(key);
+      return values[key] ?? null;
+    },
+    write: async (key, value) => {
+      if (!(key in values)) throw new Error(`ENOENT: /proc/sys/${key}`);
+      calls.push(`sysctl ${key}=${value}`);
+      values[key] = value;
+    },
+  };
+  return { sysctl, reads, values };
+}
+
+const sysctlCalls = (calls: string[]) => calls.filter((c) => c.startsWith('sysctl '));
+
+describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VIPs', () => {
+  it('sets it to 1 before the first IPv6 VIP goes on, records the old value and puts it back at stop', async () => {
+    const { dir, file } = await runDir(null);
+    const host = fakeHost([]);
+    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '0' });
+    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    await setup.adopt();
+    await setup.apply(['198.51.100.1', '2001:db8::10'], { disableGro: false });
+    const v6Add = host.calls.indexOf('ip addr add 2001:db8::10/128 dev eth0 nodad preferred_lft 0');
+    expect(host.calls.indexOf(`sysctl ${KEEP}=1`)).toBeGreaterThanOrEqual(0);
+    expect(host.calls.indexOf(`sysctl ${KEEP}=1`)).toBeLessThan(v6Add);
+    expect(JSON.parse(await readFile(file, 'utf8')).keepAddrOnDownBefore).toBe(0);
+    // A reload that keeps the VIP writes nothing more (the value is 1 now).
+    await setup.apply(['198.51.100.1', '2001:db8::10'], { disableGro: false });
+    expect(sysctlCalls(host.calls)).toEqual([`sysctl ${KEEP}=1`]);
+    host.calls.length = 0;
+    await setup.undo();
+    expect(sysctlCalls(host.calls)).toEqual([`sysctl ${KEEP}=0`]);
+    // After the VIP is gone.
+    expect(host.calls.indexOf(`sysctl ${KEEP}=0`)).toBeGreaterThan(host.calls.indexOf('ip addr del 2001:db8::10/128 dev eth0'));
+    expect(await readdir(dir)).toEqual([]);
+  });
+
+  it('puts back -1, the value an interface may have had', async () => {
+    const { dir, file } = await runDir(null);
+    const host = fakeHost([]);
+    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '-1' });
+    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    await setup.apply(['2001:db8::10'], { disableGro: false });
+    expect(sys.values[KEEP]).toBe('1');
+    expect(JSON.parse(await readFile(file, 'utf8')).keepAddrOnDownBefore).toBe(-1);
+    await setup.undo();
+    expect(sys.values[KEEP]).toBe('-1');
+  });
+
+  it('leaves it alone without IPv6 VIPs: not even read', async () => {
+    const { dir, file } = await runDir(null);
+    const host = fakeHost([]);
+    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '0' });
+    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    await setup.apply(['198.51.100.1'], { disableGro: false });
+    expect(JSON.parse(await readFile(file, 'utf8'))).not.toHaveProperty('keepAddrOnDownBefore');
+    await setup.undo();
+    expect(sys.reads).toEqual([]);
+    expect(sysctlCalls(host.calls)).toEqual([]);
+  });
+
+  it('writes nothing and records nothing where the kernel keeps the addresses already (the interface or `all` above 0)', async () => {
+    for (const values of [
+      { [KEEP_ALL]: '0', [KEEP]: '1' },
+      { [KEEP_ALL]: '1', [KEEP]: '0' },
+      { [KEEP_ALL]: '1', [KEEP]: '-1' }, // `all` wins when it is not 0
+    ]) {
+      const { dir, file } = await runDir(null);
+      const host = fakeHost([]);
+      const sys = fakeSysctl(host.calls, { ...values });
+      const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+      await setup.apply(['2001:db8::10'], { disableGro: false });
+      expect(JSON.parse(await readFile(file, 'utf8')), JSON.stringify(values)).not.toHaveProperty('keepAddrOnDownBefore');
+      await setup.undo();
+      expect(sysctlCalls(host.calls), JSON.stringify(values)).toEqual([]);
+    }
+  });
+
+  it('with `all` at -1 (the interface value would not count) writes nothing and says the VIPs are lost on a flap', async () => {
+    const { dir } = await runDir(null);
+    const host = fakeHost([]);
+    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '-1', [KEEP]: '0' });
+    const lines: string[] = [];
+    const setup = new HostSetup('eth0', createLogger((l) => lines.push(l)), host.runner, dir, sys.sysctl);
+    await setup.apply(['2001:db8::10'], { disableGro: false });
+    expect(sysctlCalls(host.calls)).toEqual([]);
+    expect(lines.some((l) => l.includes('all.keep_addr_on_down is -1'))).toBe(true);
+  });
+
+  it('on a host without IPv6 (no such setting) does nothing, and a setting it cannot write (read-only /proc/sys) is only a warning', async () => {
+    {
+      const { dir, file } = await runDir(null);
+      const host = fakeHost([]);
+      const sys = fakeSysctl(host.calls, {});
+      const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+      await setup.apply(['2001:db8::10'], { disableGro: false });
+      expect(sysctlCalls(host.calls)).toEqual([]);
+      expect(JSON.parse(await readFile(file, 'utf8'))).not.toHaveProperty('keepAddrOnDownBefore');
+    }
+    {
+      const { dir, file } = await runDir(null);
+      const host = fakeHost([]);
+      const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '0' });
+      sys.sysctl.write = async () => {
+        throw new Error('EROFS: read-only file system');
+      };
+      const lines: string[] = [];
+      const setup = new HostSetup('eth0', createLogger((l) => lines.push(l)), host.runner, dir, sys.sysctl);
+      await setup.apply(['2001:db8::10'], { disableGro: false });
+      expect(host.calls).toContain('ip addr add 2001:db8::10/128 dev eth0 nodad preferred_lft 0');
+      expect(lines.some((l) => l.includes('could not set keep_addr_on_down') && l.includes('EROFS'))).toBe(true);
+      expect(JSON.parse(await readFile(file, 'utf8'))).not.toHaveProperty('keepAddrOnDownBefore');
+    }
+  });
+
+  it('puts it back when a reload removes the last IPv6 VIP, and sets it again when one comes back', async () => {
+    const { dir, file } = await runDir(null);
+    const host = fakeHost([]);
+    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '0' });
+    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    await setup.apply(['198.51.100.1', '2001:db8::10'], { disableGro: false });
+    await setup.apply(['198.51.100.1'], { disableGro: false });
+    expect(sys.values[KEEP]).toBe('0');
+    expect(JSON.parse(await readFile(file, 'utf8'))).not.toHaveProperty('keepAddrOnDownBefore');
+    await setup.apply(['198.51.100.1', '2001:db8::20'], { disableGro: false });
+    expect(sysctlCalls(host.calls)).toEqual([`sysctl ${KEEP}=1`, `sysctl ${KEEP}=0`, `sysctl ${KEEP}=1`]);
+    expect(JSON.parse(await readFile(file, 'utf8')).keepAddrOnDownBefore).toBe(0);
+  });
+
+  it('sets it again on an interface made again (back at the default) and keeps the value recorded first', async () => {
+    const { dir, file } = await runDir(null);
+    const host = fakeHost([]);
+    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '-1' });
+    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    await setup.apply(['2001:db8::10'], { disableGro: false });
+    sys.values[KEEP] = '0'; // the new interface has net.ipv6.conf.default's value
+    await setup.apply(['2001:db8::10'], { disableGro: false }); // as after a loop restart
+    expect(sys.values[KEEP]).toBe('1');
+    expect(JSON.parse(await readFile(file, 'utf8')).keepAddrOnDownBefore).toBe(-1);
+    await setup.undo();
+    expect(sys.values[KEEP]).toBe('-1');
+  });
+
+  it('adopts the value a crashed run recorded and puts it back at stop', async () => {
+    const prev = { interface: 'eth0', addedAddresses: ['2001:db8::10/128'], groDisabled: false, keepAddrOnDownBefore: -1 };
+    const { dir, file } = await runDir(prev);
+    const host = fakeHost(['2001:db8::10/128']);
+    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '1' }); // as the crashed run left it
+    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    await setup.adopt();
+    await setup.apply(['2001:db8::10'], { disableGro: false });
+    expect(sysctlCalls(host.calls)).toEqual([]);
+    expect(JSON.parse(await readFile(file, 'utf8')).keepAddrOnDownBefore).toBe(-1);
+    await setup.undo();
+    expect(sysctlCalls(host.calls)).toEqual([`sysctl ${KEEP}=-1`]);
+  });
+
+  it('adopted with a config that has no IPv6 VIP any more: puts it back at once', async () => {
+    const prev = { interface: 'eth0', addedAddresses: ['2001:db8::10/128'], groDisabled: false, keepAddrOnDownBefore: 0 };
+    const { dir, file } = await runDir(prev);
+    const host = fakeHost(['2001:db8::10/128']);
+    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '1' });
+    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    await setup.adopt();
+    await setup.apply(['198.51.100.1'], { disableGro: false });
+    expect([...host.lo]).toEqual(['198.51.100.1/32']);
+    expect(sysctlCalls(host.calls)).toEqual([`sysctl ${KEEP}=0`]);
+    expect(JSON.parse(await readFile(file, 'utf8'))).not.toHaveProperty('keepAddrOnDownBefore');
+  });
+
+  it('after a failed start puts back only the value its own process set', async () => {
+    // Nothing adopted: this start set it, so it goes back.
+    {
+      const { dir } = await runDir(null);
+      const host = fakeHost([]);
+      const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '0' });
+      const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+      await setup.adopt();
+      await setup.apply(['2001:db8::10'], { disableGro: false });
+      await setup.undoOwn();
+      expect(sysctlCalls(host.calls)).toEqual([`sysctl ${KEEP}=1`, `sysctl ${KEEP}=0`]);
+      expect(await readdir(dir)).toEqual([]);
+    }
+    // A crashed predecessor set it: it stays set and recorded, with the predecessor's VIP.
+    {
+      const prev = { interface: 'eth0', addedAddresses: ['2001:db8::10/128'], groDisabled: false, keepAddrOnDownBefore: -1 };
+      const { dir, file } = await runDir(prev);
+      const host = fakeHost(['2001:db8::10/128']);
+      const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '1' });
+      const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+      await setup.adopt();
+      await setup.apply(['2001:db8::10', '2001:db8::20'], { disableGro: false });
+      await setup.undoOwn();
+      expect(sysctlCalls(host.calls)).toEqual([]);
+      expect(sys.values[KEEP]).toBe('1');
+      expect(JSON.parse(await readFile(file, 'utf8'))).toMatchObject({ addedAddresses: ['2001:db8::10/128'], keepAddrOnDownBefore: -1 });
+    }
+    // A predecessor from before this setting was kept left an IPv6 VIP and the value at 0: this
+    // start set it, so it goes back; the predecessor's VIP and record stay as they were.
+    {
+      const prev = { interface: 'eth0', addedAddresses: ['2001:db8::10/128'], groDisabled: false };
+      const { dir, file } = await runDir(prev);
+      const host = fakeHost(['2001:db8::10/128']);
+      const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '0' });
+      const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+      await setup.adopt();
+      await setup.apply(['2001:db8::10'], { disableGro: false });
+      await setup.undoOwn();
+      expect(sysctlCalls(host.calls)).toEqual([`sysctl ${KEEP}=1`, `sysctl ${KEEP}=0`]);
+      expect([...host.lo]).toEqual(['2001:db8::10/128']);
+      const record = JSON.parse(await readFile(file, 'utf8'));
+      expect(record.addedAddresses).toEqual(['2001:db8::10/128']);
+      expect(record).not.toHaveProperty('keepAddrOnDownBefore');
+    }
+  });
+
+  it('procSysctl reads and writes the files below its root, a VLAN interface\'s dot as it is; a missing one reads as null', async () => {
+    const root = await mkdtemp(join(tmpdir(), 'dsrlb-sysctl-'));
+    await mkdir(join(root, 'net/ipv6/conf/eth0.100'), { recursive: true });
+    await writeFile(join(root, 'net/ipv6/conf/eth0.100/keep_addr_on_down'), '0\n');
+    const sysctl = procSysctl(root);
+    expect(await sysctl.read('net/ipv6/conf/eth0.100/keep_addr_on_down')).toBe('0');
+    await sysctl.write('net/ipv6/conf/eth0.100/keep_addr_on_down', '1');
+    expect(await readFile(join(root, 'net/ipv6/conf/eth0.100/keep_addr_on_down'), 'utf8')).toBe('1');
+    expect(await sysctl.read('net/ipv6/conf/eth1/keep_addr_on_down')).toBeNull();
   });
 });
