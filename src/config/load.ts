@@ -2,7 +2,9 @@
 
 import { readFile } from 'node:fs/promises';
 import { adminSectionDespiteErrors, parseConfigText, parseConfigYaml, validateAdminSettings, type ConfigResult } from './validate.js';
+import { locateProblems } from './problem-positions.js';
 import type { ConfigProblem } from './types.js';
+import { withoutBom } from './yaml-document.js';
 
 export { formatProblems, parseConfigText, validateAdminSettings, type AdminSettingsResult, type ConfigResult } from './validate.js';
 
@@ -39,9 +41,15 @@ export async function loadAdminSettings(path: string): Promise<ReturnType<typeof
   const read = await readText(path);
   if (!read.ok) return read.missing ? { ok: false, problems: [read.problem], missing: true } : { ok: false, problems: [read.problem] };
   const parsed = parseConfigYaml(read.text);
-  if (parsed.ok) return validateAdminSettings(parsed.raw, { sourcePath: path });
-  const admin = adminSectionDespiteErrors(read.text);
-  return admin === undefined ? parsed : validateAdminSettings(admin, { sourcePath: path });
+  let admin: unknown;
+  if (parsed.ok) {
+    admin = parsed.raw;
+  } else {
+    admin = adminSectionDespiteErrors(read.text);
+    if (admin === undefined) return parsed;
+  }
+  const settings = validateAdminSettings(admin, { sourcePath: path });
+  return settings.ok ? settings : { ok: false, problems: locateProblems(withoutBom(read.text), settings.problems) };
 }
 
 async function readText(path: string): Promise<{ ok: true; text: string } | { ok: false; problem: ConfigProblem; missing: boolean }> {

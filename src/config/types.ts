@@ -99,4 +99,14 @@ export interface Config {
 export interface ConfigProblem {
   readonly path: string;
   readonly message: string;
+  /** Where in the config text the path points, when it points at something written there (see problem-positions.ts). */
+  readonly position?: SourcePosition;
+}
+
+/** A place in the config text: 1-based line and column (UTF-16 units, as the yaml library counts; a BOM not counted). */
+export interface SourcePosition {
+  readonly line: number;
+  readonly column: number;
+  /** The line of the alias (`*name`, `<<: *name`) the path went through, when the place is inside the anchor it names. */
+  readonly aliasLine?: number;
 }

@@ -7,6 +7,9 @@ import { isMap, isScalar, LineCounter, parseDocument, visit } from 'yaml';
 import { MAX_REAL_IDS } from '../dataplane/counters.js';
 import { formatDurationMs, parseDurationMs } from './duration.js';
 import { parsePlainYaml } from './plain-yaml.js';
+import { locateProblems } from './problem-positions.js';
+import { describe, keyPath } from './problem-text.js';
+import { CONFIG_YAML_OPTIONS, toPlainData, withoutBom } from './yaml-document.js';
 import type {
   AddressFamily,
   Config,
@@ -22,8 +25,11 @@ import type {
   RealIntent,
   SchedulerKind,
   ServiceConfig,
+  SourcePosition,
   WhenAllDown,
 } from './types.js';
+
+export { describe, keyPath } from './problem-text.js';
 
 export type ConfigResult = { ok: true; config: Config } | { ok: false; problems: ConfigProblem[] };
 
@@ -202,10 +208,21 @@ export function parseListenAddress(text: string): ListenAddress | null {
   return { host: parsed.address, port };
 }
 
-/** A `path: message` line per problem (`file: path: message` when a file is named), in the order found. */
+/**
+ * A `path: message` line per problem (`file: path: message` when a file is named), in the order
+ * found, with where the file writes it after the message: `(line 14, column 9)`, and `, through
+ * the alias on line 41` when that place is an anchor's. The path stays first: it is what scripts
+ * and the contract key on, and the position is for the operator's editor.
+ */
 export function problemLines(problems: readonly ConfigProblem[], file?: string): string[] {
   const prefix = file === undefined ? '' : `${file}: `;
-  return problems.map((problem) => `${prefix}${problem.path}: ${problem.message}`);
+  return problems.map((problem) => `${prefix}${problem.path}: ${problem.message}${positionText(problem.position)}`);
+}
+
+function positionText(position: SourcePosition | undefined): string {
+  if (position === undefined) return '';
+  const alias = position.aliasLine === undefined ? '' : `, through the alias on line ${position.aliasLine}`;
+  return ` (line ${position.line}, column ${position.column}${alias})`;
 }
 
 /** One `path: message` line per problem, in the order found. */
@@ -215,20 +232,25 @@ export function formatProblems(problems: readonly ConfigProblem[]): string {
 
 // ---------------------------------------------------------------------------------------------
 
-/** Parses YAML or JSON config text and validates it; see validateConfig. */
+/**
+ * Parses YAML or JSON config text and validates it (see validateConfig); each problem whose path
+ * points into the text carries its line and column (looked up only when there are problems).
+ */
 export function parseConfigText(text: string, opts: ParseOptions = {}): ConfigResult {
   const parsed = parseConfigYaml(text);
-  return parsed.ok ? validateConfig(parsed.raw, opts) : parsed;
+  if (!parsed.ok) return parsed;
+  const result = validateConfig(parsed.raw, opts);
+  return result.ok ? result : { ok: false, problems: locateProblems(withoutBom(text), result.problems) };
 }
 
 /**
  * The one way config text becomes a plain document: YAML 1.2 (JSON is a subset), a leading BOM
- * dropped, duplicate keys and several documents refused, aliases capped against alias bombs. Merge
- * keys (`<<: *defaults`, from YAML 1.1) are taken, as docker compose and Kubernetes tools take them:
- * the mapping's own keys win over merged ones.
+ * dropped, duplicate keys and several documents refused, the expansion by aliases bounded against
+ * alias bombs (yaml-document.ts). Merge keys (`<<: *defaults`, from YAML 1.1) are taken, as docker
+ * compose and Kubernetes tools take them: the mapping's own keys win over merged ones.
  */
 export function parseConfigYaml(text: string): { ok: true; raw: unknown } | { ok: false; problems: ConfigProblem[] } {
-  const source = text.startsWith('\uFEFF') ? text.slice(1) : text;
+  const source = withoutBom(text);
   // The common file (plain block YAML, no errors) is read without building yaml's document, which
   // takes about 0.8 s for 2,000 services of 4 reals; anything else, and every error, goes through
   // the yaml library, so each YAML problem is told from its document with its line and column.
@@ -242,7 +264,7 @@ export function parseConfigYaml(text: string): { ok: true; raw: unknown } | { ok
  */
 export function parseConfigYamlDocument(source: string): { ok: true; raw: unknown } | { ok: false; problems: ConfigProblem[] } {
   const lineCounter = new LineCounter();
-  const doc = parseDocument(source, { uniqueKeys: true, prettyErrors: true, merge: true, lineCounter });
+  const doc = parseDocument(source, { ...CONFIG_YAML_OPTIONS, prettyErrors: true, lineCounter });
   if (doc.errors.length > 0) {
     return {
       ok: false,
@@ -264,11 +286,10 @@ export function parseConfigYamlDocument(source: string): { ok: true; raw: unknow
     },
   });
   if (complexKey !== null) return { ok: false, problems: [complexKey] };
-  try {
-    return { ok: true, raw: doc.toJS({ maxAliasCount: 100 }) };
-  } catch (error) {
-    return { ok: false, problems: [yamlProblem(error instanceof Error ? error.message : String(error), undefined)] };
-  }
+  const plain = toPlainData(doc);
+  if (plain.ok) return { ok: true, raw: plain.value };
+  const { message, offset } = plain.problem;
+  return { ok: false, problems: [yamlProblem(message, offset === undefined ? undefined : lineCounter.linePos(offset))] };
 }
 
 /**
@@ -278,7 +299,7 @@ export function parseConfigYamlDocument(source: string): { ok: true; raw: unknow
  * elsewhere in the file does not cut the operator off (reload can still say why it refuses).
  */
 export function adminSectionDespiteErrors(text: string): { admin?: unknown } | undefined {
-  const doc = parseDocument(text.startsWith('\uFEFF') ? text.slice(1) : text, { uniqueKeys: true, merge: true });
+  const doc = parseDocument(withoutBom(text), CONFIG_YAML_OPTIONS);
   if (!isMap(doc.contents)) return undefined;
   const pairs = doc.contents.items.filter((item) => isScalar(item.key) && item.key.value === 'admin');
   // No admin key parsed: the defaults, unless a line that looks like one was lost in the errors.
@@ -293,11 +314,9 @@ export function adminSectionDespiteErrors(text: string): { admin?: unknown } | u
   const end = at + 1 < items.length ? rangeOf(items[at + 1]!.key)?.[0] : text.length;
   if (start === undefined || end === undefined) return undefined;
   if (doc.errors.some((e) => e.pos[0] < end && e.pos[1] > start)) return undefined;
-  try {
-    return { admin: doc.get('admin') === undefined ? null : (doc.toJS({ maxAliasCount: 100 }) as Record<string, unknown>)['admin'] };
-  } catch {
-    return undefined;
-  }
+  if (doc.get('admin') === undefined) return { admin: null };
+  const plain = toPlainData(doc);
+  return plain.ok ? { admin: (plain.value as Record<string, unknown>)['admin'] } : undefined;
 }
 
 /** Validates an already parsed document (plain objects, arrays, scalars) into a frozen Config. */
@@ -1079,15 +1098,6 @@ function checkKeys(p: ProblemList, obj: Raw, path: string, known: readonly strin
 }
 
 /**
- * The path of a key the file wrote (`services[0].schedular`): a plain word as it is, anything else
- * quoted, escaped and cut as describe() shows values (`services[0]."bad\\nkey"`), so an odd key
- * can neither break the one-line-per-problem output nor send control bytes to a terminal.
- */
-export function keyPath(path: string, key: string): string {
-  return join2(path, PLAIN_KEY.test(key) ? key : quoteShort(key));
-}
-
-/**
  * The problem with `key` in a mapping whose keys are `known`, or null if it is one of them: where it
  * belongs when `misplaced` says so, else the near known key, else the list. Shared with scenarios.
  */
@@ -1168,47 +1178,6 @@ function notAMapping(raw: unknown): string {
 
 export function isMapping(value: unknown): value is Raw {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-/** Longest quoted text a message shows: a binary or pasted file must not come back whole. */
-const MAX_SHOWN_CHARS = 60;
-/** A key shown bare in a problem's path: a word short enough to show whole. Any other key is quoted (keyPath). */
-const PLAIN_KEY = new RegExp(`^[A-Za-z0-9_-]{1,${MAX_SHOWN_CHARS}}$`);
-
-/**
- * A value as the operator wrote it: strings quoted (escaped, cut to about MAX_SHOWN_CHARS with
- * the full length named), numbers bare, containers by kind.
- */
-export function describe(value: unknown): string {
-  if (value === undefined) return 'nothing';
-  if (value === null) return 'an empty value';
-  if (typeof value === 'string') return quoteShort(value);
-  if (Array.isArray(value)) return 'a list';
-  if (typeof value === 'object') return 'a mapping';
-  return String(value);
-}
-
-function quoteShort(text: string): string {
-  const quoted = escapeText(text);
-  if (quoted.length <= MAX_SHOWN_CHARS) return `"${quoted}"`;
-  // Cut by characters as shown (an escaped control byte counts as its escape), never inside a surrogate pair.
-  let shown = '';
-  for (const char of text) {
-    const escaped = escapeText(char);
-    if (shown.length + escaped.length > MAX_SHOWN_CHARS) break;
-    shown += escaped;
-  }
-  return `"${shown}"... (${Array.from(text).length} characters)`;
-}
-
-/**
- * Text as it goes between quotes in a message: JSON's escapes, plus the DEL, C1 controls (0x9b is
- * a terminal's CSI) and U+2028/U+2029 that JSON.stringify leaves as they are.
- */
-function escapeText(text: string): string {
-  return JSON.stringify(text)
-    .slice(1, -1)
-    .replace(/[\x7f-\x9f\u2028\u2029]/g, (char) => `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 /** `a, b or c` (or `and`), as error messages list the values a key takes. */

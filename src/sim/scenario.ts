@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import { MAX_REAL_IDS } from '../dataplane/counters.js';
-import type { Config, ConfigProblem, Protocol, RealIntent, ServiceConfig } from '../config/types.js';
+import type { Config, ConfigProblem, Protocol, RealIntent, ServiceConfig, SourcePosition } from '../config/types.js';
 import { describe, isMapping, isWeight, listWords, parseConfigText, parseIpAddress, parseListenAddress, serviceAddressName, unicastProblem, validateConfig, keyPath, unknownKeyMessage, yamlProblem } from '../config/validate.js';
 import type { SimTuple } from './frames.js';
 
@@ -181,8 +181,8 @@ export function parseScenarioText(text: string, opts: ScenarioParseOptions = {})
 /** Validates an already parsed scenario document. */
 export function validateScenario(raw: unknown, opts: ScenarioParseOptions = {}): ScenarioResult {
   const problems: ConfigProblem[] = [];
-  const add = (path: string, message: string): void => {
-    problems.push({ path, message });
+  const add = (path: string, message: string, position?: SourcePosition): void => {
+    problems.push(position === undefined ? { path, message } : { path, message, position });
   };
   if (!isMapping(raw)) {
     add('(file)', `expected a mapping with config and events, got ${raw === null || raw === undefined ? 'an empty file' : describe(raw)}`);
@@ -210,7 +210,7 @@ export function validateScenario(raw: unknown, opts: ScenarioParseOptions = {}):
 
 // ---------------------------------------------------------------------------------------------
 
-type Add = (path: string, message: string) => void;
+type Add = (path: string, message: string, position?: SourcePosition) => void;
 
 function scenarioConfig(add: Add, value: unknown, opts: ScenarioParseOptions): Config | null {
   if (value === undefined || value === null) {
@@ -229,7 +229,7 @@ function scenarioConfig(add: Add, value: unknown, opts: ScenarioParseOptions): C
     }
     const result = parseConfigText(text, { sourcePath: path });
     if (!result.ok) {
-      for (const p of result.problems) add(`config(${value}).${p.path}`, p.message);
+      for (const p of result.problems) add(`config(${value}).${p.path}`, p.message, p.position);
       return null;
     }
     return result.config;

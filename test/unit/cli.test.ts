@@ -55,8 +55,8 @@ describe('dsrlb CLI', () => {
     const r = await dsrlb(['validate', '-c', bad]);
     expect(r.code).toBe(1);
     expect(r.stderr.trim().split('\n')).toEqual([
-      'services[0].schedular: unknown key (did you mean "scheduler"?)',
-      'services[0].reals[0].address: "10.0.1.300" is not an IPv4 or IPv6 address',
+      'services[0].schedular: unknown key (did you mean "scheduler"?) (line 5, column 5)',
+      'services[0].reals[0].address: "10.0.1.300" is not an IPv4 or IPv6 address (line 7, column 9)',
     ]);
   });
 
@@ -246,8 +246,8 @@ describe('dsrlb CLI', () => {
     const r = await dsrlb(['plan', '-c', bad, '--admin', 'http://127.0.0.1:9']);
     expect(r.code).toBe(1);
     expect(r.stderr.trim().split('\n')).toEqual([
-      `${bad}: services[0].schedular: unknown key (did you mean "scheduler"?)`,
-      `${bad}: services[0].reals[0].address: "10.0.1.300" is not an IPv4 or IPv6 address`,
+      `${bad}: services[0].schedular: unknown key (did you mean "scheduler"?) (line 5, column 5)`,
+      `${bad}: services[0].reals[0].address: "10.0.1.300" is not an IPv4 or IPv6 address (line 7, column 9)`,
     ]);
   });
 });

@@ -54,7 +54,8 @@ describe('validateAdminSettings', () => {
   it('finds the same admin problems as the full validation', () => {
     for (const admin of [{ listen: '::1:9743' }, { listen: '[::]:9743', tokenFile: 12 }, { listen: '10.0.0.1:9743' }, { lisen: '127.0.0.1:1' }]) {
       const full = parseConfigText(JSON.stringify({ ...BROKEN_SERVICES, admin }));
-      const fullAdmin = full.ok ? [] : full.problems.filter((problem) => problem.path.startsWith('admin'));
+      // validateAdminSettings has no text to give positions in: path and message compared.
+      const fullAdmin = full.ok ? [] : full.problems.filter((problem) => problem.path.startsWith('admin')).map(({ path, message }) => ({ path, message }));
       const alone = validateAdminSettings({ admin });
       expect(alone.ok).toBe(false);
       expect(alone.ok ? [] : alone.problems).toEqual(fullAdmin);
@@ -128,7 +129,13 @@ describe('loadAdminSettings', () => {
     await writeFile(file, 'interface: eth0\nadmin:\n  listen: localhost:9743\nservices: []\n');
     expect(await loadAdminSettings(file)).toEqual({
       ok: false,
-      problems: [{ path: 'admin.listen', message: '"localhost:9743" is not a listen address: "localhost" is not an IP address (e.g. 127.0.0.1:9743 or [::1]:9743)' }],
+      problems: [{ path: 'admin.listen', message: '"localhost:9743" is not a listen address: "localhost" is not an IP address (e.g. 127.0.0.1:9743 or [::1]:9743)', position: { line: 3, column: 3 } }],
+    });
+    // Past a YAML error elsewhere (a tab in services), the admin section's problems keep their lines too.
+    await writeFile(file, 'interface: eth0\nservices:\n  - name: web\n\tvip: 203.0.113.10\nadmin: { listen: "0.0.0.0:9743" }\n');
+    expect(await loadAdminSettings(file)).toEqual({
+      ok: false,
+      problems: [{ path: 'admin.tokenFile', message: 'missing; a token file is required when admin.listen (0.0.0.0:9743) is not a loopback address', position: { line: 5, column: 1 } }],
     });
   });
 });

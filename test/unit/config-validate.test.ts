@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { formatDurationMs, parseDurationMs } from '../../src/config/duration.js';
 import { loadConfigFile, stateDirectoryOf } from '../../src/config/load.js';
-import type { Config } from '../../src/config/types.js';
+import type { Config, ConfigProblem } from '../../src/config/types.js';
 import {
   closestKey,
   formatProblems,
@@ -76,18 +76,23 @@ function configOf(doc: unknown): Config {
   return result.config;
 }
 
+/** `path: message` of each problem, without the line and column formatProblems adds (config-positions.test.ts checks those). */
+function pathMessages(problems: readonly ConfigProblem[]): string[] {
+  return problems.map((problem) => `${problem.path}: ${problem.message}`);
+}
+
 /** The problem lines for a config with one change applied to `minimal()`. */
 function problemsWith(change: (doc: Doc) => void): string[] {
   const doc = minimal();
   change(doc);
   const result = parse(doc);
   if (result.ok) return [];
-  return formatProblems(result.problems).split('\n');
+  return pathMessages(result.problems);
 }
 
 function problemsOfText(text: string): string[] {
   const result = parseConfigText(text);
-  return result.ok ? [] : formatProblems(result.problems).split('\n');
+  return result.ok ? [] : pathMessages(result.problems);
 }
 
 describe('contract sample', () => {
@@ -455,7 +460,7 @@ describe('service rules', () => {
     ];
     const result = parse(doc);
     expect(result.ok).toBe(false);
-    expect(result.ok ? '' : formatProblems(result.problems)).toBe('services[1]: tcp://[2001:db8::10]:443 is already defined by services[0] ("a")');
+    expect(result.ok ? [] : pathMessages(result.problems)).toEqual(['services[1]: tcp://[2001:db8::10]:443 is already defined by services[0] ("a")']);
   });
 
   it('duplicate names', () => {
@@ -692,7 +697,7 @@ describe('unknown keys', () => {
 
   it('an odd key in the admin section is quoted for the admin commands too', () => {
     const result = validateAdminSettings({ admin: { 'tokenFile\r\n': 'x' } });
-    expect(result.ok ? [] : formatProblems(result.problems).split('\n')).toEqual(['admin."tokenFile\\r\\n": unknown key (did you mean "tokenFile"?)']);
+    expect(result.ok ? [] : pathMessages(result.problems)).toEqual(['admin."tokenFile\\r\\n": unknown key (did you mean "tokenFile"?)']);
   });
 
   it('a value with DEL or C1 controls is shown escaped', () => {

@@ -578,7 +578,7 @@ describe('plan: the command', () => {
     expect(await runPlanCommand({ config: bad, against: old })).toEqual({
       exitCode: 1,
       stdout: '',
-      stderr: `${bad}: services[0].reals[0].address: "10.0.0.300" is not an IPv4 or IPv6 address\n`,
+      stderr: `${bad}: services[0].reals[0].address: "10.0.0.300" is not an IPv4 or IPv6 address (line 7, column 9)\n`,
     });
     const alone = await runPlanCommand({ config: next });
     expect(alone.exitCode).toBe(1);

@@ -503,7 +503,7 @@ describe('simulate: scenario files and the command', () => {
     expect(JSON.parse(ok.stdout).trace[0]).toMatchObject({ flow: 'a', event: 'start', real: '10.0.0.11' });
 
     const bad = runSimulateCommand({ scenario: join(dir, 'bad-scenario.yaml') });
-    expect(bad).toEqual({ exitCode: 1, stdout: '', stderr: 'config(bad.yaml).services[0].reals[0].address: "10.0.0.300" is not an IPv4 or IPv6 address\n' });
+    expect(bad).toEqual({ exitCode: 1, stdout: '', stderr: 'config(bad.yaml).services[0].reals[0].address: "10.0.0.300" is not an IPv4 or IPv6 address (line 3, column 58)\n' });
 
     const missing = runSimulateCommand({ scenario: join(dir, 'missing.yaml') });
     expect(missing.exitCode).toBe(1);
