@@ -8,8 +8,10 @@ import { access, copyFile, open, readFile, rename, stat, unlink, writeFile } fro
 import { dirname } from 'node:path';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
+import { locateProblems } from '../config/problem-positions.js';
 import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
 import { isRealIntent, isWeight, parseClientEndpoint, parseIpAddress, parseServiceAddress, problemLines } from '../config/validate.js';
+import { withoutBom } from '../config/yaml-document.js';
 import { FlowState } from '../dataplane/flow-table.js';
 import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
 import { HANDOFF_GRACE_MS } from '../dataplane/flow-handoff.js';
@@ -269,11 +271,11 @@ export class Daemon {
     // Named as a config problem, before anything on the host changes (not as ip's own message).
     const ifname = this.config.interface;
     if (!(await systemRunner(['ip', '-j', 'link', 'show', 'dev', ifname]).then(() => true, () => false))) {
-      throw new DaemonError('NO_INTERFACE', `interface: "${ifname}" does not exist in this network namespace`, [{ path: 'interface', message: `"${ifname}" does not exist in this network namespace` }]);
+      throw new DaemonError('NO_INTERFACE', `interface: "${ifname}" does not exist in this network namespace`, located(this.configText, [{ path: 'interface', message: `"${ifname}" does not exist in this network namespace` }]));
     }
     const host = new HostSetup(this.config.interface, this.log);
     const clashes = vipClashProblems(this.config, await host.interfaceAddressesAmong(this.vips()));
-    if (clashes.length > 0) throw new DaemonError('VIP_IS_HOST_ADDRESS', 'a VIP is an address of this host', clashes);
+    if (clashes.length > 0) throw new DaemonError('VIP_IS_HOST_ADDRESS', 'a VIP is an address of this host', located(this.configText, clashes));
     await checkHostBeforeChanges(this.config);
     await this.loadOverrides();
     if (this.pruneOverrides()) await this.saveStateOrWarn();
@@ -883,7 +885,7 @@ export class Daemon {
     if (!loaded.ok) return this.refuseReload(loaded.problems, 'config', 'reload refused: config invalid, the running config stays');
     const next = loaded.config;
     const refusals = this.unreloadable(next);
-    if (refusals.length > 0) return this.refuseReload(refusals, 'config');
+    if (refusals.length > 0) return this.refuseReload(located(text!, refusals), 'config');
     let token: Buffer | null;
     try {
       token = await readAdminToken(next);
@@ -899,9 +901,9 @@ export class Daemon {
     for (const sid of nextIds) removed.delete(sid);
     // Everything that can fail runs before the config is swapped: a reload is all or nothing.
     const idProblem = this.realIdShortage(next);
-    if (idProblem !== null) return this.refuseReload([idProblem], 'config');
+    if (idProblem !== null) return this.refuseReload(located(text!, [idProblem]), 'config');
     const clashes = vipClashProblems(next, await this.host.interfaceAddressesAmong(this.vips(next, removed)).catch(() => new Map<string, string>()));
-    if (clashes.length > 0) return this.refuseReload(clashes, 'config');
+    if (clashes.length > 0) return this.refuseReload(located(text!, clashes), 'config');
     let tunnel: Awaited<ReturnType<Daemon['resolveTunnelRoutes']>>;
     try {
       tunnel = await this.resolveTunnelRoutes(next);
@@ -1555,6 +1557,11 @@ function realsByKey(config: Config): Map<string, RealConfig> {
 }
 
 /** A problem at services[i].vip for each service whose VIP is an interface's own address. */
+/** Problems the daemon finds in a config it read from `text`, with where the file writes them (as validation's). */
+function located(text: string, problems: ConfigProblem[]): ConfigProblem[] {
+  return locateProblems(withoutBom(text), problems);
+}
+
 function vipClashProblems(config: Config, holders: ReadonlyMap<string, string>): ConfigProblem[] {
   return config.services.flatMap((s, i) => {
     const where = holders.get(s.vip);

@@ -392,7 +392,12 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
   const restart = restartOnlyChanges(current, candidate)
     .filter((c) => c.path !== 'hashSeed')
     .map((c) => `${c.path} (${c.before} -> ${c.after})`);
-  if (restart.length > 0) global.push({ code: 'RESTART_NEEDED', service: null, message: `a reload refuses this change; it needs a restart, which empties the flow table: ${restart.join(', ')}` });
+  if (restart.length > 0) {
+    // A clean stop leaves its flows in <stateFile>.flows for the next start, which reads its own stateFile's.
+    const handedOver = current.stateFile !== null && current.stateFile === candidate.stateFile;
+    const flows = handedOver ? 'a clean restart hands the flows over to the next daemon' : 'the flow table starts empty (no stateFile kept across it for the flow hand-over)';
+    global.push({ code: 'RESTART_NEEDED', service: null, message: `a reload refuses this change; it needs a restart, and ${flows}: ${restart.join(', ')}` });
+  }
   return { liveFlowsKnown: liveFlows !== undefined, liveRealsKnown: liveReals !== undefined, services, warnings: [...global, ...warnings] };
 }
 

@@ -66,7 +66,8 @@ describe('reload: all or nothing', () => {
     const result = await d.reload(configText({ base: 94, reals: 5000 }));
     expect(result.ok).toBe(false);
     expect(result.problems).toEqual([
-      { path: 'services', message: `5000 new (service, real) pairs but only ${MAX_REAL_IDS - 5000} real ids free of ${MAX_REAL_IDS}: 0 removed reals keep theirs until their flows end` },
+      // Where the file writes what the path names, as validation's own problems say.
+      { path: 'services', message: `5000 new (service, real) pairs but only ${MAX_REAL_IDS - 5000} real ids free of ${MAX_REAL_IDS}: 0 removed reals keep theirs until their flows end`, position: { line: 5, column: 1 } },
     ]);
     expect(d.daemon.config).toBe(config);
     expect(d.daemon.configText).toBe(before);
@@ -129,7 +130,11 @@ describe('reload: a VIP that is the host\'s own address', () => {
     const result = await d.reload(configText().replace('vip: 10.99.0.100', 'vip: 10.99.0.7'));
     expect(result).toMatchObject({ ok: false, refusedBy: 'config' });
     expect(result.problems).toEqual([
-      { path: 'services[0].vip', message: '10.99.0.7 is an address of this host: eth0 (10.99.0.7/24); as a VIP all traffic to it is dropped at the host (SSH, BGP, probe replies): give the service an address of its own' },
+      {
+        path: 'services[0].vip',
+        message: '10.99.0.7 is an address of this host: eth0 (10.99.0.7/24); as a VIP all traffic to it is dropped at the host (SSH, BGP, probe replies): give the service an address of its own',
+        position: { line: 7, column: 5 },
+      },
     ]);
     expect(d.hostApplied).toEqual([]);
     expect(d.daemon.config).toBe(config);

@@ -364,11 +364,17 @@ describe('plan: warnings for risky edits', () => {
     expect(codes(planChange(unannounced, wlcAnnounced))).toEqual(['WLC_ANNOUNCED']);
     const restart = planChange(config({ reals: four() }), { ...config({ reals: four() }), interface: 'eth1' });
     expect(restart.warnings).toEqual([
-      { code: 'RESTART_NEEDED', service: null, message: 'a reload refuses this change; it needs a restart, which empties the flow table: interface (eth0 -> eth1)' },
+      { code: 'RESTART_NEEDED', service: null, message: 'a reload refuses this change; it needs a restart, and the flow table starts empty (no stateFile kept across it for the flow hand-over): interface (eth0 -> eth1)' },
     ]);
+    // With a stateFile on both sides a clean stop hands the flows to the next daemon.
+    const kept = { ...config({ reals: four() }), stateFile: '/var/lib/dsrlb/state.json' };
+    expect(planChange(kept, { ...kept, interface: 'eth1' }).warnings).toEqual([
+      { code: 'RESTART_NEEDED', service: null, message: 'a reload refuses this change; it needs a restart, and a clean restart hands the flows over to the next daemon: interface (eth0 -> eth1)' },
+    ]);
+    expect(planChange(kept, { ...kept, interface: 'eth1', stateFile: '/var/lib/dsrlb/other.json' }).warnings[0]!.message).toContain('the flow table starts empty');
     const loops = planChange(config({ reals: four() }), { ...config({ reals: four() }), ring: 'v2', workers: 2, cpus: [0, 1] });
     expect(loops.warnings).toEqual([
-      { code: 'RESTART_NEEDED', service: null, message: 'a reload refuses this change; it needs a restart, which empties the flow table: ring (v3 -> v2), workers (1 -> 2), cpus ([] -> [0, 1])' },
+      { code: 'RESTART_NEEDED', service: null, message: 'a reload refuses this change; it needs a restart, and the flow table starts empty (no stateFile kept across it for the flow hand-over): ring (v3 -> v2), workers (1 -> 2), cpus ([] -> [0, 1])' },
     ]);
   });
 });
