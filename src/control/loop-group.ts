@@ -6,7 +6,7 @@
 import { setFlagsFromString } from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import { COUNTER_SLOTS, Counter, createCounters } from '../dataplane/counters.js';
-import { collectRecords, concatFlows, HANDOFF_GRACE_MS, type FlowBatch } from '../dataplane/flow-handoff.js';
+import { collectRecords, concatFlows, dedupeFlows, HANDOFF_GRACE_MS, type FlowBatch } from '../dataplane/flow-handoff.js';
 import type { FlowTimeouts } from '../dataplane/flow-table.js';
 import type { ForwardingSnapshot } from '../dataplane/forwarding-snapshot.js';
 import { monotonicMs } from '../dataplane/monotonic-clock.js';
@@ -29,8 +29,6 @@ export const RESTART_WINDOW_MS = 60_000;
 const INTERFACE_LOSS_GROUP_MS = 2_000;
 /** How long a loop started again may take to be ready (a start takes well under a second). */
 export const RESTART_READY_MS = 10_000;
-/** How long the other loops may take to give their flows for a loop started again (they answer between batches). */
-const CARRY_ASK_MS = 1_000;
 
 /** Counter slots that hold a level, not a count: an ended loop's value is not carried into the sum. */
 const LEVEL_SLOTS: readonly number[] = [Counter.loopHeartbeatMs, Counter.snapshotGeneration, Counter.flowTableEntries];
@@ -47,6 +45,12 @@ const LEVEL_SLOTS: readonly number[] = [Counter.loopHeartbeatMs, Counter.snapsho
  */
 export function disableMemoryReducerForNewIsolates(): void {
   setFlagsFromString('--no-memory-reducer');
+}
+
+/** Batches as one as of atMs, one row per flow (a single table's batch has no key twice). */
+function merged(parts: readonly { batch: FlowBatch; atMs: number }[], atMs: number): FlowBatch {
+  const joined = concatFlows(parts, atMs);
+  return parts.length > 1 ? dedupeFlows(joined) : joined;
 }
 
 export class LoopError extends Error {
@@ -117,10 +121,14 @@ export class LoopGroup {
   /** The loops' PACKET_FANOUT group; null for a single loop, which needs none. */
   private fanout: FanoutGroup | null = null;
   /**
-   * The flows of the loops lost since the group last ran whole (and with several loops the other
-   * loops' flows at each loss), as of atMs: what a loop started again is given (carryFlows).
+   * The flows of the loops lost since the group last ran whole, one row per flow, as of atMs, and
+   * how many losses made it: a loop started again is given them, and those of later losses when it
+   * is ready (carryFlows).
    */
   private carried: { flows: FlowBatch; atMs: number } | null = null;
+  private carriedLosses = 0;
+  /** The carriedLosses each loop being started again was given (by its settings). */
+  private readonly givenLosses = new WeakMap<object, number>();
 
   /**
    * Called when a loop ends by itself and cannot be started again (RESTARTS_PER_WINDOW used up, or
@@ -217,7 +225,16 @@ export class LoopGroup {
             loop.inactive = e.inactiveByReal;
             loop.flowRecords = e.flowRecords;
             loop.running = true;
-            if (settings.adopt) this.log.info('the new packet loop holds the flows of the loop it replaces', { flows: e.adoptedFlows, given: settings.adopt.flows.count });
+            if (settings.adopt) {
+              this.log.info('the new packet loop holds the flows of the loop it replaces', { flows: e.adoptedFlows, given: settings.adopt.flows.count });
+              // Lost while it started: it is given those too. Then the batch goes (it can be large).
+              const given = this.givenLosses.get(unjoined) ?? 0;
+              if (this.carried !== null && given < this.carriedLosses && !this.stopped && !this.broken) {
+                loop.post({ type: 'adoptFlows', id: 0, flows: this.carried.flows, graceMs: HANDOFF_GRACE_MS });
+              }
+              settings.adopt = null;
+              unjoined.adopt = null;
+            }
             // Ready after stop() (a restart under way when the group stopped), or after it was given up on: it stops too.
             if (this.stopped || this.broken) {
               loop.running = false;
@@ -338,7 +355,8 @@ export class LoopGroup {
       timeouts: this.lastTimeouts ?? loop.settings.timeouts,
       snapshot: this.lastSnapshot ?? loop.settings.snapshot,
     };
-    const lostFlows = this.flowsOfEnded(loop);
+    settings.adopt = this.carryFlows(loop);
+    this.givenLosses.set(settings, this.carriedLosses);
     this.log.warn('starting the packet loop again', { reason, restartsInWindow: this.restartTimes.length });
     // A replacement that neither gets ready nor fails is given up on: `recovering` would otherwise
     // keep the VIPs announced (and systemd's watchdog fed) for a loop that never runs.
@@ -349,7 +367,10 @@ export class LoopGroup {
       clearTimeout(giveUp);
       this.restarting--;
       // The group runs whole again (or has given up): what was carried has been given.
-      if (this.restarting === 0) this.carried = null;
+      if (this.restarting === 0) {
+        this.carried = null;
+        this.carriedLosses = 0;
+      }
       if (failure === null) {
         if (!this.stopped) {
           this.log.info('packet loop started again');
@@ -357,78 +378,59 @@ export class LoopGroup {
         }
         return;
       }
+      // A stop under way ended it: nothing failed. Given up already (another loss): told once.
+      if (this.stopped) return;
+      const first = !this.broken;
       this.broken = true;
       this.log.error('packet loop could not be started again', { error: failure });
-      if (!this.stopped) this.onLost?.(`${reason}; starting it again failed: ${failure}`);
+      if (first) this.onLost?.(`${reason}; starting it again failed: ${failure}`);
     };
     const giveUp = setTimeout(() => {
       void this.startingWorkers.get(settings)?.terminate();
       settle(`not ready within ${this.restartReadyMs / 1000} s`);
     }, this.restartReadyMs);
     giveUp.unref();
-    this.carryFlows(lostFlows)
-      // Carrying flows is worth a warning, never a loop that stays down.
-      .catch((err: Error) => {
-        this.log.warn('the flows of the ended packet loop are not carried: their packets go where the consistent hash puts them', { error: err.message });
-        return null;
-      })
-      .then((adopt) => {
-        settings.adopt = adopt;
-        return this.startOne(settings);
-      })
-      .then(
-        () => settle(null),
-        (err: Error) => settle(err.message),
-      );
+    this.startOne(settings).then(
+      () => settle(null),
+      (err: Error) => settle(err.message),
+    );
   }
 
-  /** The live flows in an ended loop's table (its records outlive its thread), then let go. */
-  private flowsOfEnded(loop: Loop): { flows: FlowBatch; atMs: number } | null {
-    const records = loop.flowRecords;
-    loop.flowRecords = null;
-    if (!records) return null;
-    const atMs = monotonicMs();
+  /**
+   * What the loop started in place of `lost` is given before its first packet: the flows of the
+   * loops lost since the group last ran whole, read from their tables' records (shared memory,
+   * which outlives a loop's thread), and with several loops the living loops' flows too, read the
+   * same way while they run (a record being written at that instant may be read torn: one flow).
+   * With several loops the kernel's fanout hash, which user space cannot compute, spreads every
+   * flow anew as a member leaves and joins: every loop is given every flow (the living ones the
+   * others' at once), and the copies no packet touches go after HANDOFF_GRACE_MS. Synchronous, so
+   * that a loss while another loop is being started again finds everything carried so far. A
+   * failure here costs the flows (a warning), never the restart.
+   */
+  private carryFlows(lost: Loop): LoopSettings['adopt'] {
+    const records = lost.flowRecords;
+    lost.flowRecords = null;
+    const timeouts = this.lastTimeouts ?? lost.settings.timeouts;
     try {
-      return { flows: collectRecords(records, this.lastTimeouts ?? loop.settings.timeouts, atMs), atMs };
+      const atMs = monotonicMs();
+      if (records) {
+        const ended = { batch: collectRecords(records, timeouts, atMs), atMs };
+        this.carried = { flows: merged(this.carried === null ? [ended] : [ended, { batch: this.carried.flows, atMs: this.carried.atMs }], atMs), atMs };
+      }
+      this.carriedLosses++;
+      const carried = { batch: this.carried?.flows ?? concatFlows([], atMs), atMs: this.carried?.atMs ?? atMs };
+      if (this.fanout === null) return carried.batch.count > 0 ? { flows: carried.batch, atMs: carried.atMs, graceMs: null } : null;
+      const living = this.loops.filter((l) => l.running && l.flowRecords !== null).map((l) => ({ loop: l, batch: collectRecords(l.flowRecords!, timeouts, atMs), atMs }));
+      for (const { loop } of living) {
+        const flows = merged([carried, ...living.filter((o) => o.loop !== loop)], atMs);
+        if (flows.count > 0) loop.post({ type: 'adoptFlows', id: 0, flows, graceMs: HANDOFF_GRACE_MS });
+      }
+      const flows = merged([carried, ...living], atMs);
+      return flows.count > 0 ? { flows, atMs, graceMs: HANDOFF_GRACE_MS } : null;
     } catch (err) {
       this.log.warn('the flows of the ended packet loop are not carried: their packets go where the consistent hash puts them', { error: (err as Error).message });
       return null;
     }
-  }
-
-  /**
-   * What a loop started again is given before its first packet: the flows of the loops lost since
-   * the group last ran whole, and with several loops the living loops' flows too, which are also
-   * given the lost loop's at once. With several loops the kernel's fanout hash spreads every flow
-   * anew as a member leaves and joins, and user space cannot compute it: every loop is given every
-   * flow, and the copies no packet touches go after HANDOFF_GRACE_MS.
-   */
-  private async carryFlows(lost: { flows: FlowBatch; atMs: number } | null): Promise<LoopSettings['adopt']> {
-    const parts = this.carried ? [{ batch: this.carried.flows, atMs: this.carried.atMs }] : [];
-    if (lost) parts.push({ batch: lost.flows, atMs: lost.atMs });
-    if (this.fanout !== null) {
-      if (lost && lost.flows.count > 0) {
-        const flows = lost.flows;
-        this.ask((id) => ({ type: 'adoptFlows', id, flows, graceMs: HANDOFF_GRACE_MS }), CARRY_ASK_MS).catch(() => undefined);
-      }
-      try {
-        const answers = await this.ask((id) => ({ type: 'flows', id, limit: this.flowCapacity }), CARRY_ASK_MS);
-        const atMs = monotonicMs();
-        const living = answers.flatMap((e) => (e.type === 'flows' ? [{ batch: e as FlowBatch, atMs }] : []));
-        parts.push(...living);
-        // Their flows move between them too (three loops or more).
-        if (living.length > 1) {
-          const flows = concatFlows(living, atMs);
-          this.ask((id) => ({ type: 'adoptFlows', id, flows, graceMs: HANDOFF_GRACE_MS }), CARRY_ASK_MS).catch(() => undefined);
-        }
-      } catch (err) {
-        this.log.warn('the other packet loops did not give their flows for the new loop', { error: (err as Error).message });
-      }
-    }
-    if (parts.length === 0) return null;
-    const atMs = monotonicMs();
-    this.carried = { flows: concatFlows(parts, atMs), atMs };
-    return { flows: this.carried.flows, atMs, graceMs: this.fanout !== null ? HANDOFF_GRACE_MS : null };
   }
 
   /** The thread that runs one loop (a seam: tests give a worker that speaks the same messages). */

@@ -113,6 +113,8 @@ export class LoopRunner {
     if (s.adopt) {
       const now = this.origin + performance.now();
       this.adopted = adoptFlows(flows, concatFlows([{ batch: s.adopt.flows, atMs: s.adopt.atMs }], now), now, s.adopt.graceMs, s.maxRealIds);
+      // Taken: the batch (49 bytes a flow) need not live as long as the loop.
+      s.adopt = null;
     }
     let io: PacketIo;
     try {

@@ -4,7 +4,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { decodeSavedFlows, encodeSavedFlows, type SavedFlows } from '../../src/control/flows-file.js';
-import { adoptFlows, collectFlows, collectRecords, concatFlows, type FlowBatch } from '../../src/dataplane/flow-handoff.js';
+import { adoptFlows, collectFlows, collectRecords, concatFlows, dedupeFlows, type FlowBatch } from '../../src/dataplane/flow-handoff.js';
 import { mulberry32 } from '../support/prng.js';
 import { FLOW_KEY_WORDS } from '../../src/dataplane/flow-hash.js';
 import { FlowState, FlowTable, type FlowTimeouts } from '../../src/dataplane/flow-table.js';
@@ -154,6 +154,91 @@ describe('adoptFlows into a table that holds flows (a loop given the flows of on
     expect(t.lastSeenOf(e)).toBe(999_000);
     expect(t.inactiveByReal[3]).toBe(1);
     expect(t.activeByReal[3]).toBe(0);
+  });
+});
+
+describe('adoptFlows with a grace, into a table that holds flows (with several loops)', () => {
+  const one = (id: number, real: number, state: number, idleMs: number): FlowBatch => ({
+    count: 1,
+    keys: keyOf(id),
+    reals: Int32Array.from([real]),
+    states: Uint8Array.from([state]),
+    idleMs: Float64Array.from([idleMs]),
+  });
+  const NOW = 10_000_000;
+
+  it('keeps a flow given the batch\'s real to the grace when no packet comes, however recent the entry it replaced', () => {
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 11);
+    put(t, 9, 5, FlowState.established, NOW - 10_000);
+    expect(adoptFlows(t, one(9, 3, FlowState.established, 5_000), NOW, 60_000, MAX_REALS)).toBe(1);
+    const e = find(t, 9, NOW);
+    expect(t.realOf(e)).toBe(3);
+    // Gone 60 s from now unless a packet comes (it lived 890 s: the entry's time, unclamped).
+    expect(find(t, 9, NOW + 59_000)).toBeGreaterThanOrEqual(0);
+    expect(find(t, 9, NOW + 60_000)).toBe(-1);
+  });
+
+  it('does not let an old grace copy on another real replace a more recent entry', () => {
+    // The batch's copy was itself handed over earlier (idle 850 s of 900, a grace copy); the
+    // table's entry saw a packet 1 s ago on real 5.
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 12);
+    put(t, 9, 5, FlowState.established, NOW - 1_000);
+    expect(adoptFlows(t, one(9, 3, FlowState.established, 850_000), NOW, 60_000, MAX_REALS)).toBe(0);
+    expect(t.realOf(find(t, 9, NOW))).toBe(5);
+  });
+
+  it('takes the most recently active of a flow\'s copies, whatever their states', () => {
+    // The loop that saw the flow's packets has it established 50 ms ago; another loop's copy, a
+    // grace copy from an earlier restart, still says syn.
+    const twice = {
+      count: 2,
+      keys: Uint32Array.from([...keyOf(9), ...keyOf(9)]),
+      reals: Int32Array.from([3, 3]),
+      states: Uint8Array.from([FlowState.syn, FlowState.established]),
+      idleMs: Float64Array.from([9_000, 50]),
+    };
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 13);
+    expect(adoptFlows(t, twice, NOW, 60_000, MAX_REALS)).toBe(1);
+    expect(t.stateOf(find(t, 9, NOW))).toBe(FlowState.established);
+  });
+
+  it('never evicts the table\'s own flows: what does not fit is left out, the longest idle first', () => {
+    const t = new FlowTable(4, TIMEOUTS, MAX_REALS, 14);
+    put(t, 1, 1, FlowState.established, NOW - 800_000); // idle 800 s: the oldest in the table
+    put(t, 2, 1, FlowState.established, NOW - 1_000);
+    const three = {
+      count: 3,
+      keys: Uint32Array.from([...keyOf(3), ...keyOf(4), ...keyOf(5)]),
+      reals: Int32Array.from([2, 2, 2]),
+      states: Uint8Array.from([FlowState.udp, FlowState.udp, FlowState.udp]),
+      idleMs: Float64Array.from([30_000, 10_000, 20_000]),
+    };
+    expect(adoptFlows(t, three, NOW, null, MAX_REALS)).toBe(2);
+    expect(find(t, 1, NOW)).toBeGreaterThanOrEqual(0);
+    expect(find(t, 3, NOW)).toBe(-1); // the longest idle of the three
+    expect(find(t, 4, NOW)).toBeGreaterThanOrEqual(0);
+    expect(find(t, 5, NOW)).toBeGreaterThanOrEqual(0);
+    expect(t.evictions).toBe(0);
+  });
+});
+
+describe('dedupeFlows', () => {
+  it('keeps one row per key, the most recently active', () => {
+    const b = {
+      count: 4,
+      keys: Uint32Array.from([...keyOf(1), ...keyOf(2), ...keyOf(1), ...keyOf(1)]),
+      reals: Int32Array.from([1, 2, 3, 4]),
+      states: Uint8Array.from([FlowState.syn, FlowState.udp, FlowState.established, FlowState.fin]),
+      idleMs: Float64Array.from([500, 7, 20, 900]),
+    };
+    const d = dedupeFlows(b);
+    expect(d.count).toBe(2);
+    expect([...d.reals]).toEqual([3, 2]);
+    expect([...d.states]).toEqual([FlowState.established, FlowState.udp]);
+    expect([...d.idleMs]).toEqual([20, 7]);
+    expect([...d.keys.subarray(0, FLOW_KEY_WORDS)]).toEqual([...keyOf(1)]);
+    const single = { ...b, count: 1 };
+    expect(dedupeFlows(single)).toBe(single);
   });
 });
 

@@ -15,7 +15,7 @@ import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot
 import type { LoopEvent, LoopSettings } from '../../src/dataplane/loop-runner.js';
 
 /** slow-ready: says ready after 300 ms, then answers; never-ready: stays silent from the start. Loops beyond the list answer. */
-type Behaviour = 'answer' | 'exit' | 'silent' | 'slow-ready' | 'never-ready' | 'fail' | 'half-answer';
+type Behaviour = 'answer' | 'exit' | 'silent' | 'slow-ready' | 'never-ready' | 'fail';
 
 /** A worker that says ready, then answers 'flows' with one flow, exits, or stays silent. */
 const FAKE_LOOP = `
@@ -25,7 +25,16 @@ const FAKE_LOOP = `
   active[0] = 5;
   // The fanout group its socket is in: one made under the id the test picked, or the one it joined.
   const fanoutGroupId = workerData.fanout.mode === 'make' ? workerData.madeGroupId : workerData.fanout.mode === 'join' ? workerData.fanout.groupId : null;
-  const ready = () => parentPort.postMessage({ type: 'ready', localMac: new Uint8Array(6), mtu: 1500, activeByReal: active, inactiveByReal: new Int32Array(new SharedArrayBuffer(16)), fanoutGroupId });
+  // Its flow table's records (flow-table.ts FLOW_RECORD): two slots, one flow on real \`real\`,
+  // established, last seen now (CLOCK_MONOTONIC ms, the process's clock).
+  const flowRecords = new SharedArrayBuffer(2 * 64);
+  const words = new Int32Array(flowRecords);
+  words[0] = 6 | (4 << 8);
+  words[1] = 0x0a000000 + workerData.real;
+  words[10] = workerData.real;
+  words[11] = 2;
+  new Float64Array(flowRecords)[6] = Number(process.hrtime.bigint()) / 1e6;
+  const ready = () => parentPort.postMessage({ type: 'ready', localMac: new Uint8Array(6), mtu: 1500, activeByReal: active, inactiveByReal: new Int32Array(new SharedArrayBuffer(16)), flowRecords, adoptedFlows: 0, fanoutGroupId });
   if (workerData.behaviour === 'slow-ready') setTimeout(ready, 300); else if (workerData.behaviour !== 'never-ready') ready();
   // Like the engine: the snapshot it runs, in its counters (slot 8, snapshotGeneration).
   if (workerData.snapshot) workerData.counters[8] = workerData.snapshot.generation;
@@ -36,8 +45,6 @@ const FAKE_LOOP = `
     if (workerData.behaviour === 'exit') process.exit(3);
     // As a loop whose interface went: an error while it runs, its worker left to the group.
     if (workerData.behaviour === 'fail') { parentPort.postMessage({ type: 'error', code: 'EINTERFACE', message: 'eth0 is gone (ENODEV)' }); return; }
-    // An answer without states and idle times (a loop of another version, or a bug).
-    if (workerData.behaviour === 'half-answer') { parentPort.postMessage({ type: 'flows', id: m.id, keys: new Uint32Array(10), reals: Int32Array.of(workerData.real), count: 1 }); return; }
     if (workerData.behaviour !== 'silent') parentPort.postMessage({ type: 'flows', id: m.id, keys: new Uint32Array(10), reals: Int32Array.of(workerData.real), states: Uint8Array.of(2), idleMs: Float64Array.of(0), count: 1 });
   });`;
 
@@ -46,6 +53,8 @@ class FakeLoops extends LoopGroup {
   /** The id the kernel would give the next fanout group a loop makes. */
   nextGroupId = 100;
   readonly settings: LoopSettings[] = [];
+  /** What each loop was given to adopt at its start (its settings let go of it once it is ready). */
+  readonly adopts: LoopSettings['adopt'][] = [];
   readonly workers: Worker[] = [];
   constructor(
     private readonly behaviours: Behaviour[],
@@ -59,6 +68,7 @@ class FakeLoops extends LoopGroup {
   }
   protected override createWorker(settings: LoopSettings): Worker {
     this.settings.push(settings);
+    this.adopts.push(settings.adopt ?? null);
     const i = this.next++;
     const madeGroupId = settings.fanout.mode === 'make' ? this.nextGroupId++ : null;
     const w = new Worker(FAKE_LOOP, { eval: true, workerData: { behaviour: this.behaviours[i] ?? 'answer', real: i, counters: settings.counters, snapshot: settings.snapshot, fanout: settings.fanout, madeGroupId } });
@@ -67,7 +77,8 @@ class FakeLoops extends LoopGroup {
   }
 }
 
-const base = { io: 'afpacket', ring: 'v3', interface: 'none', flowCapacity: 16, timeouts: {}, maxRealIds: 4 } as unknown as LoopBase;
+const TIMEOUTS: FlowTimeouts = { synMs: 30_000, establishedMs: 300_000, finMs: 30_000, closeMs: 10_000, udpMs: 60_000 };
+const base = { io: 'afpacket', ring: 'v3', interface: 'none', flowCapacity: 16, timeouts: TIMEOUTS, maxRealIds: 4 } as unknown as LoopBase;
 
 async function group(behaviours: Behaviour[], opts: ConstructorParameters<typeof LoopGroup>[1] = {}): Promise<FakeLoops> {
   const g = new FakeLoops(behaviours, opts);
@@ -118,9 +129,9 @@ describe('a packet loop that ends by itself', () => {
       expect([again.flowCapacity, again.fanout, again.interface]).toEqual([first!.flowCapacity, { mode: 'join', groupId: 100 }, first!.interface]);
       expect(first!.fanout).toEqual({ mode: 'make' });
       expect(again.counters).not.toBe(first!.counters);
-      // Given the other loop's flows (a fake loop has no flow table to read when it ends), for a grace.
-      expect([...again.adopt!.flows.reals]).toEqual([1]);
-      expect(again.adopt!.graceMs).toBe(HANDOFF_GRACE_MS);
+      // The timeouts broadcast are not real ones: no flows carried, a warning, the loop started all the same.
+      expect(g.adopts[2]).toBeNull();
+      expect(g.logged.join('\n')).toContain('the flows of the ended packet loop are not carried');
       again.counters[Counter.rxPackets] = 3;
       const c = g.counters();
       // Counts never go down (Prometheus counters); the ended loop's flow entries are gone.
@@ -135,13 +146,27 @@ describe('a packet loop that ends by itself', () => {
     }
   });
 
-  it('is started again without flows, with a warning, when the flows cannot be carried', async () => {
-    const g = await group(['exit', 'half-answer']);
+  it('is started again with the ended loop\'s flows, read from its records, and the other loop\'s, for a grace', async () => {
+    const g = await group(['exit', 'answer']);
     try {
       await askFlows(g);
       await until('the loop started again', () => g.settings.length === 3 && g.running);
-      expect(g.settings[2]!.adopt ?? null).toBeNull();
-      expect(g.logged.join('\n')).toContain('the flows of the ended packet loop are not carried');
+      const adopt = g.adopts[2]!;
+      expect([...adopt.flows.reals].sort()).toEqual([0, 1]);
+      expect(adopt.graceMs).toBe(HANDOFF_GRACE_MS);
+      expect(g.settings[2]!.adopt ?? null).toBeNull(); // let go of once it was ready
+    } finally {
+      await g.stop(1000);
+    }
+  });
+
+  it('one loop: started again with exactly the ended loop\'s flows, no grace', async () => {
+    const g = await oneLoop(['exit', 'answer']);
+    try {
+      await askFlows(g);
+      await until('the loop started again', () => g.settings.length === 2 && g.running);
+      expect([...g.adopts[1]!.flows.reals]).toEqual([0]);
+      expect(g.adopts[1]!.graceMs).toBeNull();
     } finally {
       await g.stop(1000);
     }
