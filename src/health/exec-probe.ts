@@ -6,7 +6,7 @@
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { loadNative } from '../io/native-binding.js';
-import { OK, fail, failFromError, oneLine, timedOut, type ProbeOutcome, type ProbeTarget, type Prober } from './probe.js';
+import { OK, fail, failFromError, oneLine, timedOut, type ProbeOutcome, type ProbeSignal, type ProbeTarget, type Prober } from './probe.js';
 
 /** How much of the command's output is kept for lastError. */
 const OUTPUT_TAIL_BYTES = 512;
@@ -16,7 +16,7 @@ const EXIT_GRACE_MS = 20;
 export class ExecProber implements Prober {
   constructor(private readonly shell = '/bin/sh') {}
 
-  probe(target: ProbeTarget, signal: AbortSignal): Promise<ProbeOutcome> {
+  probe(target: ProbeTarget, signal: ProbeSignal): Promise<ProbeOutcome> {
     return new Promise((resolve) => {
       if (signal.aborted) return resolve(timedOut());
       const command = target.check.command;
@@ -47,7 +47,6 @@ export class ExecProber implements Prober {
       const done = (outcome: ProbeOutcome): void => {
         if (settled) return;
         settled = true;
-        signal.removeEventListener('abort', onAbort);
         // Open pipes mean the shell, or a child it left behind, still runs: its process group is
         // alive, so the id cannot have been reused. After 'close' there is nothing left to kill.
         if (!pipesClosed) killTree(child.pid);
@@ -55,8 +54,7 @@ export class ExecProber implements Prober {
         child.stderr.destroy();
         resolve(outcome);
       };
-      const onAbort = (): void => done(timedOut());
-      signal.addEventListener('abort', onAbort, { once: true });
+      signal.onAbort(() => done(timedOut()));
       child.once('error', (err) => done(failFromError(err)));
       const verdict = (code: number | null, signalName: NodeJS.Signals | null): void => {
         if (code === 0) return done(OK);

@@ -5,7 +5,7 @@
 import { createRequire } from 'node:module';
 import { isIPv6 } from 'node:net';
 import { normalizedAddress } from '../control/addresses.js';
-import { OK, fail, oneLine, timedOut, type ProbeOutcome, type ProbeTarget, type Prober } from './probe.js';
+import { OK, fail, oneLine, timedOut, type ProbeOutcome, type ProbeSignal, type ProbeTarget, type Prober } from './probe.js';
 
 /** The part of `raw-socket` used here; the package ships no types, so this is its whole surface. */
 interface RawSocket {
@@ -55,7 +55,7 @@ class EchoChannel {
     return this.waiting.size;
   }
 
-  ping(address: string, signal: AbortSignal): Promise<ProbeOutcome> {
+  ping(address: string, signal: ProbeSignal): Promise<ProbeOutcome> {
     return new Promise((resolve) => {
       if (signal.aborted) return resolve(timedOut());
       let socket: RawSocket;
@@ -69,12 +69,10 @@ class EchoChannel {
       const finish = (outcome: ProbeOutcome): void => {
         if (this.waiting.get(sequence)?.resolve !== finish) return;
         this.waiting.delete(sequence);
-        signal.removeEventListener('abort', onAbort);
         this.closeIfIdle();
         resolve(outcome);
       };
-      const onAbort = (): void => finish(timedOut());
-      signal.addEventListener('abort', onAbort, { once: true });
+      signal.onAbort(() => finish(timedOut()));
       this.waiting.set(sequence, { address, resolve: finish });
       const packet = this.echoRequest(sequence);
       socket.send(packet, 0, packet.length, address, (error) => {
@@ -179,7 +177,7 @@ export class IcmpProber implements Prober {
     return this.v4.pending + this.v6.pending;
   }
 
-  probe(target: ProbeTarget, signal: AbortSignal): Promise<ProbeOutcome> {
+  probe(target: ProbeTarget, signal: ProbeSignal): Promise<ProbeOutcome> {
     return (isIPv6(target.address) ? this.v6 : this.v4).ping(target.address, signal);
   }
 }

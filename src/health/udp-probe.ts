@@ -4,10 +4,10 @@
 
 import { createSocket } from 'node:dgram';
 import { isIPv6 } from 'node:net';
-import { OK, fail, failFromError, oneLine, timedOut, type ProbeOutcome, type ProbeTarget, type Prober } from './probe.js';
+import { OK, fail, failFromError, oneLine, timedOut, type ProbeOutcome, type ProbeSignal, type ProbeTarget, type Prober } from './probe.js';
 
 export class UdpProber implements Prober {
-  probe(target: ProbeTarget, signal: AbortSignal): Promise<ProbeOutcome> {
+  probe(target: ProbeTarget, signal: ProbeSignal): Promise<ProbeOutcome> {
     return new Promise((resolve) => {
       if (signal.aborted) return resolve(timedOut());
       const { check } = target;
@@ -17,12 +17,10 @@ export class UdpProber implements Prober {
       const done = (outcome: ProbeOutcome): void => {
         if (settled) return;
         settled = true;
-        signal.removeEventListener('abort', onAbort);
         socket.close();
         resolve(outcome);
       };
-      const onAbort = (): void => done(timedOut());
-      signal.addEventListener('abort', onAbort, { once: true });
+      signal.onAbort(() => done(timedOut()));
       socket.on('error', (err) => done(failFromError(err)));
       // A connected socket only receives from the real, so the first reply is the answer.
       socket.on('message', (reply: Buffer) => {

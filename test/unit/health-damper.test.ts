@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import type { HealthCheckConfig } from '../../src/config/types.js';
 import { HealthDamper } from '../../src/health/damper.js';
 import { HealthMonitor, type HealthFactRecord } from '../../src/health/health-monitor.js';
-import { OK, fail, type Clock, type ProbeOutcome, type ProbeTarget, type Prober } from '../../src/health/probe.js';
+import { OK, fail, type Clock, type ProbeOutcome, type ProbeSignal, type ProbeTarget, type Prober } from '../../src/health/probe.js';
 import { healthCheck } from '../support/health-check.js';
 
 function check(over: Partial<HealthCheckConfig> = {}): HealthCheckConfig {
@@ -56,7 +56,7 @@ class ScriptedProber implements Prober {
   healthy = false;
   readonly askedAtMs: number[] = [];
   constructor(private readonly clock: ManualClock) {}
-  async probe(_target: ProbeTarget, _signal: AbortSignal): Promise<ProbeOutcome> {
+  async probe(_target: ProbeTarget, _signal: ProbeSignal): Promise<ProbeOutcome> {
     this.askedAtMs.push(this.clock.now());
     return this.healthy ? OK : fail('refused', 'connection refused (ECONNREFUSED)');
   }

@@ -254,7 +254,7 @@ describe('HealthMonitor bookkeeping', () => {
     const blackhole: Prober = {
       probe: (_t, signal) => {
         started++;
-        return new Promise((resolve) => signal.addEventListener('abort', () => resolve(timedOut()), { once: true }));
+        return new Promise((resolve) => signal.onAbort(() => resolve(timedOut())));
       },
     };
     const monitor = new HealthMonitor({ random: () => 0, probers: { tcp: blackhole } });
@@ -274,7 +274,7 @@ describe('HealthMonitor bookkeeping', () => {
       probe(_t, signal): Promise<ProbeOutcome> {
         calls++;
         return new Promise((resolve) =>
-          signal.addEventListener('abort', () => {
+          signal.onAbort(() => {
             aborted.push(true);
             resolve(timedOut());
           }),

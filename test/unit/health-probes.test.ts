@@ -13,7 +13,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { HealthCheckConfig } from '../../src/config/types.js';
 import { ExecProber } from '../../src/health/exec-probe.js';
-import { BODY_LIMIT_BYTES, HttpProber } from '../../src/health/http-probe.js';
+import { HttpProber } from '../../src/health/http-probe.js';
+import { BODY_LIMIT_BYTES } from '../../src/health/http-response.js';
 import { IcmpProber } from '../../src/health/icmp-probe.js';
 import { runProbe, type ProbeResult, type ProbeTarget, type Prober } from '../../src/health/probe.js';
 import { TcpProber } from '../../src/health/tcp-probe.js';
@@ -187,12 +188,37 @@ describe('http probe', () => {
     const r = await probe(http, target(await closedTcpPort(), { type: 'http' }));
     expect(r).toMatchObject({ ok: false, reason: 'refused' });
   });
+
+  it('sends the bytes node:http sent: header names and order, the Host header in Latin-1; a Host beyond Latin-1 is an error', async () => {
+    const requests: string[] = [];
+    const raw = createTcpServer((socket) => {
+      let text = '';
+      socket.on('data', (d) => {
+        text += d.toString('latin1');
+        if (!text.includes('\r\n\r\n')) return;
+        requests.push(text);
+        socket.end('HTTP/1.1 200 OK\r\n\r\n');
+      });
+    });
+    servers.push(raw);
+    const rawPort = await listenTcp(raw);
+    expect((await probe(http, target(rawPort, { type: 'http', path: '/healthz' }))).ok).toBe(true);
+    expect((await probe(http, target(rawPort, { type: 'http', path: '/x y', host: 'bücher.example' }))).ok).toBe(true);
+    expect(requests).toEqual([
+      `GET /healthz HTTP/1.1\r\nhost: 127.0.0.1:${rawPort}\r\nuser-agent: dsrlb-health\r\naccept: */*\r\nconnection: close\r\n\r\n`,
+      'GET /x%20y HTTP/1.1\r\nhost: b\xfccher.example\r\nuser-agent: dsrlb-health\r\naccept: */*\r\nconnection: close\r\n\r\n',
+    ]);
+    const r = await probe(http, target(rawPort, { type: 'http', host: '健康.example' }));
+    expect(r).toMatchObject({ ok: false, reason: 'error', detail: 'Invalid character in header content ["host"]' });
+    expect(requests).toHaveLength(2);
+  });
 });
 
 describe('https probe', () => {
   // A self-signed certificate made with the openssl CLI: the probe must accept it (no verification).
   let port = 0;
   let dir = '';
+  const serverNames: (string | false | null)[] = [];
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'dsrlb-health-tls-'));
     execFileSync('openssl', [
@@ -203,6 +229,7 @@ describe('https probe', () => {
       if (req.url === '/healthz') return void res.end('ok');
       res.writeHead(503).end('starting');
     });
+    server.on('secureConnection', (socket) => serverNames.push(socket.servername));
     servers.push({ close: () => server.close() && server.closeAllConnections() });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     port = portOf(server);
@@ -213,6 +240,14 @@ describe('https probe', () => {
   it('accepts a self-signed certificate and checks status and body', async () => {
     expect((await probe(https, target(port, { type: 'https', path: '/healthz', expectBody: 'ok' }))).ok).toBe(true);
     expect(await probe(https, target(port, { type: 'https', path: '/other' }))).toMatchObject({ ok: false, reason: 'status', detail: 'HTTP 503, expected 200' });
+  });
+
+  it('names the Host header\'s server in the TLS handshake (SNI), as node:https did; none for an address', async () => {
+    serverNames.length = 0;
+    expect((await probe(https, target(port, { type: 'https', path: '/healthz', host: 'www.example.test:8443' }))).ok).toBe(true);
+    expect((await probe(https, target(port, { type: 'https', path: '/healthz' }))).ok).toBe(true);
+    expect((await probe(https, target(port, { type: 'https', path: '/healthz', host: '[2001:db8::1]:443' }))).ok).toBe(true);
+    expect(serverNames).toEqual(['www.example.test', false, false]);
   });
 
   it('plain http to a TLS port is not ok', async () => {
