@@ -44,6 +44,7 @@ for (const dir of distDirs) {
   builds.push({ dir, HealthMonitor, runProbe, TcpProber, HttpProber });
 }
 const { DaemonMetrics } = await import(pathToFileURL(join(distDirs[0], 'control/metrics.js')).href);
+const { healthCheckDefaults } = await import(pathToFileURL(join(distDirs[0], 'config/validate.js')).href);
 
 const rates = String(opts.rates ?? (quick ? '1000,4000' : '1000,4000,8000')).split(',').map(Number);
 const kinds = String(opts.kinds ?? 'tcp,refused,http').split(',');
@@ -122,22 +123,9 @@ function percentile(sorted, p) {
   return sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }
 
+/** The config's defaults for `port` (validate.ts healthCheckDefaults), on /healthz at this bench's interval and timeout. */
 function healthCheck(type, port) {
-  return {
-    type,
-    port,
-    path: '/healthz',
-    host: null,
-    expectStatus: [200],
-    expectBody: null,
-    payload: null,
-    expectPayload: null,
-    command: null,
-    intervalMs: INTERVAL_MS,
-    timeoutMs: TIMEOUT_MS,
-    rise: 2,
-    fall: 3,
-  };
+  return { type, ...healthCheckDefaults(port), path: '/healthz', intervalMs: INTERVAL_MS, timeoutMs: TIMEOUT_MS };
 }
 
 const address = (i) => `127.1.${i >> 8}.${i & 255}`;

@@ -26,6 +26,11 @@ function put(t: FlowTable, id: number, real: number, state: number, nowMs: numbe
   t.insert(t.indexHash(), real, state, nowMs);
 }
 
+/** A batch of flow `id` alone. */
+function one(id: number, real: number, state: number, idleMs: number): FlowBatch {
+  return { count: 1, keys: keyOf(id), reals: Int32Array.from([real]), states: Uint8Array.from([state]), idleMs: Float64Array.from([idleMs]) };
+}
+
 /** The entry of flow `id` in `t`, or -1. */
 function find(t: FlowTable, id: number, nowMs: number): number {
   t.key.set(keyOf(id));
@@ -123,14 +128,6 @@ describe('collectFlows and adoptFlows', () => {
 });
 
 describe('adoptFlows into a table that holds flows (a loop given the flows of one that ended)', () => {
-  const one = (id: number, real: number, state: number, idleMs: number): FlowBatch => ({
-    count: 1,
-    keys: keyOf(id),
-    reals: Int32Array.from([real]),
-    states: Uint8Array.from([state]),
-    idleMs: Float64Array.from([idleMs]),
-  });
-
   it("gives the batch's real to a flow the table placed anew, keeping the later last-seen time", () => {
     // The loop that knew flow 9 (real 3, drained since) ended; its next packet came to this loop,
     // which found no entry and placed it on real 5 two seconds ago.
@@ -158,13 +155,6 @@ describe('adoptFlows into a table that holds flows (a loop given the flows of on
 });
 
 describe('adoptFlows with a grace, into a table that holds flows (with several loops)', () => {
-  const one = (id: number, real: number, state: number, idleMs: number): FlowBatch => ({
-    count: 1,
-    keys: keyOf(id),
-    reals: Int32Array.from([real]),
-    states: Uint8Array.from([state]),
-    idleMs: Float64Array.from([idleMs]),
-  });
   const NOW = 10_000_000;
 
   it('keeps a flow given the batch\'s real to the grace when no packet comes, however recent the entry it replaced', () => {

@@ -170,14 +170,19 @@ function fakeSysctl(calls: string[], values: Record<string, string>) {
   return { sysctl, reads, values };
 }
 
+/** A run dir (with `prev` recorded), a host with `onLo` on lo, sysctls at `values`, and the HostSetup over them. */
+async function sysctlRig(prev: object | null, onLo: string[], values: Record<string, string>) {
+  const { dir, file } = await runDir(prev);
+  const host = fakeHost(onLo);
+  const sys = fakeSysctl(host.calls, values);
+  return { dir, file, host, sys, setup: new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl) };
+}
+
 const sysctlCalls = (calls: string[]) => calls.filter((c) => c.startsWith('sysctl '));
 
 describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VIPs', () => {
   it('sets it to 1 before the first IPv6 VIP goes on, records the old value and puts it back at stop', async () => {
-    const { dir, file } = await runDir(null);
-    const host = fakeHost([]);
-    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '0' });
-    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    const { dir, file, host, setup } = await sysctlRig(null, [], { [KEEP_ALL]: '0', [KEEP]: '0' });
     await setup.adopt();
     await setup.apply(['198.51.100.1', '2001:db8::10'], { disableGro: false });
     const v6Add = host.calls.indexOf('ip addr add 2001:db8::10/128 dev eth0 nodad preferred_lft 0');
@@ -196,10 +201,7 @@ describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VI
   });
 
   it('puts back -1, the value an interface may have had', async () => {
-    const { dir, file } = await runDir(null);
-    const host = fakeHost([]);
-    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '-1' });
-    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    const { file, sys, setup } = await sysctlRig(null, [], { [KEEP_ALL]: '0', [KEEP]: '-1' });
     await setup.apply(['2001:db8::10'], { disableGro: false });
     expect(sys.values[KEEP]).toBe('1');
     expect(JSON.parse(await readFile(file, 'utf8')).keepAddrOnDownBefore).toBe(-1);
@@ -208,10 +210,7 @@ describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VI
   });
 
   it('leaves it alone without IPv6 VIPs: not even read', async () => {
-    const { dir, file } = await runDir(null);
-    const host = fakeHost([]);
-    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '0' });
-    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    const { file, host, sys, setup } = await sysctlRig(null, [], { [KEEP_ALL]: '0', [KEEP]: '0' });
     await setup.apply(['198.51.100.1'], { disableGro: false });
     expect(JSON.parse(await readFile(file, 'utf8'))).not.toHaveProperty('keepAddrOnDownBefore');
     await setup.undo();
@@ -225,10 +224,7 @@ describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VI
       { [KEEP_ALL]: '1', [KEEP]: '0' },
       { [KEEP_ALL]: '1', [KEEP]: '-1' }, // `all` wins when it is not 0
     ]) {
-      const { dir, file } = await runDir(null);
-      const host = fakeHost([]);
-      const sys = fakeSysctl(host.calls, { ...values });
-      const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+      const { file, host, setup } = await sysctlRig(null, [], { ...values });
       await setup.apply(['2001:db8::10'], { disableGro: false });
       expect(JSON.parse(await readFile(file, 'utf8')), JSON.stringify(values)).not.toHaveProperty('keepAddrOnDownBefore');
       await setup.undo();
@@ -249,10 +245,7 @@ describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VI
 
   it('on a host without IPv6 (no such setting) does nothing, and a setting it cannot write (read-only /proc/sys) is only a warning', async () => {
     {
-      const { dir, file } = await runDir(null);
-      const host = fakeHost([]);
-      const sys = fakeSysctl(host.calls, {});
-      const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+      const { file, host, setup } = await sysctlRig(null, [], {});
       await setup.apply(['2001:db8::10'], { disableGro: false });
       expect(sysctlCalls(host.calls)).toEqual([]);
       expect(JSON.parse(await readFile(file, 'utf8'))).not.toHaveProperty('keepAddrOnDownBefore');
@@ -274,10 +267,7 @@ describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VI
   });
 
   it('puts it back when a reload removes the last IPv6 VIP, and sets it again when one comes back', async () => {
-    const { dir, file } = await runDir(null);
-    const host = fakeHost([]);
-    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '0' });
-    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    const { file, host, sys, setup } = await sysctlRig(null, [], { [KEEP_ALL]: '0', [KEEP]: '0' });
     await setup.apply(['198.51.100.1', '2001:db8::10'], { disableGro: false });
     await setup.apply(['198.51.100.1'], { disableGro: false });
     expect(sys.values[KEEP]).toBe('0');
@@ -288,10 +278,7 @@ describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VI
   });
 
   it('sets it again on an interface made again (back at the default) and keeps the value recorded first', async () => {
-    const { dir, file } = await runDir(null);
-    const host = fakeHost([]);
-    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '-1' });
-    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    const { file, sys, setup } = await sysctlRig(null, [], { [KEEP_ALL]: '0', [KEEP]: '-1' });
     await setup.apply(['2001:db8::10'], { disableGro: false });
     sys.values[KEEP] = '0'; // the new interface has net.ipv6.conf.default's value
     await setup.apply(['2001:db8::10'], { disableGro: false }); // as after a loop restart
@@ -303,10 +290,7 @@ describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VI
 
   it('adopts the value a crashed run recorded and puts it back at stop', async () => {
     const prev = { interface: 'eth0', addedAddresses: ['2001:db8::10/128'], groDisabled: false, keepAddrOnDownBefore: -1 };
-    const { dir, file } = await runDir(prev);
-    const host = fakeHost(['2001:db8::10/128']);
-    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '1' }); // as the crashed run left it
-    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    const { file, host, setup } = await sysctlRig(prev, ['2001:db8::10/128'], { [KEEP_ALL]: '0', [KEEP]: '1' }); // as the crashed run left it
     await setup.adopt();
     await setup.apply(['2001:db8::10'], { disableGro: false });
     expect(sysctlCalls(host.calls)).toEqual([]);
@@ -317,10 +301,7 @@ describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VI
 
   it('adopted with a config that has no IPv6 VIP any more: puts it back at once', async () => {
     const prev = { interface: 'eth0', addedAddresses: ['2001:db8::10/128'], groDisabled: false, keepAddrOnDownBefore: 0 };
-    const { dir, file } = await runDir(prev);
-    const host = fakeHost(['2001:db8::10/128']);
-    const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '1' });
-    const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+    const { file, host, setup } = await sysctlRig(prev, ['2001:db8::10/128'], { [KEEP_ALL]: '0', [KEEP]: '1' });
     await setup.adopt();
     await setup.apply(['198.51.100.1'], { disableGro: false });
     expect([...host.lo]).toEqual(['198.51.100.1/32']);
@@ -331,10 +312,7 @@ describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VI
   it('after a failed start puts back only the value its own process set', async () => {
     // Nothing adopted: this start set it, so it goes back.
     {
-      const { dir } = await runDir(null);
-      const host = fakeHost([]);
-      const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '0' });
-      const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+      const { dir, host, setup } = await sysctlRig(null, [], { [KEEP_ALL]: '0', [KEEP]: '0' });
       await setup.adopt();
       await setup.apply(['2001:db8::10'], { disableGro: false });
       await setup.undoOwn();
@@ -344,10 +322,7 @@ describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VI
     // A crashed predecessor set it: it stays set and recorded, with the predecessor's VIP.
     {
       const prev = { interface: 'eth0', addedAddresses: ['2001:db8::10/128'], groDisabled: false, keepAddrOnDownBefore: -1 };
-      const { dir, file } = await runDir(prev);
-      const host = fakeHost(['2001:db8::10/128']);
-      const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '1' });
-      const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+      const { file, host, sys, setup } = await sysctlRig(prev, ['2001:db8::10/128'], { [KEEP_ALL]: '0', [KEEP]: '1' });
       await setup.adopt();
       await setup.apply(['2001:db8::10', '2001:db8::20'], { disableGro: false });
       await setup.undoOwn();
@@ -359,10 +334,7 @@ describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VI
     // start set it, so it goes back; the predecessor's VIP and record stay as they were.
     {
       const prev = { interface: 'eth0', addedAddresses: ['2001:db8::10/128'], groDisabled: false };
-      const { dir, file } = await runDir(prev);
-      const host = fakeHost(['2001:db8::10/128']);
-      const sys = fakeSysctl(host.calls, { [KEEP_ALL]: '0', [KEEP]: '0' });
-      const setup = new HostSetup('eth0', quiet, host.runner, dir, sys.sysctl);
+      const { file, host, setup } = await sysctlRig(prev, ['2001:db8::10/128'], { [KEEP_ALL]: '0', [KEEP]: '0' });
       await setup.adopt();
       await setup.apply(['2001:db8::10'], { disableGro: false });
       await setup.undoOwn();
