@@ -49,7 +49,7 @@ export type LoopRequest =
   | { type: 'timeouts'; timeouts: FlowTimeouts }
   | { type: 'explain'; id: number; family: number; protocol: number; addr: Uint32Array; srcPort: number; dstPort: number }
   | { type: 'flows'; id: number; limit: number }
-  /** Flows of the daemon that ran before (flow-handoff.ts adoptFlows); graceMs with several loops. */
+  /** Flows to hold (flow-handoff.ts adoptFlows): the daemon's before at a start, a loop's that ended to the living loops; graceMs with several loops. */
   | { type: 'adoptFlows'; id: number; flows: FlowBatch; graceMs: number | null }
   | { type: 'stop' };
 
