@@ -6,6 +6,7 @@ import type { ServiceConfig } from '../config/types.js';
 import {
   FWD_IPIP,
   FWD_L2,
+  NO_TABLE,
   SCHED_MAGLEV,
   SCHED_RENDEZVOUS,
   SCHED_WLC,
@@ -60,10 +61,11 @@ export interface ServiceBuildReport {
   readonly panic: boolean;
   /** No real can take new flows and the service drops. */
   readonly dropping: boolean;
-  /** Maglev slots that changed against the previous snapshot's table for this service. */
+  /** Maglev slots that changed against the previous snapshot's table for this service; 0 for rendezvous (no table). */
   readonly movedSlots: number;
+  /** Its Maglev table's size; 0 for rendezvous, which has none. */
   readonly tableSize: number;
-  /** A short fingerprint of the service's consistent-hash table (equal on LBs that agree). */
+  /** A short fingerprint of what the service's consistent-hash picks read (equal on LBs that agree). */
   readonly tableFingerprint: string;
 }
 
@@ -177,9 +179,11 @@ export class SnapshotBuilder {
       svcCandStart[si] = pushCandidates(sorted);
       const identity = serviceIdentity(cfg);
       const prev = this.tables.get(identity);
-      const table = this.maglevTable(identity, sorted, cfg.tableSize, hashSeed, nextTables);
+      // Rendezvous scores the candidates themselves (consistent-pick.ts): a Maglev table would go unread.
+      const hasTable = cfg.scheduler !== 'rendezvous';
+      const table = hasTable ? this.maglevTable(identity, sorted, cfg.tableSize, hashSeed, nextTables) : NO_TABLE;
       svcTables.push(table);
-      svcTableSize[si] = cfg.tableSize;
+      svcTableSize[si] = table.length;
       // Mid-stream packets without an entry also reach the wanted reals not proven up or down yet.
       const unproven = panic ? [] : sv.reals.filter((r) => r.health === 'unknown' && isWanted(r));
       if (unproven.length === 0) {
@@ -190,26 +194,21 @@ export class SnapshotBuilder {
         const mid = sortedByAddress([...candidates, ...unproven]);
         svcMidCandStart[si] = pushCandidates(mid);
         svcMidCandCount[si] = mid.length;
-        svcMidTables.push(this.maglevTable(`${identity}|mid`, mid, cfg.tableSize, hashSeed, nextTables));
+        svcMidTables.push(hasTable ? this.maglevTable(`${identity}|mid`, mid, cfg.tableSize, hashSeed, nextTables) : NO_TABLE);
       }
       svcMidDropAll[si] = svcMidCandCount[si] === 0 ? 1 : 0;
       // A table reused whole (its inputs unchanged) moved nothing, and keeps its fingerprint: at
       // 8,000 reals these two walks over every slot of every service were most of a rebuild.
-      const movedSlots = prev?.table === table ? 0 : prev && prev.table.length === table.length ? countMovedSlots(prev.table, table) : prev ? table.length : 0;
-      const fingerprintKey = `${identity}|${cfg.scheduler}`;
-      let fingerprint = this.fingerprints.get(table);
-      if (fingerprint?.key !== fingerprintKey) {
-        fingerprint = { key: fingerprintKey, value: tableFingerprint(identity, table, sv.reals, cfg.scheduler) };
-        this.fingerprints.set(table, fingerprint);
-      }
+      // Rendezvous has no slots to move (NO_TABLE), whatever table the service had before.
+      const movedSlots = !hasTable || prev?.table === table ? 0 : prev && prev.table.length === table.length ? countMovedSlots(prev.table, table) : prev ? table.length : 0;
       reports.push({
         name: cfg.name,
         candidates: sorted.map((r) => r.id),
         panic,
         dropping: candidates.length === 0,
         movedSlots,
-        tableSize: cfg.tableSize,
-        tableFingerprint: fingerprint.value,
+        tableSize: table.length,
+        tableFingerprint: hasTable ? this.tableFingerprint(identity, table, sv.reals, cfg.scheduler) : rendezvousFingerprint(identity, sorted, hashSeed),
       });
     });
     this.tables = nextTables;
@@ -263,6 +262,17 @@ export class SnapshotBuilder {
     return { snapshot, services: reports };
   }
 
+  /** tableFingerprint of a Maglev table, kept with the table: computed again only for a new table or scheduler. */
+  private tableFingerprint(identity: string, table: Int32Array, reals: readonly RealView[], scheduler: string): string {
+    const key = `${identity}|${scheduler}`;
+    let fingerprint = this.fingerprints.get(table);
+    if (fingerprint?.key !== key) {
+      fingerprint = { key, value: tableFingerprint(identity, table, reals, scheduler) };
+      this.fingerprints.set(table, fingerprint);
+    }
+    return fingerprint.value;
+  }
+
   /** The Maglev table over `sorted`, reused from the previous build when its inputs are the same. */
   private maglevTable(
     cacheKey: string,
@@ -299,12 +309,29 @@ function sortedByAddress(reals: readonly RealView[]): RealView[] {
 function tableFingerprint(identity: string, table: Int32Array, reals: readonly RealView[], scheduler: string): string {
   const addrHash = new Map<number, number>();
   for (const r of reals) addrHash.set(r.id, stringHash(r.address, 0x5eed));
-  // The same reals pick differently under rendezvous (and wlc is local): the scheduler is part of it.
-  let h = (0x811c9dc5 ^ stringHash(`${identity}|${scheduler}`, 0x5eed)) >>> 0;
+  let h = fingerprintBasis(identity, scheduler);
   for (let i = 0; i < table.length; i++) {
     const id = table[i]!;
     const v = id < 0 ? 0xffffffff : (addrHash.get(id) ?? 0);
     h = Math.imul(h ^ v, 0x01000193) >>> 0;
   }
   return h.toString(16).padStart(8, '0');
+}
+
+/**
+ * A rendezvous service's fingerprint, from what its picks read (rendezvous.ts): the hash seed and
+ * its candidates' addresses and weights in address order, as every LB lists them. It has no table.
+ */
+function rendezvousFingerprint(identity: string, sorted: readonly RealView[], hashSeed: number): string {
+  let h = Math.imul(fingerprintBasis(identity, 'rendezvous') ^ (hashSeed >>> 0), 0x01000193) >>> 0;
+  for (const r of sorted) {
+    h = Math.imul(h ^ stringHash(r.address, 0x5eed), 0x01000193) >>> 0;
+    h = Math.imul(h ^ r.weight, 0x01000193) >>> 0;
+  }
+  return h.toString(16).padStart(8, '0');
+}
+
+/** Where a fingerprint starts: the same reals pick differently under another scheduler (and wlc is local). */
+function fingerprintBasis(identity: string, scheduler: string): number {
+  return (0x811c9dc5 ^ stringHash(`${identity}|${scheduler}`, 0x5eed)) >>> 0;
 }

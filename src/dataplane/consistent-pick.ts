@@ -33,6 +33,7 @@ function pickOver(
   tables: readonly Int32Array[],
 ): number {
   if (dropAll[svc] === 1) return -1;
+  // Before any table: a rendezvous service has none (NO_TABLE, size 0) to index.
   if (snap.svcScheduler[svc] === SCHED_RENDEZVOUS) {
     return rendezvousPick(hash, snap.candIds, snap.candSeeds, snap.candWeights, candStart[svc]!, candCount[svc]!);
   }

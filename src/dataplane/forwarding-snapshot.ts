@@ -19,6 +19,13 @@ export const SCHED_MAGLEV = 0;
 export const SCHED_RENDEZVOUS = 1;
 export const SCHED_WLC = 2;
 
+/**
+ * The table of a service that reads none: rendezvous scores its candidates (consistent-pick.ts),
+ * so a Maglev table for it would be megabytes built per reload and never read. One length-0
+ * array, shared like every snapshot array, stands for it in every snapshot (svcTableSize 0).
+ */
+export const NO_TABLE: Int32Array = sharedArray(Int32Array, 0);
+
 export const FWD_L2 = 0;
 export const FWD_IPIP = 1;
 
@@ -37,8 +44,9 @@ export interface ForwardingSnapshot {
   readonly svcDropAll: Uint8Array;
   /** The DropReason counted when the service places a packet on no real: neighborUnknown when MACs are what is missing. */
   readonly svcDropReason: Uint8Array;
-  /** Consistent-hash (Maglev) table per service over its candidates; also the fallback for wlc. */
+  /** Maglev table per service over its candidates (wlc's fallback too); NO_TABLE for rendezvous. */
   readonly svcTables: readonly Int32Array[];
+  /** Each svcTables entry's length: 0 for rendezvous, whose picks never index a table. */
   readonly svcTableSize: Int32Array;
   /** Candidates for new flows of service s: candIds[svcCandStart[s] .. + svcCandCount[s]]. */
   readonly svcCandStart: Int32Array;
@@ -49,7 +57,8 @@ export interface ForwardingSnapshot {
   /**
    * Where a mid-stream packet without an entry goes (an LB restarted, or the flow came from another
    * LB): the candidates plus the wanted reals whose probes have not decided yet, as on an LB that
-   * has seen them up. The same table and candidate range as above when no real is unproven.
+   * has seen them up. The same table and candidate range as above when no real is unproven;
+   * NO_TABLE for rendezvous, as above.
    */
   readonly svcMidTables: readonly Int32Array[];
   readonly svcMidCandStart: Int32Array;

@@ -215,7 +215,8 @@ class Simulation {
     if (event.kind === 'addReal' || event.kind === 'weight') record['weight'] = event.weight;
     if (event.kind === 'health' || event.kind === 'intent') record['state'] = event.state;
     if (event.kind !== 'addReal') record['flowEntries'] = entriesBefore;
-    record['movedSlots'] = report.movedSlots;
+    // Rendezvous has no table (tableSize 0): 0 would read as "nothing moved", so no figure at all.
+    if (report.tableSize > 0) record['movedSlots'] = report.movedSlots;
     record['candidates'] = report.candidates.length;
     if (report.dropping) record['dropping'] = true;
     if (report.panic) record['failOpen'] = true;

@@ -327,6 +327,16 @@ describe('plan: warnings for risky edits', () => {
     }
   });
 
+  it('plans rendezvous -> maglev by sampling the picks (rendezvous has no table to compare slots with)', () => {
+    const report = planChange(config({ reals: four(), scheduler: 'rendezvous' }), config({ reals: four() }));
+    const moved = web(report).hashSpaceMoved!;
+    expect(moved).toMatchObject({ method: 'sampled', changedSlots: null, samples: 65536 });
+    // Two independent placements over four equal reals agree on about a quarter of the flows.
+    expect(Math.abs(moved.share - 0.75)).toBeLessThan(0.02);
+    expect(codes(report)).toEqual(['SCHEDULER_CHANGED']);
+    expect(formatPlanText(report)).toContain(`  hash space moving: ${(moved.share * 100).toFixed(1)}% (estimated over 65536 synthetic flows)\n`);
+  });
+
   it('warns on a new hashSeed, a new table size and a new scheduler', () => {
     expect(codes(planChange(config({ reals: four() }), config({ reals: four(), hashSeed: 1 })))).toEqual(['HASH_SEED_CHANGED']);
     const resized = planChange(config({ reals: four() }), config({ reals: four(), tableSize: 251 }));

@@ -114,6 +114,20 @@ ${flows('n', 24, '6s', '2s').replaceAll('198.51.100.', '192.0.2.')}
     expect(r.summary.movedFlows).toBe(0);
   });
 
+  it('gives no movedSlots for a rendezvous service (it has no Maglev table), and the Maglev count for maglev', () => {
+    const scenario = (scheduler: string) => `${CONFIG.replace('scheduler: maglev', `scheduler: ${scheduler}`)}
+events:
+${flows('f', 6, '0s', '4s')}
+  - { at: 2s, addReal: { service: web, address: 10.0.0.14 } }
+`;
+    const add = (r: SimulationResult) => r.trace.find((x) => x['event'] === 'addReal')!;
+    const rendezvous = run(scenario('rendezvous'));
+    expect(add(rendezvous)).toMatchObject({ t: 2000, service: 'web', address: '10.0.0.14', candidates: 4 });
+    expect(add(rendezvous)).not.toHaveProperty('movedSlots');
+    expect(rendezvous.summary.movedFlows).toBe(0);
+    expect(add(run(scenario('maglev')))['movedSlots']).toBeGreaterThan(0);
+  });
+
   it('drains a removed real: its flows stay on it until they end, new flows never reach it', () => {
     const r = run(`${CONFIG}
 events:

@@ -20,6 +20,24 @@ services:
   return new SnapshotBuilder().build([view], 0, MAX_REAL_IDS).services[0]!.tableFingerprint;
 }
 
+/** A rendezvous service's fingerprint over reals .11-.14 with weights and health as given. */
+function rendezvousPrint(opts: { hashSeed?: number; tableSize?: number; weightOf12?: number; down12?: boolean } = {}): string {
+  const parsed = parseConfigText(`interface: eth0
+services:
+  - { name: dns, vip: 203.0.113.11, port: 53, protocol: udp, scheduler: rendezvous, reals: [{ address: 10.0.2.11 }, { address: 10.0.2.12 }, { address: 10.0.2.13 }, { address: 10.0.2.14 }] }
+`);
+  if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
+  const s = parsed.config.services[0]!;
+  const view: ServiceView = {
+    config: opts.tableSize === undefined ? s : { ...s, tableSize: opts.tableSize },
+    reals: s.reals.map((r, i) => {
+      const is12 = r.address === '10.0.2.12';
+      return { id: i, address: r.address, weight: is12 ? (opts.weightOf12 ?? r.weight) : r.weight, intent: r.state, forwarding: r.forwarding, health: is12 && opts.down12 === true ? 'down' : 'up', removed: false, mac: new Uint8Array(6) };
+    }),
+  };
+  return new SnapshotBuilder().build([view], opts.hashSeed ?? 0, MAX_REAL_IDS).services[0]!.tableFingerprint;
+}
+
 describe('table fingerprint', () => {
   it('differs between schedulers over the same reals, and not with the LB-local real ids', () => {
     expect(fingerprint('maglev')).not.toBe(fingerprint('rendezvous'));
@@ -34,5 +52,15 @@ describe('table fingerprint', () => {
     expect(fingerprint('maglev', 0, { vip: '203.0.113.99', port: 80, protocol: 'tcp' })).not.toBe(base);
     expect(fingerprint('maglev', 0, { vip: '203.0.113.10', port: 80, protocol: 'udp' })).not.toBe(base);
     expect(fingerprint('maglev', 0, { vip: '203.0.113.10', port: 80, protocol: 'tcp' })).toBe(base);
+  });
+
+  it('names a rendezvous service by what its picks read (hash seed, candidates, weights), not by a Maglev table size it has no table of', () => {
+    const base = rendezvousPrint();
+    expect(base).toMatch(/^[0-9a-f]{8}$/);
+    expect(rendezvousPrint({ tableSize: 251 })).toBe(base);
+    expect(rendezvousPrint({ hashSeed: 7 })).not.toBe(base);
+    expect(rendezvousPrint({ weightOf12: 50 })).not.toBe(base);
+    expect(rendezvousPrint({ down12: true })).not.toBe(base);
+    expect(rendezvousPrint()).toBe(base);
   });
 });
