@@ -34,6 +34,7 @@
 _Static_assert(offsetof(struct tpacket_block_desc, hdr.bh1.block_status) == 8, "block_status");
 _Static_assert(offsetof(struct tpacket_block_desc, hdr.bh1.num_pkts) == 12, "num_pkts");
 _Static_assert(offsetof(struct tpacket_block_desc, hdr.bh1.offset_to_first_pkt) == 16, "first_pkt");
+_Static_assert(offsetof(struct tpacket_block_desc, hdr.bh1.seq_num) == 24, "seq_num");
 _Static_assert(offsetof(struct tpacket3_hdr, tp_next_offset) == 0, "tp_next_offset");
 _Static_assert(offsetof(struct tpacket3_hdr, tp_snaplen) == 12, "tp_snaplen");
 _Static_assert(offsetof(struct tpacket3_hdr, tp_len) == 16, "tp_len");
@@ -498,6 +499,32 @@ static int get_optional_uint32(napi_env env, napi_value object, const char* name
   return get_uint32(env, value, name, out);
 }
 
+// A socket kept open across a packet loop's restart (keptFd): its ring must be what this open
+// asks for, and it must still be bound to the interface `ifindex` names now (one deleted and made
+// again has a new index, and the kept socket would receive nothing). Its PACKET_FANOUT group is
+// not read back: the kernel reports group 0 of type hash as 0, as it does no group at all.
+static int check_kept_socket(packet_socket* s, bool vnet, int ifindex, const char** call) {
+  int value = 0;
+  socklen_t length = sizeof value;
+  *call = "getsockopt(SO_DOMAIN)";
+  if (getsockopt(s->fd, SOL_SOCKET, SO_DOMAIN, &value, &length) < 0) return errno;
+  if (value != AF_PACKET) return ENOTSOCK;
+  *call = "getsockopt(PACKET_VERSION)";
+  length = sizeof value;
+  if (getsockopt(s->fd, SOL_PACKET, PACKET_VERSION, &value, &length) < 0) return errno;
+  if (value != s->version) return EINVAL;
+  *call = "getsockopt(PACKET_VNET_HDR)";
+  length = sizeof value;
+  if (getsockopt(s->fd, SOL_PACKET, PACKET_VNET_HDR, &value, &length) < 0) return errno;
+  if ((value != 0) != vnet) return EINVAL;
+  struct sockaddr_ll bound;
+  socklen_t bound_length = sizeof bound;
+  *call = "getsockname(AF_PACKET)";
+  if (getsockname(s->fd, (struct sockaddr*)&bound, &bound_length) < 0) return errno;
+  if (bound.sll_ifindex != ifindex) return ENODEV;
+  return 0;
+}
+
 static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   napi_value argv[1], value;
   char ifname[IFNAMSIZ];
@@ -506,6 +533,8 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   bool vnet = false;
   // A fanout group to join (fanoutGroupId) or to make (fanoutNewGroup), or neither.
   bool fanout_join = false, fanout_make = false;
+  // A socket with its ring already set up, kept open by another thread (keptFd), to take over.
+  int kept_fd = -1;
   napi_valuetype type;
 
   if (!get_args(env, info, 1, argv)) return NULL;
@@ -570,8 +599,25 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
     return NULL;
   }
 
+  // Checked last, so that every failure from here on closes it: the descriptor is ours once it is read.
+  if (!get_property(env, argv[0], "keptFd", &value)) return NULL;
+  if (napi_typeof(env, value, &type) == napi_ok && type != napi_undefined) {
+    uint32_t fd_value;
+    if (!get_uint32(env, value, "keptFd", &fd_value)) return NULL;
+    if (fd_value > INT32_MAX) {
+      throw_range(env, "keptFd must be a file descriptor");
+      return NULL;
+    }
+    if (fanout_join || fanout_make) {
+      close((int)fd_value);
+      throw_type(env, "keptFd excludes fanoutGroupId and fanoutNewGroup (the kept socket is in its group already)");
+      return NULL;
+    }
+    kept_fd = (int)fd_value;
+  }
   packet_socket* s = calloc(1, sizeof *s);
   if (s == NULL) {
+    if (kept_fd >= 0) close(kept_fd);
     dsrlb_throw_errno(env, "calloc", ENOMEM, ifname);
     return NULL;
   }
@@ -590,6 +636,26 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   const char* call = NULL;
   int err = 0;
   interface_facts facts;
+  int one = 1;
+  bool fanout = fanout_join || fanout_make;
+  uint32_t fanout_group = 0;
+  struct sockaddr_ll sll;
+  memset(&sll, 0, sizeof sll);
+  if (kept_fd >= 0) {
+    // From here the kept descriptor is this socket's: closed with it, or on a failure below.
+    s->fd = kept_fd;
+    err = query_interface(s->fd, ifname, &facts, &call);
+    if (err != 0) goto fail;
+    err = check_kept_socket(s, vnet, facts.ifindex, &call);
+    if (err != 0) goto fail;
+    s->ifindex = facts.ifindex;
+    void* kept_ring = mmap(NULL, s->ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+    if (kept_ring == MAP_FAILED) { call = "mmap(PACKET_RX_RING)"; err = errno; goto fail; }
+    s->ring = kept_ring;
+    sll.sll_family = AF_PACKET;
+    sll.sll_ifindex = facts.ifindex;
+    goto tx_socket;
+  }
   // Protocol 0: the socket receives nothing until bind() names the interface and ETH_P_ALL, so
   // frames from other interfaces never land in the ring between socket() and bind().
   s->fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -598,7 +664,6 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   if (err != 0) goto fail;
   s->ifindex = facts.ifindex;
 
-  int one = 1;
   if (vnet && setsockopt(s->fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) < 0) {
     call = "setsockopt(PACKET_VNET_HDR)"; err = errno; goto fail;
   }
@@ -641,16 +706,14 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   if (ring == MAP_FAILED) { call = "mmap(PACKET_RX_RING)"; err = errno; goto fail; }
   s->ring = ring;
 
-  bool fanout = fanout_join || fanout_make;
   if (fanout && set_drop_all_filter(s->fd, 1) < 0) {
     call = "setsockopt(SO_ATTACH_FILTER)"; err = errno; goto fail;
   }
-  struct sockaddr_ll sll;
-  memset(&sll, 0, sizeof sll);
   sll.sll_family = AF_PACKET;
   sll.sll_protocol = htons(ETH_P_ALL);
   sll.sll_ifindex = facts.ifindex;
   if (bind(s->fd, (struct sockaddr*)&sll, sizeof sll) < 0) { call = "bind(AF_PACKET)"; err = errno; goto fail; }
+tx_socket:
   // Frames go out through a second, ringless socket that is in no epoll set. Every sent skb
   // freed downstream calls its socket's write-space callback; on the polled RX socket that
   // took the wait-queue lock with interrupts off for each packet (a paravirtual irq-enable each
@@ -670,8 +733,7 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   }
   if (getsockopt(s->tx_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sndbuf_len) < 0) sndbuf = 0;
   s->send_buffer_bytes = sndbuf;
-  uint32_t fanout_group = 0;
-  if (fanout) {
+  if (fanout && kept_fd < 0) {
     err = enter_fanout(s->fd, fanout_make, fanout_id, &fanout_group);
     if (err != 0) { call = "setsockopt(PACKET_FANOUT)"; goto fail; }
     // From here the group's hash decides which frames are ours.
@@ -1000,6 +1062,24 @@ static napi_value close_socket(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// keepSocket(handle): a second descriptor (close-on-exec) of the handle's RX socket, for the
+// control thread to hold: while it is open the socket, its ring and its place in the fanout group
+// outlive the thread that opened it, and a loop started again takes it over (openPacketSocket
+// keptFd) with whatever arrived meanwhile. The caller closes it (fs.closeSync).
+static napi_value keep_socket(napi_env env, napi_callback_info info) {
+  napi_value argv[1], result;
+  if (!get_args(env, info, 1, argv)) return NULL;
+  packet_socket* s = get_socket(env, argv[0], 1);
+  if (s == NULL) return NULL;
+  int fd = fcntl(s->fd, F_DUPFD_CLOEXEC, 3);
+  if (fd < 0) {
+    dsrlb_throw_errno(env, "fcntl(F_DUPFD_CLOEXEC)", errno, s->ifname);
+    return NULL;
+  }
+  napi_create_int32(env, fd, &result);
+  return result;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 static napi_value make_layout(napi_env env) {
@@ -1008,6 +1088,7 @@ static napi_value make_layout(napi_env env) {
   set_int_property(env, layout, "blockStatus", offsetof(struct tpacket_block_desc, hdr.bh1.block_status));
   set_int_property(env, layout, "blockNumPackets", offsetof(struct tpacket_block_desc, hdr.bh1.num_pkts));
   set_int_property(env, layout, "blockFirstPacket", offsetof(struct tpacket_block_desc, hdr.bh1.offset_to_first_pkt));
+  set_int_property(env, layout, "blockSeqNum", offsetof(struct tpacket_block_desc, hdr.bh1.seq_num));
   set_int_property(env, layout, "frameNextOffset", offsetof(struct tpacket3_hdr, tp_next_offset));
   set_int_property(env, layout, "frameSnaplen", offsetof(struct tpacket3_hdr, tp_snaplen));
   set_int_property(env, layout, "frameLen", offsetof(struct tpacket3_hdr, tp_len));
@@ -1159,6 +1240,7 @@ NAPI_MODULE_INIT() {
       {"stats", NULL, stats, NULL, NULL, NULL, napi_enumerable, NULL},
       {"recvCopy", NULL, recv_copy, NULL, NULL, NULL, napi_enumerable, NULL},
       {"close", NULL, close_socket, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"keepSocket", NULL, keep_socket, NULL, NULL, NULL, napi_enumerable, NULL},
       {"interfaceInfo", NULL, interface_info, NULL, NULL, NULL, napi_enumerable, NULL},
       {"pinThread", NULL, pin_thread, NULL, NULL, NULL, napi_enumerable, NULL},
       {"closeOnExecAll", NULL, close_on_exec_all, NULL, NULL, NULL, napi_enumerable, NULL},

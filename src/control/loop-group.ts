@@ -3,6 +3,7 @@
 // in one loop's flow table), or a single loop on this thread for io: pcap (the cap addon polls on
 // the process's default libuv loop). Counters and per-real flow counts are summed over the loops when read.
 
+import { closeSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import { COUNTER_SLOTS, Counter, createCounters } from '../dataplane/counters.js';
@@ -47,6 +48,15 @@ export function disableMemoryReducerForNewIsolates(): void {
   setFlagsFromString('--no-memory-reducer');
 }
 
+/** Closes a descriptor the group holds (once: its holder clears the field); a failure there changes nothing. */
+function closeQuietly(fd: number): void {
+  try {
+    closeSync(fd);
+  } catch {
+    // EBADF: nothing to close.
+  }
+}
+
 /** Batches as one as of atMs, one row per flow (a single table's batch has no key twice). */
 function merged(parts: readonly { batch: FlowBatch; atMs: number }[], atMs: number): FlowBatch {
   const joined = concatFlows(parts, atMs);
@@ -77,6 +87,16 @@ interface Loop {
   failure: { code: string; message: string } | null;
   /** Its flow table's records (shared memory), read when it has ended; null before it was ready. */
   flowRecords: SharedArrayBuffer | null;
+  /** Stands for its socket in the fanout group's bookkeeping (passed on with a kept socket). */
+  readonly holder: object;
+  /** Its holder is in the fanout group on its account (until its socket is closed or handed on). */
+  holdsGroup: boolean;
+  /**
+   * The group's descriptor of its socket (LoopEvent 'ready'), null without one: while the loop
+   * runs the socket has two, so it outlives the loop's thread, and the loop that replaces it takes
+   * it over.
+   */
+  keptSocket: number | null;
 }
 
 interface Pending {
@@ -178,12 +198,20 @@ export class LoopGroup {
    * decided here, when it starts: the group may have been made, or be gone, since the loop it replaces
    * started. `unjoined` (the same object) names the starting worker in startingWorkers.
    */
-  private async startOne(unjoined: Omit<LoopSettings, 'fanout'>): Promise<void> {
-    // Stands for this loop in the fanout group's bookkeeping, from before its worker exists.
-    const holder = {};
+  private async startOne(unjoined: Omit<LoopSettings, 'fanout'>, keptHolder: object | null = null): Promise<void> {
+    // Stands for this loop in the fanout group's bookkeeping, from before its worker exists; a
+    // socket taken over is in the group already, under the holder of the loop that opened it.
+    const holder = keptHolder ?? {};
     const fanout = this.fanout;
     let membership: FanoutMembership = { mode: 'none' };
-    if (fanout !== null) {
+    if (unjoined.keptSocket != null && fanout !== null && fanout.id === null) {
+      // The group went with the interface since (another loop's loss): the kept socket is bound to nothing.
+      closeQuietly(unjoined.keptSocket);
+      unjoined.keptSocket = null;
+    }
+    if (unjoined.keptSocket != null) {
+      if (fanout !== null) membership = { mode: 'kept', groupId: fanout.id! };
+    } else if (fanout !== null) {
       try {
         membership = await fanout.enter(holder);
       } catch (err) {
@@ -210,6 +238,9 @@ export class LoopGroup {
         inline: null,
         failure: null,
         flowRecords: null,
+        holder,
+        holdsGroup: fanout !== null,
+        keptSocket: null,
       };
       const onEvent = (e: LoopEvent): void => {
         switch (e.type) {
@@ -224,12 +255,13 @@ export class LoopGroup {
             loop.active = e.activeByReal;
             loop.inactive = e.inactiveByReal;
             loop.flowRecords = e.flowRecords;
+            loop.keptSocket = e.keptSocket;
             loop.running = true;
-            if (settings.adopt) {
-              this.log.info('the new packet loop holds the flows of the loop it replaces', { flows: e.adoptedFlows, given: settings.adopt.flows.count });
+            if (settings.adopt) this.log.info('the new packet loop holds the flows of the loop it replaces', { flows: e.adoptedFlows, given: settings.adopt.flows.count, socketTakenOver: settings.keptSocket != null });
+            {
               // Lost while it started: it is given those too. Then the batch goes (it can be large).
-              const given = this.givenLosses.get(unjoined) ?? 0;
-              if (this.carried !== null && given < this.carriedLosses && !this.stopped && !this.broken) {
+              const given = this.givenLosses.get(unjoined);
+              if (given !== undefined && this.carried !== null && given < this.carriedLosses && !this.stopped && !this.broken) {
                 loop.post({ type: 'adoptFlows', id: 0, flows: this.carried.flows, graceMs: HANDOFF_GRACE_MS });
               }
               settings.adopt = null;
@@ -303,8 +335,9 @@ export class LoopGroup {
         loop.running = false;
         loop.exited = true;
         this.forgetLoop(loop);
-        // Its socket is closed: it no longer holds the fanout group (before a replacement asks for it).
-        fanout?.leave(holder, loop.failure?.code === 'EINTERFACE');
+        // Its socket is closed, unless the group keeps it for the loop that replaces it: then it no
+        // longer holds the fanout group (before a replacement asks for it).
+        if (!(lost && this.keepsSocketOf(loop))) this.releaseSocket(loop);
         // One that ends before it was ready (a no-op once it was): its start fails, not hangs.
         reject(new LoopError('LOOP_EXITED', `packet loop exited with code ${code} before it was ready`));
         if (lost) this.lose(loop, loop.failure?.message ?? `packet loop exited with code ${code}`);
@@ -329,7 +362,11 @@ export class LoopGroup {
     for (const s of LEVEL_SLOTS) this.retired[s] = 0;
     this.hasRetired = true;
     // Given up already (onLost was told): the daemon is stopping, nothing more to start.
-    if (this.broken) return;
+    if (this.broken) {
+      this.releaseSocket(loop);
+      return;
+    }
+    const takeOver = this.keepsSocketOf(loop);
     const now = this.now();
     this.restartTimes = this.restartTimes.filter((t) => now - t < RESTART_WINDOW_MS);
     // Every loop sees its interface go within a second of the others: one event for the budget,
@@ -339,6 +376,7 @@ export class LoopGroup {
     if (interfaceLoss) this.lastInterfaceLossMs = now;
     if (this.stopped || (!sameEvent && this.restartTimes.length >= this.restartsPerWindow)) {
       if (!this.stopped) this.log.error('packet loop lost too often: not starting it again', { restarts: this.restartTimes.length, windowSeconds: RESTART_WINDOW_MS / 1000 });
+      this.releaseSocket(loop);
       this.broken = true;
       this.onLost?.(reason);
       return;
@@ -348,16 +386,26 @@ export class LoopGroup {
     this.retired[Counter.loopRestarts] = this.restarts;
     this.restarting++;
     // Its part in the fanout group is decided anew when it starts (startOne).
-    const { fanout: _previous, adopt: _adopted, ...same } = loop.settings;
+    const { fanout: _previous, adopt: _adopted, keptSocket: _kept, ...same } = loop.settings;
     const settings: Omit<LoopSettings, 'fanout'> = {
       ...same,
       counters: createCounters(),
       timeouts: this.lastTimeouts ?? loop.settings.timeouts,
       snapshot: this.lastSnapshot ?? loop.settings.snapshot,
     };
-    settings.adopt = this.carryFlows(loop);
+    let keptHolder: object | null = null;
+    if (takeOver) {
+      // The new loop owns the descriptor from here; the socket stays in the group under the same holder.
+      settings.keptSocket = loop.keptSocket;
+      loop.keptSocket = null;
+      keptHolder = loop.holder;
+      loop.holdsGroup = false;
+      settings.adopt = this.ownFlows(loop);
+    } else {
+      settings.adopt = this.carryFlows(loop);
+    }
     this.givenLosses.set(settings, this.carriedLosses);
-    this.log.warn('starting the packet loop again', { reason, restartsInWindow: this.restartTimes.length });
+    this.log.warn('starting the packet loop again', { reason, restartsInWindow: this.restartTimes.length, socketKept: takeOver });
     // A replacement that neither gets ready nor fails is given up on: `recovering` would otherwise
     // keep the VIPs announced (and systemd's watchdog fed) for a loop that never runs.
     let settled = false;
@@ -390,10 +438,54 @@ export class LoopGroup {
       settle(`not ready within ${this.restartReadyMs / 1000} s`);
     }, this.restartReadyMs);
     giveUp.unref();
-    this.startOne(settings).then(
+    this.startOne(settings, keptHolder).then(
       () => settle(null),
       (err: Error) => settle(err.message),
     );
+  }
+
+  /**
+   * Whether the loop started in place of `loop` takes its socket over: the group holds a descriptor
+   * of it and the socket still has its interface. Then nothing moves: the kernel's fanout keeps its
+   * members, so the other loops see the same flows as before, and what arrived for this loop while
+   * none ran waits in its ring (about 1 s at 100,000 pps) for the new one.
+   */
+  private keepsSocketOf(loop: Loop): boolean {
+    return loop.keptSocket !== null && loop.failure?.code !== 'EINTERFACE' && !this.stopped && !this.broken;
+  }
+
+  /** The loop's socket is closed (or never opened) for good: the group's descriptor goes, and its place in the fanout group. */
+  private releaseSocket(loop: Loop): void {
+    if (loop.keptSocket !== null) {
+      closeQuietly(loop.keptSocket);
+      loop.keptSocket = null;
+    }
+    if (loop.holdsGroup) {
+      loop.holdsGroup = false;
+      this.fanout?.leave(loop.holder, loop.failure?.code === 'EINTERFACE');
+    }
+  }
+
+  /**
+   * What the loop that takes over `lost`'s socket is given before its first packet: `lost`'s own
+   * flows, read from its table's records (a crashed thread cannot hand anything over), exactly as
+   * they were, for the same socket sees the same flows. When another loop is being started again
+   * without its socket (the flows carried for the others then), those too, as the living loop
+   * would have been given them.
+   */
+  private ownFlows(lost: Loop): LoopSettings['adopt'] {
+    const records = lost.flowRecords;
+    lost.flowRecords = null;
+    const timeouts = this.lastTimeouts ?? lost.settings.timeouts;
+    try {
+      const atMs = monotonicMs();
+      const own = { batch: records ? collectRecords(records, timeouts, atMs) : concatFlows([], atMs), atMs };
+      if (this.carried !== null) return { flows: merged([own, { batch: this.carried.flows, atMs: this.carried.atMs }], atMs), atMs, graceMs: HANDOFF_GRACE_MS };
+      return own.batch.count > 0 ? { flows: own.batch, atMs, graceMs: null } : null;
+    } catch (err) {
+      this.log.warn('the flows of the ended packet loop are not carried: their packets go where the consistent hash puts them', { error: (err as Error).message });
+      return null;
+    }
   }
 
   /**
@@ -555,5 +647,6 @@ export class LoopGroup {
         clearTimeout(timer);
       }),
     );
+    for (const l of loops) this.releaseSocket(l);
   }
 }

@@ -3,6 +3,7 @@
 // (loop-worker.ts, the normal case) or, for io: pcap, on the main thread (the cap addon polls
 // libpcap on the process's default libuv loop, which a worker thread cannot use).
 
+import { closeSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { performanceNowToMonotonicMs } from './monotonic-clock.js';
 import { Counter } from './counters.js';
@@ -35,6 +36,12 @@ export interface LoopSettings {
    * monotonic clock; graceMs as in adoptFlows.
    */
   adopt?: { flows: FlowBatch; atMs: number; graceMs: number | null } | null;
+  /**
+   * The socket of the loop this one replaces, kept open by the control thread (its descriptor, which
+   * this loop owns from its start): taken over with its ring, its place in the fanout group and the
+   * frames that arrived meanwhile (io: afpacket, ring v3). Its fanout membership is 'kept'.
+   */
+  keptSocket?: number | null;
 }
 
 /**
@@ -42,7 +49,12 @@ export interface LoopSettings {
  * daemon's loops: not at all (a single loop); as the socket that makes it, under an id the kernel
  * picks that no other program's group has (the loop reports it in 'ready'); or joining that group.
  */
-export type FanoutMembership = { readonly mode: 'none' } | { readonly mode: 'make' } | { readonly mode: 'join'; readonly groupId: number };
+export type FanoutMembership =
+  | { readonly mode: 'none' }
+  | { readonly mode: 'make' }
+  | { readonly mode: 'join'; readonly groupId: number }
+  /** The socket taken over (LoopSettings.keptSocket) is in the group already. */
+  | { readonly mode: 'kept'; readonly groupId: number };
 
 export type LoopRequest =
   | { type: 'snapshot'; snapshot: ForwardingSnapshot }
@@ -59,7 +71,8 @@ export type LoopEvent =
    * flowRecords: its flow table's records (FlowTable.records), read by the group when the loop has
    * ended; adoptedFlows: the flows of settings.adopt it holds.
    */
-  | { type: 'ready'; localMac: Uint8Array; mtu: number; activeByReal: Int32Array; inactiveByReal: Int32Array; flowRecords: SharedArrayBuffer; adoptedFlows: number; fanoutGroupId: number | null }
+  /** keptSocket: a descriptor of its socket for the group to hold (LoopSettings.keptSocket), null when its I/O has none. */
+  | { type: 'ready'; localMac: Uint8Array; mtu: number; activeByReal: Int32Array; inactiveByReal: Int32Array; flowRecords: SharedArrayBuffer; adoptedFlows: number; fanoutGroupId: number | null; keptSocket: number | null }
   | { type: 'error'; code: string; message: string }
   | { type: 'explained'; id: number; real: number; placement: string; generation: number; slot: number; flowState: number }
   | ({ type: 'flows'; id: number } & FlowBatch)
@@ -79,11 +92,13 @@ async function openIo(s: LoopSettings): Promise<PacketIo> {
     return PcapIo.open({ interface: s.interface });
   }
   const { AfPacketIo } = await import('../io/afpacket-io.js');
+  const kept = s.keptSocket ?? null;
   return AfPacketIo.open({
     interface: s.interface,
     fanoutGroupId: s.fanout.mode === 'join' ? s.fanout.groupId : undefined,
     fanoutNewGroup: s.fanout.mode === 'make',
     ringVersion: s.ring === 'v2' ? 2 : 3,
+    keptSocket: kept === null ? undefined : { fd: kept, fanoutGroupId: s.fanout.mode === 'kept' ? s.fanout.groupId : null },
   });
 }
 
@@ -102,11 +117,19 @@ export class LoopRunner {
     private readonly emit: (e: LoopEvent) => void,
     /** Opens the I/O (a seam: tests give an in-memory one). */
     private readonly open: (s: LoopSettings) => Promise<PacketIo> = openIo,
+    /**
+     * Whether 'ready' hands the group a descriptor of the socket (keepSocket): in a worker, whose
+     * thread can end while the group lives on; not for a loop on the group's own thread.
+     */
+    private readonly keepsSocket = false,
   ) {}
 
   async start(): Promise<boolean> {
     const s = this.settings;
-    if (s.cpu !== null && !(await this.pin(s.cpu))) return false;
+    if (s.cpu !== null && !(await this.pin(s.cpu))) {
+      this.dropKeptSocket();
+      return false;
+    }
     // Flows given to a loop started again go in before its socket opens: with many of them (1M take
     // about 0.6 s) the ring would overflow meanwhile.
     const flows = new FlowTable(s.flowCapacity, s.timeouts, s.maxRealIds);
@@ -123,6 +146,9 @@ export class LoopRunner {
       const e = err as NodeJS.ErrnoException;
       this.emit({ type: 'error', code: e.code ?? 'EIO', message: `opening ${s.io} on ${s.interface}: ${e.message}` });
       return false;
+    } finally {
+      // The kept descriptor is the I/O's now, or was closed by its failed open.
+      s.keptSocket = null;
     }
     if (s.fanout.mode !== 'none' && (io.fanoutGroupId ?? null) === null) {
       // The other loops would wait for (or share flows with) a group this I/O is not in.
@@ -169,8 +195,27 @@ export class LoopRunner {
     }, 100);
     // A heartbeat from the start: a loop started again is not taken for a stalled one until its first housekeeping.
     c[Counter.loopHeartbeatMs] = origin + performance.now();
-    this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal, flowRecords: engine.flows.records, adoptedFlows: this.adopted, fanoutGroupId: io.fanoutGroupId ?? null });
+    // Made in the same turn as 'ready' is posted: the group holds it from the moment it could need it.
+    const keptSocket = this.keepSocket(io);
+    this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal, flowRecords: engine.flows.records, adoptedFlows: this.adopted, fanoutGroupId: io.fanoutGroupId ?? null, keptSocket });
     return true;
+  }
+
+  /** A descriptor of the socket for the group (a v3 ring in a worker), or null; a failure only costs the takeover. */
+  private keepSocket(io: PacketIo): number | null {
+    if (!this.keepsSocket || this.settings.ring !== 'v3' || !io.keepSocket) return null;
+    try {
+      return io.keepSocket();
+    } catch {
+      return null;
+    }
+  }
+
+  /** Closes a kept socket this loop was given and will not open (it failed before). */
+  private dropKeptSocket(): void {
+    const fd = this.settings.keptSocket ?? null;
+    this.settings.keptSocket = null;
+    if (fd !== null) closeSync(fd);
   }
 
   private shutDown(): void {

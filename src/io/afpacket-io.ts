@@ -3,6 +3,7 @@
 // of the mmap'ed ring, the engine rewrites frames there, and VERDICT_TX frames leave with sendmmsg
 // straight from ring memory, virtio_net_hdr included.
 // perf_hooks' performance, not the global: the global is a lazy accessor, a JS getter call per use.
+import { closeSync } from 'node:fs';
 import { endianness } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import {
@@ -46,6 +47,12 @@ export interface AfPacketIoOptions {
   fanoutGroupId?: number;
   /** Make a new PACKET_FANOUT group (see fanoutGroupId) under an id the kernel picks; `fanoutGroupId` of the AfPacketIo tells which. */
   fanoutNewGroup?: boolean;
+  /**
+   * Take over the socket behind this descriptor (from keepSocket() of an earlier AfPacketIo with the
+   * same ring options, ring v3 only) instead of opening one: the frames that arrived while nobody
+   * read them are the first this one reads. Owned from the call on. Excludes the fanout options.
+   */
+  keptSocket?: { fd: number; fanoutGroupId: number | null };
   /**
    * Receive and send a virtio_net_hdr with every frame (default true). Without it, partial
    * checksums and GSO super-frames cannot be sent back as they are (see FRAME_* flags).
@@ -148,6 +155,7 @@ const LAYOUT: RingLayout = {
   blockStatus: 8,
   blockNumPackets: 12,
   blockFirstPacket: 16,
+  blockSeqNum: 24,
   frameNextOffset: 0,
   frameSnaplen: 12,
   frameLen: 16,
@@ -292,6 +300,11 @@ export class AfPacketIo implements PacketIo {
     const batchCapacity = positiveInteger('batchCapacity', options.batchCapacity ?? AFPACKET_DEFAULTS.batchCapacity, 1, 65536);
     const reserveBytes = options.reserveBytes ?? AFPACKET_DEFAULTS.reserveBytes;
     const ringVersion = options.ringVersion ?? AFPACKET_DEFAULTS.ringVersion;
+    const kept = options.keptSocket;
+    if (kept && ringVersion !== 3) {
+      closeSync(kept.fd);
+      throw new RangeError('AfPacketIo: only a v3 ring can be taken over (keptSocket)');
+    }
     let handle: PacketSocketHandle;
     try {
       handle = native.openPacketSocket({
@@ -305,6 +318,7 @@ export class AfPacketIo implements PacketIo {
         fanoutGroupId: options.fanoutGroupId,
         fanoutNewGroup: options.fanoutNewGroup,
         ringVersion,
+        keptFd: kept?.fd,
       });
     } catch (err) {
       throw fanoutRefused(err, options) ?? err;
@@ -317,17 +331,17 @@ export class AfPacketIo implements PacketIo {
       error.code = 'ERR_DSRLB_NOT_ETHERNET';
       throw error;
     }
-    return new AfPacketIo(native, handle, batchCapacity);
+    return new AfPacketIo(native, handle, batchCapacity, kept ?? null);
   }
 
-  private constructor(native: DsrlbNative, handle: PacketSocketHandle, batchCapacity: number) {
+  private constructor(native: DsrlbNative, handle: PacketSocketHandle, batchCapacity: number, kept: { fanoutGroupId: number | null } | null) {
     this.native = native;
     this.handle = handle;
     this.ifname = handle.ifname;
     this.localMac = Uint8Array.from(handle.mac);
     this.mtu = handle.mtu;
     this.vnetHdr = handle.vnetHdr;
-    this.fanoutGroupId = handle.fanoutGroupId;
+    this.fanoutGroupId = kept === null ? handle.fanoutGroupId : kept.fanoutGroupId;
     this.ringVersion = handle.ringVersion;
     this.vnetLen = handle.vnetHdr ? VNET_HDR_LEN : 0;
     this.blockSizeBytes = handle.blockSizeBytes;
@@ -352,6 +366,16 @@ export class AfPacketIo implements PacketIo {
     this.txOffsets = new Int32Array(batchCapacity);
     this.txLengths = new Int32Array(batchCapacity);
     this.copyBuf = handle.ringVersion === 2 ? new Uint8Array(COPY_BUFFER_BYTES) : new Uint8Array(0);
+    if (kept !== null) this.cursor = takeoverCursor(this.ringWords, this.blockCount, this.blockSizeBytes);
+  }
+
+  /**
+   * A second descriptor of this socket for the control thread to hold (native keepSocket): with
+   * it, a loop started again takes this socket over (keptSocket) with the frames that arrived
+   * meanwhile, and the fanout group keeps its members, so no other loop's flows move.
+   */
+  keepSocket(): number {
+    return this.native.keepSocket(this.handle);
   }
 
   start(onBatch: (batch: PacketBatch) => void): void {
@@ -826,6 +850,33 @@ export class AfPacketIo implements PacketIo {
     this.txRefused += frames;
     this.lastTxError = 'ENOBUFS/EAGAIN';
   }
+}
+
+/**
+ * Where a V3 ring taken over is read from: its oldest block that is ours (a block the ended loop
+ * had not given back, or one retired since), or, when none is, the block the kernel fills now (it
+ * numbers blocks as it opens them: the highest number). Blocks that are ours are consecutive in
+ * ring order, and the kernel retires the one it fills next after them, so the walk goes on from
+ * there as if nothing had happened.
+ */
+export function takeoverCursor(u32: Uint32Array, blockCount: number, blockSize: number): number {
+  let oldestOurs = -1;
+  let oldestSeq = Infinity;
+  let newest = 0;
+  let newestSeq = -1;
+  for (let b = 0; b < blockCount; b++) {
+    const at = (b * blockSize) >>> 2;
+    const seq = u32[at + (LAYOUT.blockSeqNum >>> 2)]! + u32[at + (LAYOUT.blockSeqNum >>> 2) + 1]! * 2 ** 32;
+    if ((loadStatus(u32, at + (LAYOUT.blockStatus >>> 2)) & TP_STATUS_USER) !== 0 && seq < oldestSeq) {
+      oldestSeq = seq;
+      oldestOurs = b;
+    }
+    if (seq > newestSeq) {
+      newestSeq = seq;
+      newest = b;
+    }
+  }
+  return oldestOurs >= 0 ? oldestOurs : newest;
 }
 
 /** V2 frame slot: a power of two holding the largest frame of this MTU (VLAN tag, virtio_net_hdr, headroom, ring header). */

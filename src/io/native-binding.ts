@@ -36,6 +36,13 @@ export interface OpenPacketSocketOptions {
   ringVersion?: 2 | 3;
   /** V2: bytes per ring frame, a power of two >= 2048 dividing blockSizeBytes (default 2048). */
   frameSizeBytes?: number;
+  /**
+   * Take over this descriptor of a socket opened before (keepSocket) instead of opening one: its
+   * ring, binding and fanout group as they are, with the frames queued in it. The ring options
+   * must be those it was opened with; it must still be bound to `ifname` (else ENODEV). Excludes
+   * the fanout options. Owned by the handle from the call on: closed with it, or on a failure.
+   */
+  keptFd?: number;
 }
 
 export interface InterfaceInfo {
@@ -62,7 +69,7 @@ export interface PacketSocketHandle extends InterfaceInfo {
   readonly vnetHdr: boolean;
   /** SO_SNDBUF of the sending socket (the kernel doubles what was asked: 16 MiB with privileges). */
   readonly sendBufferBytes: number;
-  /** The PACKET_FANOUT group the socket is in (getsockopt), null when it was opened without one. */
+  /** The PACKET_FANOUT group the socket is in (getsockopt), null when it was opened without one, or taken over (keptFd). */
   readonly fanoutGroupId: number | null;
 }
 
@@ -95,6 +102,8 @@ export interface RingLayout extends FrameLayout {
   blockStatus: number;
   blockNumPackets: number;
   blockFirstPacket: number;
+  /** The block's sequence number (a u64; the kernel numbers blocks as it opens them). */
+  blockSeqNum: number;
   frameNextOffset: number;
   frameNet: number;
 }
@@ -145,6 +154,12 @@ export interface DsrlbNative {
   stats(handle: PacketSocketHandle): PacketSocketStats;
   /** Stops polling, detaches handle.ring, unmaps and closes. Idempotent. */
   close(handle: PacketSocketHandle): void;
+  /**
+   * A second descriptor (close-on-exec) of the RX socket, for another thread to hold: the socket,
+   * its ring and its fanout membership live while it is open, and openPacketSocket's keptFd takes
+   * it over. Closed by whoever holds it (fs.closeSync).
+   */
+  keepSocket(handle: PacketSocketHandle): number;
   interfaceInfo(ifname: string): InterfaceInfo;
   /** Runs the calling thread on `cpu` only (sched_setaffinity of this thread). */
   pinThread(cpu: number): void;

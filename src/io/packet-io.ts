@@ -116,4 +116,9 @@ export interface PacketIo {
    * for good), or null while it does. Backends that cannot tell leave it out.
    */
   interfaceLost?(): string | null;
+  /**
+   * A descriptor of its socket for the control thread to keep (the socket outlives this I/O while
+   * it is open, and a loop started again takes it over); backends that cannot leave it out.
+   */
+  keepSocket?(): number;
 }

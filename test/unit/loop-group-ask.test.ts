@@ -4,6 +4,9 @@
 // A loop that ends by itself is started again in its place (a few times a minute at most).
 // No root: the loops are worker threads that speak the loop protocol without a socket.
 
+import { fstatSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { LoopGroup, type LoopBase } from '../../src/control/loop-group.js';
@@ -34,13 +37,16 @@ const FAKE_LOOP = `
   words[10] = workerData.real;
   words[11] = 2;
   new Float64Array(flowRecords)[6] = Number(process.hrtime.bigint()) / 1e6;
-  const ready = () => parentPort.postMessage({ type: 'ready', localMac: new Uint8Array(6), mtu: 1500, activeByReal: active, inactiveByReal: new Int32Array(new SharedArrayBuffer(16)), flowRecords, adoptedFlows: 0, fanoutGroupId });
+  // A descriptor for the group to keep, as a ring socket's (keepSocket): a file the test names.
+  const keptSocket = workerData.keepFile ? require('node:fs').openSync(workerData.keepFile, 'r') : null;
+  const ready = () => parentPort.postMessage({ type: 'ready', localMac: new Uint8Array(6), mtu: 1500, activeByReal: active, inactiveByReal: new Int32Array(new SharedArrayBuffer(16)), flowRecords, adoptedFlows: 0, fanoutGroupId, keptSocket });
   if (workerData.behaviour === 'slow-ready') setTimeout(ready, 300); else if (workerData.behaviour !== 'never-ready') ready();
   // Like the engine: the snapshot it runs, in its counters (slot 8, snapshotGeneration).
   if (workerData.snapshot) workerData.counters[8] = workerData.snapshot.generation;
   parentPort.on('message', (m) => {
     if (m.type === 'stop') { parentPort.postMessage({ type: 'stopped' }); process.exit(0); }
     if (m.type === 'snapshot') workerData.counters[8] = m.snapshot.generation;
+    if (m.type === 'adoptFlows') Atomics.add(workerData.adoptPosts, 0, 1);
     if (m.type !== 'flows') return;
     if (workerData.behaviour === 'exit') process.exit(3);
     // As a loop whose interface went: an error while it runs, its worker left to the group.
@@ -56,6 +62,10 @@ class FakeLoops extends LoopGroup {
   /** What each loop was given to adopt at its start (its settings let go of it once it is ready). */
   readonly adopts: LoopSettings['adopt'][] = [];
   readonly workers: Worker[] = [];
+  /** adoptFlows messages each loop got after its start. */
+  readonly adoptPosts: Int32Array[] = [];
+  /** A file each loop opens and reports as its kept socket ('ready' keptSocket); null: none. */
+  keepFile: string | null = null;
   constructor(
     private readonly behaviours: Behaviour[],
     opts: ConstructorParameters<typeof LoopGroup>[1] = {},
@@ -71,7 +81,9 @@ class FakeLoops extends LoopGroup {
     this.adopts.push(settings.adopt ?? null);
     const i = this.next++;
     const madeGroupId = settings.fanout.mode === 'make' ? this.nextGroupId++ : null;
-    const w = new Worker(FAKE_LOOP, { eval: true, workerData: { behaviour: this.behaviours[i] ?? 'answer', real: i, counters: settings.counters, snapshot: settings.snapshot, fanout: settings.fanout, madeGroupId } });
+    const adoptPosts = new Int32Array(new SharedArrayBuffer(4));
+    this.adoptPosts.push(adoptPosts);
+    const w = new Worker(FAKE_LOOP, { eval: true, workerData: { behaviour: this.behaviours[i] ?? 'answer', real: i, counters: settings.counters, snapshot: settings.snapshot, fanout: settings.fanout, madeGroupId, keepFile: this.keepFile, adoptPosts } });
     this.workers.push(w);
     return w;
   }
@@ -154,6 +166,8 @@ describe('a packet loop that ends by itself', () => {
       const adopt = g.adopts[2]!;
       expect([...adopt.flows.reals].sort()).toEqual([0, 1]);
       expect(adopt.graceMs).toBe(HANDOFF_GRACE_MS);
+      // Without a kept socket the kernel spreads the flows anew: the living loop is given the ended one's.
+      await until('the living loop given the flows', () => g.adoptPosts[1]![0] === 1);
       expect(g.settings[2]!.adopt ?? null).toBeNull(); // let go of once it was ready
     } finally {
       await g.stop(1000);
@@ -447,3 +461,120 @@ describe("the packet loops' fanout group", () => {
     }
   });
 });
+
+describe("a loop's socket kept by the group (LoopEvent 'ready' keptSocket)", () => {
+  /** Whether `fd` still is the descriptor of `file` (a closed number may be reused by another file). */
+  const holds = (fd: number, file: string): boolean => {
+    try {
+      return fstatSync(fd).ino === statSync(file).ino;
+    } catch {
+      return false;
+    }
+  };
+  const withFile = async (body: (file: string) => Promise<void>): Promise<void> => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-kept-'));
+    const file = join(dir, 'socket');
+    writeFileSync(file, '');
+    try {
+      await body(file);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  };
+
+  it('is taken over by the loop that replaces a crashed one: the same fanout place, its own flows exactly, the other loops untouched', async () => {
+    await withFile(async (file) => {
+      const g = new FakeLoops(['exit', 'answer']);
+      g.keepFile = file;
+      await g.start(base, 2);
+      try {
+        await askFlows(g);
+        await until('the loop started again', () => g.settings.length === 3 && g.running);
+        const again = g.settings[2]!;
+        expect(again.fanout).toEqual({ mode: 'kept', groupId: 100 });
+        expect(again.keptSocket).toEqual(expect.any(Number));
+        // The group's descriptor of the ended loop's socket, now the new loop's.
+        expect(holds(again.keptSocket!, file)).toBe(true);
+        expect([...g.adopts[2]!.flows.reals]).toEqual([0]);
+        expect(g.adopts[2]!.graceMs).toBeNull();
+        await new Promise((r) => setTimeout(r, 200));
+        expect(g.adoptPosts[1]![0]).toBe(0);
+        expect(g.logged.join('\n')).toContain('"socketKept":true');
+      } finally {
+        await g.stop(1000);
+      }
+    });
+  });
+
+  it('one loop: taken over too, no fanout group', async () => {
+    await withFile(async (file) => {
+      const g = new FakeLoops(['exit', 'answer']);
+      g.keepFile = file;
+      await g.start(base, 1);
+      try {
+        await askFlows(g);
+        await until('the loop started again', () => g.settings.length === 2 && g.running);
+        expect(g.settings[1]!.fanout).toEqual({ mode: 'none' });
+        expect(holds(g.settings[1]!.keptSocket!, file)).toBe(true);
+        expect([...g.adopts[1]!.flows.reals]).toEqual([0]);
+      } finally {
+        await g.stop(1000);
+      }
+    });
+  });
+
+  it('is closed, not handed on, when the loop ended because its interface went: the new loops make a new group', async () => {
+    await withFile(async (file) => {
+      const g = new FakeLoops(['fail', 'fail']);
+      g.keepFile = file;
+      await g.start(base, 2);
+      try {
+        void askFlows(g);
+        await until('2 new loops', () => g.restarts === 2 && g.running && g.size === 2);
+        expect(g.settings.slice(2).map((s) => s.keptSocket ?? null)).toEqual([null, null]);
+        expect(g.settings.slice(2).map((s) => s.fanout)).toEqual([{ mode: 'make' }, { mode: 'join', groupId: 101 }]);
+        // Each ended loop's descriptor was closed: only the two new loops' are open.
+        expect(countOpen(file)).toBe(2);
+      } finally {
+        await g.stop(1000);
+      }
+      expect(countOpen(file)).toBe(0);
+    });
+  });
+
+  it('is closed when the group stops, and when a loss is given up on', async () => {
+    await withFile(async (file) => {
+      const g = new FakeLoops(['exit', 'exit'], { restartsPerWindow: 0 });
+      g.keepFile = file;
+      const lost: string[] = [];
+      g.onLost = (reason) => void lost.push(reason);
+      await g.start(base, 2);
+      expect(countOpen(file)).toBe(2);
+      await askFlows(g);
+      await until('given up', () => lost.length === 1);
+      await until('the descriptors closed', () => countOpen(file) === 0);
+      await g.stop(1000);
+    });
+    await withFile(async (file) => {
+      const g = new FakeLoops(['answer', 'answer']);
+      g.keepFile = file;
+      await g.start(base, 2);
+      expect(countOpen(file)).toBe(2);
+      await g.stop(1000);
+      expect(countOpen(file)).toBe(0);
+    });
+  });
+});
+
+/** Descriptors of this process open on `file` (/proc/self/fd). */
+function countOpen(file: string): number {
+  let n = 0;
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`) === file) n++;
+    } catch {
+      // Gone while listed (the listing's own descriptor).
+    }
+  }
+  return n;
+}
