@@ -503,7 +503,7 @@ static int get_optional_uint32(napi_env env, napi_value object, const char* name
 // asks for, and it must still be bound to the interface `ifindex` names now (one deleted and made
 // again has a new index, and the kept socket would receive nothing). Its PACKET_FANOUT group is
 // not read back: the kernel reports group 0 of type hash as 0, as it does no group at all.
-static int check_kept_socket(packet_socket* s, bool vnet, int ifindex, const char** call) {
+static int check_kept_socket(packet_socket* s, bool vnet, uint32_t reserve, int ifindex, const char** call) {
   int value = 0;
   socklen_t length = sizeof value;
   *call = "getsockopt(SO_DOMAIN)";
@@ -517,6 +517,10 @@ static int check_kept_socket(packet_socket* s, bool vnet, int ifindex, const cha
   length = sizeof value;
   if (getsockopt(s->fd, SOL_PACKET, PACKET_VNET_HDR, &value, &length) < 0) return errno;
   if ((value != 0) != vnet) return EINVAL;
+  *call = "getsockopt(PACKET_RESERVE)";
+  length = sizeof value;
+  if (getsockopt(s->fd, SOL_PACKET, PACKET_RESERVE, &value, &length) < 0) return errno;
+  if ((uint32_t)value != reserve) return EINVAL;
   struct sockaddr_ll bound;
   socklen_t bound_length = sizeof bound;
   *call = "getsockname(AF_PACKET)";
@@ -599,7 +603,6 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
     return NULL;
   }
 
-  // Checked last, so that every failure from here on closes it: the descriptor is ours once it is read.
   if (!get_property(env, argv[0], "keptFd", &value)) return NULL;
   if (napi_typeof(env, value, &type) == napi_ok && type != napi_undefined) {
     uint32_t fd_value;
@@ -609,7 +612,6 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
       return NULL;
     }
     if (fanout_join || fanout_make) {
-      close((int)fd_value);
       throw_type(env, "keptFd excludes fanoutGroupId and fanoutNewGroup (the kept socket is in its group already)");
       return NULL;
     }
@@ -617,7 +619,6 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   }
   packet_socket* s = calloc(1, sizeof *s);
   if (s == NULL) {
-    if (kept_fd >= 0) close(kept_fd);
     dsrlb_throw_errno(env, "calloc", ENOMEM, ifname);
     return NULL;
   }
@@ -642,11 +643,13 @@ static napi_value open_packet_socket(napi_env env, napi_callback_info info) {
   struct sockaddr_ll sll;
   memset(&sll, 0, sizeof sll);
   if (kept_fd >= 0) {
-    // From here the kept descriptor is this socket's: closed with it, or on a failure below.
-    s->fd = kept_fd;
+    // A copy of our own: the caller's descriptor stays the caller's (it closes it when it is done
+    // with the socket, whatever becomes of this handle), so no number is ever closed twice.
+    s->fd = fcntl(kept_fd, F_DUPFD_CLOEXEC, 3);
+    if (s->fd < 0) { call = "fcntl(F_DUPFD_CLOEXEC)"; err = errno; goto fail; }
     err = query_interface(s->fd, ifname, &facts, &call);
     if (err != 0) goto fail;
-    err = check_kept_socket(s, vnet, facts.ifindex, &call);
+    err = check_kept_socket(s, vnet, reserve, facts.ifindex, &call);
     if (err != 0) goto fail;
     s->ifindex = facts.ifindex;
     void* kept_ring = mmap(NULL, s->ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);

@@ -146,6 +146,11 @@ export class LoopGroup {
    * is ready (carryFlows).
    */
   private carried: { flows: FlowBatch; atMs: number } | null = null;
+  /**
+   * The flows of the loops being started again on a kept socket (by their settings) until they are
+   * ready: they hold them already, but a loss without takeover meanwhile spreads them anew.
+   */
+  private readonly takeoverFlows = new Map<object, { batch: FlowBatch; atMs: number }>();
   private carriedLosses = 0;
   /** The carriedLosses each loop being started again was given (by its settings). */
   private readonly givenLosses = new WeakMap<object, number>();
@@ -240,7 +245,9 @@ export class LoopGroup {
         flowRecords: null,
         holder,
         holdsGroup: fanout !== null,
-        keptSocket: null,
+        // The group's descriptor of a socket it takes over stays the group's: closed when this loop's
+        // socket is done with (its exit, the group's stop), whatever becomes of the worker.
+        keptSocket: unjoined.keptSocket ?? null,
       };
       const onEvent = (e: LoopEvent): void => {
         switch (e.type) {
@@ -255,14 +262,19 @@ export class LoopGroup {
             loop.active = e.activeByReal;
             loop.inactive = e.inactiveByReal;
             loop.flowRecords = e.flowRecords;
-            loop.keptSocket = e.keptSocket;
+            // A loop that took a socket over reports none: the group holds that socket's already.
+            loop.keptSocket ??= e.keptSocket;
             loop.running = true;
             if (settings.adopt) this.log.info('the new packet loop holds the flows of the loop it replaces', { flows: e.adoptedFlows, given: settings.adopt.flows.count, socketTakenOver: settings.keptSocket != null });
+            this.takeoverFlows.delete(unjoined);
             {
-              // Lost while it started: it is given those too. Then the batch goes (it can be large).
-              const given = this.givenLosses.get(unjoined);
-              if (given !== undefined && this.carried !== null && given < this.carriedLosses && !this.stopped && !this.broken) {
-                loop.post({ type: 'adoptFlows', id: 0, flows: this.carried.flows, graceMs: HANDOFF_GRACE_MS });
+              // Loops lost without their socket since it started (or that it took over from a loop
+              // that may not have been given them): the fanout spread changed, and it is given the
+              // carried flows and the living loops'. Then the batch goes (it can be large).
+              const given = this.givenLosses.get(unjoined) ?? 0;
+              if (this.carried !== null && given < this.carriedLosses && !this.stopped && !this.broken) {
+                const flows = this.withLiving(this.carried, monotonicMs(), settings.timeouts);
+                if (flows.count > 0) loop.post({ type: 'adoptFlows', id: 0, flows, graceMs: HANDOFF_GRACE_MS });
               }
               settings.adopt = null;
               unjoined.adopt = null;
@@ -394,17 +406,23 @@ export class LoopGroup {
       snapshot: this.lastSnapshot ?? loop.settings.snapshot,
     };
     let keptHolder: object | null = null;
+    const ended = this.endedFlows(loop);
     if (takeOver) {
-      // The new loop owns the descriptor from here; the socket stays in the group under the same holder.
+      // The descriptor and the socket's place in the group pass to the new loop (startOne).
       settings.keptSocket = loop.keptSocket;
       loop.keptSocket = null;
       keptHolder = loop.holder;
       loop.holdsGroup = false;
-      settings.adopt = this.ownFlows(loop);
+      // Exactly its own flows: the same socket sees the same flows. Until it is ready they count as
+      // a living loop's for a loss without takeover (carryFlows), and it is given the carried flows
+      // when ready (given 0) in case the loop it replaces had not taken them in yet.
+      settings.adopt = ended !== null && ended.batch.count > 0 ? { flows: ended.batch, atMs: ended.atMs, graceMs: null } : null;
+      if (ended !== null) this.takeoverFlows.set(settings, ended);
+      this.givenLosses.set(settings, 0);
     } else {
-      settings.adopt = this.carryFlows(loop);
+      settings.adopt = this.carryFlows(ended, settings.timeouts);
+      this.givenLosses.set(settings, this.carriedLosses);
     }
-    this.givenLosses.set(settings, this.carriedLosses);
     this.log.warn('starting the packet loop again', { reason, restartsInWindow: this.restartTimes.length, socketKept: takeOver });
     // A replacement that neither gets ready nor fails is given up on: `recovering` would otherwise
     // keep the VIPs announced (and systemd's watchdog fed) for a loop that never runs.
@@ -413,6 +431,7 @@ export class LoopGroup {
       if (settled) return;
       settled = true;
       clearTimeout(giveUp);
+      this.takeoverFlows.delete(settings);
       this.restarting--;
       // The group runs whole again (or has given up): what was carried has been given.
       if (this.restarting === 0) {
@@ -440,7 +459,24 @@ export class LoopGroup {
     giveUp.unref();
     this.startOne(settings, keptHolder).then(
       () => settle(null),
-      (err: Error) => settle(err.message),
+      (err: Error & { code?: string }) => {
+        // Its interface was deleted (or made again) before the loop noticed: the socket is bound to
+        // nothing. A new socket on the interface as it is now, once, as for a loop lost without one.
+        if (takeOver && err.code === 'ENODEV' && !this.stopped && !this.broken) {
+          this.log.warn('the ended packet loop\'s socket lost its interface: opening a new one', { error: err.message });
+          const own = this.takeoverFlows.get(settings) ?? null;
+          this.takeoverFlows.delete(settings);
+          settings.keptSocket = null;
+          settings.adopt = this.carryFlows(own, settings.timeouts);
+          this.givenLosses.set(settings, this.carriedLosses);
+          this.startOne(settings).then(
+            () => settle(null),
+            (again: Error) => settle(again.message),
+          );
+          return;
+        }
+        settle(err.message);
+      },
     );
   }
 
@@ -467,21 +503,17 @@ export class LoopGroup {
   }
 
   /**
-   * What the loop that takes over `lost`'s socket is given before its first packet: `lost`'s own
-   * flows, read from its table's records (a crashed thread cannot hand anything over), exactly as
-   * they were, for the same socket sees the same flows. When another loop is being started again
-   * without its socket (the flows carried for the others then), those too, as the living loop
-   * would have been given them.
+   * The flows of the loop that ended, read from its table's records (shared memory, which outlives
+   * its thread: a crashed thread cannot hand anything over) as of now; null when it never got
+   * ready, or on a failure (a warning: it costs the flows, never the restart).
    */
-  private ownFlows(lost: Loop): LoopSettings['adopt'] {
+  private endedFlows(lost: Loop): { batch: FlowBatch; atMs: number } | null {
     const records = lost.flowRecords;
     lost.flowRecords = null;
-    const timeouts = this.lastTimeouts ?? lost.settings.timeouts;
+    if (records === null) return null;
     try {
       const atMs = monotonicMs();
-      const own = { batch: records ? collectRecords(records, timeouts, atMs) : concatFlows([], atMs), atMs };
-      if (this.carried !== null) return { flows: merged([own, { batch: this.carried.flows, atMs: this.carried.atMs }], atMs), atMs, graceMs: HANDOFF_GRACE_MS };
-      return own.batch.count > 0 ? { flows: own.batch, atMs, graceMs: null } : null;
+      return { batch: collectRecords(records, this.lastTimeouts ?? lost.settings.timeouts, atMs), atMs };
     } catch (err) {
       this.log.warn('the flows of the ended packet loop are not carried: their packets go where the consistent hash puts them', { error: (err as Error).message });
       return null;
@@ -489,31 +521,27 @@ export class LoopGroup {
   }
 
   /**
-   * What the loop started in place of `lost` is given before its first packet: the flows of the
-   * loops lost since the group last ran whole, read from their tables' records (shared memory,
-   * which outlives a loop's thread), and with several loops the living loops' flows too, read the
-   * same way while they run (a record being written at that instant may be read torn: one flow).
-   * With several loops the kernel's fanout hash, which user space cannot compute, spreads every
-   * flow anew as a member leaves and joins: every loop is given every flow (the living ones the
-   * others' at once), and the copies no packet touches go after HANDOFF_GRACE_MS. Synchronous, so
-   * that a loss while another loop is being started again finds everything carried so far. A
-   * failure here costs the flows (a warning), never the restart.
+   * What a loop started without the ended loop's socket is given before its first packet: the
+   * flows of the loops lost since the group last ran whole (`ended` the latest), and with several
+   * loops the living loops' flows too, read from their records while they run (a record being
+   * written at that instant may be read torn: one flow), and those of loops taking a socket over
+   * that are not ready yet (takeoverFlows). With several loops the kernel's fanout hash, which user
+   * space cannot compute, spreads every flow anew as a member leaves and joins: every loop is given
+   * every flow (the living ones the others' at once, those taking a socket over when ready), and
+   * the copies no packet touches go after HANDOFF_GRACE_MS. Synchronous, so that a loss while
+   * another loop is being started again finds everything carried so far. A failure here costs the
+   * flows (a warning), never the restart.
    */
-  private carryFlows(lost: Loop): LoopSettings['adopt'] {
-    const records = lost.flowRecords;
-    lost.flowRecords = null;
-    const timeouts = this.lastTimeouts ?? lost.settings.timeouts;
+  private carryFlows(ended: { batch: FlowBatch; atMs: number } | null, timeouts: FlowTimeouts): LoopSettings['adopt'] {
     try {
       const atMs = monotonicMs();
-      if (records) {
-        const ended = { batch: collectRecords(records, timeouts, atMs), atMs };
-        this.carried = { flows: merged(this.carried === null ? [ended] : [ended, { batch: this.carried.flows, atMs: this.carried.atMs }], atMs), atMs };
-      }
+      if (ended !== null) this.carried = { flows: merged(this.carried === null ? [ended] : [ended, { batch: this.carried.flows, atMs: this.carried.atMs }], atMs), atMs };
       this.carriedLosses++;
       const carried = { batch: this.carried?.flows ?? concatFlows([], atMs), atMs: this.carried?.atMs ?? atMs };
       if (this.fanout === null) return carried.batch.count > 0 ? { flows: carried.batch, atMs: carried.atMs, graceMs: null } : null;
-      const living = this.loops.filter((l) => l.running && l.flowRecords !== null).map((l) => ({ loop: l, batch: collectRecords(l.flowRecords!, timeouts, atMs), atMs }));
+      const living = this.living(atMs, timeouts);
       for (const { loop } of living) {
+        if (loop === null) continue;
         const flows = merged([carried, ...living.filter((o) => o.loop !== loop)], atMs);
         if (flows.count > 0) loop.post({ type: 'adoptFlows', id: 0, flows, graceMs: HANDOFF_GRACE_MS });
       }
@@ -523,6 +551,18 @@ export class LoopGroup {
       this.log.warn('the flows of the ended packet loop are not carried: their packets go where the consistent hash puts them', { error: (err as Error).message });
       return null;
     }
+  }
+
+  /** The running loops' flows (from their records) and those of loops taking a socket over (loop null), as of atMs. */
+  private living(atMs: number, timeouts: FlowTimeouts): { loop: Loop | null; batch: FlowBatch; atMs: number }[] {
+    const running = this.loops.filter((l) => l.running && l.flowRecords !== null).map((l) => ({ loop: l as Loop | null, batch: collectRecords(l.flowRecords!, timeouts, atMs), atMs }));
+    const taking = [...this.takeoverFlows.values()].map((t) => ({ loop: null, batch: t.batch, atMs: t.atMs }));
+    return [...running, ...taking];
+  }
+
+  /** `carried` with every living loop's flows, for a loop that was not among them when they were carried. */
+  private withLiving(carried: { flows: FlowBatch; atMs: number }, atMs: number, timeouts: FlowTimeouts): FlowBatch {
+    return merged([{ batch: carried.flows, atMs: carried.atMs }, ...this.living(atMs, timeouts)], atMs);
   }
 
   /** The thread that runs one loop (a seam: tests give a worker that speaks the same messages). */

@@ -3,7 +3,6 @@
 // (loop-worker.ts, the normal case) or, for io: pcap, on the main thread (the cap addon polls
 // libpcap on the process's default libuv loop, which a worker thread cannot use).
 
-import { closeSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { performanceNowToMonotonicMs } from './monotonic-clock.js';
 import { Counter } from './counters.js';
@@ -37,9 +36,10 @@ export interface LoopSettings {
    */
   adopt?: { flows: FlowBatch; atMs: number; graceMs: number | null } | null;
   /**
-   * The socket of the loop this one replaces, kept open by the control thread (its descriptor, which
-   * this loop owns from its start): taken over with its ring, its place in the fanout group and the
-   * frames that arrived meanwhile (io: afpacket, ring v3). Its fanout membership is 'kept'.
+   * The socket of the loop this one replaces, kept open by the control thread (the group's
+   * descriptor, which stays the group's: the I/O takes a copy): taken over with its ring, its place
+   * in the fanout group and the frames that arrived meanwhile (io: afpacket, ring v3). Its fanout
+   * membership is 'kept'.
    */
   keptSocket?: number | null;
 }
@@ -126,10 +126,7 @@ export class LoopRunner {
 
   async start(): Promise<boolean> {
     const s = this.settings;
-    if (s.cpu !== null && !(await this.pin(s.cpu))) {
-      this.dropKeptSocket();
-      return false;
-    }
+    if (s.cpu !== null && !(await this.pin(s.cpu))) return false;
     // Flows given to a loop started again go in before its socket opens: with many of them (1M take
     // about 0.6 s) the ring would overflow meanwhile.
     const flows = new FlowTable(s.flowCapacity, s.timeouts, s.maxRealIds);
@@ -146,9 +143,6 @@ export class LoopRunner {
       const e = err as NodeJS.ErrnoException;
       this.emit({ type: 'error', code: e.code ?? 'EIO', message: `opening ${s.io} on ${s.interface}: ${e.message}` });
       return false;
-    } finally {
-      // The kept descriptor is the I/O's now, or was closed by its failed open.
-      s.keptSocket = null;
     }
     if (s.fanout.mode !== 'none' && (io.fanoutGroupId ?? null) === null) {
       // The other loops would wait for (or share flows with) a group this I/O is not in.
@@ -195,8 +189,9 @@ export class LoopRunner {
     }, 100);
     // A heartbeat from the start: a loop started again is not taken for a stalled one until its first housekeeping.
     c[Counter.loopHeartbeatMs] = origin + performance.now();
-    // Made in the same turn as 'ready' is posted: the group holds it from the moment it could need it.
-    const keptSocket = this.keepSocket(io);
+    // Made in the same turn as 'ready' is posted: the group holds it from the moment it could need
+    // it. A socket taken over has the group's descriptor already.
+    const keptSocket = s.keptSocket != null ? null : this.keepSocket(io);
     this.emit({ type: 'ready', localMac: io.localMac, mtu: io.mtu, activeByReal: engine.flows.activeByReal, inactiveByReal: engine.flows.inactiveByReal, flowRecords: engine.flows.records, adoptedFlows: this.adopted, fanoutGroupId: io.fanoutGroupId ?? null, keptSocket });
     return true;
   }
@@ -211,12 +206,6 @@ export class LoopRunner {
     }
   }
 
-  /** Closes a kept socket this loop was given and will not open (it failed before). */
-  private dropKeptSocket(): void {
-    const fd = this.settings.keptSocket ?? null;
-    this.settings.keptSocket = null;
-    if (fd !== null) closeSync(fd);
-  }
 
   private shutDown(): void {
     if (this.housekeeping) clearInterval(this.housekeeping);

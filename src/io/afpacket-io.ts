@@ -3,7 +3,6 @@
 // of the mmap'ed ring, the engine rewrites frames there, and VERDICT_TX frames leave with sendmmsg
 // straight from ring memory, virtio_net_hdr included.
 // perf_hooks' performance, not the global: the global is a lazy accessor, a JS getter call per use.
-import { closeSync } from 'node:fs';
 import { endianness } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import {
@@ -50,7 +49,8 @@ export interface AfPacketIoOptions {
   /**
    * Take over the socket behind this descriptor (from keepSocket() of an earlier AfPacketIo with the
    * same ring options, ring v3 only) instead of opening one: the frames that arrived while nobody
-   * read them are the first this one reads. Owned from the call on. Excludes the fanout options.
+   * read them are the first this one reads. The descriptor stays the caller's (the I/O uses a copy).
+   * Excludes the fanout options.
    */
   keptSocket?: { fd: number; fanoutGroupId: number | null };
   /**
@@ -301,10 +301,7 @@ export class AfPacketIo implements PacketIo {
     const reserveBytes = options.reserveBytes ?? AFPACKET_DEFAULTS.reserveBytes;
     const ringVersion = options.ringVersion ?? AFPACKET_DEFAULTS.ringVersion;
     const kept = options.keptSocket;
-    if (kept && ringVersion !== 3) {
-      closeSync(kept.fd);
-      throw new RangeError('AfPacketIo: only a v3 ring can be taken over (keptSocket)');
-    }
+    if (kept && ringVersion !== 3) throw new RangeError('AfPacketIo: only a v3 ring can be taken over (keptSocket)');
     let handle: PacketSocketHandle;
     try {
       handle = native.openPacketSocket({

@@ -40,7 +40,7 @@ export interface OpenPacketSocketOptions {
    * Take over this descriptor of a socket opened before (keepSocket) instead of opening one: its
    * ring, binding and fanout group as they are, with the frames queued in it. The ring options
    * must be those it was opened with; it must still be bound to `ifname` (else ENODEV). Excludes
-   * the fanout options. Owned by the handle from the call on: closed with it, or on a failure.
+   * the fanout options. The descriptor stays the caller's: the handle uses a copy of its own.
    */
   keptFd?: number;
 }

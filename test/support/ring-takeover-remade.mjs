@@ -4,7 +4,7 @@
 // the takeover's error code (ENODEV expected: the socket is bound to the old interface) and whether
 // the kept descriptor was closed by the failed takeover. Imports the compiled dist/ tree.
 import { execFileSync } from 'node:child_process';
-import { fstatSync } from 'node:fs';
+import { closeSync, fstatSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
@@ -27,10 +27,11 @@ try {
 } catch (err) {
   code = err.code ?? String(err);
 }
-let fdClosed = false;
+let keptOpen = true;
 try {
   fstatSync(fd);
-} catch (err) {
-  fdClosed = err.code === 'EBADF';
+  closeSync(fd);
+} catch {
+  keptOpen = false;
 }
-process.stdout.write(JSON.stringify({ code, fdClosed }) + '\n');
+process.stdout.write(JSON.stringify({ code, keptOpen }) + '\n');

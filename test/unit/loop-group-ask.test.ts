@@ -17,8 +17,12 @@ import type { FlowTimeouts } from '../../src/dataplane/flow-table.js';
 import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
 import type { LoopEvent, LoopSettings } from '../../src/dataplane/loop-runner.js';
 
-/** slow-ready: says ready after 300 ms, then answers; never-ready: stays silent from the start. Loops beyond the list answer. */
-type Behaviour = 'answer' | 'exit' | 'silent' | 'slow-ready' | 'never-ready' | 'fail';
+/**
+ * slow-ready: says ready after 300 ms, then answers; never-ready: stays silent from the start;
+ * enodev-on-kept: fails to open when given a kept socket, else answers; exit-unkept: exits as 'exit',
+ * and reports no socket for the group to keep (ring v2). Loops beyond the list answer.
+ */
+type Behaviour = 'answer' | 'exit' | 'silent' | 'slow-ready' | 'never-ready' | 'fail' | 'enodev-on-kept' | 'exit-unkept';
 
 /** A worker that says ready, then answers 'flows' with one flow, exits, or stays silent. */
 const FAKE_LOOP = `
@@ -37,18 +41,29 @@ const FAKE_LOOP = `
   words[10] = workerData.real;
   words[11] = 2;
   new Float64Array(flowRecords)[6] = Number(process.hrtime.bigint()) / 1e6;
-  // A descriptor for the group to keep, as a ring socket's (keepSocket): a file the test names.
-  const keptSocket = workerData.keepFile ? require('node:fs').openSync(workerData.keepFile, 'r') : null;
+  // A descriptor for the group to keep, as a ring socket's (keepSocket): a file the test names;
+  // none for a socket taken over (the group holds that one's already).
+  const keptSocket = workerData.keepFile && workerData.keptSocket == null && workerData.behaviour !== 'exit-unkept' ? require('node:fs').openSync(workerData.keepFile, 'r') : null;
+  // As a takeover whose socket lost its interface (the kernel unbound it): the open fails.
+  const failed = workerData.behaviour === 'enodev-on-kept' && workerData.keptSocket != null;
+  if (failed) parentPort.postMessage({ type: 'error', code: 'ENODEV', message: 'opening afpacket on none: getsockname(AF_PACKET) on none: No such device (ENODEV)' });
   const ready = () => parentPort.postMessage({ type: 'ready', localMac: new Uint8Array(6), mtu: 1500, activeByReal: active, inactiveByReal: new Int32Array(new SharedArrayBuffer(16)), flowRecords, adoptedFlows: 0, fanoutGroupId, keptSocket });
-  if (workerData.behaviour === 'slow-ready') setTimeout(ready, 300); else if (workerData.behaviour !== 'never-ready') ready();
+  if (failed) {
+    // Ended by the group.
+  } else if (workerData.behaviour === 'slow-ready') setTimeout(ready, 300);
+  else if (workerData.behaviour !== 'never-ready') ready();
   // Like the engine: the snapshot it runs, in its counters (slot 8, snapshotGeneration).
   if (workerData.snapshot) workerData.counters[8] = workerData.snapshot.generation;
   parentPort.on('message', (m) => {
     if (m.type === 'stop') { parentPort.postMessage({ type: 'stopped' }); process.exit(0); }
     if (m.type === 'snapshot') workerData.counters[8] = m.snapshot.generation;
-    if (m.type === 'adoptFlows') Atomics.add(workerData.adoptPosts, 0, 1);
+    if (m.type === 'adoptFlows') {
+      Atomics.add(workerData.adoptPosts, 0, 1);
+      // Which loops' flows it was given (a flow of loop i has source 10.0.0.i).
+      for (let i = 0; i < m.flows.count; i++) Atomics.or(workerData.adoptPosts, 1, 1 << (m.flows.keys[i * 10 + 1] - 0x0a000000));
+    }
     if (m.type !== 'flows') return;
-    if (workerData.behaviour === 'exit') process.exit(3);
+    if (workerData.behaviour === 'exit' || workerData.behaviour === 'exit-unkept') process.exit(3);
     // As a loop whose interface went: an error while it runs, its worker left to the group.
     if (workerData.behaviour === 'fail') { parentPort.postMessage({ type: 'error', code: 'EINTERFACE', message: 'eth0 is gone (ENODEV)' }); return; }
     if (workerData.behaviour !== 'silent') parentPort.postMessage({ type: 'flows', id: m.id, keys: new Uint32Array(10), reals: Int32Array.of(workerData.real), states: Uint8Array.of(2), idleMs: Float64Array.of(0), count: 1 });
@@ -81,9 +96,12 @@ class FakeLoops extends LoopGroup {
     this.adopts.push(settings.adopt ?? null);
     const i = this.next++;
     const madeGroupId = settings.fanout.mode === 'make' ? this.nextGroupId++ : null;
-    const adoptPosts = new Int32Array(new SharedArrayBuffer(4));
+    // [0] adoptFlows messages, [1] a bit per loop whose flows they held.
+    const adoptPosts = new Int32Array(new SharedArrayBuffer(8));
     this.adoptPosts.push(adoptPosts);
-    const w = new Worker(FAKE_LOOP, { eval: true, workerData: { behaviour: this.behaviours[i] ?? 'answer', real: i, counters: settings.counters, snapshot: settings.snapshot, fanout: settings.fanout, madeGroupId, keepFile: this.keepFile, adoptPosts } });
+    // trackUnmanagedFds off: Node closes what a worker opened with fs at its exit, which a ring socket's
+    // descriptor (made by the addon) is not.
+    const w = new Worker(FAKE_LOOP, { eval: true, trackUnmanagedFds: false, workerData: { behaviour: this.behaviours[i] ?? 'answer', real: i, counters: settings.counters, snapshot: settings.snapshot, fanout: settings.fanout, madeGroupId, keepFile: this.keepFile, keptSocket: settings.keptSocket ?? null, adoptPosts } });
     this.workers.push(w);
     return w;
   }
@@ -535,6 +553,108 @@ describe("a loop's socket kept by the group (LoopEvent 'ready' keptSocket)", () 
         expect(g.settings.slice(2).map((s) => s.fanout)).toEqual([{ mode: 'make' }, { mode: 'join', groupId: 101 }]);
         // Each ended loop's descriptor was closed: only the two new loops' are open.
         expect(countOpen(file)).toBe(2);
+      } finally {
+        await g.stop(1000);
+      }
+      expect(countOpen(file)).toBe(0);
+    });
+  });
+
+  /** The loops (by start order) whose flows `adopt` holds (a flow of loop i has source 10.0.0.i). */
+  const loopsIn = (adopt: LoopSettings['adopt']): number[] =>
+    adopt ? [...new Set(Array.from({ length: adopt.flows.count }, (_, k) => adopt.flows.keys[k * 10 + 1]! - 0x0a000000))].sort() : [];
+  const postedLoops = (bits: number): number[] => Array.from({ length: 31 }, (_, k) => k).filter((k) => (bits & (1 << k)) !== 0);
+
+  it('a loss without takeover while a takeover starts: each new loop gets the other\'s flows, the living one both', async () => {
+    await withFile(async (file) => {
+      // Loop 0 crashes (takeover) and loop 1 crashes with no socket kept (ring v2), in either order;
+      // the first replacement is slow.
+      const g = new FakeLoops(['exit', 'exit-unkept', 'answer', 'slow-ready', 'answer']);
+      g.keepFile = file;
+      await g.start(base, 3);
+      try {
+        void askFlows(g);
+        await until('both started again', () => g.settings.length === 5 && g.running);
+        // The two losses come in either order: which new loop took the socket over says which is which.
+        const taker = g.settings[3]!.keptSocket != null ? 3 : 4;
+        const fresh = 7 - taker;
+        expect(g.settings[taker]!.keptSocket).toEqual(expect.any(Number));
+        expect(g.settings[fresh]!.keptSocket ?? null).toBeNull();
+        // The takeover: exactly loop 0's flows, no grace; when ready, loop 1's (carried) and the living loops' with one.
+        expect(loopsIn(g.adopts[taker]!)).toEqual([0]);
+        expect(g.adopts[taker]!.graceMs).toBeNull();
+        await until('the takeover given the rest', () => postedLoops(g.adoptPosts[taker]![1]!).includes(1));
+        expect(postedLoops(g.adoptPosts[taker]![1]!)).toEqual(expect.arrayContaining([1, 2]));
+        // The new socket: every flow, loop 0's among them (held by the loop taking over, or by loop 0 itself).
+        expect(loopsIn(g.adopts[fresh]!)).toEqual([0, 1, 2]);
+        // The living loop: loop 1's and loop 0's.
+        expect(postedLoops(g.adoptPosts[2]![1]!)).toEqual(expect.arrayContaining([0, 1]));
+      } finally {
+        await g.stop(1000);
+      }
+    });
+  });
+
+  it('a takeover and a loss without one together: the takeover holds its own flows without grace, and is given the carried ones', async () => {
+    await withFile(async (file) => {
+      // Loop 1 crashes with no socket kept (ring v2) and loop 0 with one (takeover), in either order;
+      // the first replacement is slow.
+      const g = new FakeLoops(['exit', 'exit-unkept', 'slow-ready', 'answer']);
+      g.keepFile = file;
+      await g.start(base, 2);
+      try {
+        void askFlows(g);
+        await until('both started again', () => g.settings.length === 4 && g.running);
+        const takeover = g.settings.findIndex((st, k) => k >= 2 && st.keptSocket != null);
+        expect(takeover).toBeGreaterThanOrEqual(2);
+        expect(loopsIn(g.adopts[takeover]!)).toEqual([0]);
+        expect(g.adopts[takeover]!.graceMs).toBeNull();
+        await until('the takeover given the carried flows', () => postedLoops(g.adoptPosts[takeover]![1]!).includes(1));
+      } finally {
+        await g.stop(1000);
+      }
+    });
+  });
+
+  it('opens a new socket when the kept one lost its interface (ENODEV), with every flow carried', async () => {
+    await withFile(async (file) => {
+      const g = new FakeLoops(['exit', 'answer', 'enodev-on-kept', 'answer']);
+      g.keepFile = file;
+      const lost: string[] = [];
+      g.onLost = (reason) => void lost.push(reason);
+      await g.start(base, 2);
+      try {
+        await askFlows(g);
+        await until('started again', () => g.settings.length === 4 && g.running);
+        expect(lost).toEqual([]);
+        // The same settings, without the socket: it joins the group, given every flow for a grace.
+        expect(g.settings[3]!.keptSocket ?? null).toBeNull();
+        expect(g.settings[3]!.fanout).toEqual({ mode: 'join', groupId: 100 });
+        expect(loopsIn(g.adopts[3]!)).toEqual([0, 1]);
+        expect(g.adopts[3]!.graceMs).toBe(HANDOFF_GRACE_MS);
+        expect(g.restarts).toBe(1);
+        expect(g.logged.join('\n')).toContain('socket lost its interface: opening a new one');
+      } finally {
+        await g.stop(1000);
+      }
+      // The kept descriptor was closed with the failed loop; only the living loops' are left, then none.
+      expect(countOpen(file)).toBe(0);
+    });
+  });
+
+  it('stays the group\'s while a loop takes it over: closed when that loop is given up on before it opened anything', async () => {
+    await withFile(async (file) => {
+      const g = new FakeLoops(['exit', 'answer', 'never-ready'], { restartReadyMs: 300 });
+      g.keepFile = file;
+      const lost: string[] = [];
+      g.onLost = (reason) => void lost.push(reason);
+      await g.start(base, 2);
+      try {
+        expect(countOpen(file)).toBe(2);
+        await askFlows(g);
+        await until('given up', () => lost.length === 1);
+        // Loop 0's socket, handed to a loop that never opened it, is closed; loop 1's is still held.
+        await until('the taken-over descriptor closed', () => countOpen(file) === 1);
       } finally {
         await g.stop(1000);
       }
