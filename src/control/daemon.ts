@@ -16,7 +16,7 @@ import { FlowState } from '../dataplane/flow-table.js';
 import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
 import { HANDOFF_GRACE_MS } from '../dataplane/flow-handoff.js';
 import { encodeLiveFlows, type LiveFlowsWire } from '../sim/live-flows-wire.js';
-import { decodeSavedFlows, encodeSavedFlows } from './flows-file.js';
+import { decodeSavedFlows, encodeSavedFlows, type SavedFlows, type SavedReal, type SavedRemovedService } from './flows-file.js';
 import { readAdminToken } from './admin-token.js';
 import { DaemonError } from './daemon-error.js';
 import { InstanceLock, InstanceLockError } from './instance-lock.js';
@@ -289,6 +289,8 @@ export class Daemon {
     this.syncReals();
     // Before the first snapshot: no packet has made a flow entry yet.
     await this.adoptSavedFlows();
+    // Removed services restored with their flows drain: the host owns their VIPs again.
+    if (this.removedServices.size > 0) await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' });
     const tunnel = await this.resolveTunnelRoutes(this.config);
     this.tunnelRoutes = tunnel.routes;
     this.tunnelSources = tunnel.sources;
@@ -1331,7 +1333,8 @@ export class Daemon {
       const answers = await this.loops.ask((id) => ({ type: 'flows', id, limit: this.config.flowTable.capacity }), HANDOFF_ASK_MS);
       const g = this.gatherFlows(answers);
       const idleMs = Uint32Array.from(g.idleMs, (ms) => Math.min(Math.round(ms), 0xffffffff));
-      const bytes = encodeSavedFlows({ writtenAtMs: Date.now(), count: g.count, keys: g.keys, realIndex: g.realIndex, idleMs, states: g.states, reals: g.reals });
+      const { reals, removedServices } = this.removedToSave(g.reals);
+      const bytes = encodeSavedFlows({ writtenAtMs: Date.now(), count: g.count, keys: g.keys, realIndex: g.realIndex, idleMs, states: g.states, reals, removedServices });
       await writeFile(`${file}.tmp`, bytes, { mode: 0o600 });
       await rename(`${file}.tmp`, file);
       this.log.info('flows kept for the next start', { flows: g.count, file, ms: Math.round(monotonicMs() - began) });
@@ -1341,8 +1344,72 @@ export class Daemon {
   }
 
   /**
+   * The saved flows' reals, each one a reload removed marked with the way its flows went, and the
+   * removed services those drain for: what the next start needs to go on draining them
+   * (restoreRemoved). A removed service whose flows this daemon already cuts (removalBlocker) is
+   * not kept, nor is one without a flow in the file.
+   */
+  private removedToSave(reals: readonly SavedReal[]): { reals: SavedReal[]; removedServices: SavedRemovedService[] } {
+    const out = reals.map((r): SavedReal => {
+      const rt = this.reals.get(RealRegistry.keyOf(r.identity, r.address));
+      return rt?.removed === true ? { ...r, removed: { forwarding: rt.forwarding } } : r;
+    });
+    const withFlows = new Set(reals.map((r) => r.identity));
+    const removedServices: SavedRemovedService[] = [];
+    for (const [sid, s] of this.removedServices) {
+      if (withFlows.has(sid) && removalBlocker(this.config.services, s) === null) removedServices.push({ config: s, announced: this.drainAnnounced.has(sid) });
+    }
+    return { reals: out, removedServices };
+  }
+
+  /**
+   * At a start, before the saved flows are given to the loops: the reals and services a reload had
+   * removed and whose flows the daemon before still drained, removed and draining again as after
+   * that reload (no new flows, probed, a service's VIP owned and announced as it was), so that
+   * their connections stay where they were, as IPVS's connection table outlives a restart of
+   * keepalived. One the config names again is simply configured (syncReals made it so); a service
+   * the config no longer lets drain (removalBlocker) is not restored, as a reload would cut it. Each
+   * is forgotten with its last flow (tick), as before.
+   */
+  private restoreRemoved(saved: SavedFlows): { reals: string[]; services: string[] } {
+    const nameOf = new Map(this.config.services.map((s) => [serviceIdentity(s), s.name]));
+    const candidates = new Map<string, SavedRemovedService>();
+    for (const r of saved.removedServices ?? []) {
+      const sid = serviceIdentity(r.config);
+      if (nameOf.has(sid)) continue;
+      const blocker = removalBlocker(this.config.services, r.config);
+      if (blocker === null) candidates.set(sid, r);
+      else this.log.warn('service removed before the restart: its flows are cut', { service: r.config.name, why: blocker });
+    }
+    const reals: string[] = [];
+    const services = new Set<string>();
+    for (const r of saved.reals) {
+      const key = RealRegistry.keyOf(r.identity, r.address);
+      const serviceName = nameOf.get(r.identity) ?? candidates.get(r.identity)?.config.name;
+      if (r.removed === undefined || serviceName === undefined || this.reals.has(key)) continue;
+      // The config's own reals came first: a removed one never takes an id a configured one needs.
+      if (this.registry.available() === 0) {
+        this.log.warn('no real id left for a removed real from before the restart: its flows are placed anew', { service: serviceName, real: r.address });
+        continue;
+      }
+      const id = this.registry.idFor(key);
+      this.rebaseCounters(id);
+      this.reals.set(key, { key, id, service: r.identity, serviceName, address: r.address, forwarding: r.removed.forwarding, removed: true, removedGeneration: this.builder.lastGeneration + 1 });
+      reals.push(`${serviceName} ${r.address}`);
+      if (!nameOf.has(r.identity)) services.add(r.identity);
+    }
+    for (const sid of services) {
+      const r = candidates.get(sid)!;
+      this.removedServices.set(sid, r.config);
+      if (r.announced) this.drainAnnounced.add(sid);
+    }
+    return { reals, services: [...services].map((sid) => candidates.get(sid)!.config.name) };
+  }
+
+  /**
    * At a start: the flows the daemon before left (saveFlows), given to the loops on the reals they
-   * were on, by (service, address); flows of reals no longer configured are left out. The file is
+   * were on, by (service, address), removed reals and services that still drained too
+   * (restoreRemoved); flows of other reals no longer configured are left out. The file is
    * removed once the start has succeeded (removeTakenFlows): a start that fails leaves it to the
    * next, and a later start (after a crash) never takes flows this old.
    */
@@ -1359,6 +1426,7 @@ export class Daemon {
     }
     try {
       const saved = decodeSavedFlows(bytes);
+      const restored = this.restoreRemoved(saved);
       const gapMs = Math.max(0, Date.now() - saved.writtenAtMs);
       const idOf = saved.reals.map((r) => this.reals.get(RealRegistry.keyOf(r.identity, r.address))?.id ?? -1);
       const keep: number[] = [];
@@ -1375,6 +1443,11 @@ export class Daemon {
       const answers = await this.loops.ask((id) => ({ type: 'adoptFlows', id, flows, graceMs }), HANDOFF_ASK_MS);
       const adopted = Math.max(0, ...answers.map((e) => (e.type === 'adopted' ? e.count : 0)));
       this.log.info('flows taken over from the daemon before', { saved: saved.count, ofRealsGone: saved.count - n, adopted, stoppedForMs: gapMs });
+      if (restored.reals.length > 0) {
+        this.log.info('removed before the restart: draining again', { reals: restored.reals, services: restored.services });
+        // Probed as draining removed reals are; a removed service's only once its flows are in the loops (drainingServices).
+        this.syncHealthTargets();
+      }
     } catch (err) {
       this.log.warn('flows of the daemon before not taken', { file, error: (err as Error).message });
     }

@@ -303,9 +303,9 @@ describe('flows file', () => {
   it('refuses what is not such a file, saying why', () => {
     const good = encodeSavedFlows(flows);
     expect(() => decodeSavedFlows(Buffer.from('{"flows": []}'))).toThrow(/no DSRLBFLW mark/);
-    const v2 = Buffer.from(good);
-    v2.writeUInt32LE(2, 8);
-    expect(() => decodeSavedFlows(v2)).toThrow(/it is version 2/);
+    const v3 = Buffer.from(good);
+    v3.writeUInt32LE(3, 8);
+    expect(() => decodeSavedFlows(v3)).toThrow(/it is version 3/);
     expect(() => decodeSavedFlows(good.subarray(0, good.length - 1))).toThrow(/bytes for 2 flows/);
     const wrongReal = encodeSavedFlows({ ...flows, realIndex: Int32Array.from([0, 2]) });
     expect(() => decodeSavedFlows(wrongReal)).toThrow(/flow 1 names real 2 of 2/);
