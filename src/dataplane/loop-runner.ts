@@ -206,7 +206,6 @@ export class LoopRunner {
     }
   }
 
-
   private shutDown(): void {
     if (this.housekeeping) clearInterval(this.housekeeping);
     this.housekeeping = null;
