@@ -210,12 +210,14 @@ export class Daemon {
     this.loops.onLost = (reason) => this.onLoopLost?.(reason);
     // A loop may have ended because its interface was made again, taking the addresses dsrlb put
     // on it (IPv6 VIPs): apply the host setup again (it adds only what is missing).
-    this.loops.onRestarted = () =>
+    this.loops.onRestarted = ({ interfaceChanged }) =>
       void this.exclusive(async () => {
         if (this.stopping || !this.host) return;
         await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' });
-        // An interface made again has a new MAC that the neighbours do not know yet.
-        this.announceOnLink(this.vips(), 'packet loop started again');
+        // An interface made again may have a new MAC that the neighbours do not know yet, and a new
+        // switch port. After a crash nothing changed on the link: announcing would only move the
+        // VIP's neighbour entries to this LB where several LBs share the segment.
+        if (interfaceChanged) this.announceOnLink(this.vips(), 'packet loop started again');
       }).catch((err: Error) => this.log.error('could not put the host setup back after a packet loop restart', { error: err.message }));
     this.metrics = new DaemonMetrics({
       counters: () => this.loops.counters(),

@@ -161,8 +161,12 @@ export class LoopGroup {
    * Restart=on-failure) starts it whole again.
    */
   onLost: ((reason: string) => void) | null = null;
-  /** Told when a lost loop runs again (the daemon puts back what a re-made interface lost). */
-  onRestarted: (() => void) | null = null;
+  /**
+   * Told when a lost loop runs again, and whether its interface had gone (deleted, or made again:
+   * the daemon puts back what it lost and announces the VIPs, whose MAC may be new) or not (a crash:
+   * the same interface and MAC, nothing on the host or the segment to change).
+   */
+  onRestarted: ((e: { interfaceChanged: boolean }) => void) | null = null;
 
   private readonly now: () => number;
   private readonly restartsPerWindow: number;
@@ -383,7 +387,7 @@ export class LoopGroup {
     this.restartTimes = this.restartTimes.filter((t) => now - t < RESTART_WINDOW_MS);
     // Every loop sees its interface go within a second of the others: one event for the budget,
     // or 4 workers used it up at once and the daemon stopped.
-    const interfaceLoss = loop.failure?.code === 'EINTERFACE';
+    let interfaceLoss = loop.failure?.code === 'EINTERFACE';
     const sameEvent = interfaceLoss && now - this.lastInterfaceLossMs < INTERFACE_LOSS_GROUP_MS;
     if (interfaceLoss) this.lastInterfaceLossMs = now;
     if (this.stopped || (!sameEvent && this.restartTimes.length >= this.restartsPerWindow)) {
@@ -441,7 +445,7 @@ export class LoopGroup {
       if (failure === null) {
         if (!this.stopped) {
           this.log.info('packet loop started again');
-          this.onRestarted?.();
+          this.onRestarted?.({ interfaceChanged: interfaceLoss });
         }
         return;
       }
@@ -464,6 +468,7 @@ export class LoopGroup {
         // nothing. A new socket on the interface as it is now, once, as for a loop lost without one.
         if (takeOver && err.code === 'ENODEV' && !this.stopped && !this.broken) {
           this.log.warn('the ended packet loop\'s socket lost its interface: opening a new one', { error: err.message });
+          interfaceLoss = true;
           const own = this.takeoverFlows.get(settings) ?? null;
           this.takeoverFlows.delete(settings);
           settings.keptSocket = null;

@@ -204,14 +204,15 @@ describe('a packet loop that ends by itself', () => {
     }
   });
 
-  it('one that reports an error while it runs (its interface gone) is ended and started again, and onRestarted is told', async () => {
+  it('one that reports an error while it runs (its interface gone) is ended and started again, and onRestarted is told the interface changed', async () => {
     const g = await oneLoop(['fail', 'answer']);
-    let restarted = 0;
-    g.onRestarted = () => void restarted++;
+    const restarted: boolean[] = [];
+    g.onRestarted = (e) => void restarted.push(e.interfaceChanged);
     try {
       void askFlows(g);
       await until('the new loop', () => g.restarts === 1 && g.running);
-      await until('onRestarted', () => restarted === 1);
+      await until('onRestarted', () => restarted.length === 1);
+      expect(restarted).toEqual([true]);
       expect(g.settings).toHaveLength(2);
       expect(realsOf((await g.ask((id) => ({ type: 'flows', id, limit: 10 }))) as LoopEvent[])).toEqual([1]);
     } finally {
@@ -528,10 +529,15 @@ describe("a loop's socket kept by the group (LoopEvent 'ready' keptSocket)", () 
     await withFile(async (file) => {
       const g = new FakeLoops(['exit', 'answer']);
       g.keepFile = file;
+      const restarted: boolean[] = [];
+      g.onRestarted = (e) => void restarted.push(e.interfaceChanged);
       await g.start(base, 1);
       try {
         await askFlows(g);
         await until('the loop started again', () => g.settings.length === 2 && g.running);
+        // A crash: the same interface, nothing for the daemon to announce.
+        await until('onRestarted', () => restarted.length === 1);
+        expect(restarted).toEqual([false]);
         expect(g.settings[1]!.fanout).toEqual({ mode: 'none' });
         expect(holds(g.settings[1]!.keptSocket!, file)).toBe(true);
         expect([...g.adopts[1]!.flows.reals]).toEqual([0]);
@@ -622,11 +628,15 @@ describe("a loop's socket kept by the group (LoopEvent 'ready' keptSocket)", () 
       g.keepFile = file;
       const lost: string[] = [];
       g.onLost = (reason) => void lost.push(reason);
+      const restarted: boolean[] = [];
+      g.onRestarted = (e) => void restarted.push(e.interfaceChanged);
       await g.start(base, 2);
       try {
         await askFlows(g);
         await until('started again', () => g.settings.length === 4 && g.running);
         expect(lost).toEqual([]);
+        await until('onRestarted', () => restarted.length === 1);
+        expect(restarted).toEqual([true]);
         // The same settings, without the socket: it joins the group, given every flow for a grace.
         expect(g.settings[3]!.keptSocket ?? null).toBeNull();
         expect(g.settings[3]!.fanout).toEqual({ mode: 'join', groupId: 100 });
