@@ -145,7 +145,7 @@ export class LoopGroup {
    * how many losses made it: a loop started again is given them, and those of later losses when it
    * is ready (carryFlows).
    */
-  private carried: { flows: FlowBatch; atMs: number } | null = null;
+  private carried: { batch: FlowBatch; atMs: number } | null = null;
   /**
    * The flows of the loops being started again on a kept socket (by their settings) until they are
    * ready: they hold them already, but a loss without takeover meanwhile spreads them anew.
@@ -489,7 +489,7 @@ export class LoopGroup {
    * Whether the loop started in place of `loop` takes its socket over: the group holds a descriptor
    * of it and the socket still has its interface. Then nothing moves: the kernel's fanout keeps its
    * members, so the other loops see the same flows as before, and what arrived for this loop while
-   * none ran waits in its ring (about 1 s at 100,000 pps) for the new one.
+   * none ran waits in its ring for the new one (a full ring drops and counts the rest).
    */
   private keepsSocketOf(loop: Loop): boolean {
     return loop.keptSocket !== null && loop.failure?.code !== 'EINTERFACE' && !this.stopped && !this.broken;
@@ -540,9 +540,9 @@ export class LoopGroup {
   private carryFlows(ended: { batch: FlowBatch; atMs: number } | null, timeouts: FlowTimeouts): LoopSettings['adopt'] {
     try {
       const atMs = monotonicMs();
-      if (ended !== null) this.carried = { flows: merged(this.carried === null ? [ended] : [ended, { batch: this.carried.flows, atMs: this.carried.atMs }], atMs), atMs };
+      if (ended !== null) this.carried = { batch: merged(this.carried === null ? [ended] : [ended, this.carried], atMs), atMs };
       this.carriedLosses++;
-      const carried = { batch: this.carried?.flows ?? concatFlows([], atMs), atMs: this.carried?.atMs ?? atMs };
+      const carried = this.carried ?? { batch: concatFlows([], atMs), atMs };
       if (this.fanout === null) return carried.batch.count > 0 ? { flows: carried.batch, atMs: carried.atMs, graceMs: null } : null;
       const living = this.living(atMs, timeouts);
       for (const { loop } of living) {
@@ -566,8 +566,8 @@ export class LoopGroup {
   }
 
   /** `carried` with every living loop's flows, for a loop that was not among them when they were carried. */
-  private withLiving(carried: { flows: FlowBatch; atMs: number }, atMs: number, timeouts: FlowTimeouts): FlowBatch {
-    return merged([{ batch: carried.flows, atMs: carried.atMs }, ...this.living(atMs, timeouts)], atMs);
+  private withLiving(carried: { batch: FlowBatch; atMs: number }, atMs: number, timeouts: FlowTimeouts): FlowBatch {
+    return merged([carried, ...this.living(atMs, timeouts)], atMs);
   }
 
   /** The thread that runs one loop (a seam: tests give a worker that speaks the same messages). */
