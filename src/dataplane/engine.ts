@@ -3,6 +3,7 @@
 // of one packet loop; reads the forwarding snapshot, which the control plane swaps between batches.
 
 import { randomBytes } from 'node:crypto';
+import './inlining-budget.js';
 import { consistentPick, midStreamPick } from './consistent-pick.js';
 import { Counter, REAL_BASE, REAL_STRIDE, RealCounter } from './counters.js';
 import { completePartialChecksum } from './checksum.js';
@@ -513,8 +514,9 @@ export class Engine {
     const bucketHash = flows.indexHash();
     const entry = flows.lookup(bucketHash, nowMs);
     if (entry < 0) return this.placeNew(svc, pkt, bucketHash, nowMs);
-    // An existing entry whose real keeps it: the common case, kept small so that V8 inlines the
-    // hash, the lookup and the touch here (the rare cases live in placeNew and placeExisting).
+    // An existing entry whose real keeps it: the common case, kept small, for everything V8 inlines
+    // into the packet path counts against one budget (inlining-budget.ts); the rare cases live in
+    // placeNew and placeExisting.
     const snap = this.snap;
     const current = flows.realOf(entry);
     const flags = pkt.tcpFlags;

@@ -239,7 +239,7 @@ export class FlowTable {
       const e = index[2 * b]!;
       if (e === -1) return -1;
       if (index[2 * b + 1] === h) {
-        // The key compare, written out: a call here is past V8's inlining budget on the packet path.
+        // The key compare, written out: less bytecode to inline into the packet path (inlining-budget.ts).
         const base = e * STRIDE;
         let i = 0;
         while (i < KEY_WORDS && rec[base + i] === (key[i]! | 0)) i++;
@@ -322,7 +322,7 @@ export class FlowTable {
     }
   }
 
-  // Apart from touch() so that touch stays small enough for V8 to inline into the packet path.
+  // Apart from touch() so that touch stays small (its bytecode counts against inlining-budget.ts).
   // The entry goes to the tail of its new state's list (its last-seen is the caller's now).
   private changeState(entry: number, state: number, next: number): void {
     const base = entry * STRIDE;

@@ -183,6 +183,30 @@ describe('flowIndexHash (the flow table\'s own bucket hash)', () => {
     expect(mean).toBeLessThan(16.5);
   });
 
+  it('flips about half the output bits for IPv4 keys too (their four varying words, another code path)', () => {
+    const next = xorshift32(777);
+    const varying = [1, 5, 9];
+    let flipped = 0;
+    let samples = 0;
+    for (let trial = 0; trial < 300; trial++) {
+      const key = new Uint32Array(FLOW_KEY_WORDS);
+      key[0] = (next() & 0xff) | (4 << 8);
+      for (const w of varying) key[w] = next();
+      const seed = next();
+      const base = flowIndexHash(key, seed);
+      // The protocol byte of word 0, and every bit of the addresses and ports.
+      const bits = [...Array.from({ length: 8 }, (_, b) => [0, b]), ...varying.flatMap((w) => Array.from({ length: 32 }, (_, b) => [w, b]))];
+      for (const [w, b] of bits) {
+        key[w!] ^= 1 << b!;
+        for (let diff = (flowIndexHash(key, seed) ^ base) >>> 0; diff !== 0; diff >>>= 1) flipped += diff & 1;
+        key[w!] ^= 1 << b!;
+        samples++;
+      }
+    }
+    expect(flipped / samples).toBeGreaterThan(15.5);
+    expect(flipped / samples).toBeLessThan(16.5);
+  });
+
   it('spreads sequential client ports evenly over the low (bucket) bits, under any seed', () => {
     const key = ipv4Key(17, '203.0.113.7', 0, '198.51.100.1', 53);
     for (const seed of [0, 1, 0x7fffffff, 0x80000000, 0xdeadbeef]) {
