@@ -321,14 +321,24 @@ function tableFingerprint(identity: string, table: Int32Array, reals: readonly R
 /**
  * A rendezvous service's fingerprint, from what its picks read (rendezvous.ts): the hash seed and
  * its candidates' addresses and weights in address order, as every LB lists them. It has no table.
+ * The weights divided by their greatest common divisor: scores scale with the weights, so 2:2 picks
+ * as 1:1 does, and LBs that write them so agree.
  */
 function rendezvousFingerprint(identity: string, sorted: readonly RealView[], hashSeed: number): string {
+  let divisor = 0;
+  for (const r of sorted) divisor = gcd(divisor, r.weight);
   let h = Math.imul(fingerprintBasis(identity, 'rendezvous') ^ (hashSeed >>> 0), 0x01000193) >>> 0;
   for (const r of sorted) {
     h = Math.imul(h ^ stringHash(r.address, 0x5eed), 0x01000193) >>> 0;
-    h = Math.imul(h ^ r.weight, 0x01000193) >>> 0;
+    h = Math.imul(h ^ (divisor > 0 ? r.weight / divisor : r.weight), 0x01000193) >>> 0;
   }
   return h.toString(16).padStart(8, '0');
+}
+
+/** Greatest common divisor of two integers >= 0 (gcd(0, n) = n). */
+function gcd(a: number, b: number): number {
+  while (b !== 0) [a, b] = [b, a % b];
+  return a;
 }
 
 /** Where a fingerprint starts: the same reals pick differently under another scheduler (and wlc is local). */

@@ -75,7 +75,8 @@ export interface HashSpaceMove {
    */
   readonly method: 'slots' | 'sampled';
   readonly changedSlots: number | null;
-  readonly tableSize: number;
+  /** The candidate's Maglev table size; null under rendezvous, which has no table. */
+  readonly tableSize: number | null;
   readonly samples: number | null;
 }
 
@@ -253,7 +254,8 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
         hashSpaceMoved = { share: changed / cfg1.tableSize, method: 'slots', changedSlots: changed, tableSize: cfg1.tableSize, samples: null };
       } else {
         const share = sampledShare(cfg1, built0, i0, built1, i1);
-        hashSpaceMoved = { share, method: 'sampled', changedSlots: null, tableSize: cfg1.tableSize, samples: PLAN_SAMPLES };
+        const tableSize = cfg1.scheduler === 'rendezvous' ? null : cfg1.tableSize;
+        hashSpaceMoved = { share, method: 'sampled', changedSlots: null, tableSize, samples: PLAN_SAMPLES };
       }
     }
 

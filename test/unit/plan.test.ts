@@ -144,6 +144,9 @@ describe('plan: hash space that moves', () => {
     const rendezvous = planChange(config({ reals: four(), scheduler: 'rendezvous' }), config({ reals: four().slice(1), scheduler: 'rendezvous' }));
     expect(web(rendezvous).hashSpaceMoved!.method).toBe('sampled');
     expect(Math.abs(web(rendezvous).hashSpaceMoved!.share - 0.25)).toBeLessThan(0.02);
+    // No Maglev table to name a size of (the config's default tableSize used to show).
+    expect(web(rendezvous).hashSpaceMoved!.tableSize).toBeNull();
+    expect(web(seeded).hashSpaceMoved!.tableSize).toBe(65537);
   });
 });
 

@@ -21,7 +21,7 @@ services:
 }
 
 /** A rendezvous service's fingerprint over reals .11-.14 with weights and health as given. */
-function rendezvousPrint(opts: { hashSeed?: number; tableSize?: number; weightOf12?: number; down12?: boolean } = {}): string {
+function rendezvousPrint(opts: { hashSeed?: number; tableSize?: number; weightOf12?: number; down12?: boolean; scale?: number } = {}): string {
   const parsed = parseConfigText(`interface: eth0
 services:
   - { name: dns, vip: 203.0.113.11, port: 53, protocol: udp, scheduler: rendezvous, reals: [{ address: 10.0.2.11 }, { address: 10.0.2.12 }, { address: 10.0.2.13 }, { address: 10.0.2.14 }] }
@@ -32,7 +32,8 @@ services:
     config: opts.tableSize === undefined ? s : { ...s, tableSize: opts.tableSize },
     reals: s.reals.map((r, i) => {
       const is12 = r.address === '10.0.2.12';
-      return { id: i, address: r.address, weight: is12 ? (opts.weightOf12 ?? r.weight) : r.weight, intent: r.state, forwarding: r.forwarding, health: is12 && opts.down12 === true ? 'down' : 'up', removed: false, mac: new Uint8Array(6) };
+      const weight = (is12 ? (opts.weightOf12 ?? r.weight) : r.weight) * (opts.scale ?? 1);
+      return { id: i, address: r.address, weight, intent: r.state, forwarding: r.forwarding, health: is12 && opts.down12 === true ? 'down' : 'up', removed: false, mac: new Uint8Array(6) };
     }),
   };
   return new SnapshotBuilder().build([view], opts.hashSeed ?? 0, MAX_REAL_IDS).services[0]!.tableFingerprint;
@@ -60,6 +61,9 @@ describe('table fingerprint', () => {
     expect(rendezvousPrint({ tableSize: 251 })).toBe(base);
     expect(rendezvousPrint({ hashSeed: 7 })).not.toBe(base);
     expect(rendezvousPrint({ weightOf12: 50 })).not.toBe(base);
+    // Every weight times three picks alike (scores scale with weights): one fingerprint.
+    expect(rendezvousPrint({ scale: 3 })).toBe(base);
+    expect(rendezvousPrint({ weightOf12: 50, scale: 3 })).toBe(rendezvousPrint({ weightOf12: 50 }));
     expect(rendezvousPrint({ down12: true })).not.toBe(base);
     expect(rendezvousPrint()).toBe(base);
   });
