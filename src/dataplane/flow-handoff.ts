@@ -7,7 +7,7 @@
 // control thread over the records of a loop that has ended.
 
 import { FLOW_KEY_WORDS } from './flow-hash.js';
-import { FLOW_RECORD, FlowState, timeoutsByState, type FlowTable, type FlowTimeouts } from './flow-table.js';
+import { FLOW_RECORD, FlowState, isCanonicalKey, timeoutsByState, type FlowTable, type FlowTimeouts } from './flow-table.js';
 
 /**
  * With several loops, how long the copies of a flow handed to every loop live without a packet: the
@@ -150,7 +150,8 @@ export function dedupeFlows(batch: FlowBatch): FlowBatch {
  * they expire when they would have; with `graceMs`, no later than that from now unless a packet
  * comes (with several loops the kernel's fanout hash, which user space cannot compute, decides
  * which loop sees a flow, so every loop is given every flow and the copies no packet touches go
- * soon). Flows past their timeout, closed, or with a real id or state out of range are left out;
+ * soon). Flows past their timeout, closed, with a real id or state out of range, or with an IPv4
+ * key that is not canonical (isCanonicalKey) are left out;
  * of a flow the batch holds twice, its most recently active copy is taken.
  *
  * A flow the table holds already: on the same real, the table's entry stays when it is at least as
@@ -173,6 +174,7 @@ export function adoptFlows(table: FlowTable, given: FlowBatch, nowMs: number, gr
     const state = batch.states[i]!;
     const real = batch.reals[i]!;
     if (state < FlowState.syn || state > FlowState.udp || state === FlowState.closed || real < 0 || real >= maxRealIds) continue;
+    if (!isCanonicalKey(batch.keys, i * FLOW_KEY_WORDS)) continue; // no packet makes it (a damaged flows file)
     const timeout = table.timeoutOf(state);
     let seen = nowMs - batch.idleMs[i]!;
     if (graceMs !== null) seen = Math.min(seen, nowMs + graceMs - timeout);

@@ -85,6 +85,16 @@ export function timeoutsByState(t: FlowTimeouts, out = new Float64Array(STATE_SL
   return out;
 }
 
+/**
+ * Whether the key at key[at..at+10) is as the packet path makes them: an IPv4 key (family 4 in
+ * word 0) holds its addresses in words 1 and 5 and zeros in 2-4 and 6-8 (ParsedPacket.addr), which
+ * lookup() and the bucket hash of an IPv4 key do not read.
+ */
+export function isCanonicalKey(key: Uint32Array, at: number): boolean {
+  if (key[at]! >>> 8 !== 4) return true;
+  return (key[at + 2]! | key[at + 3]! | key[at + 4]! | key[at + 6]! | key[at + 7]! | key[at + 8]!) === 0;
+}
+
 /** IPVS counts an entry as active only while established; live UDP flows count as active too. */
 function isActiveState(state: number): boolean {
   return state === FlowState.established || state === FlowState.udp;
@@ -240,10 +250,18 @@ export class FlowTable {
       if (e === -1) return -1;
       if (index[2 * b + 1] === h) {
         // The key compare, written out: less bytecode to inline into the packet path (inlining-budget.ts).
+        // An IPv4 key's words 2-4 and 6-8 are zero in every key the table holds (insert checks it).
         const base = e * STRIDE;
-        let i = 0;
-        while (i < KEY_WORDS && rec[base + i] === (key[i]! | 0)) i++;
-        if (i === KEY_WORDS) {
+        const k0 = key[0]! | 0;
+        let same: boolean;
+        if (k0 >>> 8 === 4) {
+          same = rec[base] === k0 && rec[base + 1] === (key[1]! | 0) && rec[base + 5] === (key[5]! | 0) && rec[base + 9] === (key[9]! | 0);
+        } else {
+          let i = 0;
+          while (i < KEY_WORDS && rec[base + i] === (key[i]! | 0)) i++;
+          same = i === KEY_WORDS;
+        }
+        if (same) {
           if (nowMs - this.seen[e * SEEN_STRIDE + SEEN_OFFSET]! >= this.timeoutByStateMs[rec[base + R_STATE]!]!) {
             this.removeLive(e);
             this.expirations++;
@@ -265,6 +283,7 @@ export class FlowTable {
   insert(hash: number, realId: number, state: number, nowMs: number): number {
     this.checkReal(realId);
     checkState(state);
+    if (!isCanonicalKey(this.key, 0)) throw new RangeError('an IPv4 flow key must have words 2-4 and 6-8 zero');
     const rec = this.rec;
     if (this.freeHead === -1 && this.unused === this.capacity) {
       const oldest = this.oldest();

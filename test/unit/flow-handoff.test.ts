@@ -91,6 +91,16 @@ describe('collectFlows and adoptFlows', () => {
     expect(find(t, 5, 900_000)).toBeGreaterThanOrEqual(0);
   });
 
+  it('leaves out an IPv4 flow whose key has words 2-4 or 6-8 set (a damaged flows file; no packet makes one)', () => {
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 4);
+    const odd = keyOf(7);
+    odd[3] = 1;
+    const given: FlowBatch = { count: 2, keys: Uint32Array.from([...odd, ...keyOf(8)]), reals: Int32Array.from([1, 1]), states: Uint8Array.from([FlowState.udp, FlowState.udp]), idleMs: Float64Array.from([0, 0]) };
+    expect(adoptFlows(t, given, 1_000, null, MAX_REALS)).toBe(1);
+    expect(t.size).toBe(1);
+    expect(find(t, 8, 1_000)).toBeGreaterThanOrEqual(0);
+  });
+
   it('leaves out flows with a real id or state out of range', () => {
     const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 4);
     const bad = { ...batch, reals: Int32Array.from([MAX_REALS, -1, 3, 3]), states: Uint8Array.from([FlowState.syn, FlowState.syn, 0, 9]) };

@@ -57,6 +57,37 @@ function expectCountsExact(t: FlowTable, maxRealIds: number): void {
   expect(Array.from(t.inactiveByReal)).toEqual(Array.from(inactive));
 }
 
+describe('FlowTable keys', () => {
+  it('tells apart IPv4 keys that differ in any word it compares (protocol, addresses, ports), and IPv6 keys in any word', () => {
+    const t = new FlowTable(64, LONG, 8, 1);
+    const base = Uint32Array.from([IPPROTO_TCP | (4 << 8), 0xc000020a, 0, 0, 0, 0xc6336401, 0, 0, 0, 0x9c4001bb]);
+    const v6 = Uint32Array.from([IPPROTO_TCP | (6 << 8), 0x20010db8, 0, 0, 1, 0x20010db8, 0, 0, 0x80, 0x9c4001bb]);
+    const variants: Uint32Array[] = [base, v6];
+    for (const w of [0, 1, 5, 9]) variants.push(Uint32Array.from(base, (v, i) => (i === w ? (v ^ 1) >>> 0 : v)));
+    for (let w = 1; w < 10; w++) variants.push(Uint32Array.from(v6, (v, i) => (i === w ? (v ^ 0x80000000) >>> 0 : v)));
+    // Every variant in, each on its own real id modulo 8; each found as its own entry.
+    const entries = variants.map((k, i) => {
+      t.key.set(k);
+      expect(t.lookup(t.indexHash(), 0)).toBe(-1);
+      return t.insert(t.indexHash(), i % 8, FlowState.syn, 0);
+    });
+    variants.forEach((k, i) => {
+      t.key.set(k);
+      expect(t.lookup(t.indexHash(), 1)).toBe(entries[i]);
+    });
+  });
+
+  it('refuses an IPv4 key with words 2-4 or 6-8 set, which lookup() would not tell from the canonical one', () => {
+    const t = new FlowTable(64, LONG, 8, 1);
+    for (const w of [2, 3, 4, 6, 7, 8]) {
+      fillKey(t.key, 1);
+      t.key[w] = 1;
+      expect(() => t.insert(t.indexHash(), 0, FlowState.syn, 0)).toThrow(RangeError);
+    }
+    expect(t.size).toBe(0);
+  });
+});
+
 describe('FlowTable against a Map model', () => {
   // The Map's insertion order is the model LRU order: touch = delete + set, eviction = first key.
   function runModel(capacity: number, poolSize: number, ops: number, hash: HashFn, seed: number): void {
