@@ -255,8 +255,13 @@ function parseL4(
  * bytes of bytecode), so that both are inlined into the packet path (inlining-budget.ts).
  */
 function ipv4HeaderSum(buf: Uint8Array, l3: number, headerBytes: number): number {
-  let sum = 0;
-  for (let i = l3; i < l3 + headerBytes; i += 2) sum += (buf[i]! << 8) | buf[i + 1]!;
+  // The 20 fixed bytes written out (a loop over them cost 10-15 ns a packet), then any options.
+  let sum =
+    ((buf[l3]! << 8) | buf[l3 + 1]!) + ((buf[l3 + 2]! << 8) | buf[l3 + 3]!) + ((buf[l3 + 4]! << 8) | buf[l3 + 5]!) +
+    ((buf[l3 + 6]! << 8) | buf[l3 + 7]!) + ((buf[l3 + 8]! << 8) | buf[l3 + 9]!) + ((buf[l3 + 10]! << 8) | buf[l3 + 11]!) +
+    ((buf[l3 + 12]! << 8) | buf[l3 + 13]!) + ((buf[l3 + 14]! << 8) | buf[l3 + 15]!) + ((buf[l3 + 16]! << 8) | buf[l3 + 17]!) +
+    ((buf[l3 + 18]! << 8) | buf[l3 + 19]!);
+  for (let i = l3 + IPV4_MIN_HEADER_BYTES; i < l3 + headerBytes; i += 2) sum += (buf[i]! << 8) | buf[i + 1]!;
   sum = (sum & 0xffff) + (sum >>> 16);
   return (sum & 0xffff) + (sum >>> 16);
 }
