@@ -17,7 +17,7 @@ import {
 } from '../dataplane/forwarding-snapshot.js';
 import { DropReason } from '../dataplane/drop-reasons.js';
 import { stringHash } from '../dataplane/flow-hash.js';
-import { buildMaglevTable, countMovedSlots, type MaglevReal } from '../dataplane/maglev-table.js';
+import { buildMaglevTable, countMovedSlots, gcd, type MaglevReal } from '../dataplane/maglev-table.js';
 import { eligibility, isWanted, type HealthFact } from '../health/eligibility.js';
 import { TUNNEL_TEMPLATE_BYTES, writeTunnelTemplate } from '../encap/ipip.js';
 import { addressWords } from './addresses.js';
@@ -333,12 +333,6 @@ function rendezvousFingerprint(identity: string, sorted: readonly RealView[], ha
     h = Math.imul(h ^ (divisor > 0 ? r.weight / divisor : r.weight), 0x01000193) >>> 0;
   }
   return h.toString(16).padStart(8, '0');
-}
-
-/** Greatest common divisor of two integers >= 0 (gcd(0, n) = n). */
-function gcd(a: number, b: number): number {
-  while (b !== 0) [a, b] = [b, a % b];
-  return a;
 }
 
 /** Where a fingerprint starts: the same reals pick differently under another scheduler (and wlc is local). */

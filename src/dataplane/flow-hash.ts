@@ -6,6 +6,15 @@
 /** Words in a flow key: [0] protocol | family << 8, [1..4] source, [5..8] destination, [9] ports. */
 export const FLOW_KEY_WORDS = 10;
 
+/**
+ * Whether a flow key is IPv4, from its word 0 (protocol | family << 8). Such a key holds its
+ * addresses in words 1 and 5 and zeros in 2-4 and 6-8 (ParsedPacket.addr): the bucket hash and the
+ * flow table's compare read only words 0, 1, 5 and 9 of it.
+ */
+export function isIpv4Key(word0: number): boolean {
+  return word0 >>> 8 === 4;
+}
+
 const C1 = 0xcc9e2d51;
 const C2 = 0x1b873593;
 
@@ -92,7 +101,7 @@ export function flowHashInt32(key: Uint32Array, seed: number): number {
 export function flowIndexHash(key: Uint32Array, seed: number): number {
   if (key.length < FLOW_KEY_WORDS) throw new RangeError('flow key needs 10 words');
   const s = seed | 0;
-  return key[0]! >>> 8 === 4 ? ipv4IndexHash(key, s) : tenLaneIndexHash(key, s);
+  return isIpv4Key(key[0]!) ? ipv4IndexHash(key, s) : tenLaneIndexHash(key, s);
 }
 
 // Odd multipliers, one pair per word. A loop over constant arrays ran no faster than flowHash's chain.

@@ -6,7 +6,7 @@
 // walk every idle established entry, 9 ms of the packet loop every 100 ms at 1M flows).
 
 import { randomBytes } from 'node:crypto';
-import { flowIndexHash } from './flow-hash.js';
+import { flowIndexHash, isIpv4Key } from './flow-hash.js';
 import { TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN } from './parsed-packet.js';
 
 export const FlowState = { syn: 1, established: 2, fin: 3, closed: 4, udp: 5 } as const;
@@ -86,12 +86,11 @@ export function timeoutsByState(t: FlowTimeouts, out = new Float64Array(STATE_SL
 }
 
 /**
- * Whether the key at key[at..at+10) is as the packet path makes them: an IPv4 key (family 4 in
- * word 0) holds its addresses in words 1 and 5 and zeros in 2-4 and 6-8 (ParsedPacket.addr), which
- * lookup() and the bucket hash of an IPv4 key do not read.
+ * Whether the key at key[at..at+10) is as the packet path makes them: an IPv4 key (isIpv4Key)
+ * has zeros in words 2-4 and 6-8.
  */
 export function isCanonicalKey(key: Uint32Array, at: number): boolean {
-  if (key[at]! >>> 8 !== 4) return true;
+  if (!isIpv4Key(key[at]!)) return true;
   return (key[at + 2]! | key[at + 3]! | key[at + 4]! | key[at + 6]! | key[at + 7]! | key[at + 8]!) === 0;
 }
 
@@ -254,7 +253,7 @@ export class FlowTable {
         const base = e * STRIDE;
         const k0 = key[0]! | 0;
         let same: boolean;
-        if (k0 >>> 8 === 4) {
+        if (isIpv4Key(k0)) {
           same = rec[base] === k0 && rec[base + 1] === (key[1]! | 0) && rec[base + 5] === (key[5]! | 0) && rec[base + 9] === (key[9]! | 0);
         } else {
           let i = 0;

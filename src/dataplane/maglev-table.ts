@@ -31,7 +31,8 @@ export function isPrime(n: number): boolean {
   return true;
 }
 
-function gcd(a: number, b: number): number {
+/** Greatest common divisor of two integers >= 0 (gcd(0, n) = n). */
+export function gcd(a: number, b: number): number {
   while (b !== 0) {
     const t = a % b;
     a = b;

@@ -20,7 +20,7 @@ const HOT = [
   'parseFrame', 'clearSlot', 'reset', 'parseIpv4', 'readWord32', 'ipv4HeaderSum', 'parseL4',
   'findService',
   // flow table: key, bucket hash, lookup, touch (a hit that is not its list's tail moves)
-  'place', 'keyFromPacket', 'indexHash', 'flowIndexHash', 'ipv4IndexHash', 'lane', 'finishIndexHash',
+  'place', 'keyFromPacket', 'indexHash', 'flowIndexHash', 'isIpv4Key', 'ipv4IndexHash', 'lane', 'finishIndexHash',
   'lookup', 'realOf', 'touch', 'checkLive', 'nextTcpState', 'unlink', 'linkTail',
   'forward',
 ];
