@@ -46,6 +46,7 @@ static void usage(void) {
           "               [--block-size BYTES (131072)] [--block-count N (128)] [--retire-ms MS (1)]\n"
           "               [--no-vnet-hdr (then frames with partial checksums are dropped)]\n"
           "               [--tx-ring (send through a PACKET_TX_RING instead of sendmmsg)]\n"
+          "               [--qdisc-bypass (PACKET_QDISC_BYPASS on the sending socket)]\n"
           "               [--reserve BYTES (PACKET_RESERVE headroom before each frame; dsrlb: 128)]\n");
   exit(2);
 }
@@ -133,12 +134,16 @@ int main(int argc, char **argv) {
   const char *dmac_s = NULL, *vip_s = NULL;
   long block_size = 128 << 10, block_count = 128, retire_ms = 1;
   double duration = 10;
-  int vnet = 1, use_tx_ring = 0;
+  int vnet = 1, use_tx_ring = 0, qdisc_bypass = 0;
   long reserve = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--tx-ring")) {
       use_tx_ring = 1;
+      continue;
+    }
+    if (!strcmp(a, "--qdisc-bypass")) {
+      qdisc_bypass = 1;
       continue;
     }
     if (!strcmp(a, "--no-vnet-hdr")) {
@@ -225,6 +230,8 @@ int main(int argc, char **argv) {
   if (vnet && setsockopt(tx_fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) < 0)
     die("setsockopt(PACKET_VNET_HDR) for tx");
   sll.sll_protocol = 0;
+  if (qdisc_bypass && setsockopt(tx_fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one) < 0)
+    die("setsockopt(PACKET_QDISC_BYPASS)");
   if (use_tx_ring) tx_ring_setup(tx_fd);
   if (bind(tx_fd, (struct sockaddr *)&sll, sizeof sll) < 0) die("bind(AF_PACKET) for tx");
 
