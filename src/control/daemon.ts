@@ -1631,12 +1631,12 @@ function realsByKey(config: Config): Map<string, RealConfig> {
   return reals;
 }
 
-/** A problem at services[i].vip for each service whose VIP is an interface's own address. */
 /** Problems the daemon finds in a config it read from `text`, with where the file writes them (as validation's). */
 function located(text: string, problems: ConfigProblem[]): ConfigProblem[] {
   return locateProblems(withoutBom(text), problems);
 }
 
+/** A problem at services[i].vip for each service whose VIP is an interface's own address. */
 function vipClashProblems(config: Config, holders: ReadonlyMap<string, string>): ConfigProblem[] {
   return config.services.flatMap((s, i) => {
     const where = holders.get(s.vip);

@@ -89,6 +89,21 @@ const READ_ONLY_TUNABLES = [
   'if (echo 0 > /proc/sys/net/ipv4/ip_forward) 2>/dev/null; then echo "/proc/sys is writable" >&2; exit 9; fi',
 ];
 
+/**
+ * Shell lines that make the unit's ReadWritePaths= under /proc/sys writable again, as systemd does
+ * (a bind mount of the path onto itself, remounted read-write); `-` paths only where they exist.
+ */
+function writableTunables(paths: string): string[] {
+  return paths
+    .split(/\s+/)
+    .filter((p) => p.replace(/^-/, '').startsWith('/proc/sys/'))
+    .flatMap((p) => {
+      const path = p.replace(/^-/, '');
+      const lines = [`mount --bind ${path} ${path}`, `mount -o remount,bind,rw ${path}`];
+      return p.startsWith('-') ? [`if [ -e ${path} ]; then ${lines.join('; ')}; fi`] : lines;
+    });
+}
+
 // ---- What the daemon exports ----
 
 /** A fake packet loop and registry view: two reals of "web", one draining and finished. */
@@ -248,8 +263,9 @@ describe('dsrlb.service', () => {
     expect(one('NoNewPrivileges')).toBe('yes');
     expect(one('Restart')).toBe('on-failure');
     expect(one('ProtectSystem')).toBe('strict');
-    expect(one('ReadWritePaths').split(/\s+/).sort()).toEqual(['/run/dsrlb', '/var/lib/dsrlb']);
-    // The daemon writes no sysctl (the test below runs it with /proc/sys read-only); it needs a JIT.
+    expect(one('ReadWritePaths').split(/\s+/).sort()).toEqual(['-/proc/sys/net/ipv6/conf', '/run/dsrlb', '/var/lib/dsrlb']);
+    // The daemon writes one sysctl, an IPv6 interface setting (the test below runs it with the rest
+    // of /proc/sys read-only); it needs a JIT.
     expect(one('ProtectKernelTunables')).toBe('yes');
     expect(unit.has('MemoryDenyWriteExecute')).toBe(false);
     expect(one('RestrictAddressFamilies').split(/\s+/)).toContain('AF_PACKET');
@@ -437,7 +453,7 @@ describe('install.sh --root', () => {
       `mount --bind ${runDir} /run/dsrlb`,
       `mount --bind ${stateDir} /var/lib/dsrlb`,
       `mount --bind ${join(root, 'etc/dsrlb')} /etc/dsrlb`, // the config's absolute tokenFile
-      ...(one('ProtectKernelTunables') === 'yes' ? READ_ONLY_TUNABLES : []),
+      ...(one('ProtectKernelTunables') === 'yes' ? [...READ_ONLY_TUNABLES, ...writableTunables(one('ReadWritePaths'))] : []),
       `umask ${umask}`,
       `exec setpriv --reuid=65534 --regid=65534 --clear-groups ${setprivCaps(one('AmbientCapabilities'))} --no-new-privs` +
         ` ${process.execPath} ${join(root, 'opt/dsrlb/bin/dsrlb.js')} run -c ${join(root, 'etc/dsrlb/dsrlb.yaml')}`,
@@ -467,6 +483,16 @@ describe('install.sh --root', () => {
     // What needs the capabilities worked: VIPs on lo (ip), the nftables table (nft), the packet socket.
     const lo = await mustRun('ip', ['-n', NS, '-br', 'addr', 'show', 'dev', 'lo']);
     expect(lo).toContain(`${service.vip}/32`);
+    // The sample's IPv6 service: its VIP on the interface (IPv6 VIPs go there, see host-setup.ts),
+    // and keep_addr_on_down set for the interface through the one writable part of /proc/sys
+    // (with all of it read-only the daemon only logged a warning, and a link flap lost the VIP).
+    const v6 = config.services.find((s) => s.vip.includes(':'));
+    expect(v6).toBeDefined();
+    expect(await mustRun('ip', ['-n', NS, '-br', 'addr', 'show', 'dev', 'eth0'])).toContain(`${v6!.vip}/128`);
+    const keepAddr = ['netns', 'exec', NS, 'cat', '/proc/sys/net/ipv6/conf/eth0/keep_addr_on_down'];
+    expect((await mustRun('ip', keepAddr)).trim()).toBe('1');
+    expect(log).toContain('IPv6 addresses now kept when the interface goes down');
+    expect(log).not.toContain('could not set keep_addr_on_down');
     expect(await mustRun('ip', ['netns', 'exec', NS, 'nft', 'list', 'tables'])).toContain('table inet dsrlb');
     const metrics = await mustRun('ip', ['netns', 'exec', NS, 'curl', '-sf', 'http://127.0.0.1:9742/metrics']);
     expect(metrics).toMatch(/^dsrlb_flow_table_capacity \d+$/m);
@@ -480,6 +506,8 @@ describe('install.sh --root', () => {
     child.kill('SIGTERM');
     expect(await exited).toBe(0);
     expect(await mustRun('ip', ['-n', NS, '-br', 'addr', 'show', 'dev', 'lo'])).not.toContain(service.vip);
+    // Put back as the host had it.
+    expect((await mustRun('ip', keepAddr)).trim()).toBe('0');
     expect(log).toContain('"msg":"dsrlb stopped"');
   }, 60_000);
 
