@@ -246,8 +246,9 @@ describe('dsrlb.service', () => {
     // dsrlb-realserver.service (setup --mode ipip) must find the TUN device when it starts.
     expect(decapOne('Before')).toBe('dsrlb-realserver.service');
     expect(decapOne('ExecStartPost')).toContain('ip link show dev dsrlb-decap0 up');
-    // decap writes rp_filter: read-only tunables would break it.
-    expect(decapUnitText).not.toMatch(/^ProtectKernelTunables=/m);
+    // decap writes rp_filter and the TUN device's disable_ipv6: only their directories are writable.
+    expect(decapOne('ProtectKernelTunables')).toBe('yes');
+    expect(decapOne('ReadWritePaths').split(/\s+/).sort()).toEqual(['-/proc/sys/net/ipv6/conf', '/proc/sys/net/ipv4/conf']);
   });
 
   it('runs the installed binary and config as user dsrlb with only CAP_NET_RAW and CAP_NET_ADMIN', async () => {
@@ -538,6 +539,7 @@ describe('install.sh --root', () => {
         'set -e',
         'mount --make-rprivate /',
         `mount --bind ${tun} /dev/net/tun`,
+        ...(decapOne('ProtectKernelTunables') === 'yes' ? [...READ_ONLY_TUNABLES, ...writableTunables(decapOne('ReadWritePaths'))] : []),
         `umask ${decapOne('UMask')}`,
         `exec setpriv --reuid=65534 --regid=65534 --clear-groups ${setprivCaps(decapOne('AmbientCapabilities'))} --no-new-privs ${execStart}`,
       ].join('\n');
