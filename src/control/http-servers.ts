@@ -25,10 +25,10 @@ async function listen(server: Server, at: ListenAddress): Promise<void> {
 export async function startMetricsServer(daemon: Daemon): Promise<Server> {
   const server = createServer((req, res) => {
     if (req.method === 'GET' && req.url?.split('?')[0] === '/metrics') {
-      daemon.metrics.registry
-        .metrics()
+      daemon.metrics
+        .text()
         .then((text) => {
-          res.writeHead(200, { 'content-type': daemon.metrics.registry.contentType });
+          res.writeHead(200, { 'content-type': daemon.metrics.contentType });
           res.end(text);
         })
         .catch((err: Error) => {

@@ -1,11 +1,13 @@
 // Prometheus metrics: prom-client objects whose collect() reads the packet loop's typed-array
-// counters at scrape time. Nothing here runs on a timer and nothing touches the packet path.
-// Labels are service and real (bounded by the config), never client addresses.
+// counters at scrape time, and the families with a series per real (real-metrics.ts, written
+// without prom-client: at thousands of reals its formatting held the main thread for a second).
+// Nothing here runs on a timer and nothing touches the packet path. Labels are service and real
+// (bounded by the config), never client addresses.
 
 import client from 'prom-client';
-import { Counter as Slot, RealCounter } from '../dataplane/counters.js';
-import { PROBE_REASONS } from '../health/probe.js';
+import { Counter as Slot } from '../dataplane/counters.js';
 import { DropReason, dropReasonLabels } from '../dataplane/drop-reasons.js';
+import { RealMetrics } from './real-metrics.js';
 
 /** What the metrics need to know about each configured real, read at scrape time. */
 export interface MetricsRealView {
@@ -39,11 +41,12 @@ export class DaemonMetrics {
   readonly lastReloadSuccess: client.Gauge;
   private readonly lastReloadSuccessful: client.Gauge;
   readonly tableMovedSlots: client.Counter<'service'>;
-  private readonly probeDuration: client.Histogram<'service' | 'real'>;
-  private readonly probeFailures: client.Counter<'service' | 'real' | 'reason'>;
+  /** The families with a series per (service, real), written without prom-client (see real-metrics.ts). */
+  private readonly reals: RealMetrics;
 
   constructor(src: MetricsSource) {
     const registry = this.registry;
+    this.reals = new RealMetrics(src);
     // The event-loop delay histogram samples on a libuv timer (10 ms by default): 100 wake-ups a
     // second were most of an idle daemon's CPU. A 200 ms resolution still shows stalls.
     client.collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 200 });
@@ -88,43 +91,6 @@ export class DaemonMetrics {
         for (const slot of Object.values(DropReason)) this.inc({ reason: dropReasonLabels[slot]! }, c[Slot.dropBase + slot]!);
       },
     });
-    const perReal = (name: string, help: string, offset: number): void => {
-      new client.Counter({
-        name,
-        help,
-        labelNames: ['service', 'real'],
-        registers: [registry],
-        collect() {
-          this.reset();
-          const c = src.counters();
-          for (const r of src.reals()) this.inc({ service: r.service, real: r.real }, src.realCount(c, r.id, offset));
-        },
-      });
-    };
-    perReal('dsrlb_forwarded_packets_total', 'Frames forwarded to a real.', RealCounter.forwardedPackets);
-    perReal('dsrlb_forwarded_bytes_total', 'Bytes forwarded to a real.', RealCounter.forwardedBytes);
-    perReal('dsrlb_flows_created_total', 'Flow entries created for a real.', RealCounter.flowsCreated);
-
-    new client.Gauge({
-      name: 'dsrlb_flows_active',
-      help: 'Flow entries per real: established TCP (IPVS ActiveConn) and live UDP (which IPVS counts in InActConn).',
-      labelNames: ['service', 'real'],
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const r of src.reals()) this.set({ service: r.service, real: r.real }, src.activeFlows(r.id));
-      },
-    });
-    new client.Gauge({
-      name: 'dsrlb_flows_inactive',
-      help: 'Flow entries per real in TCP SYN, FIN or closed state (IPVS InActConn, less UDP).',
-      labelNames: ['service', 'real'],
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const r of src.reals()) this.set({ service: r.service, real: r.real }, src.inactiveFlows(r.id));
-      },
-    });
     new client.Gauge({
       name: 'dsrlb_flow_table_entries',
       help: 'Live entries in the flow table.',
@@ -139,38 +105,6 @@ export class DaemonMetrics {
       registers: [registry],
       collect() {
         this.set(src.flowTableCapacity());
-      },
-    });
-    new client.Gauge({
-      name: 'dsrlb_real_up',
-      help: 'Observed health of a real: 1 up, 0 down (fact, from probes).',
-      labelNames: ['service', 'real'],
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const r of src.reals()) this.set({ service: r.service, real: r.real }, r.up ? 1 : 0);
-      },
-    });
-    new client.Gauge({
-      name: 'dsrlb_real_weight',
-      help: 'Weight of a real in force.',
-      labelNames: ['service', 'real'],
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const r of src.reals()) this.set({ service: r.service, real: r.real }, r.weight);
-      },
-    });
-    new client.Gauge({
-      name: 'dsrlb_real_state',
-      help: 'Operator intent for a real: 1 for the state in force (active, drain, disabled).',
-      labelNames: ['service', 'real', 'state'],
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const r of src.reals()) {
-          for (const s of ['active', 'drain', 'disabled'] as const) this.set({ service: r.service, real: r.real, state: s }, r.intent === s ? 1 : 0);
-        }
       },
     });
     this.reloads = new client.Counter({
@@ -223,29 +157,6 @@ export class DaemonMetrics {
         for (const s of src.services()) if (s.announced !== null) this.set({ service: s.service }, s.announced ? 1 : 0);
       },
     });
-    new client.Gauge({
-      name: 'dsrlb_drain_finished',
-      help: '1 when a draining (or removed, or weight 0) real has no established flow left (half-open and closing entries may remain, as ActiveConn 0 in ipvsadm).',
-      labelNames: ['service', 'real'],
-      registers: [registry],
-      collect() {
-        this.reset();
-        for (const r of src.reals()) this.set({ service: r.service, real: r.real }, r.drainFinished ? 1 : 0);
-      },
-    });
-    this.probeDuration = new client.Histogram({
-      name: 'dsrlb_healthcheck_duration_seconds',
-      help: 'Health probe durations.',
-      labelNames: ['service', 'real'],
-      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
-      registers: [registry],
-    });
-    this.probeFailures = new client.Counter({
-      name: 'dsrlb_healthcheck_failures_total',
-      help: `Failed health probes, by reason (${PROBE_REASONS.join(', ')}).`,
-      labelNames: ['service', 'real', 'reason'],
-      registers: [registry],
-    });
     this.tableMovedSlots = new client.Counter({
       name: 'dsrlb_table_moved_slots_total',
       help: 'Consistent-hash table slots that changed real on rebuilds.',
@@ -254,10 +165,19 @@ export class DaemonMetrics {
     });
   }
 
+  /** The Content-Type of text(). */
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  /** A scrape: prom-client's families, then the per-real ones (Prometheus text format). */
+  async text(): Promise<string> {
+    return `${await this.registry.metrics()}\n${this.reals.text()}\n`;
+  }
+
   /** One finished health probe (event-driven: probes are control-plane work, not the packet loop). */
   observeProbe(service: string, real: string, seconds: number, failureReason: string | null): void {
-    this.probeDuration.observe({ service, real }, seconds);
-    if (failureReason) this.probeFailures.inc({ service, real, reason: failureReason });
+    this.reals.observeProbe(service, real, seconds, failureReason);
   }
 
   /** A reload (or the start) taken: counted, timestamped, and the last one marked successful. */
@@ -278,8 +198,7 @@ export class DaemonMetrics {
    * of a renamed service); the scrape-time series follow the daemon's view by themselves.
    */
   forgetReal(service: string, real: string): void {
-    this.probeDuration.remove({ service, real });
-    for (const reason of PROBE_REASONS) this.probeFailures.remove({ service, real, reason });
+    this.reals.forgetReal(service, real);
   }
 
   /** Drops the event-driven series of a service name no longer in use (removed, or renamed). */
