@@ -136,8 +136,13 @@ function parseRequestCount(text: string): number {
 const NO_COMMAND = 'name a command (dsrlb --help lists them)';
 
 export async function main(args: string[]): Promise<number> {
-  // `dsrlb simulate X | head`: a reader that leaves early is no error. (Not for run: its log.)
-  if (args[0] !== 'run') {
+  if (args[0] === 'run' || args[0] === 'decap') {
+    // A daemon whose log reader went away (journald restarted, a closed pipe) goes on forwarding
+    // and loses the later log lines: exiting there, without undoing its host changes, took a real
+    // server out of service until someone noticed (exit 0 is no failure to Restart=on-failure).
+    process.stdout.on('error', () => undefined);
+  } else {
+    // `dsrlb simulate X | head`: a reader that leaves early is no error.
     process.stdout.on('error', (err: NodeJS.ErrnoException) => {
       if (err.code !== 'EPIPE') throw err;
       process.exit(0);

@@ -428,6 +428,37 @@ describe('dsrlb decap (namespaces)', () => {
   });
 });
 
+describe('dsrlb decap from the CLI (namespace)', () => {
+  const ns = `${PREFIX}cli`;
+  afterAll(() => {
+    try {
+      ip('netns', 'del', ns);
+    } catch {
+      // never created
+    }
+  });
+
+  it('keeps running when its log reader goes away, and undoes its changes at SIGTERM as ever', async () => {
+    if (process.getuid?.() !== 0) throw new Error('this test needs root (a network namespace, TUN, raw sockets)');
+    ip('netns', 'add', ns);
+    ip('-n', ns, 'link', 'set', 'lo', 'up');
+    inNs(ns, 'sysctl', ['-qw', 'net.ipv4.conf.all.rp_filter=1']);
+    const proc = await startInNs(ns, ['node', join(repoRoot, 'bin', 'dsrlb.js'), 'decap', '--vip', VIP4, '--tun', 'dcl0'], (l) => l.includes('"decap running"'));
+    expect(inNs(ns, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('0');
+    // The reader leaves; the next log line (SIGHUP: the counters) meets a closed pipe (EPIPE).
+    proc.child.stdout!.destroy();
+    proc.child.kill('SIGHUP');
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(proc.child.exitCode).toBeNull();
+    expect(ip('-n', ns, '-o', 'link', 'show')).toContain('dcl0');
+    proc.child.kill('SIGTERM');
+    expect(await proc.exit).toBe(0);
+    expect(proc.stderr.join('')).toBe('');
+    expect(ip('-n', ns, '-o', 'link', 'show')).not.toContain('dcl0');
+    expect(inNs(ns, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('1');
+  });
+});
+
 /** SIGTERM, then the process's last stdout line. */
 async function stopLast(proc: RunningProcess): Promise<string> {
   proc.child.kill('SIGTERM');
