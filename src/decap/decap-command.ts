@@ -2,7 +2,7 @@
 // whose kernel has no ipip/ip6_tunnel: raw sockets read the tunnel packets, inner packets to the
 // given VIPs go to the local stack through a TUN device, everything else is counted and dropped.
 
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
 import { unicastProblem } from '../config/validate.js';
 import { InstanceLock, InstanceLockError } from '../control/instance-lock.js';
@@ -22,6 +22,8 @@ const DECAP_BUSY = 'another dsrlb decap is running in this network namespace (tw
 
 /** How often the counters are logged while they change (and on SIGHUP). */
 const COUNTERS_LOG_INTERVAL_MS = 60_000;
+/** How often decap checks that its TUN device still exists (every write into a deleted one fails). */
+const TUN_CHECK_INTERVAL_MS = 1000;
 
 export interface DecapOptions {
   /** Read tunnel packets arriving on this interface only (default: any). */
@@ -78,6 +80,21 @@ function parseOptions(opts: DecapOptions): { vips: VipSet; ifname: string | unde
   return { vips, ifname, tunName, sources };
 }
 
+/**
+ * Whether this network namespace has an interface `name`: /proc/net/dev is the reading process's
+ * own namespace's (/sys/class/net is the namespace of whoever mounted /sys, the host's under
+ * `nsenter --net`). An unreadable file counts as yes: only a device seen gone stops decap.
+ */
+function hasInterface(name: string): boolean {
+  let text: string;
+  try {
+    text = readFileSync('/proc/net/dev', 'utf8');
+  } catch {
+    return true;
+  }
+  return text.split('\n').some((line) => line.trimStart().startsWith(`${name}:`));
+}
+
 /** VIPs that are not local addresses: the kernel would route their inner packets away, not deliver them. */
 function nonLocalVips(vips: VipSet): string[] {
   const local = new Set<string>();
@@ -123,6 +140,7 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
 
   let lock: InstanceLock | undefined;
   let countersTimer: NodeJS.Timeout | undefined;
+  let tunTimer: NodeJS.Timeout | undefined;
   let code: number;
   try {
     lock = await InstanceLock.acquire(DECAP_LOCK_NAME, DECAP_BUSY);
@@ -157,6 +175,14 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
       logged = now;
     }, COUNTERS_LOG_INTERVAL_MS);
     countersTimer.unref();
+    // A TUN device deleted under decap (`ip link del`) takes every packet with it while decap
+    // looks alive: stop with an error instead, for systemd to start it again with a new device.
+    tunTimer = setInterval(() => {
+      if (hasInterface(tun.name)) return;
+      log.error('the TUN device is gone: decap stops (under systemd it is started again)', { tun: tun.name });
+      finish(EXIT_SYSTEM);
+    }, TUN_CHECK_INTERVAL_MS);
+    tunTimer.unref();
     code = await finished;
   } catch (err) {
     const e = err as Error & { code?: string };
@@ -164,6 +190,7 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
     code = EXIT_SYSTEM;
   } finally {
     clearInterval(countersTimer);
+    clearInterval(tunTimer);
     process.removeListener('SIGTERM', onTerm);
     process.removeListener('SIGINT', onInt);
     process.removeListener('SIGHUP', onHup);

@@ -457,6 +457,17 @@ describe('dsrlb decap from the CLI (namespace)', () => {
     expect(ip('-n', ns, '-o', 'link', 'show')).not.toContain('dcl0');
     expect(inNs(ns, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('1');
   });
+
+  it('stops with exit 2 when its TUN device is deleted under it, undoing its sysctl', async () => {
+    if (process.getuid?.() !== 0) throw new Error('this test needs root (a network namespace, TUN, raw sockets)');
+    const proc = await startInNs(ns, ['node', join(repoRoot, 'bin', 'dsrlb.js'), 'decap', '--vip', VIP4, '--tun', 'dcl1'], (l) => l.includes('"decap running"'));
+    expect(inNs(ns, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('0');
+    ip('-n', ns, 'link', 'del', 'dcl1');
+    const code = await Promise.race([proc.exit, new Promise((r) => setTimeout(() => r('still running'), 5000))]);
+    expect(code).toBe(2);
+    expect(jsonLines(proc).some((l) => l.level === 'error' && String(l.msg).startsWith('the TUN device is gone'))).toBe(true);
+    expect(inNs(ns, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('1');
+  });
 });
 
 /** SIGTERM, then the process's last stdout line. */
