@@ -202,6 +202,10 @@ export class Engine {
   }
 
   private processFrame(batch: PacketBatch, i: number, buf: Uint8Array, off: number, len: number, flags: number, nowMs: number): number {
+    // A frame to a group MAC (broadcast, multicast) is no frame to forward, as for the kernel's
+    // ip_forward: every LB on the segment would forward it, and an echo answered from it would
+    // carry the group address as its source MAC.
+    if ((buf[off]! & 1) !== 0) return VERDICT_PASS;
     const pkt = this.pkt;
     const r = parseFrame(buf, off, len, pkt);
     if (r === PARSE_NOT_IP) return VERDICT_PASS;

@@ -14,7 +14,7 @@ import { MemoryIo } from '../../src/io/memory-io.js';
 import { VERDICT_PASS, VERDICT_TX } from '../../src/io/packet-io.js';
 import { SnapshotBuilder, type RealView, type ServiceView } from '../../src/control/snapshot-builder.js';
 import { addressWords, parseMac } from '../../src/control/addresses.js';
-import { ETH_ARP, ETH_IPV4, ETH_IPV6, ethernet, fromHex, hex, ipv4, ipv6, tcp, udp } from '../support/packet-builder.js';
+import { ETH_ARP, ETH_IPV4, ETH_IPV6, ethernet, fromHex, hex, icmpEcho, ipv4, ipv6, tcp, udp } from '../support/packet-builder.js';
 
 const LB_MAC = '02:00:00:00:00:01';
 const CLIENT_MAC = '02:00:00:00:00:0c';
@@ -141,6 +141,20 @@ describe('engine: L2 DSR packet vectors', () => {
     expect(io.inject([arp, otherPort, otherAddr])).toHaveLength(0);
     expect([...io.lastVerdicts()]).toEqual([VERDICT_PASS, VERDICT_PASS, VERDICT_PASS]);
     expect(counters[Counter.passedPackets]).toBe(3);
+  });
+
+  it('leaves frames to a broadcast or multicast MAC to the kernel: a SYN to the VIP and an echo request to it', () => {
+    const { io, counters } = setup();
+    const to = (dst: string, l3: Uint8Array) => ethernet({ dst, src: CLIENT_MAC, type: ETH_IPV4 }, l3);
+    const syn = ipv4({ src: '192.0.2.7', dst: VIP, proto: 6, id: 1 }, tcp({ sport: 40002, dport: 80, flags: SYN }, [], { src: '192.0.2.7', dst: VIP }));
+    const echo = ipv4({ src: '192.0.2.7', dst: VIP, proto: 1, id: 2 }, icmpEcho({ id: 1, seq: 1 }));
+    const frames = [to('ff:ff:ff:ff:ff:ff', syn), to('01:00:5e:00:00:01', syn), to('ff:ff:ff:ff:ff:ff', echo), to('33:33:00:00:00:01', echo)];
+    expect(io.inject(frames)).toHaveLength(0);
+    expect([...io.lastVerdicts()]).toEqual([VERDICT_PASS, VERDICT_PASS, VERDICT_PASS, VERDICT_PASS]);
+    expect(counters[Counter.passedPackets]).toBe(4);
+    expect(counters[Counter.icmpEchoReplied]).toBe(0);
+    // The same SYN and echo to the LB's own MAC are forwarded and answered.
+    expect(io.inject([to(LB_MAC, syn), to(LB_MAC, echo)])).toHaveLength(2);
   });
 
   it('drops malformed frames and counts them per reason, forwarding the good ones of the same batch', () => {
