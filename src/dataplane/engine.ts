@@ -37,7 +37,7 @@ import {
 import { parseFrame } from './packet-parser.js';
 import { EXTRA_FRAMES, FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX, VIRTIO_NET_HDR_GSO_ECN, VIRTIO_NET_HDR_GSO_UDP_L4, VNET_HDR_LEN, type PacketBatch } from '../io/packet-io.js';
 import { encapsulate, tunnelOverheadBytes, TUNNEL_TEMPLATE_BYTES } from '../encap/ipip.js';
-import { buildEchoReply, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
+import { buildEchoReply, isSingleHostSource, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
 import { segmentGso } from '../encap/gso-segmenter.js';
 import { buildFragNeeded, buildPacketTooBig, fragmentOuter, mtuCheck, MTU_FITS, MTU_SEND_TOO_BIG, TooBigRateLimiter, tooBigMtu } from '../encap/too-big.js';
 
@@ -419,6 +419,8 @@ export class Engine {
     const pkt = this.pkt;
     // Never about a non-initial fragment (RFC 1122 3.2.2): it quotes no ports. IPv6 may (RFC 4443).
     if (pkt.family === 4 && pkt.fragmentOffset !== 0) return;
+    // Never to a source that is no single host (broadcast, multicast, unspecified).
+    if (!isSingleHostSource(buf, pkt.family, pkt.l3Offset)) return;
     const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
     const pos = this.extraPos + gap;
     const scratch = batch.extraBuf;

@@ -134,6 +134,23 @@ function readWord32(buf: Uint8Array, pos: number): number {
 }
 
 /**
+ * Whether the source address of the IP packet whose header starts at `l3` names one host, so that
+ * an ICMP answer or error may go to it (RFC 1122 3.2.1.3 and 3.2.2, RFC 4443 2.4): not IPv4
+ * 0.0.0.0/8, multicast or 240.0.0.0/4 (the limited broadcast among them), not IPv6 :: or multicast.
+ * A directed broadcast (a subnet's last address) cannot be told from here.
+ */
+export function isSingleHostSource(buf: Uint8Array, family: number, l3: number): boolean {
+  if (family === 4) {
+    const first = buf[l3 + 12]!;
+    return first !== 0 && first < 224;
+  }
+  const src = l3 + 8;
+  if (buf[src] === 0xff) return false;
+  for (let i = 0; i < 16; i++) if (buf[src + i] !== 0) return true;
+  return false;
+}
+
+/**
  * Turns the ICMP echo request (type 8) / ICMPv6 echo request (128) parsed into `pkt` into its
  * reply in place: Ethernet addresses swapped, IP addresses swapped (the reply comes from the VIP),
  * TTL / hop limit 64, type 0 / 129; the IPv4 header checksum and the ICMP/ICMPv6 checksum are
@@ -141,7 +158,8 @@ function readWord32(buf: Uint8Array, pos: number): number {
  * ICMPv6 pseudo-header sum as they are). The VLAN tag, DSCP/ECN, identifier, sequence and data
  * stay. Returns the reply frame's length (it starts at pkt.frameOffset and ends with the IP
  * packet: Ethernet padding is left out), or -DropReason: icmpToVip for anything else, including
- * fragments, IPv4 options and IPv6 extension headers (never answered); truncatedIcmp when the
+ * fragments, IPv4 options, IPv6 extension headers and a source that is no single host (never
+ * answered); truncatedIcmp when the
  * echo header is cut. A partial checksum must be completed before (checksum.ts).
  */
 export function buildEchoReply(buf: Uint8Array, pkt: ParsedPacket): number {
@@ -160,6 +178,7 @@ export function buildEchoReply(buf: Uint8Array, pkt: ParsedPacket): number {
   } else {
     return ERR_NOT_HANDLED;
   }
+  if (!isSingleHostSource(buf, family, l3)) return ERR_NOT_HANDLED;
   if (l4 + ICMP_HEADER_BYTES > pkt.l3End || pkt.l3End > buf.length) return ERR_TRUNCATED_ICMP;
 
   const frame = pkt.frameOffset;

@@ -189,6 +189,26 @@ describe('buildEchoReply', () => {
     expect(hex(built)).toBe(hex(fromHex(expected)));
   });
 
+  it('answers no echo request from a source that is no single host (broadcast, multicast, 0/8, 240/4; IPv6 :: and multicast), leaving the frame as it was', () => {
+    const v4 = ['255.255.255.255', '224.0.0.1', '239.1.2.3', '0.0.0.0', '240.0.0.1'].map((src) => toLb(ETH_IPV4, ipv4({ src, dst: VIP4, proto: 1 }, icmpEcho({ id: 1, seq: 1 }))));
+    const v6 = ['::', 'ff02::1', 'ff0e::5'].map((src) =>
+      toLb(ETH_IPV6, ipv6({ src, dst: VIP6, nextHeader: 58 }, icmpv6({ type: 128, rest: (1 << 16) | 1 }, 'ab', { src, dst: VIP6 }))),
+    );
+    for (const request of [...v4, ...v6]) {
+      const { buf, pkt } = parsed(request);
+      const before = hex(buf);
+      expect(buildEchoReply(buf, pkt)).toBe(-DropReason.icmpToVip);
+      expect(hex(buf)).toBe(before);
+    }
+    // The edges that are single hosts: 1.0.0.0 and 223.255.255.255, ::1.
+    for (const src of ['1.0.0.0', '223.255.255.255']) {
+      const { buf, pkt } = parsed(toLb(ETH_IPV4, ipv4({ src, dst: VIP4, proto: 1 }, icmpEcho({ id: 1, seq: 1 }))));
+      expect(buildEchoReply(buf, pkt)).toBeGreaterThan(0);
+    }
+    const { buf, pkt } = parsed(toLb(ETH_IPV6, ipv6({ src: '::1', dst: VIP6, nextHeader: 58 }, icmpv6({ type: 128, rest: 1 }, 'ab', { src: '::1', dst: VIP6 }))));
+    expect(buildEchoReply(buf, pkt)).toBeGreaterThan(0);
+  });
+
   it('returns the length without Ethernet padding for a padded minimum frame', () => {
     const request = concat(toLb(ETH_IPV4, ipv4({ src: CLIENT4, dst: VIP4, proto: 1 }, icmpEcho({ id: 1, seq: 2 }))), new Uint8Array(18));
     expect(request.length).toBe(60);

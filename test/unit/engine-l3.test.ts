@@ -152,6 +152,16 @@ describe('engine: IPIP forwarding', () => {
     expect(counters[Counter.icmpTooBigSent]).toBe(1);
   });
 
+  it('sends no fragmentation-needed to a source that is no single host, and still drops the packet', () => {
+    const { io, counters } = setup();
+    for (const src of ['255.255.255.255', '224.0.0.9', '0.0.0.0']) {
+      const big = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src, dst: VIP, proto: 6, df: true, id: 7 }, tcp({ sport: 40001, dport: 80, flags: 0x10, seq: 1000, ack: 1 }, new Uint8Array(1460), { src, dst: VIP })));
+      expect(io.inject([big])).toHaveLength(0);
+      expect(io.lastVerdicts()[0]).toBe(-DropReason.packetTooBig);
+    }
+    expect(counters[Counter.icmpTooBigSent]).toBe(0);
+  });
+
   it('limits too-big messages per client too: one client sending big packets leaves the others theirs', () => {
     const { io, counters } = setup();
     let toFirst = 0;
