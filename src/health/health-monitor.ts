@@ -73,6 +73,8 @@ interface Watch {
   /** A slot came while the probe ran (timeout near the interval): the next probe starts when it ends. */
   slotMissed: boolean;
   nextStartMs: number;
+  /** When the timer fires (the first probe's time, before it ran). */
+  timerAtMs: number;
   lastDurationMs: number | null;
   stopped: boolean;
   /** Its first probe has started (until then nextStartMs is the slot before the first). */
@@ -167,6 +169,7 @@ export class HealthMonitor extends EventEmitter {
       running: null,
       slotMissed: false,
       nextStartMs: startMs,
+      timerAtMs: startMs,
       lastDurationMs: null,
       stopped: false,
       // A probe carried over from the old one is scheduled on its slots, not a first probe's.
@@ -174,7 +177,12 @@ export class HealthMonitor extends EventEmitter {
     };
     if (prober === null) return watch;
     if (carried) {
-      this.schedule(watch, Math.max(startMs, previous.nextStartMs));
+      // At the old probe's next slot; when the interval changed too, at the last slot plus the
+      // new interval, as for a change of timing alone (at the old one's, a shorter interval
+      // waited up to a whole old interval for the new probe).
+      const oldIntervalMs = previous.target.check.intervalMs;
+      const next = previous.probed ? previous.nextStartMs - oldIntervalMs + check.intervalMs : previous.nextStartMs;
+      this.schedule(watch, Math.max(startMs, next));
       return watch;
     }
     // Spread over the interval so that probes do not march in step, but the first within
@@ -195,8 +203,13 @@ export class HealthMonitor extends EventEmitter {
     if (watch.prober === null || target.check.intervalMs === oldIntervalMs) return;
     if (!watch.probed) {
       // The first probe is still to come, within its second: it stays; the probes after it keep
-      // their place in the interval (the slot before the first is phase - interval).
-      watch.nextStartMs += oldIntervalMs - target.check.intervalMs;
+      // their place in the interval (the slot before the first is phase - interval), taken
+      // modulo the new interval so that the second probe comes within one new interval of the
+      // first (a 60 s interval cut to 2 s had waited for the old phase, up to 60 s).
+      const newIntervalMs = target.check.intervalMs;
+      let slot = watch.nextStartMs + oldIntervalMs - newIntervalMs;
+      if (slot > watch.timerAtMs) slot -= Math.ceil((slot - watch.timerAtMs) / newIntervalMs) * newIntervalMs;
+      watch.nextStartMs = slot;
       return;
     }
     if (watch.timer !== null) this.clock.clearTimeout(watch.timer);
@@ -219,6 +232,7 @@ export class HealthMonitor extends EventEmitter {
   /** The next probe at `atMs`, counted as the slot `slotMs` (the next slots follow it by the interval). */
   private schedule(watch: Watch, atMs: number, slotMs = atMs): void {
     watch.nextStartMs = slotMs;
+    watch.timerAtMs = atMs;
     watch.timer = this.clock.setTimeout(() => this.tick(watch), Math.max(0, atMs - this.mono()));
   }
 
