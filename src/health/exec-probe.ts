@@ -1,7 +1,7 @@
 // The exec probe: run the check command through /bin/sh -c with DSRLB_REAL, DSRLB_PORT, DSRLB_VIP
 // and DSRLB_SERVICE set; exit status 0 means up. The command runs in its own process group, which
-// is killed (SIGKILL) at the timeout, or when the shell exits leaving children that hold its pipes,
-// together with every process below the shell (some, like timeout(1), leave its group).
+// is killed (SIGKILL) when the shell exits and at the timeout, then together with every process
+// below the shell (some, like timeout(1), leave its group).
 
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -69,6 +69,10 @@ export class ExecProber implements Prober {
         verdict(code, signalName);
       });
       child.once('exit', (code, signalName) => {
+        // What the shell left in its group (a background job with its output redirected holds no
+        // pipe, so 'close' does not wait for it) goes with it. The group id cannot have been
+        // reused while a member lives; with none left the kill finds nothing.
+        if (child.pid !== undefined) kill(-child.pid);
         setTimeout(() => verdict(code, signalName), EXIT_GRACE_MS);
       });
     });

@@ -322,9 +322,10 @@ describe('exec probe', () => {
       const pid = Number(readFileSync(pidFile, 'utf8'));
       expect(pid).toBeGreaterThan(1);
       // Gone, or a zombie waiting for a reaper (a container's PID 1 may not reap): not running.
+      // (sh): the background job's fork, killed before it ran sleep.
       await new Promise((resolve) => setTimeout(resolve, 50));
       const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, 'utf8') : '';
-      expect(stat === '' || /^\d+ \(sleep\) Z/.test(stat)).toBe(true);
+      expect(stat === '' || /^\d+ \((sleep|sh)\) Z/.test(stat)).toBe(true);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -368,7 +369,23 @@ describe('exec probe', () => {
       const pid = Number(readFileSync(pidFile, 'utf8'));
       await new Promise((resolve) => setTimeout(resolve, 50));
       const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, 'utf8') : '';
-      expect(stat === '' || /^\d+ \(sleep\) Z/.test(stat)).toBe(true);
+      expect(stat === '' || /^\d+ \((sleep|sh)\) Z/.test(stat)).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a background child with its output redirected (no pipe held) is killed when the shell exits too', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-health-exec-'));
+    try {
+      const pidFile = join(dir, 'sleep.pid');
+      const r = await probe(exec, execTarget(`sleep 10 >/dev/null 2>&1 & echo $! > ${pidFile}; exit 0`), 1000);
+      expect(r.ok).toBe(true);
+      const pid = Number(readFileSync(pidFile, 'utf8'));
+      expect(pid).toBeGreaterThan(1);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, 'utf8') : '';
+      expect(stat === '' || /^\d+ \((sleep|sh)\) Z/.test(stat)).toBe(true);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
