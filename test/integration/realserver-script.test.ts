@@ -652,8 +652,17 @@ describe('mode ipip', () => {
       expect(await h.state()).toContain('sysctl all rp_filter 1 0\n');
       const r = await h.script(['remove', '--vip', VIP]);
       expect(r.code).toBe(0);
-      expect(r.stdout).toContain('left net.ipv4.conf.all.rp_filter=0: dsrlb decap (dsrlb-decap0) still needs it');
+      expect(r.stdout).toContain('left net.ipv4.conf.all.rp_filter=0: dsrlb decap (dsrlb-decap0) still needs it (remove again once it has stopped puts back 1)');
       expect(await h.sysctl('all', 'rp_filter')).toBe('0');
+      // The record stays: once decap has stopped (found 0, it restores nothing), remove puts the
+      // operator's value back.
+      expect(await h.state()).toBe('sysctl all rp_filter 1 0\n');
+      await h.sh('ip link del dsrlb-decap0');
+      const again = await h.script(['remove', '--vip', VIP]);
+      expect(again.code).toBe(0);
+      expect(lines(again.stdout)).toContain('restored net.ipv4.conf.all.rp_filter=1');
+      expect(await h.sysctl('all', 'rp_filter')).toBe('1');
+      await expect(h.state()).rejects.toThrow(/ENOENT/);
     });
   });
 });
