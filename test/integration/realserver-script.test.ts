@@ -389,9 +389,11 @@ describe('mode ipip', () => {
         const ok = await h.script(['check', '--vip', VIP]);
         expect([ok.code, ok.stdout]).toEqual([0, expect.stringMatching(/^ok: /)]);
         const missing = `the running dsrlb decap does not decapsulate for ${other} (not among its --vip): their packets are dropped: add them to VIPS= in /etc/dsrlb/decap-eth0.env and run: systemctl restart dsrlb-decap@eth0.service (or restart dsrlb decap with them)`;
+        // Not "setup ok": its own check rejects it (exit 2, as for a missing tunnel).
         const setup = await h.script(['setup', '--vip', other, '--mode', 'ipip']);
-        expect(setup.code).toBe(0);
-        expect(setup.stderr).toBe(`dsrlb-realserver: warning: ${missing}\n`);
+        expect(setup.code).toBe(2);
+        expect(setup.stderr).toBe(`dsrlb-realserver: ${missing}\ndsrlb-realserver: setup incomplete (mode ipip, VIPs ${other})\n`);
+        expect(setup.stdout).not.toContain('setup ok');
         const check = await h.script(['check', '--vip', `${VIP},${other}`]);
         expect([check.code, check.stdout]).toEqual([1, `${missing}\n`]);
       } finally {
