@@ -181,9 +181,12 @@ export class Engine {
         c[Counter.dropBase - v]++;
       }
     }
+    // The frames the engine built (ICMP errors, outer fragments, GSO segments) go out too.
+    const extras = batch.extraCount;
+    for (let e = 0; e < extras; e++) txBytes += batch.extraLengths[e]!;
     c[Counter.rxPackets] += n;
     c[Counter.rxBytes] += rxBytes;
-    c[Counter.txPackets] += txPackets;
+    c[Counter.txPackets] += txPackets + extras;
     c[Counter.txBytes] += txBytes;
     c[Counter.passedPackets] += passed;
     c[Counter.batches]++;

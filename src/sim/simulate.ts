@@ -132,6 +132,8 @@ class Simulation {
   private readonly flowsStarted = new Map<number, number>();
   private readonly heap: FlowRun[] = [];
   private packetsSent = 0;
+  /** Packets the engine forwarded (VERDICT_TX; tx counters also count frames it built). */
+  private packetsForwarded = 0;
   /** Ids of flows forwarded to more than one real. */
   private readonly moved = new Set<string>();
 
@@ -347,6 +349,7 @@ class Simulation {
     engine.processBatch(b, nowMs);
     const verdict = b.verdicts[0]!;
     if (verdict === VERDICT_TX) {
+      this.packetsForwarded++;
       const realId = simRealIdOfFrame(b.buf, b.txOffsets[0]!);
       if (realId < 0) throw new Error('simulate: a frame left for a MAC that is no simulated real');
       const active = flows.activeByReal[realId]!;
@@ -448,7 +451,7 @@ class Simulation {
       endMs,
       flows: flowRecords.length,
       movedFlows: movedIds.size,
-      packets: { sent: this.packetsSent, forwarded: c[Counter.txPackets] ?? 0, dropped },
+      packets: { sent: this.packetsSent, forwarded: this.packetsForwarded, dropped },
       droppedByReason,
       services,
     };

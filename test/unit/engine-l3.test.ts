@@ -193,12 +193,15 @@ describe('engine: IPIP forwarding', () => {
     for (const f of pieces) expect(f.length - 14).toBeLessThanOrEqual(1400);
   });
 
-  it('sends an IPv4 packet without DF as outer fragments that fit the MTU', () => {
-    const { io } = setup();
+  it('sends an IPv4 packet without DF as outer fragments that fit the MTU, each counted as sent', () => {
+    const { io, counters } = setup();
     const big = tcp4(40002, 0x10, new Uint8Array(1460), false);
     const out = io.inject([big]);
     expect(io.lastVerdicts()[0]).toBe(VERDICT_TX);
     expect(out).toHaveLength(2);
+    // Every frame handed to the kernel: both fragments and their bytes.
+    expect(counters[Counter.txPackets]).toBe(2);
+    expect(counters[Counter.txBytes]).toBe(out[0]!.length + out[1]!.length);
     for (const f of out) expect(f.length - 14).toBeLessThanOrEqual(1500);
     const first = parsed(out[0]!);
     const second = parsed(out[1]!);
