@@ -108,9 +108,16 @@ class EchoChannel {
         : { protocol: raw.Protocol.ICMP, addressFamily: raw.AddressFamily.IPv4 },
     );
     socket.on('message', (buffer, source) => this.onMessage(buffer, source));
-    // raw-socket closes the socket after an error: fail the waiting probes and reopen next time.
+    // Fail the waiting probes and reopen next time. raw-socket closes the socket itself after a
+    // send or poll error but not after a receive error, so close it here too (closing twice is
+    // harmless): a socket dropped open would go on receiving every ICMP packet of the host.
     socket.on('error', (error) => {
       if (this.socket === socket) this.socket = null;
+      try {
+        socket.close();
+      } catch {
+        // closed already
+      }
       const outcome = fail('error', `raw ICMP socket: ${oneLine(error.message)}`);
       for (const waiter of [...this.waiting.values()]) waiter.resolve(outcome);
     });

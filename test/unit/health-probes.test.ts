@@ -413,6 +413,23 @@ describe('icmp probe (raw sockets: runs as root)', () => {
     expect(icmp.pending).toBe(0);
   });
 
+  it('a socket error closes the socket (raw-socket leaves it open after a receive error) and the next probe opens another', async () => {
+    const icmp = new IcmpProber();
+    const sockets = () => readdirSync('/proc/self/fd').filter((fd) => readlinkSafe(`/proc/self/fd/${fd}`).startsWith('socket:')).length;
+    const before = sockets();
+    type Channel = { socket: { emit(e: string, err: Error): void } | null; open(): { emit(e: string, err: Error): void } };
+    const channel = (icmp as unknown as { v4: Channel }).v4;
+    const socket = channel.open();
+    expect(sockets()).toBe(before + 1);
+    // As raw-socket's receive path reports one: 'error' without closing.
+    socket.emit('error', new Error('recv failed'));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(channel.socket).toBeNull();
+    expect(sockets()).toBe(before);
+    expect((await probe(icmp, target(0, { type: 'icmp' }))).ok).toBe(true);
+    expect(icmp.pending).toBe(0);
+  });
+
   it('an address that does not answer fails with timeout (or unreachable), on time', async () => {
     const icmp = new IcmpProber();
     // TEST-NET-1 (RFC 5737): nothing answers; without a route the send fails as unreachable.
