@@ -136,18 +136,16 @@ function parseRequestCount(text: string): number {
 const NO_COMMAND = 'name a command (dsrlb --help lists them)';
 
 export async function main(args: string[]): Promise<number> {
-  if (args[0] === 'run' || args[0] === 'decap') {
-    // A daemon whose log reader went away (journald restarted, a closed pipe) goes on forwarding
-    // and loses the later log lines: exiting there, without undoing its host changes, took a real
-    // server out of service until someone noticed (exit 0 is no failure to Restart=on-failure).
-    process.stdout.on('error', () => undefined);
-  } else {
-    // `dsrlb simulate X | head`: a reader that leaves early is no error.
-    process.stdout.on('error', (err: NodeJS.ErrnoException) => {
-      if (err.code !== 'EPIPE') throw err;
-      process.exit(0);
-    });
-  }
+  // `dsrlb simulate X | head`: a reader that leaves early is no error. A daemon (run, decap; set by
+  // their handlers, wherever the command word is) whose log reader went away (journald restarted,
+  // a closed pipe) goes on and loses the later log lines: exiting there, without undoing its host
+  // changes, took a real server out of service (exit 0 is no failure to Restart=on-failure).
+  let daemon = false;
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+    if (daemon) return;
+    if (err.code !== 'EPIPE') throw err;
+    process.exit(0);
+  });
   let exitCode = 0;
   const setExit = (p: Promise<number>): Promise<void> => p.then((c) => void (exitCode = c));
   const parser = yargs(args)
@@ -160,7 +158,7 @@ export async function main(args: string[]): Promise<number> {
       'run',
       'run the daemon in the foreground',
       (y) => configFileOption(y, 'config file'),
-      (a) => setExit(import('./run-command.js').then((m) => m.runDaemon(a.config))),
+      (a) => ((daemon = true), setExit(import('./run-command.js').then((m) => m.runDaemon(a.config)))),
     )
     .command(
       'validate',
@@ -325,7 +323,7 @@ export async function main(args: string[]): Promise<number> {
           .option('vip', { type: 'string', array: true, demandOption: true, describe: 'VIP(s) inner packets must be addressed to (comma-separated or repeated)' })
           .option('tun', { type: 'string', describe: 'TUN device name (default dsrlb-decap0)' })
           .option('allow-source', { type: 'string', array: true, describe: 'take tunnel packets only from these outer sources (the LBs), CIDR[,CIDR..]; default: any, as a kernel tunnel' }),
-      (a) => setExit(import('../decap/decap-command.js').then((m) => m.runDecap({ interface: a.interface, vips: a.vip.flatMap((v) => v.split(',')), tunName: a.tun, allowSources: a['allow-source'] }))),
+      (a) => ((daemon = true), setExit(import('../decap/decap-command.js').then((m) => m.runDecap({ interface: a.interface, vips: a.vip.flatMap((v) => v.split(',')), tunName: a.tun, allowSources: a['allow-source'] })))),
     )
     .command(
       'demo',

@@ -44,12 +44,14 @@ export class ExecProber implements Prober {
       child.stderr.on('data', keep);
       let settled = false;
       let pipesClosed = false;
+      let exited = false;
       const done = (outcome: ProbeOutcome): void => {
         if (settled) return;
         settled = true;
-        // Open pipes mean the shell, or a child it left behind, still runs: its process group is
-        // alive, so the id cannot have been reused. After 'close' there is nothing left to kill.
-        if (!pipesClosed) killTree(child.pid);
+        // Before the shell has exited its process group is alive, so the id cannot have been
+        // reused. After 'exit' the group was killed then (below); what still holds the pipes left
+        // the group, and the id may be free by now: it is not killed again.
+        if (!pipesClosed && !exited) killTree(child.pid);
         child.stdout.destroy();
         child.stderr.destroy();
         resolve(outcome);
@@ -69,6 +71,7 @@ export class ExecProber implements Prober {
         verdict(code, signalName);
       });
       child.once('exit', (code, signalName) => {
+        exited = true;
         // What the shell left in its group (a background job with its output redirected holds no
         // pipe, so 'close' does not wait for it) goes with it. The group id cannot have been
         // reused while a member lives; with none left the kill finds nothing.

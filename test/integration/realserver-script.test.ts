@@ -659,8 +659,12 @@ describe('mode ipip', () => {
       // The record stays: once decap has stopped (found 0, it restores nothing), remove puts the
       // operator's value back.
       expect(await h.state()).toBe('sysctl all rp_filter 1 0\n');
+      // Meanwhile an l2 VIP: setup leaves the kept record alone and stays idempotent.
+      expect((await h.script(['setup', '--vip', '10.0.0.101'])).code).toBe(0);
+      const same = await h.script(['setup', '--vip', '10.0.0.101']);
+      expect([same.code, lines(same.stdout).at(-1)]).toEqual([0, 'setup ok, nothing to change (mode l2, VIPs 10.0.0.101)']);
       await h.sh('ip link del dsrlb-decap0');
-      const again = await h.script(['remove', '--vip', VIP]);
+      const again = await h.script(['remove', '--vip', `${VIP},10.0.0.101`]);
       expect(again.code).toBe(0);
       expect(lines(again.stdout)).toContain('restored net.ipv4.conf.all.rp_filter=1');
       expect(await h.sysctl('all', 'rp_filter')).toBe('1');
