@@ -2,12 +2,12 @@
 // whose kernel has no ipip/ip6_tunnel: raw sockets read the tunnel packets, inner packets to the
 // given VIPs go to the local stack through a TUN device, everything else is counted and dropped.
 
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
 import { unicastProblem } from '../config/validate.js';
 import { InstanceLock, InstanceLockError } from '../control/instance-lock.js';
 import { createLogger, type Logger } from '../control/logger.js';
-import { loadNative } from '../io/native-binding.js';
+import { isNativeSystemError, loadNative, type DsrlbNative } from '../io/native-binding.js';
 import { DecapHost } from './decap-host.js';
 import { Decapsulator } from './decapsulator.js';
 import { VipSet } from './inner-packet.js';
@@ -81,18 +81,17 @@ function parseOptions(opts: DecapOptions): { vips: VipSet; ifname: string | unde
 }
 
 /**
- * Whether this network namespace has an interface `name`: /proc/net/dev is the reading process's
- * own namespace's (/sys/class/net is the namespace of whoever mounted /sys, the host's under
- * `nsenter --net`). An unreadable file counts as yes: only a device seen gone stops decap.
+ * Whether interface `name` is gone from this network namespace: the ioctl afpacket-io's
+ * interfaceLost() asks (a socket's namespace is the process's, whoever mounted /sys). Only ENODEV
+ * is gone; any other failure is no answer, and decap goes on.
  */
-function hasInterface(name: string): boolean {
-  let text: string;
+function interfaceGone(native: DsrlbNative, name: string): boolean {
   try {
-    text = readFileSync('/proc/net/dev', 'utf8');
-  } catch {
-    return true;
+    native.interfaceInfo(name);
+    return false;
+  } catch (err) {
+    return isNativeSystemError(err) && err.code === 'ENODEV';
   }
-  return text.split('\n').some((line) => line.trimStart().startsWith(`${name}:`));
 }
 
 /** VIPs that are not local addresses: the kernel would route their inner packets away, not deliver them. */
@@ -178,7 +177,7 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
     // A TUN device deleted under decap (`ip link del`) takes every packet with it while decap
     // looks alive: stop with an error instead, for systemd to start it again with a new device.
     tunTimer = setInterval(() => {
-      if (hasInterface(tun.name)) return;
+      if (!interfaceGone(native, tun.name)) return;
       log.error('the TUN device is gone: decap stops (under systemd it is started again)', { tun: tun.name });
       finish(EXIT_SYSTEM);
     }, TUN_CHECK_INTERVAL_MS);
