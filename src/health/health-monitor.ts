@@ -81,6 +81,15 @@ interface Watch {
   probed: boolean;
 }
 
+/**
+ * The next slot of a probed watch whose interval becomes `newIntervalMs`: its last planned slot
+ * plus the new interval (re-randomised, two probes could be nearly two intervals apart and a
+ * failure seen an interval late). `oldIntervalMs`: the interval its slots were planned with.
+ */
+function slotAfterIntervalChange(watch: Watch, newIntervalMs: number, oldIntervalMs = watch.target.check.intervalMs): number {
+  return watch.nextStartMs - oldIntervalMs + newIntervalMs;
+}
+
 /** Every real's first probe comes within this long of its start (or the interval, if shorter). */
 export const FIRST_PROBE_SPREAD_MS = 1000;
 
@@ -177,11 +186,9 @@ export class HealthMonitor extends EventEmitter {
     };
     if (prober === null) return watch;
     if (carried) {
-      // At the old probe's next slot; when the interval changed too, at the last slot plus the
-      // new interval, as for a change of timing alone (at the old one's, a shorter interval
-      // waited up to a whole old interval for the new probe).
-      const oldIntervalMs = previous.target.check.intervalMs;
-      const next = previous.probed ? previous.nextStartMs - oldIntervalMs + check.intervalMs : previous.nextStartMs;
+      // On the old probe's slots; when the interval changed too, as for a change of timing alone
+      // (at the old one's next slot, a shorter interval waited up to a whole old interval).
+      const next = previous.probed ? slotAfterIntervalChange(previous, check.intervalMs) : previous.nextStartMs;
       this.schedule(watch, Math.max(startMs, next));
       return watch;
     }
@@ -214,10 +221,7 @@ export class HealthMonitor extends EventEmitter {
     }
     if (watch.timer !== null) this.clock.clearTimeout(watch.timer);
     watch.timer = null;
-    // Slots follow the last planned one by the new interval (re-randomised, two probes could be
-    // nearly two intervals apart and a failure seen an interval late).
-    const lastSlotMs = watch.nextStartMs - oldIntervalMs;
-    this.schedule(watch, Math.max(this.mono(), lastSlotMs + target.check.intervalMs));
+    this.schedule(watch, Math.max(this.mono(), slotAfterIntervalChange(watch, target.check.intervalMs, oldIntervalMs)));
   }
 
   /**
