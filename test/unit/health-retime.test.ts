@@ -3,47 +3,13 @@
 // simulated clock, so the figures are exact.
 
 import { describe, expect, it } from 'vitest';
-import { HealthMonitor, type Clock, type HealthTarget, type Prober } from '../../src/health/health-monitor.js';
+import { HealthMonitor, type HealthTarget, type Prober } from '../../src/health/health-monitor.js';
 import type { HealthCheckConfig } from '../../src/config/types.js';
 import { healthCheck } from '../support/health-check.js';
+import { ManualClock } from '../support/manual-clock.js';
 
-/** A clock whose timers run only when advance() passes their time, in order. */
-class SimulatedClock implements Clock {
-  nowMs = 0;
-  private timers: { at: number; fn: () => void; id: number }[] = [];
-  private nextId = 1;
-  now(): number {
-    return this.nowMs;
-  }
-  monotonicMs(): number {
-    return this.nowMs;
-  }
-  setTimeout(fn: () => void, delayMs: number): number {
-    const id = this.nextId++;
-    this.timers.push({ at: this.nowMs + Math.max(0, delayMs), fn, id });
-    return id;
-  }
-  clearTimeout(handle: unknown): void {
-    this.timers = this.timers.filter((t) => t.id !== handle);
-  }
-  /** Runs every timer due up to nowMs + ms, letting the probes' promises settle after each. */
-  async advance(ms: number): Promise<void> {
-    const end = this.nowMs + ms;
-    for (;;) {
-      this.timers.sort((a, b) => a.at - b.at || a.id - b.id);
-      const t = this.timers[0];
-      if (t === undefined || t.at > end) break;
-      this.timers.shift();
-      this.nowMs = t.at;
-      t.fn();
-      for (let i = 0; i < 10; i++) await Promise.resolve();
-    }
-    this.nowMs = end;
-  }
-}
-
-function setup(random: number): { clock: SimulatedClock; monitor: HealthMonitor; starts: number[]; target: (over: Partial<HealthCheckConfig>) => HealthTarget } {
-  const clock = new SimulatedClock();
+function setup(random: number): { clock: ManualClock; monitor: HealthMonitor; starts: number[]; target: (over: Partial<HealthCheckConfig>) => HealthTarget } {
+  const clock = new ManualClock();
   const starts: number[] = [];
   const prober: Prober = { probe: async () => (starts.push(clock.nowMs), { ok: true }) };
   const monitor = new HealthMonitor({ clock, random: () => random, probers: { tcp: prober } });

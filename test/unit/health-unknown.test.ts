@@ -13,7 +13,8 @@ import { stubbedDaemon } from '../support/stubbed-daemon.js';
 import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
 import { eligibility } from '../../src/health/eligibility.js';
 import { HealthMonitor } from '../../src/health/health-monitor.js';
-import { OK, type Clock, type Prober } from '../../src/health/probe.js';
+import { OK, type Prober } from '../../src/health/probe.js';
+import { ManualClock } from '../support/manual-clock.js';
 
 describe('eligibility', () => {
   it('keeps the flows of a real not proven up yet, gives it no new ones, and moves a confirmed-down real\'s', () => {
@@ -25,36 +26,6 @@ describe('eligibility', () => {
     expect(eligibility({ ...active, intent: 'disabled', health: 'unknown' })).toBe('none');
   });
 });
-
-class ManualClock implements Clock {
-  t = 1_000_000;
-  private timers: { at: number; fn: () => void; id: number }[] = [];
-  private n = 0;
-  now(): number {
-    return this.t;
-  }
-  setTimeout(fn: () => void, delayMs: number): number {
-    const id = ++this.n;
-    this.timers.push({ at: this.t + delayMs, fn, id });
-    return id;
-  }
-  clearTimeout(h: unknown): void {
-    this.timers = this.timers.filter((x) => x.id !== h);
-  }
-  async advance(ms: number): Promise<void> {
-    const end = this.t + ms;
-    for (;;) {
-      this.timers.sort((a, b) => a.at - b.at);
-      const next = this.timers[0];
-      if (!next || next.at > end) break;
-      this.timers.shift();
-      this.t = next.at;
-      next.fn();
-      for (let i = 0; i < 10; i++) await Promise.resolve();
-    }
-    this.t = end;
-  }
-}
 
 let dir: string;
 beforeEach(() => {
@@ -84,7 +55,7 @@ function daemonWithHealthyReals(whenAllDown: string, dead: readonly string[] = [
     broadcast: (m) => void (m.type === 'snapshot' && snapshots.push(m.snapshot)),
   });
   const inside = stubbed as typeof stubbed & { health: HealthMonitor; reals: Map<string, { id: number }> };
-  const clock = new ManualClock();
+  const clock = new ManualClock(1_000_000);
   const offsets = [0, 0.5, 0.9];
   let k = 0;
   const prober: Prober = { probe: async (t) => (dead.includes(t.address) ? { ok: false, reason: 'refused', detail: 'connection refused' } : OK) };
