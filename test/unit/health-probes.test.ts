@@ -294,6 +294,17 @@ describe('udp probe', () => {
   });
 });
 
+/**
+ * The background `sleep` of an exec check, 50 ms after its probe: gone, or a zombie waiting for a
+ * reaper (a container's PID 1 may not reap), so not running. (sh): the background job's fork,
+ * killed before it ran sleep.
+ */
+async function expectNotRunning(pid: number): Promise<void> {
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, 'utf8') : '';
+  expect(stat === '' || /^\d+ \((sleep|sh)\) Z/.test(stat)).toBe(true);
+}
+
 describe('exec probe', () => {
   const exec = new ExecProber();
   const execTarget = (command: string): ProbeTarget => ({ ...target(8080, { type: 'exec', command }), address: '127.0.0.7' });
@@ -321,11 +332,7 @@ describe('exec probe', () => {
       expect(performance.now() - started).toBeLessThan(400);
       const pid = Number(readFileSync(pidFile, 'utf8'));
       expect(pid).toBeGreaterThan(1);
-      // Gone, or a zombie waiting for a reaper (a container's PID 1 may not reap): not running.
-      // (sh): the background job's fork, killed before it ran sleep.
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, 'utf8') : '';
-      expect(stat === '' || /^\d+ \((sleep|sh)\) Z/.test(stat)).toBe(true);
+      await expectNotRunning(pid);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -367,9 +374,7 @@ describe('exec probe', () => {
       expect(r.ok).toBe(true);
       expect(performance.now() - started).toBeLessThan(200);
       const pid = Number(readFileSync(pidFile, 'utf8'));
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, 'utf8') : '';
-      expect(stat === '' || /^\d+ \((sleep|sh)\) Z/.test(stat)).toBe(true);
+      await expectNotRunning(pid);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -383,9 +388,7 @@ describe('exec probe', () => {
       expect(r.ok).toBe(true);
       const pid = Number(readFileSync(pidFile, 'utf8'));
       expect(pid).toBeGreaterThan(1);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      const stat = existsSync(`/proc/${pid}/stat`) ? readFileSync(`/proc/${pid}/stat`, 'utf8') : '';
-      expect(stat === '' || /^\d+ \((sleep|sh)\) Z/.test(stat)).toBe(true);
+      await expectNotRunning(pid);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
