@@ -2,7 +2,7 @@
 // rounds, then a full collection, then the measured rounds, and the heap's growth over them and
 // the collections during them. Run in a child process by test/unit/engine-no-alloc.test.ts, with
 // the flags it needs whatever vitest's own are:
-//   node --expose-gc --max-semi-space-size=1 --import ./test/support/ts-loader.mjs \
+//   node --expose-gc --max-semi-space-size=1 --no-concurrent-recompilation --import ./test/support/ts-loader.mjs \
 //     test/support/engine-alloc-harness.ts [part of a path name]
 // Prints one JSON line per path (Result). ALLOC_PROFILE=1 also prints where a path allocates.
 // With --no-turbo-inlining too, it shows the worst case: every value boxed at a call boundary
@@ -98,8 +98,9 @@ async function run(path: Path): Promise<Result> {
   try {
     path.prepare(warmupRounds);
     for (let r = 0; r < warmupRounds; r++) path.round();
-    // Code optimised on the compiler's thread is installed at the next rounds: a pause, then a
-    // quarter more rounds, so that this happens before the measurement and not in it.
+    // Run as the test does (--no-concurrent-recompilation) code is optimised in the warm-up itself;
+    // run without it, code optimised on the compiler's thread is installed at the next rounds: a
+    // pause, then a quarter more rounds, so that this happens before the measurement either way.
     await new Promise((resolve) => setTimeout(resolve, 20));
     const more = Math.ceil(warmupRounds / 4);
     path.prepare(more);
