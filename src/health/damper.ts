@@ -17,6 +17,8 @@ export class HealthDamper {
   private failureCount = 0;
   private lastErrorText: string | null = null;
   private settledValue: boolean;
+  /** Up by assumption, never probed (a check switched on where there was none): the first failure decides. */
+  private assumedUp = false;
 
   /**
    * A probed real starts 'down' and unsettled (its health is unknown, and unknown takes no new
@@ -40,7 +42,21 @@ export class HealthDamper {
   static continuing(settings: DamperSettings, from: HealthDamper): HealthDamper {
     const d = new HealthDamper(settings, from.sinceMs, from.stateValue);
     d.settledValue = from.settledValue;
+    d.assumedUp = from.assumedUp;
     d.lastErrorText = from.lastErrorText;
+    return d;
+  }
+
+  /**
+   * A damper for the first probe of a real that had none (a reload switched a check on): it stays
+   * up, as it was, and keeps its flows and new ones, but nothing has seen it alive, so the first
+   * result decides as for a real at start: one failure takes it down (HAProxy's servers start "up,
+   * going down"). Making it unproven instead took every real of the service out of new flows until
+   * its first probe: dropped, or a fail-open panic.
+   */
+  static firstProbeAfterNone(settings: DamperSettings, from: HealthDamper): HealthDamper {
+    const d = new HealthDamper(settings, from.sinceMs, 'up');
+    d.assumedUp = true;
     return d;
   }
 
@@ -91,18 +107,20 @@ export class HealthDamper {
       this.successCount++;
       this.failureCount = 0;
       this.lastErrorText = null;
+      this.assumedUp = false;
       if (!this.settledValue || (this.stateValue === 'down' && this.successCount >= this.settings.rise)) return this.flip('up', nowMs);
     } else {
       this.failureCount++;
       this.successCount = 0;
       this.lastErrorText = error ?? 'failed';
-      if (!this.settledValue || (this.stateValue === 'up' && this.failureCount >= this.settings.fall)) return this.flip('down', nowMs);
+      if (!this.settledValue || this.assumedUp || (this.stateValue === 'up' && this.failureCount >= this.settings.fall)) return this.flip('down', nowMs);
     }
     return false;
   }
 
   private flip(to: DampedState, nowMs: number): true {
     this.settledValue = true;
+    this.assumedUp = false;
     this.stateValue = to;
     this.sinceMs = nowMs;
     return true;

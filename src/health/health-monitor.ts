@@ -123,10 +123,12 @@ export class HealthMonitor extends EventEmitter {
    * keeps its state and its place in time; any other change starts the new probe from what the
    * old one decided (an up real stays up until the new probe fails `fall` times: a reload of every
    * LB at once must not make every real unknown, which withdrew the VIPs or sent fail-open services
-   * into panic), at the old probe's next slot.
+   * into panic), at the old probe's next slot. A check switched on where there was none keeps the
+   * reals up until their first probe, within FIRST_PROBE_SPREAD_MS, which decides.
    */
   setTargets(targets: readonly HealthTarget[]): void {
     const wanted = new Map<string, HealthTarget>();
+    const flipped: Watch[] = [];
     for (const t of targets) {
       if (wanted.has(t.key)) throw new Error(`health target key ${JSON.stringify(t.key)} appears twice`);
       wanted.set(t.key, t);
@@ -146,8 +148,12 @@ export class HealthMonitor extends EventEmitter {
         continue;
       }
       if (old) this.stopWatch(old);
-      this.watches.set(key, this.startWatch(target, old));
+      const watch = this.startWatch(target, old);
+      this.watches.set(key, watch);
+      // A check switched off: a real seen down (or not yet seen) is up now, said as a probe's change is.
+      if (old && old.damper.state !== watch.damper.state) flipped.push(watch);
     }
+    for (const watch of flipped) this.emit('change', watch.target.key, record(watch));
   }
 
   fact(key: string): HealthFactRecord | undefined {
@@ -169,10 +175,14 @@ export class HealthMonitor extends EventEmitter {
     const prober = check.type === 'none' ? null : (this.probers[check.type] ?? null);
     if (check.type !== 'none' && prober === null) throw new Error(`no prober for health-check type ${check.type}`);
     const carried = prober !== null && previous !== undefined && previous.prober !== null;
+    let damper: HealthDamper;
+    if (carried) damper = HealthDamper.continuing(check, previous.damper);
+    else if (prober !== null && previous !== undefined) damper = HealthDamper.firstProbeAfterNone(check, previous.damper);
+    else damper = new HealthDamper(check, now, prober === null ? 'up' : 'down');
     const watch: Watch = {
       target,
       probeTarget: { address: target.address, port: check.port, vip: target.vip, service: target.service, check },
-      damper: carried ? HealthDamper.continuing(check, previous.damper) : new HealthDamper(check, now, prober === null ? 'up' : 'down'),
+      damper,
       prober,
       timer: null,
       running: null,

@@ -362,8 +362,8 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
     const kept = cfg1.reals.some((r) => cfg0.reals.some((o) => o.address === r.address));
     const hc1 = cfg1.healthCheck;
     const allDown = cfg1.whenAllDown === 'failOpen' ? 'new flows go to every wanted real (panic)' : 'new flows are dropped (whenAllDown: drop)';
-    if (diff.healthOnApply === 'startDown' && kept) {
-      warn('HEALTH_CHECK_ENABLED', name, `healthCheck of ${name} none -> ${hc1.type}: every real is unproven until its first probe, within a second, which decides up or down; until then ${allDown} (none is up yet), and existing flows stay on their reals`);
+    if (diff.healthOnApply === 'firstProbeDecides' && kept) {
+      warn('HEALTH_CHECK_ENABLED', name, `healthCheck of ${name} none -> ${hc1.type}: every real stays up until its first probe, within a second, and one that fails it goes down at once (its flows move); if the probe fails everywhere (a wrong path or port), ${allDown}`);
     } else if (diff.healthOnApply === 'newProbe' && kept) {
       const causes = healthCheckParts(probeChanges(diff.settingsChanged));
       const fallTime = `${hc1.fall} failed probe${hc1.fall === 1 ? '' : 's'}${hc1.fall === 1 ? '' : ` ${formatDurationMs(hc1.intervalMs)} apart`}`;
@@ -457,7 +457,8 @@ function applyLiveReals(before: readonly ServiceState[], after: readonly Service
     const old = before.find((o) => o.identity === s.identity);
     if (old === undefined) continue;
     const onApply = diffService(old.config, s.config).healthOnApply;
-    const healthKept = onApply === 'kept' || onApply === 'newProbe';
+    // A check switched on keeps the reals up until its first probe: as live (up, unless drained).
+    const healthKept = onApply !== 'upAtOnce';
     for (const r of s.reals) {
       const l = byKey.get(RealRegistry.keyOf(s.identity, r.address));
       if (l === undefined) continue;
@@ -665,7 +666,7 @@ function settingLines(s: ServicePlan): string[] {
 const HEALTH_ON_APPLY_TEXT: Readonly<Record<HealthOnApply, string>> = {
   kept: 'reals keep their health',
   newProbe: 'reals keep their state until the new probe decides otherwise',
-  startDown: 'every real is unproven until its first probe',
+  firstProbeDecides: 'every real stays up until its first probe decides',
   upAtOnce: 'every real counts as up at once',
 };
 

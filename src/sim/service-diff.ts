@@ -35,10 +35,11 @@ export interface RealChange {
  * What the daemon's health monitor does to the reals a service keeps when the change is applied:
  * `kept`: same probe (or only its timing, or the service's name, changed), they keep their health;
  * `newProbe`: a setting other than timing changed: they keep their state until the new probe
- * decides otherwise (`fall` failures take an up real down); `startDown`: a check switched on, they
- * are unproven until its first probe; `upAtOnce`: the check is switched off.
+ * decides otherwise (`fall` failures take an up real down); `firstProbeDecides`: a check switched on,
+ * they stay up until its first probe, within a second, and one failure takes a real down;
+ * `upAtOnce`: the check is switched off.
  */
-export type HealthOnApply = 'kept' | 'newProbe' | 'startDown' | 'upAtOnce';
+export type HealthOnApply = 'kept' | 'newProbe' | 'firstProbeDecides' | 'upAtOnce';
 
 export interface ServiceDiff {
   /** Changed service settings other than scheduler and forwarding (plan carries those apart) and reals. */
@@ -83,7 +84,7 @@ export function diffService(a: ServiceConfig, b: ServiceConfig): ServiceDiff {
     a.forwarding === b.forwarding ? [] : b.reals.filter((r) => r.forwarding !== b.forwarding && reals0.get(r.address)?.forwarding === r.forwarding).map((r) => r.address);
   let healthOnApply: HealthOnApply = 'kept';
   if (b.healthCheck.type === 'none') healthOnApply = a.healthCheck.type === 'none' ? 'kept' : 'upAtOnce';
-  else if (a.healthCheck.type === 'none') healthOnApply = 'startDown';
+  else if (a.healthCheck.type === 'none') healthOnApply = 'firstProbeDecides';
   else if (probeChanged) healthOnApply = 'newProbe';
   return { settingsChanged, realsAdded, realsRemoved, realsChanged, realsKeepingForwarding, healthOnApply };
 }

@@ -144,6 +144,22 @@ describe('HealthDamper alone', () => {
     expect(d.since).toBe(3000);
   });
 
+  it('first probe after none (a check switched on): up and settled, the first failure takes it down, a first success keeps it up with fall damping after it', () => {
+    const none = new HealthDamper({ rise: 2, fall: 3 }, 100, 'up');
+    const failing = HealthDamper.firstProbeAfterNone({ rise: 2, fall: 3 }, none);
+    expect([failing.state, failing.settled, failing.since]).toEqual(['up', true, 100]);
+    expect(failing.record(false, 300, 'refused: x')).toBe(true); // nothing ever saw it alive: one failure decides
+    expect([failing.state, failing.since]).toEqual(['down', 300]);
+    const passing = HealthDamper.firstProbeAfterNone({ rise: 2, fall: 3 }, none);
+    expect(passing.record(true, 300)).toBe(false); // up it was, up it stays: no change of fact
+    expect(passing.record(false, 400)).toBe(false);
+    expect(passing.record(false, 500)).toBe(false);
+    expect(passing.record(false, 600)).toBe(true); // seen alive once: fall (3) damps from here
+    // Changed again before its first probe (none -> http -> tcp): still decided by the first result.
+    const again = HealthDamper.continuing({ rise: 2, fall: 3 }, HealthDamper.firstProbeAfterNone({ rise: 2, fall: 3 }, none));
+    expect(again.record(false, 700)).toBe(true);
+  });
+
   it('an unprobed real (type none) is up from the start', () => {
     const d = new HealthDamper({ rise: 2, fall: 3 }, 500, 'up');
     expect([d.state, d.since]).toEqual(['up', 500]);
@@ -222,6 +238,53 @@ describe('damping through the monitor, manual clock', () => {
       [0, 'up'],
       [15_000, 'down'],
     ]);
+  });
+
+  it('a reload switching a check on keeps the real up until its first probe (within 1 s), which takes it down if it fails', async () => {
+    const clock = new ManualClock();
+    const prober = new ScriptedProber(clock);
+    const monitor = new HealthMonitor({ clock, random: () => 0.5, probers: { tcp: prober } });
+    const changes: { atMs: number; state: string }[] = [];
+    monitor.on('change', (_key, fact) => changes.push({ atMs: clock.now(), state: fact.state }));
+    const target = (over: Partial<HealthCheckConfig>) => [{ key: 'k', service: 'web', address: '10.0.0.11', vip: '10.0.0.100', check: check(over) }];
+    monitor.setTargets(target({ type: 'none' }));
+    await clock.advanceTo(5_000);
+    monitor.setTargets(target({ type: 'tcp', intervalMs: 60_000, fall: 3 }));
+    // Up and settled as before (before: unproven, so every real of the service lost new flows).
+    expect(monitor.fact('k')).toMatchObject({ state: 'up', settled: true, since: 0 });
+    await clock.advanceTo(5_499);
+    expect([prober.askedAtMs, monitor.fact('k')!.state]).toEqual([[], 'up']);
+    await clock.advanceTo(5_500); // random 0.5 of the first second
+    expect(prober.askedAtMs).toEqual([5_500]);
+    expect(changes).toEqual([{ atMs: 5_500, state: 'down' }]); // one failure, not fall (3)
+    // Switched off again: up at once, and said so (the daemon logs "real up" from this).
+    monitor.setTargets(target({ type: 'none' }));
+    expect(changes).toEqual([
+      { atMs: 5_500, state: 'down' },
+      { atMs: 5_500, state: 'up' },
+    ]);
+    expect(monitor.fact('k')).toMatchObject({ state: 'up', settled: true });
+    monitor.stop();
+  });
+
+  it('a reload switching a check on: a real that passes its first probe stays up with no change said', async () => {
+    const clock = new ManualClock();
+    const prober = new ScriptedProber(clock);
+    prober.healthy = true;
+    const monitor = new HealthMonitor({ clock, random: () => 0, probers: { tcp: prober } });
+    let changes = 0;
+    monitor.on('change', () => changes++);
+    const target = (over: Partial<HealthCheckConfig>) => [{ key: 'k', service: 'web', address: '10.0.0.11', vip: '10.0.0.100', check: check(over) }];
+    monitor.setTargets(target({ type: 'none' }));
+    monitor.setTargets(target({ type: 'tcp', fall: 2 }));
+    await clock.advanceTo(0);
+    expect([prober.askedAtMs, changes, monitor.fact('k')!.state]).toEqual([[0], 0, 'up']);
+    prober.healthy = false;
+    await clock.advanceTo(1_000);
+    expect(monitor.fact('k')!.state).toBe('up'); // fall 2 damps now
+    await clock.advanceTo(2_000);
+    expect([monitor.fact('k')!.state, changes]).toEqual(['down', 1]);
+    monitor.stop();
   });
 
   it('type none is up from the start and never probed', async () => {

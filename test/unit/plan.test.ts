@@ -414,12 +414,12 @@ describe('plan: what else an edit changes, one line each', () => {
     expect(formatPlanText(report)).toBe(`web (tcp://203.0.113.10:80, maglev): changed
   forwarding: l2 -> ipip (except 10.0.1.3, which keeps l2 by its own setting)
   whenAllDown: failOpen -> drop (with no real up, flows are dropped)
-  healthCheck: type none -> http, path "/" -> "/healthz" (every real is unproven until its first probe)
+  healthCheck: type none -> http, path "/" -> "/healthz" (every real stays up until its first probe decides)
   hash space moving: 0.0% (0 of 65537 Maglev slots)
 live flows: not known (no running daemon asked)
 warnings:
   FORWARDING_CHANGED: forwarding in web l2 -> ipip for 10.0.1.1, 10.0.1.2: their new and existing flows arrive IPIP-encapsulated, so each must decapsulate them (kernel tunnel or dsrlb decap; dsrlb-realserver check --vip 203.0.113.10 --mode ipip shows what is missing), or those connections break
-  HEALTH_CHECK_ENABLED: healthCheck of web none -> http: every real is unproven until its first probe, within a second, which decides up or down; until then new flows are dropped (whenAllDown: drop) (none is up yet), and existing flows stay on their reals
+  HEALTH_CHECK_ENABLED: healthCheck of web none -> http: every real stays up until its first probe, within a second, and one that fails it goes down at once (its flows move); if the probe fails everywhere (a wrong path or port), new flows are dropped (whenAllDown: drop)
 `);
     // The JSON carries the same, structured.
     const active = { weight: 100, state: 'active' };
@@ -435,7 +435,7 @@ warnings:
         { address: '10.0.1.2', before: { ...active, forwarding: 'l2' }, after: { ...active, forwarding: 'ipip' } },
       ],
       realsKeepingForwarding: ['10.0.1.3'],
-      healthOnApply: 'startDown',
+      healthOnApply: 'firstProbeDecides',
     });
   });
 
