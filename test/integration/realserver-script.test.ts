@@ -262,6 +262,28 @@ describe('dsrlb-realserver in a network namespace', () => {
     expect(help.stdout).toContain('Usage: dsrlb-realserver COMMAND --vip VIP[,VIP..]');
   });
 
+  it('refuses an IPv4-mapped IPv6 VIP, dotted or hex, with exit 1 and a line that names its IPv4 form', async () => {
+    const cases: Array<[string, string]> = [
+      ['::ffff:1.2.3.4', '1.2.3.4'],
+      ['::FFFF:10.0.0.100', '10.0.0.100'],
+      ['0:0:0:0:0:ffff:192.0.2.1', '192.0.2.1'],
+      ['::ffff:c000:201', '192.0.2.1'],
+    ];
+    for (const [address, v4] of cases) {
+      for (const command of ['setup', 'check', 'remove']) {
+        const r = await script([command, '--vip', `${VIP},${address}`]);
+        expect([r.code, r.stdout, r.stderr], `${command} ${address}`).toEqual([
+          1,
+          '',
+          `dsrlb-realserver: --vip ${address}: an IPv4-mapped IPv6 address cannot be a VIP: use the IPv4 form, --vip ${v4}\n`,
+        ]);
+      }
+    }
+    // Other IPv6 text with a dot is still no address the script takes.
+    const other = await script(['check', '--vip', '::ffff:1.2.3']);
+    expect([other.code, other.stderr]).toEqual([1, 'dsrlb-realserver: --vip ::ffff:1.2.3: not an IPv4 or IPv6 address\n']);
+  });
+
   it('never takes off lo an address setup did not add: a VIP there with another prefix is refused, one there already is left', async () => {
     const stateBefore = await readFile(stateFile, 'utf8');
     await mustRun('ip', ['-n', NS, 'addr', 'add', '10.0.0.200/24', 'dev', 'lo']);
@@ -599,7 +621,8 @@ describe('mode ipip', () => {
           `clamped the TCP MSS from ${VIP6} to 1400: the largest whose full segment fits ipip through eth0 (mtu 1500); choose another with --mss N`,
         ]),
       );
-      expect(await h.state()).toContain(`mss ${vip} 1440\nmss ${VIP6} 1400\n`);
+      // Recorded as setup's own ("auto"): a later setup in mode l2 takes it away again.
+      expect(await h.state()).toContain(`mss ${vip} 1440 auto\nmss ${VIP6} 1400 auto\n`);
       const check = await h.script(['check', '--vip', `${vip},${VIP6}`]);
       expect([check.code, check.stdout, check.stderr]).toEqual([0, `ok: VIPs ${vip},${VIP6} on lo, ARP hidden on lo eth0 eth1 ip6tnl0 tunl0 (mode ipip)\n`, '']);
       expect((await h.script(['setup', '--vip', `${vip},${VIP6}`])).stdout).toBe(`setup ok, nothing to change (mode ipip, VIPs ${vip},${VIP6})\n`);
@@ -621,6 +644,44 @@ describe('mode ipip', () => {
       const roomy = await h.script(['setup', '--vip', '203.0.113.33', '--mode', 'ipip']);
       expect([roomy.code, roomy.stderr]).toEqual([0, '']);
       expect(roomy.stdout).not.toContain('clamped');
+    });
+  });
+
+  it('setup in mode l2 removes the MSS clamp setup made itself for the VIP in mode ipip, and says so; a clamp given with --mss stays', async () => {
+    await withHost('ip8', async (h) => {
+      await routed(h);
+      await standIn(h, 'tunl0');
+      const auto = '203.0.113.41';
+      const given = '203.0.113.42';
+      const nftRules = async (): Promise<string> => (await h.sh('nft list table inet dsrlb_realserver 2>/dev/null || true'));
+      expect((await h.script(['setup', '--vip', auto, '--mode', 'ipip'])).stdout).toContain(`clamped the TCP MSS from ${auto} to 1440: the largest`);
+      expect((await h.script(['setup', '--vip', given, '--mode', 'ipip', '--mss', '1400'])).code).toBe(0);
+      expect(await nftRules()).toContain(`comment "dsrlb vip ${auto}"`);
+
+      const l2 = await h.script(['setup', '--vip', `${auto},${given}`, '--mode', 'l2']);
+      expect([l2.code, l2.stderr]).toEqual([0, '']);
+      expect(lines(l2.stdout)).toContain(`removed the TCP MSS clamp from ${auto} to 1440 that setup made for mode ipip: mode l2 does not need it (--mss N sets one)`);
+      expect(l2.stdout).not.toContain(`clamp from ${given}`);
+      const state = await h.state();
+      expect(state).not.toContain(`mss ${auto} `);
+      expect(state).toContain(`mss ${given} 1400\n`);
+      const rules = await nftRules();
+      expect(rules).not.toContain(`dsrlb vip ${auto}"`);
+      expect(rules).toMatch(new RegExp(`maxseg size set 1400 comment "dsrlb vip ${given.replaceAll('.', '\\.')}"`));
+      const check = await h.script(['check', '--vip', `${auto},${given}`]);
+      expect([check.code, check.stderr]).toEqual([0, '']);
+      expect((await h.script(['setup', '--vip', `${auto},${given}`])).stdout).toBe(`setup ok, nothing to change (mode l2, VIPs ${auto},${given})\n`);
+
+      // The operator's clamp alone in mode l2 too: it stays (and the script's own clamp, the last one, takes the table with it).
+      expect((await h.script(['setup', '--vip', given, '--mode', 'ipip'])).code).toBe(0);
+      expect(await h.state()).toContain(`mss ${given} 1400\n`);
+      expect((await h.script(['remove', '--vip', given])).code).toBe(0);
+      expect((await h.script(['setup', '--vip', auto, '--mode', 'ipip'])).stdout).toContain(`clamped the TCP MSS from ${auto} to 1440`);
+      const last = await h.script(['setup', '--vip', auto, '--mode', 'l2']);
+      expect(lines(last.stdout)).toEqual(
+        expect.arrayContaining(['removed nftables table inet dsrlb_realserver', `removed the TCP MSS clamp from ${auto} to 1440 that setup made for mode ipip: mode l2 does not need it (--mss N sets one)`]),
+      );
+      expect(await nftRules()).toBe('');
     });
   });
 
@@ -861,6 +922,91 @@ describe('--persist', () => {
       const missing = await h.script(['check', '--vip', '192.0.2.77', '--persist']);
       expect(missing.code).toBe(1);
       expect(missing.stdout).toContain(`${confPath} missing (setup is not persisted)`);
+    });
+  });
+
+  it('remove --persist after a reboot (setup recorded no sysctl, or its record is gone) puts the ARP sysctls back to the values the file recorded from before setup, else the kernel defaults', async () => {
+    await withHost('p5', async (h) => {
+      const confPath = join(h.root, 'etc/sysctl.d/90-dsrlb-realserver.conf');
+      const stateDir = join(h.root, 'run/dsrlb-realserver');
+      const arp = async (): Promise<string[]> => {
+        const out: string[] = [];
+        for (const i of ['all', 'lo', 'eth0']) for (const n of ['arp_ignore', 'arp_announce']) out.push(`${i}.${n}=${await h.sysctl(i, n)}`);
+        return out;
+      };
+      // The kernel's defaults, but for the operator's own all.arp_announce=1.
+      const operator = async (): Promise<void> => {
+        await h.sh('for i in all lo eth0; do echo 0 > /proc/sys/net/ipv4/conf/$i/arp_ignore; echo 0 > /proc/sys/net/ipv4/conf/$i/arp_announce; done');
+        await h.sh('echo 1 > /proc/sys/net/ipv4/conf/all/arp_announce');
+      };
+      const before = ['all.arp_ignore=0', 'all.arp_announce=1', 'lo.arp_ignore=0', 'lo.arp_announce=0', 'eth0.arp_ignore=0', 'eth0.arp_announce=0'];
+      // A reboot: /run is empty and the VIP gone; systemd-sysctl has set what the file says (the
+      // values stay as setup left them).
+      const reboot = async (): Promise<void> => {
+        await rm(stateDir, { recursive: true, force: true });
+        await h.sh(`ip addr del ${VIP}/32 dev lo`);
+      };
+
+      await operator();
+      expect(await arp()).toEqual(before);
+      expect((await h.script(['setup', '--vip', VIP, '--interface', 'eth0', '--persist'])).code).toBe(0);
+      const conf = lines(await readFile(confPath, 'utf8'));
+      expect(conf.filter((l) => l.startsWith('# before setup: '))).toEqual([
+        '# before setup: net.ipv4.conf.all.arp_ignore = 0',
+        '# before setup: net.ipv4.conf.all.arp_announce = 1',
+        '# before setup: net.ipv4.conf.lo.arp_ignore = 0',
+        '# before setup: net.ipv4.conf.lo.arp_announce = 0',
+        '# before setup: net.ipv4.conf.eth0.arp_ignore = 0',
+        '# before setup: net.ipv4.conf.eth0.arp_announce = 0',
+      ]);
+      await reboot();
+      // The unit's setup at boot finds the sysctls as wanted: it records none of them.
+      const boot = await h.script(['setup', '--vip', VIP, '--mode', 'l2', '--interface', 'eth0']);
+      expect([boot.code, lines(boot.stdout)]).toEqual([0, [`added ${VIP}/32 on lo`, `setup ok (mode l2, VIPs ${VIP})`]]);
+      // Rewritten after the reboot, the file keeps the values from before the first setup.
+      expect((await h.script(['setup', '--vip', VIP, '--persist'])).code).toBe(0);
+      expect(lines(await readFile(confPath, 'utf8'))).toEqual(conf);
+      const removed = await h.script(['remove', '--vip', VIP, '--persist']);
+      expect([removed.code, removed.stderr]).toEqual([0, '']);
+      expect(lines(removed.stdout)).toEqual([
+        `removed ${VIP}/32 from lo`,
+        'restored net.ipv4.conf.all.arp_ignore=0',
+        'restored net.ipv4.conf.all.arp_announce=1',
+        'restored net.ipv4.conf.lo.arp_ignore=0',
+        'restored net.ipv4.conf.lo.arp_announce=0',
+        'restored net.ipv4.conf.eth0.arp_ignore=0',
+        'restored net.ipv4.conf.eth0.arp_announce=0',
+        `removed ${confPath}`,
+        `removed ${join(h.root, 'etc/systemd/system/dsrlb-realserver.service')}`,
+        'remove ok',
+      ]);
+      expect(await arp()).toEqual(before);
+      expect(await readdir(stateDir)).toEqual([]);
+
+      // No runtime record at all (the unit did not run at boot): the same.
+      expect((await h.script(['setup', '--vip', VIP, '--interface', 'eth0', '--persist'])).code).toBe(0);
+      await reboot();
+      const bare = await h.script(['remove', '--vip', VIP, '--persist']);
+      expect([bare.code, bare.stderr]).toEqual([0, '']);
+      expect(lines(bare.stdout)).toContain('restored net.ipv4.conf.all.arp_announce=1');
+      expect(await arp()).toEqual(before);
+      expect(await readdir(stateDir)).toEqual([]);
+
+      // A file that records nothing from before setup (an older version's): the kernel's defaults.
+      expect((await h.script(['setup', '--vip', VIP, '--interface', 'eth0', '--persist'])).code).toBe(0);
+      const text = await readFile(confPath, 'utf8');
+      await writeFile(confPath, lines(text).filter((l) => !/^# (before setup|The values before)/.test(l)).join('\n') + '\n');
+      await reboot();
+      expect((await h.script(['remove', '--vip', VIP, '--persist'])).code).toBe(0);
+      expect(await arp()).toEqual(before.map((v) => v.replace('all.arp_announce=1', 'all.arp_announce=0')));
+      // A sysctl changed since (no longer the file's value) is left as it is.
+      await operator();
+      expect((await h.script(['setup', '--vip', VIP, '--interface', 'eth0', '--persist'])).code).toBe(0);
+      await reboot();
+      await h.sh('echo 2 > /proc/sys/net/ipv4/conf/lo/arp_ignore');
+      const changed = await h.script(['remove', '--vip', VIP, '--persist']);
+      expect(lines(changed.stdout)).not.toContain('restored net.ipv4.conf.lo.arp_ignore=0');
+      expect(await arp()).toEqual(before.map((v) => v.replace('lo.arp_ignore=0', 'lo.arp_ignore=2')));
     });
   });
 
