@@ -131,6 +131,8 @@ class ProbeRun implements RunningProbe, ProbeSignal {
   readonly finished: Promise<void>;
   aborted = false;
   private settled = false;
+  /** The timeout came late once and the answer was given a loop turn. */
+  private lateChecked = false;
   private settle!: (result: ProbeResult) => void;
   private abortListener: (() => void) | null = null;
   private readonly startedAtMs: number;
@@ -171,6 +173,17 @@ class ProbeRun implements RunningProbe, ProbeSignal {
   }
 
   private timeUp(): void {
+    // A timer that fires late means the main thread was busy (a large reload or scrape, a GC): an
+    // answer that came in time may be waiting unread, and timers run before I/O in a loop turn.
+    // One turn (setImmediate runs after the I/O poll) lets it be read first: a 200 ms stall made
+    // half of 50 ms probes to a listening port time out.
+    if (!this.lateChecked && this.mono() - this.startMono >= this.timeoutMs + 1) {
+      this.lateChecked = true;
+      setImmediate(() => {
+        if (!this.settled) this.timeUp();
+      });
+      return;
+    }
     this.finish(fail('timeout', `no answer within ${this.timeoutMs} ms`));
     this.abort();
   }

@@ -76,6 +76,37 @@ describe('tcp probe', () => {
   });
 });
 
+describe('a probe whose answer came in time while the main thread was busy', () => {
+  it('is ok, not a timeout: a late timeout lets the waiting answer be read first', async () => {
+    const server = createTcpServer((socket) => socket.destroy());
+    servers.push(server);
+    const port = await listenTcp(server);
+    const results: string[] = [];
+    for (let i = 0; i < 8; i++) {
+      const running = runProbe(new TcpProber(), target(port), 30);
+      // Busy for 150 ms past the start (a large reload or scrape): the connect completes in the
+      // kernel meanwhile, and the 30 ms timer is due when the loop comes back.
+      const t0 = Date.now();
+      while (Date.now() - t0 < 150);
+      const r = await running.result;
+      await running.finished;
+      results.push(r.ok ? 'ok' : r.reason);
+    }
+    // Before: the timer ran first in the loop turn, every other probe a timeout.
+    expect(results).toEqual(Array(8).fill('ok'));
+  });
+
+  it('still times out, once, when no answer comes (a late timer waits one loop turn only)', async () => {
+    const never: Prober = { probe: () => new Promise(() => {}) };
+    const running = runProbe(never, target(1), 20);
+    const t0 = Date.now();
+    while (Date.now() - t0 < 60);
+    const r = await running.result;
+    expect(r).toMatchObject({ ok: false, reason: 'timeout', detail: 'no answer within 20 ms' });
+    expect(r.durationMs).toBeLessThan(200);
+  });
+});
+
 describe('IPv6 reals', () => {
   it('tcp, http (Host header in brackets) and udp work on ::1', async () => {
     const hosts: (string | undefined)[] = [];
