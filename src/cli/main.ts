@@ -108,7 +108,7 @@ async function plan(a: { config: string; against?: string; json: boolean; admin?
  * Why explain's real: "flow-table hit, established", or the scheduler and its slot, e.g.
  * "scheduler: maglev slot 1234" (with the finished entry a new SYN replaces, if there is one).
  */
-function explainWhy(d: Record<string, unknown>): string {
+export function explainWhy(d: Record<string, unknown>): string {
   const state = typeof d.flowState === 'string' ? d.flowState : null;
   // Why a new flow has no real, or gets one that is down: the service's state (as status shows it).
   const notes: string[] = [];
@@ -119,7 +119,8 @@ function explainWhy(d: Record<string, unknown>): string {
   if (d.real === null && d.dropping === true) return `new flows dropped: ${String(d.droppingReason)}`;
   const slot = typeof d.slot === 'number' ? ` slot ${d.slot}` : '';
   const article = state !== null && /^[aeiou]/.test(state) ? 'an' : 'a';
-  return `${String(d.reason)}: ${String(d.scheduler)}${slot}${state ? `, replacing ${article} ${state} entry` : ''}${also}`;
+  const closing = typeof d.entryReal === 'string' && d.entryReal !== d.real ? `; until a new SYN the closing connection's packets go to ${d.entryReal}` : '';
+  return `${String(d.reason)}: ${String(d.scheduler)}${slot}${state ? `, replacing ${article} ${state} entry` : ''}${closing}${also}`;
 }
 
 /** WEIGHT as typed: decimal digits only, 0..65535 (no "", 0x10 or 1e3). */

@@ -1247,10 +1247,11 @@ export class Daemon {
     addr.set(addressWords(ip.address), 0);
     addr.set(addressWords(s.vip), 4);
     const answers = await this.loops.ask((id) => ({ type: 'explain', id, family: s.family, protocol: s.protocol === 'tcp' ? 6 : 17, addr, srcPort: port, dstPort }));
-    // With several loops the flow lives in one of them: a flow-table hit wins.
-    const e = answers.find((a) => a.type === 'explained' && a.placement === 'flow-table') ?? answers[0];
+    // With several loops the flow lives in one of them: a flow-table hit wins, then an entry a SYN replaces.
+    const e = answers.find((a) => a.type === 'explained' && a.placement === 'flow-table') ?? answers.find((a) => a.type === 'explained' && a.entryReal >= 0) ?? answers[0];
     if (!e || e.type !== 'explained') throw new DaemonError('INTERNAL', 'no packet loop answered');
     const real = [...this.reals.values()].find((r) => r.id === e.real);
+    const entryReal = e.entryReal >= 0 ? [...this.reals.values()].find((r) => r.id === e.entryReal) : undefined;
     // Why no real, or why a down one: the service's state as status shows it.
     const report = this.lastReports.find((r) => r.name === s.name);
     const dropping = report?.dropping ?? false;
@@ -1262,6 +1263,8 @@ export class Daemon {
       scheduler: s.scheduler,
       slot: e.slot >= 0 ? e.slot : null,
       flowState: FLOW_STATE_NAMES[e.flowState] ?? null,
+      // A fin/closed entry: where that closing connection's packets still go until a new SYN.
+      entryReal: entryReal?.address ?? null,
       generation: e.generation,
       realHealth: real ? this.healthOf(real.key) : null,
       panic: report?.panic ?? false,

@@ -122,6 +122,8 @@ export class Engine {
   explainSlot = -1;
   /** Set by explain(): the FlowState of the flow's entry, or 0 when there is none. */
   explainFlowState = 0;
+  /** Set by explain(): the real of a fin/closed entry a new SYN replaces (its closing connection's packets go there), or -1. */
+  explainEntryReal = -1;
 
   constructor(opts: EngineOptions) {
     this.flows = opts.flows ?? new FlowTable(opts.flowCapacity, opts.timeouts, opts.maxRealIds);
@@ -629,12 +631,14 @@ export class Engine {
    * a live entry whose real keeps it is a hit, a fin/closed entry is a reused port and scheduled
    * afresh, an entry whose real may not keep flows is rescheduled by the consistent hash.
    * Returns the real id, -1 (no real) or -2 (no service); sets lastPlacement, and explainSlot
-   * (the Maglev slot of a hash pick, else -1) and explainFlowState (the entry's, else 0).
+   * (the Maglev slot of a hash pick, else -1), explainFlowState (the entry's, else 0) and
+   * explainEntryReal (a reused entry's real, else -1).
    */
   explain(pkt: ParsedPacket, nowMs: number): number {
     const snap = this.snap;
     this.explainSlot = -1;
     this.explainFlowState = 0;
+    this.explainEntryReal = -1;
     const svc = findService(snap, pkt.family, pkt.ipProtocol, pkt.addr, pkt.dstPort);
     if (svc < 0) return -2;
     this.keyFromPacket(pkt);
@@ -654,6 +658,7 @@ export class Engine {
         this.explainSlot = slot;
         return this.consistentPick(svc, hash);
       }
+      this.explainEntryReal = current;
     }
     this.lastPlacement = Placement.scheduled;
     if (snap.svcScheduler[svc] !== SCHED_WLC) this.explainSlot = slot;

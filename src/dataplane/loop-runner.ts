@@ -74,7 +74,7 @@ export type LoopEvent =
   /** keptSocket: a descriptor of its socket for the group to hold (LoopSettings.keptSocket), null when its I/O has none. */
   | { type: 'ready'; localMac: Uint8Array; mtu: number; activeByReal: Int32Array; inactiveByReal: Int32Array; flowRecords: SharedArrayBuffer; adoptedFlows: number; fanoutGroupId: number | null; keptSocket: number | null }
   | { type: 'error'; code: string; message: string }
-  | { type: 'explained'; id: number; real: number; placement: string; generation: number; slot: number; flowState: number }
+  | { type: 'explained'; id: number; real: number; placement: string; generation: number; slot: number; flowState: number; entryReal: number }
   | ({ type: 'flows'; id: number } & FlowBatch)
   | { type: 'adopted'; id: number; count: number }
   | { type: 'stopped' };
@@ -245,7 +245,7 @@ export class LoopRunner {
         p.srcPort = m.srcPort;
         p.dstPort = m.dstPort;
         const real = engine.explain(p, this.origin + performance.now());
-        this.emit({ type: 'explained', id: m.id, real, placement: placementNames[engine.lastPlacement] ?? 'none', generation: engine.snapshot().generation, slot: engine.explainSlot, flowState: engine.explainFlowState });
+        this.emit({ type: 'explained', id: m.id, real, placement: placementNames[engine.lastPlacement] ?? 'none', generation: engine.snapshot().generation, slot: engine.explainSlot, flowState: engine.explainFlowState, entryReal: engine.explainEntryReal });
         break;
       }
       case 'flows': {

@@ -10,6 +10,7 @@ import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { commandNodeFlags, dsrlbArgv } from '../../src/cli/command-argv.js';
+import { explainWhy } from '../../src/cli/main.js';
 import type { Daemon } from '../../src/control/daemon.js';
 import { startAdminServer } from '../../src/control/http-servers.js';
 
@@ -160,6 +161,17 @@ describe('dsrlb CLI', () => {
       expect(r.code, client).toBe(1);
       expect(r.stderr.trim()).toBe(`dsrlb: ${message}`);
     }
+  });
+
+  it('explain of a port whose closing connection is still in the table names both reals: the SYN\'s and the one the closing packets go to', () => {
+    const base = { service: 'web', reason: 'scheduler', scheduler: 'maglev', slot: 43050, flowState: 'fin', panic: false, dropping: false, realHealth: 'up' };
+    expect(explainWhy({ ...base, real: '10.77.0.12', entryReal: '10.77.0.11' })).toBe(
+      "scheduler: maglev slot 43050, replacing a fin entry; until a new SYN the closing connection's packets go to 10.77.0.11",
+    );
+    // The same real either way: nothing more to say.
+    expect(explainWhy({ ...base, real: '10.77.0.11', entryReal: '10.77.0.11' })).toBe('scheduler: maglev slot 43050, replacing a fin entry');
+    // An older daemon sends no entryReal.
+    expect(explainWhy({ ...base, real: '10.77.0.12' })).toBe('scheduler: maglev slot 43050, replacing a fin entry');
   });
 
   it('refuses a demo request count that is not a whole number 1..10000 before building anything', async () => {

@@ -77,7 +77,7 @@ describe('explain of a port-0 service', () => {
   (daemon as unknown as { loops: unknown }).loops = {
     ask: async (build: (id: number) => { dstPort: number; srcPort: number }) => {
       asked.push(build(1));
-      return [{ type: 'explained', id: 1, real: -1, placement: 'scheduler', generation: 1, slot: 7, flowState: -1 }];
+      return [{ type: 'explained', id: 1, real: -1, placement: 'scheduler', generation: 1, slot: 7, flowState: -1, entryReal: -1 }];
     },
   };
 

@@ -415,11 +415,14 @@ ${REALS.slice(0, 3).map((a) => `      - address: ${a}`).join('\n')}
     p.dstPort = 80;
     engine.explain(p, 1_000_000);
     expect(engine.explainFlowState).toBe(FlowState.syn);
+    expect(engine.explainEntryReal).toBe(-1); // a live entry: no closing connection to name
     // Its new real fails too; the client's next segment is a reset, moved on to the last real.
     build(baseConfig(), (r) => (r.address === REALS[0] || r.address === REALS[1] ? { ...r, health: 'down' } : r));
     expect(realOf(io.inject([tcpFrame(onSecond, 0x04 | ACK)])[0]!)).toBe(2);
     engine.explain(p, 1_000_000);
     expect(engine.explainFlowState).toBe(FlowState.closed);
+    // A new SYN replaces the closed entry; until then its packets go to the entry's real.
+    expect(engine.explainEntryReal).toBe(2);
   });
 
   it('drops new flows when no real can take them and the service says whenAllDown: drop', () => {
