@@ -44,6 +44,35 @@ export const systemRunner: CommandRunner = commandRunner(COMMAND_TIMEOUT_MS);
 
 export const NFT_TABLE = 'dsrlb';
 
+/** Where the daemon and `dsrlb decap` keep the records of what they changed on the host. */
+export const RUN_DIR = '/run/dsrlb';
+
+/**
+ * The path of a run-state record: `${runDir}/${kind}-${netns inode}${suffix}.json`. /run is shared
+ * by every network namespace, and each holds its own VIPs and sysctls: the name carries ours.
+ */
+export function runRecordPath(runDir: string, kind: string, suffix = ''): string {
+  const netns = statSync('/proc/self/ns/net').ino;
+  return `${runDir}/${kind}-${netns}${suffix}.json`;
+}
+
+/** The record a previous run left at `path`, or null when there is none (or it cannot be read). */
+export async function readRunRecord<T>(path: string): Promise<T | null> {
+  try {
+    return JSON.parse(await readFile(path, 'utf8')) as T;
+  } catch {
+    return null;
+  }
+}
+
+/** Writes a run-state record aside and renames it, so a crash never leaves half a record. */
+export async function writeRunRecord(path: string, record: unknown): Promise<void> {
+  await mkdir(path.slice(0, path.lastIndexOf('/')), { recursive: true });
+  const tmp = `${path}.tmp`;
+  await writeFile(tmp, JSON.stringify(record));
+  await rename(tmp, path);
+}
+
 interface HostState {
   interface: string;
   addedAddresses: string[]; // "VIP/32" (on lo) or "VIP/128" (on the interface)
@@ -114,25 +143,20 @@ export class HostSetup {
     private readonly ifname: string,
     private readonly log: Logger,
     private readonly runner: CommandRunner = systemRunner,
-    runDir = '/run/dsrlb',
+    runDir = RUN_DIR,
     private readonly sysctl: Sysctl = procSysctl(),
   ) {
-    // /run is shared by every network namespace: name the file after ours too.
-    const netns = statSync('/proc/self/ns/net').ino;
-    this.statePath = `${runDir}/host-${netns}-${ifname}.json`;
+    this.statePath = runRecordPath(runDir, 'host', `-${ifname}`);
     this.state = { interface: ifname, addedAddresses: [], groDisabled: false };
   }
 
   /** Adopt what a previous run (that crashed) left behind, so stop() can undo it. */
   async adopt(): Promise<void> {
-    try {
-      const prev = JSON.parse(await readFile(this.statePath, 'utf8')) as HostState;
-      this.state = { ...prev, addedAddresses: [...prev.addedAddresses], interface: this.ifname };
-      this.adopted = prev;
-      this.log.info('adopted host state from a previous run', { ...prev });
-    } catch {
-      // no previous state
-    }
+    const prev = await readRunRecord<HostState>(this.statePath);
+    if (prev === null || !Array.isArray(prev.addedAddresses)) return;
+    this.state = { ...prev, addedAddresses: [...prev.addedAddresses], interface: this.ifname };
+    this.adopted = prev;
+    this.log.info('adopted host state from a previous run', { ...prev });
   }
 
   /** Make the host match this VIP set: add missing VIPs, remove ones we added that are gone. */
@@ -307,11 +331,7 @@ export class HostSetup {
   }
 
   private async save(): Promise<void> {
-    const dir = this.statePath.slice(0, this.statePath.lastIndexOf('/'));
-    await mkdir(dir, { recursive: true });
-    const tmp = `${this.statePath}.tmp`;
-    await writeFile(tmp, JSON.stringify(this.state));
-    await rename(tmp, this.statePath);
+    await writeRunRecord(this.statePath, this.state);
   }
 }
 

@@ -143,6 +143,8 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
   let code: number;
   try {
     lock = await InstanceLock.acquire(DECAP_LOCK_NAME, DECAP_BUSY);
+    // With the lock held, a record left in /run/dsrlb is a dead decap's: the operator's values.
+    await host.adopt();
     const native = loadNative();
     const tun = await host.setUp(tunName, vips.hasV6);
     const fd = tun.fd;

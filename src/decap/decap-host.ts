@@ -3,9 +3,12 @@
 // max(all, dev), and the inner source routes out of another interface), and IPv6 enabled on the
 // device. No nftables rule is needed: an open raw socket for protocol 4/41 already stops the
 // kernel's protocol-unreachable answers, and an input-hook drop would hide the packets from it.
+// As the daemon does, a run-state record in /run/dsrlb keeps the operator's value of each
+// host-wide sysctl before it is changed, so that a decap started after one that was killed
+// (SIGKILL, OOM) takes the operator's value from it, not the 0 the dead one left.
 
-import { closeSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { systemRunner, type CommandRunner } from '../control/host-setup.js';
+import { closeSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readRunRecord, runRecordPath, RUN_DIR, systemRunner, writeRunRecord, type CommandRunner } from '../control/host-setup.js';
 import type { Logger } from '../control/logger.js';
 import { loadNative } from '../io/native-binding.js';
 
@@ -42,18 +45,50 @@ interface ChangedSysctl {
   setTo: string;
 }
 
+/** The run-state record: every host-wide sysctl decap changed, with the operator's value. */
+interface DecapRecord {
+  sysctls: ChangedSysctl[];
+}
+
 export class DecapHost {
   private tun: { fd: number; name: string } | undefined;
   private readonly changed: ChangedSysctl[] = [];
   /** "key=value (was v)" of every sysctl setUp wrote, for its log line. */
   private readonly applied: string[] = [];
+  private readonly recordPath: string;
+  /** A record is (or may be) at recordPath: ours, or the one adopted. */
+  private recordKept = false;
 
   constructor(
     private readonly log: Logger,
     private readonly runner: CommandRunner = systemRunner,
     private readonly sysctl: SysctlAccess = procSysctl,
     private readonly tunOpener: TunOpener = nativeTunOpener,
-  ) {}
+    runDir = RUN_DIR,
+  ) {
+    this.recordPath = runRecordPath(runDir, 'decap');
+  }
+
+  /**
+   * Adopts the record a previous decap in this network namespace left: with the instance lock
+   * held, one there is from a decap that died without undoing its changes. Each sysctl still as it
+   * set it is put back to the operator's value at tearDown (and keeps it when setUp sets it again);
+   * one changed since is the operator's now, and left.
+   */
+  async adopt(): Promise<void> {
+    const prev = await readRunRecord<DecapRecord>(this.recordPath);
+    if (prev === null || !Array.isArray(prev.sysctls)) return;
+    this.recordKept = true;
+    const left: string[] = [];
+    for (const change of prev.sysctls) {
+      if (this.sysctl.read(change.key) === change.setTo) this.changed.push({ key: change.key, previous: change.previous, setTo: change.setTo });
+      else left.push(change.key.replaceAll('/', '.'));
+    }
+    this.log.info('adopted the record of a decap that did not stop: its sysctls go back to the values before it at stop', {
+      sysctls: this.changed.map((c) => `${c.key.replaceAll('/', '.')}=${c.setTo} (was ${c.previous})`),
+      ...(left.length > 0 ? { changedSince: left } : {}),
+    });
+  }
 
   /** The open TUN device's fd and name (after setUp). */
   get device(): { fd: number; name: string } {
@@ -67,9 +102,9 @@ export class DecapHost {
     const name = this.tun.name;
     // Without IFF_UP the kernel refuses every write; no address is needed to receive.
     await this.runner(['ip', 'link', 'set', 'dev', name, 'up']);
-    this.set(`net/ipv4/conf/${name}/rp_filter`, '0', false);
-    this.set('net/ipv4/conf/all/rp_filter', '0', true);
-    if (ipv6) this.set(`net/ipv6/conf/${name}/disable_ipv6`, '0', false);
+    await this.set(`net/ipv4/conf/${name}/rp_filter`, '0', false);
+    await this.set('net/ipv4/conf/all/rp_filter', '0', true);
+    if (ipv6) await this.set(`net/ipv6/conf/${name}/disable_ipv6`, '0', false);
     this.log.info('decap tun device up', { tun: name, changedSysctls: this.applied.splice(0) });
     return this.tun;
   }
@@ -85,6 +120,14 @@ export class DecapHost {
         this.log.error('cannot restore sysctl', { key: change.key, value: change.previous, error: (err as Error).message });
       }
     }
+    if (this.recordKept) {
+      this.recordKept = false;
+      try {
+        rmSync(this.recordPath, { force: true });
+      } catch (err) {
+        this.log.warn('cannot remove the record of the sysctls decap changed', { path: this.recordPath, error: (err as Error).message });
+      }
+    }
     if (this.tun !== undefined) {
       const { fd, name } = this.tun;
       this.tun = undefined;
@@ -94,13 +137,46 @@ export class DecapHost {
     }
   }
 
-  /** Sets key to value; `restore` records the old value for tearDown (per-device keys die with the device). */
-  private set(key: string, value: string, restore: boolean): void {
+  /**
+   * Sets key to value; `restore` records the old value for tearDown (per-device keys die with the
+   * device), in the run-state record first. An adopted change of the key keeps the operator's value.
+   */
+  private async set(key: string, value: string, restore: boolean): Promise<void> {
     const previous = this.sysctl.read(key);
     if (previous === undefined) throw new Error(`sysctl ${key.replaceAll('/', '.')} does not exist`);
     if (previous === value) return;
-    this.sysctl.write(key, value);
+    const before = [...this.changed];
+    if (restore) {
+      const adopted = this.changed.findIndex((c) => c.key === key);
+      const change = { key, previous: adopted >= 0 ? this.changed[adopted]!.previous : previous, setTo: value };
+      if (adopted >= 0) this.changed[adopted] = change;
+      else this.changed.push(change);
+      await this.saveRecord();
+    }
+    try {
+      this.sysctl.write(key, value);
+    } catch (err) {
+      // Not changed: nothing of it to put back (the record goes at tearDown).
+      this.changed.splice(0, this.changed.length, ...before);
+      throw err;
+    }
     this.applied.push(`${key.replaceAll('/', '.')}=${value} (was ${previous})`);
-    if (restore) this.changed.push({ key, previous, setTo: value });
+  }
+
+  /**
+   * The record of the changes, before they are made. One that cannot be written (a read-only /run)
+   * stops nothing: decap works, but a decap killed without stopping would lose the operator's values.
+   */
+  private async saveRecord(): Promise<void> {
+    const record: DecapRecord = { sysctls: this.changed };
+    try {
+      await writeRunRecord(this.recordPath, record);
+      this.recordKept = true;
+    } catch (err) {
+      this.log.warn("cannot write the record of the sysctls decap changes: if decap is killed (not stopped), the values before it are lost", {
+        path: this.recordPath,
+        error: (err as Error).message,
+      });
+    }
   }
 }

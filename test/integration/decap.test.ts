@@ -2,10 +2,11 @@
 // VIPs to the real (test/support/ipip-sender.mjs, a minimal tunnelling LB), the real decapsulates
 // in user space and answers directly. Covers 4in4, 6in6, 4in6 and 6in4, outer packets fragmented
 // on the way, the outer IPv6 header's ECN carried inside, refusal of inner packets to non-VIPs,
-// exit codes and undo on exit.
+// exit codes, undo on exit, and after a decap killed without undoing, the operator's rp_filter
+// taken from the record it left.
 // Needs root and `ip netns`; fails otherwise.
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -467,6 +468,51 @@ describe('dsrlb decap from the CLI (namespace)', () => {
     expect(code).toBe(2);
     expect(jsonLines(proc).some((l) => l.level === 'error' && String(l.msg).startsWith('the TUN device is gone'))).toBe(true);
     expect(inNs(ns, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('1');
+  });
+});
+
+describe('dsrlb decap killed (namespace)', () => {
+  const ns = `${PREFIX}kill`;
+  /** The record decap keeps in /run/dsrlb, named by the network namespace's inode as the daemon's. */
+  let recordPath = '';
+  afterAll(() => {
+    for (const proc of running) if (proc.child.exitCode === null) proc.child.kill('SIGKILL');
+    if (recordPath !== '') rmSync(recordPath, { force: true });
+    try {
+      ip('netns', 'del', ns);
+    } catch {
+      // never created
+    }
+  });
+
+  it("a decap started after one killed by SIGKILL takes the operator's rp_filter from the record the dead one left, and puts it back at stop", async () => {
+    if (process.getuid?.() !== 0) throw new Error('this test needs root (a network namespace, TUN, raw sockets)');
+    ip('netns', 'add', ns);
+    recordPath = `/run/dsrlb/decap-${statSync(`/run/netns/${ns}`).ino}.json`;
+    ip('-n', ns, 'link', 'set', 'lo', 'up');
+    inNs(ns, 'sysctl', ['-qw', 'net.ipv4.conf.all.rp_filter=2']);
+    const rpFilter = (): string => inNs(ns, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim();
+    const start = () => startInNs(ns, ['node', decapEntry, '--vip', VIP4, '--tun', 'dck0'], (l) => l.includes('"decap running"'));
+
+    const first = await start();
+    expect(rpFilter()).toBe('0');
+    expect(JSON.parse(readFileSync(recordPath, 'utf8'))).toEqual({ sysctls: [{ key: 'net/ipv4/conf/all/rp_filter', previous: '2', setTo: '0' }] });
+    first.child.kill('SIGKILL');
+    await first.exit;
+    // Nothing undone: the TUN device went with the process, all.rp_filter stays 0, the record stays.
+    expect(rpFilter()).toBe('0');
+    expect(existsSync(recordPath)).toBe(true);
+
+    const second = await start();
+    expect(jsonLines(second).find((l) => String(l.msg).startsWith('adopted the record of a decap that did not stop'))?.sysctls).toEqual([
+      'net.ipv4.conf.all.rp_filter=0 (was 2)',
+    ]);
+    expect(rpFilter()).toBe('0');
+    second.child.kill('SIGTERM');
+    expect(await second.exit).toBe(0);
+    expect(second.stderr.join('')).toBe('');
+    expect(rpFilter()).toBe('2');
+    expect(existsSync(recordPath)).toBe(false);
   });
 });
 
