@@ -8,7 +8,7 @@
 // of the host changed in the last second (a withdrawal on stop then outlasted withdrawDelay).
 
 import { closeSync } from 'node:fs';
-import { chmod, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, rename, unlink, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { stringHash } from '../dataplane/flow-hash.js';
 import { monotonicMs } from '../dataplane/monotonic-clock.js';
@@ -88,8 +88,13 @@ export class VipAnnouncer {
   private readonly gates = new Map<string, Gate>();
   /** The routes file does not list exactly the open gates yet (a write failed, or the file moved). */
   private routesStale = false;
-  /** BIRD has not been told of the last routes file (birdc failed); when it was last tried. */
-  private birdStale = false;
+  /**
+   * BIRD has not been told of the last routes file (birdc failed); when it was last tried. True
+   * at first: a routes file left by a daemon before this one (/run/dsrlb outlives a restart) is
+   * not written again when its text is the same, and BIRD may never have read it (that daemon's
+   * birdc failed, e.g. before the dsrlb user was in the bird group).
+   */
+  private birdStale = true;
   private birdTriedMs = -Infinity;
   /**
    * BIRD took `configure` but has no dsrlb_v4/dsrlb_v6 protocol: its config does not include the
@@ -100,6 +105,10 @@ export class VipAnnouncer {
   private birdUnchecked = false;
   /** The last failure said per VIP (or 'routes', 'birdc', 'bird-include'): each is logged once, and once when it ends. */
   private readonly failures = new Map<string, string>();
+  /** withdrawAll ran (a stop): no sync sets a device up after it, one waiting on birdc included. */
+  private withdrawn = false;
+  /** The routes file a reload moved away from, removed once the new one is written. */
+  private oldRoutesFile: string | null = null;
 
   constructor(
     private readonly log: Logger,
@@ -111,9 +120,14 @@ export class VipAnnouncer {
     private readonly nowMs: () => number = monotonicMs,
   ) {}
 
-  /** A reload's routesFile and birdSocket: a new file is written at the next sync. */
+  /**
+   * A reload's routesFile and birdSocket: a new file is written at the next sync, and the old one
+   * removed (left, BIRD still read it through its include and the protocols check passed, while
+   * the new file BIRD does not include went unread).
+   */
   setFiles(routesFile: string, birdSocket: string | null): void {
     if (routesFile !== this.routesFile || birdSocket !== this.birdSocket) this.routesStale = true;
+    if (routesFile !== this.routesFile) this.oldRoutesFile = this.routesFile;
     // A new BIRD must read the file even where its text is unchanged (no write, so no configure otherwise).
     if (birdSocket !== this.birdSocket && birdSocket !== null) {
       this.birdStale = true;
@@ -158,7 +172,8 @@ export class VipAnnouncer {
     // BIRD lacked the protocols (or could not be asked): ask again, so a fixed include is seen
     // without waiting for the next change of VIPs.
     else if (this.birdUnchecked && this.nowMs() - this.birdTriedMs >= BIRDC_RETRY_MS) await this.checkBirdProtocols();
-    for (const [vip, on] of wanted) {
+    for (const [vip, want] of wanted) {
+      const on = want && !this.withdrawn;
       const gate = this.gates.get(vip);
       if (gate === undefined || gate.up === on) continue;
       try {
@@ -173,8 +188,9 @@ export class VipAnnouncer {
     }
   }
 
-  /** Every device down (clean stop, stalled loop); the devices stay open. */
+  /** Every device down for good (a clean stop), at once; the devices stay open until close(). */
   async withdrawAll(): Promise<void> {
+    this.withdrawn = true;
     for (const [vip, gate] of this.gates) {
       if (!gate.up) continue;
       try {
@@ -230,6 +246,12 @@ export class VipAnnouncer {
     }
     this.succeeded('routes');
     this.routesStale = false;
+    if (this.oldRoutesFile !== null && this.oldRoutesFile !== this.routesFile) {
+      await unlink(this.oldRoutesFile).catch(() => undefined);
+      this.log.info('BIRD routes file moved: the old one removed', { old: this.oldRoutesFile, file: this.routesFile });
+      written = true;
+    }
+    this.oldRoutesFile = null;
     if (!written) return;
     this.log.info('BIRD routes file written', { file: this.routesFile, vips });
     await this.tellBird();

@@ -123,6 +123,10 @@ const HANDOFF_ASK_MS = 30_000;
 
 /** The longest a service waits for its reals to settle before it may be announced anyway. */
 const SETTLE_CAP_MS = 30_000;
+
+/** How long a stop waits, after the withdraw delay, for an announcer sync in flight to end. */
+const STOP_SYNC_WAIT_MS = 1000;
+
 /** A wanted real whose MAC (or next hop's) stays unknown this long is logged: it takes no new flows. */
 const MAC_WAIT_WARN_MS = 10_000;
 
@@ -390,13 +394,17 @@ export class Daemon {
   }
 
   /**
-   * Per VIP: announce while the loop runs and a service of the VIP can take new flows. A service
-   * counts only once its view has settled since this daemon took it: every real proven up with its
-   * MAC known, or confirmed down. An LB that (re)joins the ECMP group with a half-built view (reals
-   * unproven, so fail-open, or a table of the first real up) would pick other reals than its peers
-   * for the flows the router moves to it, and those connections would be reset. A real up whose
-   * MAC never resolves stops the wait after SETTLE_CAP_MS. Once settled, a service stays so (a
-   * reload on every LB at once that adds reals must not withdraw the VIP everywhere).
+   * Per VIP: announce while the loop runs and a service of the VIP can take new flows, or keeps
+   * the flows of reals the operator drained. A service counts only once its view has settled since
+   * this daemon took it: every real proven up with its MAC known, or confirmed down. An LB that
+   * (re)joins the ECMP group with a half-built view (reals unproven, so fail-open, or a table of
+   * the first real up) would pick other reals than its peers for the flows the router moves to it,
+   * and those connections would be reset. A real up whose MAC never resolves stops the wait after
+   * SETTLE_CAP_MS. Once settled, a service stays so (a reload on every LB at once that adds reals
+   * must not withdraw the VIP everywhere), and a service a reload adds to a VIP announced already
+   * does not hold it back while it settles (it withdrew the VIP's other services on every LB).
+   * Settling is decided against the table the loops run: not while a rebuild is queued (the facts
+   * are newer than the last table; announced then, the LB ran a fail-open table for up to 100 ms).
    */
   private announceWanted(): Map<string, boolean> {
     const loopOk = (this.loops.running && this.loops.heartbeatAgeMs() < 1000) || this.loops.recovering;
@@ -409,12 +417,18 @@ export class Daemon {
       if (!s.announce) continue;
       const v = vips.get(s.vip) ?? { blocked: false, eligible: false };
       vips.set(s.vip, v);
-      if (!this.settled(s) || this.withdrawn.has(serviceIdentity(s))) {
+      const sid = serviceIdentity(s);
+      if (this.withdrawn.has(sid)) {
         v.blocked = true;
         continue;
       }
+      if (!this.settledServices.has(sid) && (this.rebuildQueued || !this.settled(s))) {
+        if (this.announcer?.isAnnounced(s.vip) !== true) v.blocked = true;
+        continue;
+      }
       const report = reports.get(s.name);
-      if (report !== undefined && !report.dropping && (!report.panic || this.config.announce.onFailOpen)) v.eligible = true;
+      if (report === undefined) continue;
+      if ((!report.dropping && (!report.panic || this.config.announce.onFailOpen)) || report.drained) v.eligible = true;
     }
     // A service removed by a reload whose flows still drain here keeps its VIP's route while they
     // do, if it had one: without it the router sends them nowhere once every LB has reloaded.
@@ -957,6 +971,10 @@ export class Daemon {
     // announce check) must never see the new config with the old reals.
     this.removedServices = removed;
     this.drainAnnounced = drainAnnounced;
+    // A service that leaves the config settles again if it comes back (its reals, MACs and table are new).
+    const kept = new Set(next.services.map(serviceIdentity));
+    for (const sid of [...this.settledServices]) if (!kept.has(sid)) this.settledServices.delete(sid);
+    for (const sid of [...this.firstSeenMs.keys()]) if (!kept.has(sid)) this.firstSeenMs.delete(sid);
     this.config = next;
     this.configText = text!;
     this.adminToken = token;
@@ -1602,11 +1620,17 @@ export class Daemon {
     this.announceTimer = null;
     for (const r of this.vipRounds) r.cancel();
     if (this.announcer) {
-      // Withdraw first and give BGP time to move the flows away while the loop still forwards.
-      await this.announcing;
-      while (this.announceBusy) await new Promise((r) => setTimeout(r, 10));
+      // Withdraw first and give BGP time to move the flows away while the loop still forwards. At
+      // once: a sync in flight may wait on birdc (up to 10 s a call; with the loops' stop that
+      // passed TimeoutStopSec and systemd's SIGKILL skipped the host undo), and sets nothing up after this.
       await this.announcer.withdrawAll();
       await new Promise((r) => setTimeout(r, this.config.announce.withdrawDelayMs));
+      // A quick sync may end cleanly; one stuck on birdc is not waited for (close() leaves it no device).
+      const idle = (async () => {
+        await this.announcing;
+        while (this.announceBusy) await new Promise((r) => setTimeout(r, 10));
+      })();
+      await Promise.race([idle, new Promise((r) => setTimeout(r, STOP_SYNC_WAIT_MS))]);
     }
     this.health.stop();
     this.neighbors?.stop();

@@ -61,6 +61,11 @@ export interface ServiceBuildReport {
   readonly panic: boolean;
   /** No real can take new flows and the service drops. */
   readonly dropping: boolean;
+  /**
+   * Dropping because the operator drained every real (drain, weight 0), one of them up and keeping
+   * its flows: the VIP stays announced for them (a withdraw on every LB cut what drain keeps).
+   */
+  readonly drained: boolean;
   /** Maglev slots that changed against the previous snapshot's table for this service; 0 for rendezvous (no table). */
   readonly movedSlots: number;
   /** Its Maglev table's size; 0 for rendezvous, which has none. */
@@ -206,6 +211,7 @@ export class SnapshotBuilder {
         candidates: sorted.map((r) => r.id),
         panic,
         dropping: candidates.length === 0,
+        drained: candidates.length === 0 && !panic && sv.reals.some((r) => !r.removed && r.health === 'up' && r.intent !== 'disabled' && (r.intent === 'drain' || r.weight === 0)),
         movedSlots,
         tableSize: table.length,
         tableFingerprint: hasTable ? this.tableFingerprint(identity, table, sv.reals, cfg.scheduler) : rendezvousFingerprint(identity, sorted, hashSeed),

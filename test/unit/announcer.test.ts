@@ -1,7 +1,7 @@
 // The BIRD side of scale-out announcements: device names every LB agrees on, the routes file, and
 // an announcer that keeps going when one VIP, the file or birdc fails (fake TUN devices, no root).
 
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -178,6 +178,62 @@ describe('VIP announcer: one failure stops nothing else', () => {
       a.setFiles(join(dir, 'routes.conf'), '/run/bird2/bird.ctl');
       await a.sync(wanted);
       expect(calls.at(-1)).toBe('birdc -s /run/bird2/bird.ctl configure');
+      a.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('VIP announcer: a restart and a moved routes file', () => {
+  it('tells BIRD at its first sync even when the routes file a daemon before it left is unchanged (that daemon\'s birdc may have failed)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-announce-'));
+    try {
+      const file = join(dir, 'routes.conf');
+      const calls: string[] = [];
+      let birdOk = false;
+      const runner: CommandRunner = async (argv) => {
+        calls.push(argv.slice(3).join(' '));
+        if (!birdOk) throw new Error('birdc: Permission denied');
+        return { stdout: argv.includes('show') ? BIRD_PROTOCOLS : '' };
+      };
+      const first = new VipAnnouncer(logLines().log, file, '/run/bird/bird.ctl', runner, fakeTun().tun, () => 0);
+      await first.sync(new Map([['10.77.0.1', true]]));
+      expect(calls).toEqual(['configure']);
+      first.close(); // stopped, or killed: the file stays in /run/dsrlb
+      // The operator fixes the group and restarts dsrlb: the same VIPs, the same file text.
+      birdOk = true;
+      const again = new VipAnnouncer(logLines().log, file, '/run/bird/bird.ctl', runner, fakeTun().tun, () => 0);
+      await again.sync(new Map([['10.77.0.1', true]]));
+      // Before: no configure (the file was not written) and no check, yet "announced".
+      expect(calls).toEqual(['configure', 'configure', 'show protocols']);
+      expect(again.isAnnounced('10.77.0.1')).toBe(true);
+      await again.sync(new Map([['10.77.0.1', true]]));
+      expect(calls).toHaveLength(3);
+      again.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a reload that moves routesFile removes the old file, so a BIRD that still includes the old path is seen lacking the routes', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-announce-'));
+    try {
+      const oldFile = join(dir, 'old.conf');
+      const newFile = join(dir, 'new.conf');
+      // BIRD includes the old path only: its protocols exist while that file does.
+      const runner: CommandRunner = async (argv) => ({ stdout: argv.includes('show') ? (existsSync(oldFile) ? BIRD_PROTOCOLS : BIRD_PROTOCOLS.replace(/^dsrlb_v[46].*\n/gm, '')) : '' });
+      const { lines, log } = logLines();
+      const a = new VipAnnouncer(log, oldFile, '/run/bird/bird.ctl', runner, fakeTun().tun, () => 0);
+      await a.sync(new Map([['10.77.0.1', true]]));
+      expect(a.isAnnounced('10.77.0.1')).toBe(true);
+      a.setFiles(newFile, '/run/bird/bird.ctl');
+      await a.sync(new Map([['10.77.0.1', true], ['10.77.0.2', true]]));
+      expect(existsSync(oldFile)).toBe(false);
+      expect(readFileSync(newFile, 'utf8')).toBe(birdRoutes(['10.77.0.1', '10.77.0.2']));
+      // Before: the old file stayed, the check passed, and 10.77.0.2 was "announced" but never routed.
+      expect(a.isAnnounced('10.77.0.2')).toBe(false);
+      expect(JSON.stringify(lines.filter((l) => l.msg === 'announcement update failed'))).toContain('does not include announce.routesFile');
       a.close();
     } finally {
       rmSync(dir, { recursive: true, force: true });

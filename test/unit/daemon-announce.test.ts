@@ -8,6 +8,8 @@ import { parseConfigText } from '../../src/config/validate.js';
 import { Daemon } from '../../src/control/daemon.js';
 import { createLogger } from '../../src/control/logger.js';
 import { RealRegistry, serviceIdentity } from '../../src/control/real-registry.js';
+import { SnapshotBuilder, type ServiceView } from '../../src/control/snapshot-builder.js';
+import { MAX_REAL_IDS } from '../../src/dataplane/counters.js';
 
 const parsed = parseConfigText(`interface: eth0
 announce: { enabled: true }
@@ -229,5 +231,112 @@ services:
     };
     expect(await scrape(true)).toEqual(['dsrlb_vip_announced{service="web"} 1']);
     expect(await scrape(false)).toEqual([]);
+  });
+});
+
+describe('a service whose every real the operator drained', () => {
+  const viewOf = (over: (i: number) => { intent?: 'active' | 'drain' | 'disabled'; weight?: number; health?: 'up' | 'down' | 'unknown' }, whenAllDown = 'drop'): ServiceView => {
+    const parsedDrain = parseConfigText(`interface: eth0
+services:
+  - { name: web, vip: 10.93.0.100, port: 80, whenAllDown: ${whenAllDown}, reals: [{ address: 10.93.0.11 }, { address: 10.93.0.12 }] }
+`);
+    if (!parsedDrain.ok) throw new Error(JSON.stringify(parsedDrain.problems));
+    const s = parsedDrain.config.services[0]!;
+    return { config: s, reals: s.reals.map((r, i) => ({ id: i, address: r.address, weight: over(i).weight ?? r.weight, intent: over(i).intent ?? r.state, forwarding: r.forwarding, health: over(i).health ?? 'up', removed: false, mac: new Uint8Array(6) })) };
+  };
+  const reportOf = (view: ServiceView) => new SnapshotBuilder().build([view], 0, MAX_REAL_IDS).services[0]!;
+
+  it('is reported drained (dropping new flows, its reals keeping theirs) only when intent, not health, took every real out', () => {
+    expect(reportOf(viewOf(() => ({ intent: 'drain' })))).toMatchObject({ dropping: true, drained: true });
+    expect(reportOf(viewOf((i) => (i === 0 ? { intent: 'drain' } : { weight: 0 })))).toMatchObject({ dropping: true, drained: true });
+    // failOpen does not take drained reals (they are not wanted): the same.
+    expect(reportOf(viewOf(() => ({ intent: 'drain' }), 'failOpen'))).toMatchObject({ dropping: true, panic: false, drained: true });
+    // Health took them out: nothing is kept that the VIP should carry.
+    expect(reportOf(viewOf(() => ({ health: 'down' })))).toMatchObject({ dropping: true, drained: false });
+    expect(reportOf(viewOf((i) => (i === 0 ? { intent: 'drain', health: 'down' } : { health: 'down' })))).toMatchObject({ dropping: true, drained: false });
+    expect(reportOf(viewOf(() => ({ intent: 'disabled' })))).toMatchObject({ dropping: true, drained: false });
+    expect(reportOf(viewOf((i) => (i === 0 ? { intent: 'drain' } : {})))).toMatchObject({ dropping: false, drained: false });
+  });
+
+  it('keeps its VIP announced, so that the connections drain keeps are not cut by a withdraw on every LB', () => {
+    const facts = new Map([
+      [a, { state: 'up' as const, settled: true }],
+      [b, { state: 'up' as const, settled: true }],
+    ]);
+    const wanted = daemonWith(facts, { panic: false });
+    expect(wanted().get('10.93.0.100')).toBe(true);
+    wanted.daemon.lastReports = [{ name: 'web', dropping: true, drained: true, panic: false }];
+    expect(wanted().get('10.93.0.100')).toBe(true);
+    // Every real down (whenAllDown: drop): withdrawn, the peers or nobody take the VIP.
+    wanted.daemon.lastReports = [{ name: 'web', dropping: true, drained: false, panic: false }];
+    expect(wanted().get('10.93.0.100')).toBe(false);
+  });
+});
+
+describe('a reload that adds a service to a VIP', () => {
+  const two = parseConfigText(`interface: eth0
+announce: { enabled: true }
+services:
+  - { name: web80, vip: 10.93.0.100, port: 80, healthCheck: { type: http }, reals: [{ address: 10.93.0.11 }] }
+  - { name: web443, vip: 10.93.0.100, port: 443, healthCheck: { type: tcp }, reals: [{ address: 10.93.0.12 }] }
+`);
+  if (!two.ok) throw new Error(JSON.stringify(two.problems));
+  const [s80, s443] = two.config.services as [typeof config.services[0], typeof config.services[0]];
+  const k80 = RealRegistry.keyOf(serviceIdentity(s80), '10.93.0.11');
+  const k443 = RealRegistry.keyOf(serviceIdentity(s443), '10.93.0.12');
+
+  it('does not withdraw the VIP while the new service settles when the VIP is announced already; it still waits when it is not', () => {
+    const facts = new Map([
+      [k80, { state: 'up' as const, settled: true }],
+      [k443, { state: 'down' as const, settled: false }],
+    ]);
+    const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
+    daemon.config = two.config;
+    const inside = daemon as unknown as Record<string, unknown>;
+    inside.loops = { running: true, recovering: false, heartbeatAgeMs: () => 0 };
+    inside.lastReports = [
+      { name: 'web80', dropping: false, panic: false },
+      { name: 'web443', dropping: false, panic: true },
+    ];
+    inside.health = { fact: (key: string) => facts.get(key) };
+    inside.neighbors = { macOf: () => new Uint8Array(6) };
+    // web80 settled before the reload (it was the VIP's only service).
+    inside.settledServices = new Set([serviceIdentity(s80)]);
+    let announced = true;
+    inside.announcer = { isAnnounced: () => announced };
+    const wanted = () => (inside.announceWanted as () => Map<string, boolean>).call(daemon).get('10.93.0.100');
+    // Before: :443 unsettled blocked the whole VIP, so a reload on every LB took :80 off the air.
+    expect(wanted()).toBe(true);
+    // A VIP not on the air yet (an LB starting) waits for every service of it, as before.
+    announced = false;
+    expect(wanted()).toBe(false);
+  });
+
+  it('decides settling against the table the loops run: not while a rebuild is queued', () => {
+    const facts = new Map([
+      [k80, { state: 'up' as const, settled: true }],
+      [k443, { state: 'up' as const, settled: true }],
+    ]);
+    const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
+    daemon.config = two.config;
+    const inside = daemon as unknown as Record<string, unknown>;
+    inside.loops = { running: true, recovering: false, heartbeatAgeMs: () => 0 };
+    // The last table is the fail-open one of the start; the facts that end it came 50 ms ago.
+    inside.lastReports = [
+      { name: 'web80', dropping: false, panic: true },
+      { name: 'web443', dropping: false, panic: true },
+    ];
+    inside.health = { fact: (key: string) => facts.get(key) };
+    inside.neighbors = { macOf: () => new Uint8Array(6) };
+    inside.rebuildQueued = true;
+    const wanted = () => (inside.announceWanted as () => Map<string, boolean>).call(daemon).get('10.93.0.100');
+    // Before: settled from the live facts, announced on the fail-open report (onFailOpen: true).
+    expect(wanted()).toBe(false);
+    inside.rebuildQueued = false;
+    inside.lastReports = [
+      { name: 'web80', dropping: false, panic: false },
+      { name: 'web443', dropping: false, panic: false },
+    ];
+    expect(wanted()).toBe(true);
   });
 });

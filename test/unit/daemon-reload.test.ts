@@ -369,19 +369,22 @@ services:
     const events: string[] = [];
     const t0 = Date.now();
     const carrier = new Map<string, boolean>();
+    let final = false;
     inside.announcer = {
       setFiles: () => undefined,
       isAnnounced: (v: string) => carrier.get(v) === true,
       deviceOf: () => null,
-      // as VipAnnouncer.sync: a routes-file write takes a few ms of I/O
+      // as VipAnnouncer.sync: a routes-file write takes a few ms of I/O; nothing set up after withdrawAll
       sync: async (wanted: Map<string, boolean>) => {
         await new Promise((r) => setTimeout(r, 5));
-        for (const [vip, on] of wanted) {
+        for (const [vip, want] of wanted) {
+          const on = want && !final;
           if (carrier.get(vip) !== on) events.push(`${Date.now() - t0}ms ${on ? 'ANNOUNCE' : 'withdraw'} ${vip}`);
           carrier.set(vip, on);
         }
       },
       withdrawAll: async () => {
+        final = true;
         for (const vip of carrier.keys()) carrier.set(vip, false);
         events.push(`${Date.now() - t0}ms withdrawAll`);
       },
@@ -458,6 +461,49 @@ describe('reload: the state file', () => {
     expect(d.logs).toContainEqual(expect.objectContaining({ msg: 'withdrawal dropped: the service left the config' }));
     expect(existsSync(join(dir, 'state.json.tmp'))).toBe(false);
     await (d.inside.stopAnnouncing as () => Promise<void>).call(d.daemon);
+    d.daemon.health.stop();
+  });
+});
+
+describe('reload: a service removed and added back', () => {
+  it('settles again: its settled mark and first-seen time go with it (before, it came back settled and was announced while its reals were unproven)', async () => {
+    const d = daemonRunning(configText({ port: 80 }));
+    const settled = d.inside.settledServices as Set<string>;
+    const firstSeen = d.inside.firstSeenMs as Map<string, number>;
+    expect(settled.has('tcp|10.99.0.100|80')).toBe(true); // type none: settled at the first rebuild
+    expect((await d.reload(configText({ port: 81 }))).ok).toBe(true);
+    expect([...settled]).toEqual(['tcp|10.99.0.100|81']);
+    expect([...firstSeen.keys()]).toEqual(['tcp|10.99.0.100|81']);
+    d.daemon.health.stop();
+  });
+});
+
+describe('stop: an announcer sync stuck on birdc', () => {
+  it('withdraws at once and does not wait for it (before: up to 10 s a birdc call, then the loops\' stop, past TimeoutStopSec)', async () => {
+    const d = daemonRunning(configText({ announce: true }));
+    const events: string[] = [];
+    const t0 = Date.now();
+    d.inside.announcer = {
+      setFiles: () => undefined,
+      isAnnounced: () => true,
+      deviceOf: () => null,
+      sync: () => new Promise(() => undefined), // birdc that never answers
+      withdrawAll: async () => void events.push(`withdrawAll ${Date.now() - t0}`),
+      close: () => void events.push('close'),
+    };
+    (d.inside.loops as Record<string, unknown>).stop = async () => void events.push('loops stopped');
+    (d.inside.neighbors as Record<string, unknown>).stop = () => undefined;
+    d.inside.host = { ...(d.inside.host as object), undo: async () => undefined };
+    d.inside.started = true;
+    void (d.inside.syncAnnouncements as () => Promise<void>).call(d.daemon); // in flight, never ends
+    expect(d.inside.announceBusy).toBe(true);
+    await d.daemon.stop();
+    const took = Date.now() - t0;
+    expect(events[0]).toMatch(/^withdrawAll \d+$/);
+    expect(Number(events[0]!.split(' ')[1])).toBeLessThan(100);
+    expect(events.slice(1)).toEqual(['loops stopped', 'close']);
+    // withdrawDelay (300 ms default) + at most 1 s for the sync in flight.
+    expect(took).toBeLessThan(2500);
     d.daemon.health.stop();
   });
 });
