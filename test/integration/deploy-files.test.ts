@@ -248,9 +248,10 @@ describe('dsrlb.service', () => {
     // dsrlb-realserver.service (setup --mode ipip) must find the TUN device when it starts.
     expect(decapOne('Before')).toBe('dsrlb-realserver.service');
     expect(decapOne('ExecStartPost')).toContain('ip link show dev dsrlb-decap0 up');
-    // decap writes rp_filter and the TUN device's disable_ipv6: only their directories are writable.
+    // decap writes rp_filter and the TUN device's disable_ipv6: only their directories are writable,
+    // and /run/dsrlb for its record of the operator's rp_filter (a restart after SIGKILL reads it).
     expect(decapOne('ProtectKernelTunables')).toBe('yes');
-    expect(decapOne('ReadWritePaths').split(/\s+/).sort()).toEqual(['-/proc/sys/net/ipv6/conf', '/proc/sys/net/ipv4/conf']);
+    expect(decapOne('ReadWritePaths').split(/\s+/).sort()).toEqual(['-/proc/sys/net/ipv6/conf', '-/run/dsrlb', '/proc/sys/net/ipv4/conf']);
   });
 
   it('runs the installed binary and config as user dsrlb with only CAP_NET_RAW and CAP_NET_ADMIN', async () => {

@@ -2,7 +2,10 @@
 // packets, the expected inner bytes or drop reason), the counters, which raw sockets a VIP set
 // needs, and the host changes with their undo (fake runner, sysctls and TUN opener).
 
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { Logger } from '../../src/control/logger.js';
 import { DecapHost, type SysctlAccess, type TunOpener } from '../../src/decap/decap-host.js';
 import ipaddr from 'ipaddr.js';
@@ -223,6 +226,10 @@ describe('tunnelSocketSpecs', () => {
 
 describe('DecapHost', () => {
   const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
+  // Its crash record in a directory of the test's own, not the host's /run/dsrlb.
+  let runDir: string;
+  beforeEach(() => void (runDir = mkdtempSync(join(tmpdir(), 'dsrlb-test-decap-host-'))));
+  afterEach(() => rmSync(runDir, { recursive: true, force: true }));
 
   function fakes(initial: Record<string, string>) {
     const sysctls = new Map(Object.entries(initial));
@@ -234,7 +241,7 @@ describe('DecapHost', () => {
       commands.push(argv.join(' '));
       return { stdout: '' };
     };
-    return { sysctls, commands, closed, host: new DecapHost(silent, runner, sysctl, tun) };
+    return { sysctls, commands, closed, host: new DecapHost(silent, runner, sysctl, tun, runDir) };
   }
 
   it('brings the device up with rp_filter 0 there and on all, and restores only all on tearDown', async () => {
