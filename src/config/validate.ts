@@ -636,6 +636,17 @@ export function parseServiceAddress(text: string): { protocol: Protocol; vip: st
   return { protocol: match[1]!.toLowerCase() as Protocol, vip: vip.address, port: Number(match[4]) };
 }
 
+/**
+ * A SERVICE given by address, as the CLI and admin API take it: `tcp://VIP:PORT` (see
+ * parseServiceAddress), or `VIP:PORT` / `[V6]:PORT` as status prints it, protocol null (either).
+ */
+export function parseServiceRef(text: string): { protocol: Protocol | null; vip: string; port: number } | null {
+  const a = parseServiceAddress(text);
+  if (a !== null) return a;
+  const e = parseClientEndpoint(text);
+  return 'error' in e ? null : { protocol: null, vip: e.address, port: e.port };
+}
+
 /** A SERVICE written as an address (see parseServiceAddress) -> its canonical form; else null. */
 export function parseServiceAddressName(text: string): string | null {
   const a = parseServiceAddress(text);

@@ -10,7 +10,7 @@ import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import { locateProblems } from '../config/problem-positions.js';
 import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
-import { isRealIntent, isWeight, parseClientEndpoint, parseIpAddress, parseServiceAddress, problemLines } from '../config/validate.js';
+import { isRealIntent, isWeight, parseClientEndpoint, parseIpAddress, parseServiceRef, problemLines, serviceAddressName } from '../config/validate.js';
 import { withoutBom } from '../config/yaml-document.js';
 import { FlowState } from '../dataplane/flow-table.js';
 import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
@@ -542,7 +542,7 @@ export class Daemon {
    */
   private async setAnnounceNow(serviceRef: string, announce: boolean): Promise<AnnounceResult> {
     const s = this.findService(serviceRef);
-    if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
+    if (!s) throw this.unknownService(serviceRef);
     if (!this.config.announce.enabled) throw new DaemonError('ANNOUNCE_DISABLED', 'announce.enabled is false in the config: nothing is announced');
     const withdrawn = new Set(this.withdrawn);
     if (announce) withdrawn.delete(serviceIdentity(s));
@@ -1044,13 +1044,25 @@ export class Daemon {
     return restartOnlyChanges(this.config, next).map((c) => ({ path: c.path, message: `changing ${c.what} (${c.before} -> ${c.after}) needs a restart${c.why === null ? '' : ` (${c.why})`}` }));
   }
 
-  /** A service by name, or by `tcp://VIP:PORT` / `udp://[V6]:PORT` in any spelling of the address. */
+  /**
+   * A service by name, by `tcp://VIP:PORT` / `udp://[V6]:PORT`, or by `VIP:PORT` as status prints
+   * it (ipvsadm's `-t VIP:PORT`) when only one protocol has that address; any spelling of the address.
+   */
   findService(ref: string): ServiceConfig | null {
     const byName = this.config.services.find((s) => s.name === ref);
     if (byName) return byName;
-    const a = parseServiceAddress(ref);
+    const a = parseServiceRef(ref);
     if (a === null) return null;
-    return this.config.services.find((s) => s.protocol === a.protocol && s.vip === a.vip && s.port === a.port) ?? null;
+    const found = this.config.services.filter((s) => (a.protocol === null || s.protocol === a.protocol) && s.vip === a.vip && s.port === a.port);
+    if (found.length > 1) throw new DaemonError('AMBIGUOUS_SERVICE', `"${ref}" is ${found.map((s) => `${serviceAddressName(s.protocol, s.vip, s.port)} (${s.name})`).join(' and ')}: name one`);
+    return found[0] ?? null;
+  }
+
+  /** UNKNOWN_SERVICE, with the ways a service can be named. */
+  private unknownService(ref: string): DaemonError {
+    const names = this.config.services.map((s) => s.name);
+    const some = names.length > 5 ? `${names.slice(0, 5).join(', ')}, ...` : names.join(', ');
+    return new DaemonError('UNKNOWN_SERVICE', `unknown service "${ref}": name it (${some || 'none configured'}) or give its address, VIP:PORT or tcp://VIP:PORT`);
   }
 
   /**
@@ -1060,24 +1072,33 @@ export class Daemon {
    */
   private explainTarget(ref: string): { s: ServiceConfig; dstPort: number } {
     const s = this.findService(ref);
-    const a = parseServiceAddress(ref);
+    const a = parseServiceRef(ref);
     if (s !== null && s.port !== 0) return { s, dstPort: s.port };
     if (a !== null && a.port !== 0) {
-      const any = this.config.services.find((c) => c.protocol === a.protocol && c.vip === a.vip && c.port === 0);
-      if (any !== undefined) return { s: any, dstPort: a.port };
+      const any = this.config.services.filter((c) => (a.protocol === null || c.protocol === a.protocol) && c.vip === a.vip && c.port === 0);
+      if (any.length > 1) throw new DaemonError('AMBIGUOUS_SERVICE', `"${ref}" is served by ${any.map((c) => `${c.name} (${c.protocol})`).join(' and ')}: write tcp:// or udp://`);
+      if (any.length === 1) return { s: any[0]!, dstPort: a.port };
     }
     if (s !== null) {
       const vip = s.family === 6 ? `[${s.vip}]` : s.vip;
       throw new DaemonError('BAD_SERVICE', `service "${s.name}" serves every port of ${vip}: name the port, e.g. ${s.protocol}://${vip}:443`);
     }
-    throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${ref}"`);
+    throw this.unknownService(ref);
   }
 
-  /** A real of s by its address in any spelling (upper case, non-canonical IPv6). */
-  private findReal(s: ServiceConfig, address: string): RealConfig | null {
-    const canonical = parseIpAddress(address)?.address;
-    if (canonical === undefined) return null;
-    return s.reals.find((r) => r.address === canonical) ?? null;
+  /**
+   * A real of s by its address in any spelling (upper case, non-canonical IPv6), or as status
+   * prints it, ADDRESS:PORT / [V6]:PORT with the service's port (DSR keeps the port: there is no other).
+   */
+  private findReal(s: ServiceConfig, address: string): RealConfig {
+    const endpoint = parseClientEndpoint(address);
+    const canonical = 'error' in endpoint || endpoint.port !== s.port ? parseIpAddress(address)?.address : endpoint.address;
+    const found = canonical === undefined ? undefined : s.reals.find((r) => r.address === canonical);
+    if (found !== undefined) return found;
+    const reals = s.reals.map((r) => r.address);
+    const some = reals.length > 5 ? `${reals.slice(0, 5).join(', ')}, ...` : reals.join(', ');
+    const port = !('error' in endpoint) && endpoint.port !== s.port ? ` (its reals take port ${s.port}: DSR does not change the port)` : '';
+    throw new DaemonError('UNKNOWN_REAL', `service "${s.name}" has no real "${address}"${port}; its reals: ${some}`);
   }
 
   /** Operator intent for one real (admin API); persisted beside the config before it takes effect. */
@@ -1087,9 +1108,8 @@ export class Daemon {
 
   private async setIntentNow(serviceRef: string, realAddress: string, request: IntentChange): Promise<IntentResult> {
     const s = this.findService(serviceRef);
-    if (!s) throw new DaemonError('UNKNOWN_SERVICE', `unknown service "${serviceRef}"`);
+    if (!s) throw this.unknownService(serviceRef);
     const r = this.findReal(s, realAddress);
-    if (!r) throw new DaemonError('UNKNOWN_REAL', `service "${s.name}" has no real "${realAddress}"`);
     const key = RealRegistry.keyOf(serviceIdentity(s), r.address);
     const before = this.intentOf(key, r.state, r.weight);
     const { from, ...change } = request;

@@ -43,6 +43,42 @@ describe('findService', () => {
   });
 });
 
+describe('SERVICE and REAL as status prints them (VIP:PORT, REAL:PORT), as ipvsadm users type them', () => {
+  const both = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
+  const cfg = parseConfigText(`interface: eth0
+services:
+  - { name: web, vip: 10.93.0.100, port: 80, protocol: tcp, reals: [{ address: 10.93.0.11 }, { address: 10.93.0.12 }] }
+  - { name: dns-tcp, vip: 10.93.0.53, port: 53, protocol: tcp, reals: [{ address: 10.93.0.21 }] }
+  - { name: dns-udp, vip: 10.93.0.53, port: 53, protocol: udp, reals: [{ address: 10.93.0.21 }] }
+  - { name: web6, vip: fd93::100, port: 443, protocol: tcp, reals: [{ address: fd93::11 }] }
+`);
+  if (!cfg.ok) throw new Error(JSON.stringify(cfg.problems));
+  both.config = cfg.config;
+
+  it('finds a service by VIP:PORT when one protocol has it, and names both when two do', () => {
+    expect(both.findService('10.93.0.100:80')?.name).toBe('web');
+    expect(both.findService('[FD93::100]:443')?.name).toBe('web6');
+    expect(both.findService('10.93.0.100:81')).toBeNull();
+    expect(() => both.findService('10.93.0.53:53')).toThrow('"10.93.0.53:53" is tcp://10.93.0.53:53 (dns-tcp) and udp://10.93.0.53:53 (dns-udp): name one');
+    expect(both.findService('udp://10.93.0.53:53')?.name).toBe('dns-udp');
+  });
+
+  it('finds a real by REAL:PORT with the service\'s port; another port or an unknown real is named with the reals there are', async () => {
+    const findReal = (svc: string, real: string) => (both as unknown as { findReal(s: unknown, a: string): { address: string } }).findReal(both.findService(svc), real);
+    expect(findReal('10.93.0.100:80', '10.93.0.12:80').address).toBe('10.93.0.12');
+    expect(findReal('web', '10.93.0.12').address).toBe('10.93.0.12');
+    expect(findReal('web6', '[fd93:0::11]:443').address).toBe('fd93::11');
+    expect(findReal('web6', 'fd93::11').address).toBe('fd93::11');
+    expect(() => findReal('web', '10.93.0.12:8080')).toThrow('service "web" has no real "10.93.0.12:8080" (its reals take port 80: DSR does not change the port); its reals: 10.93.0.11, 10.93.0.12');
+    expect(() => findReal('web', '10.93.0.13')).toThrow('service "web" has no real "10.93.0.13"; its reals: 10.93.0.11, 10.93.0.12');
+  });
+
+  it('says how a service can be named when none matches', async () => {
+    const e = await errorOf(both.setIntent('10.93.0.100:8080', '10.93.0.11', { state: 'drain' }));
+    expect([e.code, e.message]).toEqual(['UNKNOWN_SERVICE', 'unknown service "10.93.0.100:8080": name it (web, dns-tcp, dns-udp, web6) or give its address, VIP:PORT or tcp://VIP:PORT']);
+  });
+});
+
 describe('setIntent', () => {
   it('names an unknown real, and finds one written in another spelling before anything else', async () => {
     expect((await errorOf(daemon.setIntent('web', '10.93.0.12', { state: 'drain' }))).code).toBe('UNKNOWN_REAL');
