@@ -589,7 +589,12 @@ function checkServiceIdentity(p: ProblemList, slots: readonly (ServiceConfig | n
       indexes.push(index);
       p.add(`services[${index}]`, `${key} is already defined by services[${indexes[0]}] (${describe(slots[indexes[0]!]?.name)})`);
     }
-    if (!firstByName.has(service.name)) firstByName.set(service.name, index);
+  });
+  // Names in order, a service with problems elsewhere (`protocol: sctp`) by its written name too:
+  // a name it repeats is found in the same run, not after the other problem is fixed.
+  slots.forEach((service, index) => {
+    const name = explicitNames[index] ?? service?.name;
+    if (name !== undefined && name !== null && !firstByName.has(name)) firstByName.set(name, index);
   });
   explicitNames.forEach((name, index) => {
     if (name === null) return;

@@ -471,6 +471,16 @@ describe('service rules', () => {
     expect(lines).toEqual(['services[1].name: "web" is already the name of services[0]']);
   });
 
+  it('duplicate names where the first service has a problem of its own: both said in one run', () => {
+    const lines = problemsWith((doc) => {
+      doc.services[0].name = 'web';
+      doc.services[0].protocol = 'sctp';
+      doc.services.push({ name: 'web', vip: '203.0.113.11', port: 80, reals: [] });
+    });
+    expect(lines).toContain('services[1].name: "web" is already the name of services[0]');
+    expect(lines.some((l) => l.startsWith('services[0].protocol: '))).toBe(true);
+  });
+
   it('a name that is the address of another service', () => {
     const lines = problemsWith((doc) => doc.services.push({ name: 'tcp://203.0.113.10:80', vip: '203.0.113.11', port: 80, reals: [] }));
     expect(lines).toEqual(['services[1].name: "tcp://203.0.113.10:80" is the address of services[0]; choose another name']);
