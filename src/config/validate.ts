@@ -266,13 +266,14 @@ export function parseConfigYamlDocument(source: string): { ok: true; raw: unknow
   const lineCounter = new LineCounter();
   const doc = parseDocument(source, { ...CONFIG_YAML_OPTIONS, prettyErrors: true, lineCounter });
   if (doc.errors.length > 0) {
-    return {
-      ok: false,
-      problems: doc.errors.map((error) =>
-        // yaml's own text for this one advises an API call, which helps no operator.
-        yamlProblem(error.code === 'MULTIPLE_DOCS' ? 'the file holds more than one YAML document' : error.message, error.linePos?.[0]),
-      ),
-    };
+    // The first syntax error only: the parser's later ones mostly follow from it (an unclosed
+    // `[80` gave four more, each on a line that is fine).
+    const first = doc.errors[0]!;
+    // yaml's own text for this one advises an API call, which helps no operator.
+    const problems = [yamlProblem(first.code === 'MULTIPLE_DOCS' ? 'the file holds more than one YAML document' : first.message, first.linePos?.[0])];
+    const more = doc.errors.length - 1;
+    if (more > 0) problems.push({ path: '(yaml)', message: `${more} more YAML error${more === 1 ? '' : 's'} after this one, most likely caused by it: fix it and check again` });
+    return { ok: false, problems };
   }
   // A key that is a list or a mapping (`[a, b]: 1`) would be stringified by toJS, with a warning
   // from yaml on stderr: it is no key of ours, said here with its position.

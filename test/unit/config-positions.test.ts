@@ -255,6 +255,13 @@ describe('how far aliases may expand a file', () => {
     expect(process.memoryUsage().heapUsed - heapBefore).toBeLessThan(50e6);
   });
 
+  it('names the first YAML syntax error only, and how many followed it (an unclosed [ made four more on lines that are fine)', () => {
+    const text = 'interface: eth0\nservices:\n  - name: web\n    vip: 10.77.0.100\n    port: [80\n    protocol: tcp\n    scheduler: maglev\n    reals:\n      - { address: 10.77.0.11 }\n';
+    const lines = validateLines(text);
+    expect(lines[0]).toMatch(/^\(yaml\) line 6, column 5: Flow sequence in block collection must be sufficiently indented and end with a \]$/);
+    expect(lines.slice(1)).toEqual([expect.stringMatching(/^\(yaml\): \d+ more YAML errors? after this one, most likely caused by it: fix it and check again$/)]);
+  });
+
   it('refuses a bomb made of merges, and an alias inside its own anchor', () => {
     const levels = Array.from({ length: 12 }, (_, i) => `x-m${i + 1}: &m${i + 1} { a: { <<: *m${i} }, b: { <<: *m${i} }, c: { <<: *m${i} }, d: { <<: *m${i} } }\n`);
     const merges = `interface: eth0\nx-m0: &m0 { k: 1, l: 2 }\n${levels.join('')}services: []\n`;
