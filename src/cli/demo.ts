@@ -72,7 +72,7 @@ export async function demoUp(opts: { requests: number }): Promise<number> {
   const onSignal = (signal: string): void => {
     if (interrupted !== null) return;
     interrupted = signal;
-    process.stderr.write(`\ndsrlb demo: ${signal}: removing the half-built lab...\n`);
+    process.stderr.write(`\ndsrlb demo: ${signal}: stopping, the lab is removed...\n`);
   };
   const onInt = (): void => onSignal('SIGINT');
   const onTerm = (): void => onSignal('SIGTERM');
@@ -82,7 +82,8 @@ export async function demoUp(opts: { requests: number }): Promise<number> {
     return (await runDemo(opts, () => interrupted)).code;
   } catch (err) {
     if (interrupted === null) process.stderr.write(`dsrlb demo: ${(err as Error).message}\n`);
-    await showDaemonLog();
+    // An interrupt is no failure: the daemon's log would only look like one.
+    if (interrupted === null) await showDaemonLog();
     if (interrupted === null) process.stderr.write('dsrlb demo: removing the lab\n');
     await demoDown({ quiet: true });
     return interrupted === 'SIGINT' ? 130 : interrupted === 'SIGTERM' ? 143 : 2;
@@ -108,23 +109,45 @@ interface Capture {
   requests: number;
   replies: number;
   replyBytes: number;
-  stop(): void;
+  /** Frames tcpdump itself missed (its "dropped by kernel" at exit): the counts above are short by these. */
+  missed: number;
+  /** Ends tcpdump and counts what it had still to print. */
+  stop(): Promise<void>;
 }
 
 /** tcpdump on the LB's eth0, once it says it is listening (it fails the demo if it cannot). */
 async function startCapture(lab: Lab): Promise<Capture> {
-  const child = lab.spawn(lab.lb, ['tcpdump', '-i', 'eth0', '-nn', '-l', '-q', '--immediate-mode', 'tcp', 'and', 'host', lab.vip], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const c: Capture = { requests: 0, replies: 0, replyBytes: 0, stop: () => child.kill('SIGTERM') };
+  const child = lab.spawn(lab.lb, ['tcpdump', '-i', 'eth0', '-B', '8192', '-nn', '-l', '-q', '--immediate-mode', 'tcp', 'and', 'host', lab.vip], { stdio: ['ignore', 'pipe', 'pipe'] });
   const fromVip = `IP ${lab.vip}.`;
+  const count = (line: string): void => {
+    const m = /length (\d+)/.exec(line) ?? /tcp (\d+)/.exec(line);
+    if (!m) return;
+    if (line.includes(fromVip)) {
+      c.replies++;
+      c.replyBytes += Number(m[1]);
+    } else c.requests++;
+  };
+  // Lines split across reads are joined first, and the lines still in the pipe at stop counted:
+  // counted as they came, a stop lost the last frames (565 counted of 620).
+  let partial = '';
+  const closed = new Promise<void>((done) => child.stdout!.once('close', () => done()));
+  const c: Capture = {
+    requests: 0,
+    replies: 0,
+    replyBytes: 0,
+    missed: 0,
+    stop: async () => {
+      child.kill('SIGTERM');
+      await Promise.all([closed, new Promise((done) => child.once('exit', done))]);
+      if (partial !== '') count(partial);
+      partial = '';
+      c.missed = Number(/(\d+) packets? dropped by kernel/.exec(stderr)?.[1] ?? 0);
+    },
+  };
   child.stdout!.on('data', (chunk: Buffer) => {
-    for (const line of chunk.toString().split('\n')) {
-      const m = /length (\d+)/.exec(line) ?? /tcp (\d+)/.exec(line);
-      if (!m) continue;
-      if (line.includes(fromVip)) {
-        c.replies++;
-        c.replyBytes += Number(m[1]);
-      } else c.requests++;
-    }
+    const lines = (partial + chunk.toString()).split('\n');
+    partial = lines.pop()!;
+    for (const line of lines) count(line);
   });
   let stderr = '';
   await new Promise<void>((resolveListening, reject) => {
@@ -175,13 +198,23 @@ async function runDemo(opts: { requests: number }, interrupted: () => string | n
       if (daemon.exitCode !== null) throw new Error(`the daemon exited (code ${daemon.exitCode}) before it was ready`);
       return (await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9743/healthz'])).code === 0;
     }, 20_000, 'the daemon to start');
+    // Ready is the loop running; the first requests would still find a real's MAC unknown for a
+    // few hundred ms and be dropped (neighbor_unknown). The demo waits until every real is up
+    // with its MAC known, as status shows it.
+    await waitFor(async () => {
+      stopIfInterrupted();
+      const status = await lab.exec(lab.lb, ['curl', '-sf', 'http://127.0.0.1:9743/status']);
+      if (status.code !== 0) return false;
+      const { services } = JSON.parse(status.stdout) as { services: { reals: { health: { state: string }; mac: string | null }[] }[] };
+      return services.every((s) => s.reals.every((r) => r.health.state === 'up' && r.mac !== null));
+    }, 10_000, 'every real to be up with its MAC known');
     const capture = await startCapture(lab);
     stopIfInterrupted();
     say(`dsrlb demo: ${opts.requests} HTTP requests from ${lab.client.ipv4} to http://${lab.vip}/, one connection each...`);
     const run = await lab.exec(lab.client, [process.execPath, resolve(repoRoot, 'dist/lab/http-client.js'), '--host', lab.vip, '--count', String(opts.requests)], { timeoutMs: 120_000 });
     stopIfInterrupted();
     await new Promise((r) => setTimeout(r, 500));
-    capture.stop();
+    await capture.stop();
     if (run.code !== 0) throw new Error(`http client failed: ${run.stderr.trim()}`);
     const result = JSON.parse(run.stdout.trim().split('\n').pop()!) as { ok: number; failed: number; byReal: Record<string, number> };
     // Without the requests on the capture, a count of 0 replies would prove nothing.
@@ -196,7 +229,11 @@ async function runDemo(opts: { requests: number }, interrupted: () => string | n
     }
     say('');
     say(`  requests answered: ${result.ok}/${opts.requests}, failed: ${result.failed}`);
-    say(`  on the LB's interface: ${capture.requests} TCP frames to ${lab.vip} (requests, in and forwarded), ${capture.replies} from it (replies), ${capture.replyBytes} reply bytes`);
+    // Frames the LB dropped, by reason (none expected): said, so a count that does not add up is explained.
+    const drops = [...metrics.matchAll(/^dsrlb_dropped_packets_total\{reason="([^"]+)"\} (\d+)$/gm)].filter((m) => m[2] !== '0');
+    if (drops.length > 0) say(`  dropped by the LB: ${drops.map((m) => `${m[2]} ${m[1]}`).join(', ')} (dsrlb_dropped_packets_total)`);
+    const missed = capture.missed > 0 ? ` (tcpdump missed ${capture.missed} frames)` : '';
+    say(`  on the LB's interface: ${capture.requests} TCP frames to ${lab.vip} (requests, in and forwarded), ${capture.replies} from it (replies), ${capture.replyBytes} reply bytes${missed}`);
     say(capture.replies === 0 ? '  -> zero response bytes crossed the LB: the reals answered the client directly (DSR).' : '  -> some replies crossed the LB!');
     say('');
     say('Try it yourself:');

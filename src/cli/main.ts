@@ -71,7 +71,9 @@ async function intent(argv: { config?: string; admin?: string; tokenFile?: strin
 /** An intent verb's answer: the service and real as the daemon names them, not as typed (`TCP://10.0.0.1:080` is `web`). */
 function intentLine(data: Record<string, unknown>, service: string, real: string): string {
   const after = data.after as { state: string; weight: number };
-  return `${String(data.service ?? service)} ${String(data.real ?? real)}: ${after.state}, weight ${after.weight}`;
+  const before = data.before as { state: string; weight: number } | undefined;
+  const unchanged = before !== undefined && before.state === after.state && before.weight === after.weight ? ' (already so: nothing changed)' : '';
+  return `${String(data.service ?? service)} ${String(data.real ?? real)}: ${after.state}, weight ${after.weight}${unchanged}`;
 }
 
 async function plan(a: { config: string; against?: string; json: boolean; admin?: string; tokenFile?: string }): Promise<number> {

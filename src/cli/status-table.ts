@@ -17,6 +17,8 @@ interface RealStatus {
   health: { state: string; since: string; lastError: string | null };
   /** The real's MAC (IPIP: its next hop's), null while unresolved; absent from older daemons. */
   mac?: string | null;
+  /** Takes no new flows (drain, weight 0, removed) and has no established flow left; absent from older daemons. */
+  drainFinished?: boolean;
   activeFlows: number;
   inactiveFlows: number;
   pps: number;
@@ -91,6 +93,8 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
       if (r.mac === null && !s.dropping && !r.removed && r.intent === 'active' && r.weight > 0) {
         notes.push(`${s.name} ${r.address}: no MAC known (ARP/neighbour discovery unanswered): takes no new flows`);
       }
+      // What an operator waits for before taking the real down (ipvsadm: watching ActiveConn reach 0).
+      if (r.drainFinished === true) notes.push(`${s.name} ${r.address}: drain finished: no established flow left`);
       const weight = `${r.weight}${o?.weight ? '*' : ''}`;
       const intent = r.removed ? 'removed' : `${r.intent}${o?.state ? '*' : ''}`;
       const realRow = [`  -> ${addr}:${s.port}`, r.forwarding, weight, intent, health, String(r.activeFlows), String(r.inactiveFlows), String(Math.round(r.pps)), String(Math.round(r.bytesPerSecond))];

@@ -1118,6 +1118,10 @@ export class Daemon {
       if (before.state === change.state) return { service: s.name, real: r.address, before, after: before };
       throw new DaemonError('WRONG_STATE', `${s.name} ${r.address} is ${before.state === 'disabled' ? 'disabled' : 'draining'}, not ${from === 'disabled' ? 'disabled' : 'draining'}: ${before.state === 'disabled' ? 'enable' : 'undrain'} it instead`);
     }
+    // Already so (a repeated drain): nothing to save, log or rebuild; the answer says so.
+    if ((change.state === undefined || change.state === before.state) && (change.weight === undefined || change.weight === before.weight)) {
+      return { service: s.name, real: r.address, before, after: before };
+    }
     const o = this.overrides.get(key);
     const base: IntentOverride = o && o.configState === r.state && o.configWeight === r.weight ? o : { configState: r.state, configWeight: r.weight };
     const overrides = new Map(this.overrides).set(key, { ...base, ...change });

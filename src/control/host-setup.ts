@@ -354,7 +354,9 @@ export function nftRuleset(vips: readonly string[]): string {
   // Neighbour discovery to an IPv6 VIP is the kernel's (it holds the VIP): a router's unicast
   // NUD probe left unanswered makes it drop its entry for the VIP.
   if (v6.length > 0) lines.push(`    ip6 daddr { ${v6.join(', ')} } icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert, nd-redirect } accept`);
-  if (v6.length > 0) lines.push(`    ip6 daddr { ${v6.join(', ')} } frag nexthdr ipv6-icmp accept`);
+  // 58 (ICMPv6) by number: nft resolves a protocol name through /etc/protocols, which a minimal
+  // Debian (no netbase) lacks, and the daemon then refused to start with an IPv6 VIP.
+  if (v6.length > 0) lines.push(`    ip6 daddr { ${v6.join(', ')} } frag nexthdr 58 accept`);
   if (v6.length > 0) lines.push(`    ip6 daddr { ${v6.join(', ')} } drop`);
   lines.push('  }', '}');
   return lines.join('\n') + '\n';

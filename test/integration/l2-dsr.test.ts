@@ -89,7 +89,9 @@ describe.each(['afpacket', 'pcap', 'afpacketx2', 'afpacket:v2x2'])('L2 DSR with 
     const detail = `${io}: ${JSON.stringify(r)}; drops: ${(await daemon.metrics()).split('\n').filter((l) => l.startsWith('dsrlb_dropped') && !l.endsWith(' 0')).join(', ')}`;
     expect(r.errors, detail).toEqual({});
     expect(r.ok, detail).toBe(300);
-    expect(r.distinctPorts).toBe(300);
+    // Many flows, not one: the client's kernel picks the ports, and under load it reused a port
+    // whose connection had closed (281 of 300 once, in a run beside other work).
+    expect(r.distinctPorts, detail).toBeGreaterThanOrEqual(250);
     for (const name of ['r1', 'r2', 'r3']) {
       expect(r.byReal[name], detail).toBeGreaterThanOrEqual(60); // 20%
       expect(r.byReal[name], detail).toBeLessThanOrEqual(141); // 47%

@@ -327,9 +327,18 @@ describe('dsrlb-realserver in a network namespace', () => {
     expect(rules).toContain('maxseg size set 1440');
     expect((await script(['check', '--vip', VIP, '--mss', '1440'])).code).toBe(0);
     // Unprivileged (a monitoring check): nft cannot read the ruleset, which is no missing clamp.
-    const asNobody = await run('ip', ['netns', 'exec', NS, 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', 'dash', SCRIPT, 'check', '--vip', VIP, '--mss', '1440']);
-    expect(asNobody.stdout).not.toContain('not clamped');
-    expect(asNobody.stderr).toContain(`cannot verify the TCP MSS clamp from ${VIP} to 1440: nft cannot read the ruleset (not root?)`);
+    // A copy the user can read: a checkout under /root (0700) is not.
+    const readable = await mkdtemp(join(tmpdir(), `${PREFIX}nobody-`));
+    try {
+      await chmod(readable, 0o755);
+      await copyFile(SCRIPT, join(readable, 'dsrlb-realserver'));
+      await chmod(join(readable, 'dsrlb-realserver'), 0o755);
+      const asNobody = await run('ip', ['netns', 'exec', NS, 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', 'dash', join(readable, 'dsrlb-realserver'), 'check', '--vip', VIP, '--mss', '1440']);
+      expect(asNobody.stdout).not.toContain('not clamped');
+      expect(asNobody.stderr).toContain(`cannot verify the TCP MSS clamp from ${VIP} to 1440: nft cannot read the ruleset (not root?)`);
+    } finally {
+      await rm(readable, { recursive: true, force: true });
+    }
     expect((await script(['setup', '--vip', VIP, '--mss', '1440'])).stdout).toContain('nothing to change');
     // The clamp setup recorded is checked without --mss.
     await mustRun('ip', ['netns', 'exec', NS, 'nft', 'delete', 'table', 'inet', 'dsrlb_realserver']);

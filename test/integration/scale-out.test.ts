@@ -292,7 +292,9 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
     const after = await Promise.all(lab.lbs.map((l) => flowsCreated(l, 'web')));
     const perLb = after.map((a, i) => a - before[i]!);
 
-    expect(result).toMatchObject({ ok: 200, failed: 0, distinctPorts: 200 });
+    expect(result).toMatchObject({ ok: 200, failed: 0 });
+    // Many flows: the client's kernel may reuse a port whose connection closed (see l2-dsr.test.ts).
+    expect(result.distinctPorts).toBeGreaterThanOrEqual(170);
     // Each connection is one new flow on exactly one LB: the router keeps a 5-tuple on one path.
     expect(perLb[0]! + perLb[1]!).toBe(200);
     for (const n of perLb) expect(n).toBeGreaterThanOrEqual(40);

@@ -507,3 +507,22 @@ describe('stop: an announcer sync stuck on birdc', () => {
     d.daemon.health.stop();
   });
 });
+
+describe('operator intent asked for again', () => {
+  it('a repeated drain (or a weight set to what it is) changes, saves and logs nothing, and answers before = after', async () => {
+    const d = daemonRunning(configText());
+    const first = await d.daemon.setIntent('web', '10.93.0.1', { state: 'drain' });
+    expect([first.before.state, first.after.state]).toEqual(['active', 'drain']);
+    const snapshots = d.sent.filter((m) => m.type === 'snapshot').length;
+    const saved = readFileSync(join(dir, 'state.json'), 'utf8');
+    const again = await d.daemon.setIntent('web', '10.93.0.1', { state: 'drain' });
+    expect(again.before).toEqual(again.after);
+    const sameWeight = await d.daemon.setIntent('web', '10.93.0.1', { weight: 1 });
+    expect(sameWeight.before).toEqual(sameWeight.after);
+    // Before: "intent changed" with identical before and after, a state-file write and a rebuild each time.
+    expect(d.logs.filter((l) => l.msg === 'intent changed')).toHaveLength(1);
+    expect(d.sent.filter((m) => m.type === 'snapshot')).toHaveLength(snapshots);
+    expect(readFileSync(join(dir, 'state.json'), 'utf8')).toBe(saved);
+    d.daemon.health.stop();
+  });
+});

@@ -2,12 +2,13 @@
 // too) and what a failed start undoes (only what its own process added); keep_addr_on_down, set
 // while it holds IPv6 VIPs, through a fake /proc/sys.
 
-import { mkdir, mkdtemp, readFile, readdir, writeFile } from 'node:fs/promises';
+import { spawnSync } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { HostSetup, parseOffloads, procSysctl, type CommandRunner, type Sysctl } from '../../src/control/host-setup.js';
+import { HostSetup, nftRuleset, parseOffloads, procSysctl, type CommandRunner, type Sysctl } from '../../src/control/host-setup.js';
 import { createLogger } from '../../src/control/logger.js';
 
 function fakeHost(onLo: string[], offloads = ETHTOOL_K) {
@@ -355,5 +356,26 @@ describe('HostSetup: net.ipv6.conf.<if>.keep_addr_on_down while it holds IPv6 VI
     await sysctl.write('net/ipv6/conf/eth0.100/keep_addr_on_down', '1');
     expect(await readFile(join(root, 'net/ipv6/conf/eth0.100/keep_addr_on_down'), 'utf8')).toBe('1');
     expect(await sysctl.read('net/ipv6/conf/eth1/keep_addr_on_down')).toBeNull();
+  });
+});
+
+describe('the nftables table', () => {
+  it('loads where /etc/protocols is missing (a minimal Debian without netbase): no protocol named, only nft keywords and numbers', async () => {
+    // Checked by nft itself (-c: parse and check, nothing applied) in a mount namespace where
+    // /etc/protocols is an empty file; as root, which the suite runs as.
+    if (process.getuid?.() !== 0) throw new Error('this test needs root (nft -c asks the kernel)');
+    const dir = await mkdtemp(join(tmpdir(), 'dsrlb-test-nft-'));
+    try {
+      const file = join(dir, 'rules.nft');
+      await writeFile(file, nftRuleset(['198.51.100.1', '2001:db8::10']));
+      const empty = join(dir, 'protocols');
+      await writeFile(empty, '');
+      const r = spawnSync('unshare', ['-m', 'sh', '-c', `mount --bind ${empty} /etc/protocols && nft -c -f ${file}`], { encoding: 'utf8' });
+      // Before: "Could not resolve protocol name ... frag nexthdr ipv6-icmp", and no daemon with an IPv6 VIP started.
+      expect(r.stderr).toBe('');
+      expect(r.status).toBe(0);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

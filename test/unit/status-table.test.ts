@@ -96,6 +96,24 @@ describe('status table', () => {
     expect(text.split('\n').slice(7)).toEqual(['web 10.0.1.98: no MAC known (ARP/neighbour discovery unanswered): takes no new flows']);
   });
 
+  it('says after the table which drained real has no established flow left (what an operator waits for before taking it down)', () => {
+    const text = formatStatus(
+      {
+        services: [
+          service('web', {
+            reals: [
+              { ...real('10.0.1.11', 'up'), intent: 'drain', drainFinished: true },
+              { ...real('10.0.1.12', 'up'), intent: 'drain', drainFinished: false, activeFlows: 2 },
+              real('10.0.1.13', 'up'), // an older daemon: no drainFinished field, no note
+            ],
+          }),
+        ],
+      },
+      now,
+    );
+    expect(text.split('\n').slice(6)).toEqual(['web 10.0.1.11: drain finished: no established flow left']);
+  });
+
   it('marks a service removed by a reload whose flows drain, without a dropping note', () => {
     const text = formatStatus({ services: [service('old', { removed: true, dropping: true, droppingReason: 'removed from the config', reals: [real('10.0.1.11', 'up', null)] })] }, now);
     expect(table(text)[0]).toMatchObject({ Name: 'old', Flags: 'REMOVED(draining)' });
