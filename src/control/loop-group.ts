@@ -123,6 +123,13 @@ export class LoopGroup {
   restarts = 0;
   /** Loops being started again: the group does not run whole until they are ready. */
   private restarting = 0;
+  /**
+   * Loops that ended and are being started again, by their replacement's settings: their last
+   * per-real flow counts stand until the replacement runs (or is given up). Counted as 0 meanwhile,
+   * a draining removed real was forgotten (its flows rescheduled), a removed service's VIP
+   * released and a drain reported finished while its connections lived on.
+   */
+  private readonly replaced = new Map<object, Loop>();
   /** Monotonic times of the restarts in the last RESTART_WINDOW_MS. */
   private restartTimes: number[] = [];
   /** When a loop last ended because its interface went (losses of the loops together count once). */
@@ -409,6 +416,7 @@ export class LoopGroup {
       timeouts: this.lastTimeouts ?? loop.settings.timeouts,
       snapshot: this.lastSnapshot ?? loop.settings.snapshot,
     };
+    this.replaced.set(settings, loop);
     let keptHolder: object | null = null;
     const ended = this.endedFlows(loop);
     if (takeOver) {
@@ -436,6 +444,7 @@ export class LoopGroup {
       settled = true;
       clearTimeout(giveUp);
       this.takeoverFlows.delete(settings);
+      this.replaced.delete(settings);
       this.restarting--;
       // The group runs whole again (or has given up): what was carried has been given.
       if (this.restarting === 0) {
@@ -658,21 +667,27 @@ export class LoopGroup {
     return sum;
   }
 
-  /** Flows on real `id` in the loops that run (an ended loop's are counted again by the loop that takes them). */
+  /**
+   * Flows on real `id` in the loops that run (an ended loop's are counted again by the loop that
+   * takes them), and in a loop being started again, until its replacement runs (see `replaced`).
+   */
   active(id: number): number {
     let n = 0;
     for (const l of this.loops) if (!l.exited) n += l.active[id] ?? 0;
+    for (const l of this.replaced.values()) n += l.active[id] ?? 0;
     return n;
   }
 
   inactive(id: number): number {
     let n = 0;
     for (const l of this.loops) if (!l.exited) n += l.inactive[id] ?? 0;
+    for (const l of this.replaced.values()) n += l.inactive[id] ?? 0;
     return n;
   }
 
   async stop(timeoutMs: number): Promise<void> {
     this.stopped = true;
+    this.replaced.clear();
     const loops = this.loops;
     this.loops = [];
     await Promise.all(

@@ -282,9 +282,11 @@ describe('admin API input', () => {
     const done = await lab.exec(lab.client, ['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '--local-port', '45555', `http://${lab.vip}/`]);
     expect(done.stdout).toBe('200');
     await sleep(300);
-    const closed = JSON.parse((await adminCurl([`http://127.0.0.1:9743/explain?service=web&client=${lab.client.ipv4}:45555`])).body) as typeof e;
+    const closed = JSON.parse((await adminCurl([`http://127.0.0.1:9743/explain?service=web&client=${lab.client.ipv4}:45555`])).body) as typeof e & { entryReal: string | null };
     expect(closed.flowState).toMatch(/^(fin|closed)$/);
     expect(closed.reason).toBe('scheduler');
+    // Where that closing connection's packets still go, beside the real a new SYN gets.
+    expect(addresses()).toContain(closed.entryReal);
   }, 30_000);
 
   it('answers bad input with 400, a wrong method with 405 and Allow, and takes SERVICE in any spelling', async () => {
@@ -308,8 +310,8 @@ describe('admin API input', () => {
     expect((await adminCurl(['http://127.0.0.1:9742/other'])).status).toBe(404);
     const spelled = await daemon.cli(['undrain', `tcp://${lab.vip}:080`, addresses()[0]!]);
     expect(spelled.code, spelled.stderr).toBe(0);
-    // The answer names the service and real as the daemon knows them, not as typed.
-    expect(spelled.stdout.trim()).toBe(`web ${addresses()[0]}: active, weight 100`);
+    // The answer names the service and real as the daemon knows them, not as typed (it was active already).
+    expect(spelled.stdout.trim()).toBe(`web ${addresses()[0]}: active, weight 100 (already so: nothing changed)`);
   }, 30_000);
 });
 

@@ -251,6 +251,23 @@ describe('a packet loop that ends by itself', () => {
     }
   });
 
+  it("keeps counting the ended loop's flows per real until its replacement runs (at 0, a draining real was forgotten and a drain reported finished)", async () => {
+    const g = await oneLoop(['exit', 'slow-ready']);
+    try {
+      expect(g.active(0)).toBe(5);
+      void askFlows(g);
+      await until('the loss', () => g.restarts === 1);
+      expect(g.running).toBe(false);
+      expect(g.recovering).toBe(true);
+      // The replacement is not ready for 300 ms: the ended loop's 5 flows still count.
+      expect(g.active(0)).toBe(5);
+      await until('the new loop', () => g.running);
+      expect(g.active(0)).toBe(5);
+    } finally {
+      await g.stop(1000);
+    }
+  });
+
   it('is handed to onLost once a loop ended more than 3 times within a minute; older losses do not count', async () => {
     let now = 1_000_000;
     const g = await oneLoop(['exit', 'exit', 'exit', 'exit', 'exit'], { now: () => now });
