@@ -13,7 +13,7 @@
 
 import { execFile } from 'node:child_process';
 import { statSync } from 'node:fs';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import type { Logger } from './logger.js';
 
 /** Runs a host command; injectable so tests and simulate run without privileges. */
@@ -143,15 +143,37 @@ export class HostSetup {
     private readonly ifname: string,
     private readonly log: Logger,
     private readonly runner: CommandRunner = systemRunner,
-    runDir = RUN_DIR,
+    private readonly runDir = RUN_DIR,
     private readonly sysctl: Sysctl = procSysctl(),
   ) {
     this.statePath = runRecordPath(runDir, 'host', `-${ifname}`);
     this.state = { interface: ifname, addedAddresses: [], groDisabled: false };
   }
 
-  /** Adopt what a previous run (that crashed) left behind, so stop() can undo it. */
+  /**
+   * Adopt what a previous run (that crashed) left behind, so stop() can undo it. A record it left
+   * for another interface of this network namespace (the config's `interface` changed before this
+   * start) is undone at once, as that run's stop would have: adopted by nobody, its VIPs stayed on
+   * lo for good, and the kernel answered ARP and reset TCP for them.
+   */
   async adopt(): Promise<void> {
+    const ours = this.statePath.slice(this.statePath.lastIndexOf('/') + 1);
+    const prefix = ours.slice(0, ours.length - `-${this.ifname}.json`.length + 1);
+    const names = await readdir(this.runDir).catch(() => [] as string[]);
+    for (const name of names) {
+      if (name === ours || !name.startsWith(prefix) || !name.endsWith('.json')) continue;
+      const other = name.slice(prefix.length, -'.json'.length);
+      const left = new HostSetup(other, this.log, this.runner, this.runDir, this.sysctl);
+      await left.adoptOwn();
+      if (left.adopted === null) continue;
+      this.log.warn('undoing the host changes a crashed run left on another interface', { interface: other, addresses: left.state.addedAddresses });
+      await left.undo();
+    }
+    await this.adoptOwn();
+  }
+
+  /** The record of a crashed run on this interface, adopted. */
+  private async adoptOwn(): Promise<void> {
     const prev = await readRunRecord<HostState>(this.statePath);
     if (prev === null || !Array.isArray(prev.addedAddresses)) return;
     this.state = { ...prev, addedAddresses: [...prev.addedAddresses], interface: this.ifname };
@@ -167,11 +189,17 @@ export class HostSetup {
     // Before the IPv6 VIPs go on: a flap in between would take them away. Again on every apply: an
     // interface made again (a loop restart applies again) has its settings back at the defaults.
     if (holdsV6) await this.keepAddressesOnDown();
-    for (const cidr of wanted) {
-      if (present.has(cidr)) continue;
+    // Recorded before they are added: a crash in between must not leave a VIP no record names
+    // (one that failed to go on is deleted in vain at the undo, which is harmless).
+    const toAdd = [...wanted].filter((cidr) => !present.has(cidr));
+    // Added again (its interface was made again): recorded once.
+    const unrecorded = toAdd.filter((cidr) => !this.state.addedAddresses.includes(cidr));
+    if (unrecorded.length > 0) {
+      this.state.addedAddresses.push(...unrecorded);
+      await this.save();
+    }
+    for (const cidr of toAdd) {
       await this.runner(this.addressCommand('add', cidr));
-      // Added again (its interface was made again): recorded once.
-      if (!this.state.addedAddresses.includes(cidr)) this.state.addedAddresses.push(cidr);
       this.ownAdded.add(cidr);
       this.log.info('added VIP', { address: cidr, dev: this.devFor(cidr) });
     }

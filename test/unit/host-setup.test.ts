@@ -48,6 +48,50 @@ async function runDir(prev: object | null): Promise<{ dir: string; file: string 
 }
 
 describe('HostSetup', () => {
+  it('records a VIP before it adds it: a crash in between leaves no VIP that no record names', async () => {
+    const { dir, file } = await runDir(null);
+    const host = fakeHost([]);
+    const seenInRecord: boolean[] = [];
+    const runner: CommandRunner = async (argv, stdin) => {
+      if (argv[1] === 'addr' && argv[2] === 'add') {
+        const record = JSON.parse(await readFile(file, 'utf8').catch(() => '{"addedAddresses":[]}')) as { addedAddresses: string[] };
+        seenInRecord.push(record.addedAddresses.includes(argv[3]!));
+      }
+      return host.runner(argv, stdin);
+    };
+    const setup = new HostSetup('eth0', quiet, runner, dir);
+    await setup.adopt();
+    await setup.apply(['198.51.100.1', '198.51.100.2'], { disableGro: false });
+    // Before: written only once every address was on, so a crash in between lost them.
+    expect(seenInRecord).toEqual([true, true]);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('undoes at start what a crashed run left on another interface of this netns (the config\'s interface changed meanwhile), and adopts its own', async () => {
+    const { dir } = await runDir(null);
+    const ino = statSync('/proc/self/ns/net').ino;
+    const otherFile = join(dir, `host-${ino}-d0.json`);
+    await writeFile(otherFile, JSON.stringify({ interface: 'd0', addedAddresses: ['203.0.113.10/32', '203.0.113.11/32'], groDisabled: true, offloadsBefore: { gro: true, lro: null } }));
+    // Another netns's record is not ours to touch.
+    const foreign = join(dir, `host-${ino + 1}-d0.json`);
+    await writeFile(foreign, JSON.stringify({ interface: 'd0', addedAddresses: ['198.51.100.9/32'], groDisabled: false }));
+    const host = fakeHost(['203.0.113.10/32', '203.0.113.11/32']);
+    const setup = new HostSetup('d1', quiet, host.runner, dir);
+    await setup.adopt();
+    // Before: the d0 record was adopted by nobody and 203.0.113.11 stayed on lo after every stop.
+    expect(host.calls).toContain('ip addr del 203.0.113.10/32 dev lo');
+    expect(host.calls).toContain('ip addr del 203.0.113.11/32 dev lo');
+    expect(host.calls).toContain('ethtool -K d0 gro on');
+    await expect(readFile(otherFile, 'utf8')).rejects.toThrow(/ENOENT/);
+    expect(JSON.parse(await readFile(foreign, 'utf8')).addedAddresses).toEqual(['198.51.100.9/32']);
+    // The VIP still wanted is this run's now: added, recorded, and undone at its stop.
+    await setup.apply(['203.0.113.10'], { disableGro: false });
+    expect([...host.lo]).toEqual(['203.0.113.10/32']);
+    await setup.undo();
+    expect([...host.lo]).toEqual([]);
+    await rm(dir, { recursive: true, force: true });
+  });
+
   it('after a failed start removes only the VIPs its own process added and keeps the adopted record', async () => {
     const { dir, file } = await runDir({ interface: 'eth0', addedAddresses: ['198.51.100.1/32'], groDisabled: false });
     const host = fakeHost(['198.51.100.1/32']);
