@@ -124,6 +124,14 @@ const HANDOFF_ASK_MS = 30_000;
 /** The longest a service waits for its reals to settle before it may be announced anyway. */
 const SETTLE_CAP_MS = 30_000;
 
+/**
+ * How long a stop waits for the loops' flows (1M flows: about a second). With the withdraw delay,
+ * a sync in flight (STOP_SYNC_WAIT_MS) and the loops' stop (CLOSE_TIMEOUT_MS) a stop with a stalled
+ * loop stays under the unit's TimeoutStopSec=30s: HANDOFF_ASK_MS (30 s) here went past it, and
+ * systemd's SIGKILL skipped the host undo.
+ */
+const STOP_FLOWS_ASK_MS = 10_000;
+
 /** How long a stop waits, after the withdraw delay, for an announcer sync in flight to end. */
 const STOP_SYNC_WAIT_MS = 1000;
 
@@ -1377,7 +1385,7 @@ export class Daemon {
     if (file === null || this.loops.size === 0) return;
     const began = monotonicMs();
     try {
-      const answers = await this.loops.ask((id) => ({ type: 'flows', id, limit: this.config.flowTable.capacity }), HANDOFF_ASK_MS);
+      const answers = await this.loops.ask((id) => ({ type: 'flows', id, limit: this.config.flowTable.capacity }), STOP_FLOWS_ASK_MS);
       const g = this.gatherFlows(answers);
       const idleMs = Uint32Array.from(g.idleMs, (ms) => Math.min(Math.round(ms), 0xffffffff));
       const { reals, removedServices } = this.removedToSave(g.reals);

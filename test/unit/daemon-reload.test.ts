@@ -526,3 +526,29 @@ describe('operator intent asked for again', () => {
     d.daemon.health.stop();
   });
 });
+
+describe('stop: a stalled packet loop', () => {
+  it('waits at most 10 s for its flows, so the whole stop stays under the unit\'s TimeoutStopSec (past it, SIGKILL skipped the host undo)', async () => {
+    const d = daemonRunning(configText());
+    const asked: number[] = [];
+    Object.assign(d.inside.loops as Record<string, unknown>, {
+      size: 1,
+      // As LoopGroup.ask: rejects after timeoutMs when a loop does not answer; here at once, noting the bound.
+      ask: async (_make: unknown, timeoutMs: number) => {
+        asked.push(timeoutMs);
+        throw new Error(`1 of 1 packet loops did not answer within ${timeoutMs / 1000} s`);
+      },
+      stop: async () => undefined,
+    });
+    (d.inside.neighbors as Record<string, unknown>).stop = () => undefined;
+    d.inside.host = { ...(d.inside.host as object), undo: async () => undefined };
+    d.inside.started = true;
+    await d.daemon.stop();
+    expect(asked).toEqual([10_000]);
+    const unit = readFileSync(join(import.meta.dirname, '../../deploy/linux/dsrlb.service'), 'utf8');
+    const stopSec = Number(/^TimeoutStopSec=(\d+)s$/m.exec(unit)![1]);
+    // withdraw delay (default 300 ms) + a sync in flight (1 s) + the flows (10 s) + the loops' stop (10 s).
+    expect(0.3 + 1 + 10 + 10).toBeLessThan(stopSec);
+    d.daemon.health.stop();
+  });
+});
