@@ -1382,11 +1382,13 @@ export class Daemon {
    */
   private async saveFlows(): Promise<void> {
     const file = this.flowsFile();
-    if (file === null || this.loops.size === 0) return;
+    // A loop lost for good (the reason of a stop with exit 2) left its flows: kept with the others.
+    const orphans = this.loops.orphanFlows();
+    if (file === null || (this.loops.size === 0 && orphans === null)) return;
     const began = monotonicMs();
     try {
-      const answers = await this.loops.ask((id) => ({ type: 'flows', id, limit: this.config.flowTable.capacity }), STOP_FLOWS_ASK_MS);
-      const g = this.gatherFlows(answers);
+      const answers = this.loops.size === 0 ? [] : await this.loops.ask((id) => ({ type: 'flows', id, limit: this.config.flowTable.capacity }), STOP_FLOWS_ASK_MS);
+      const g = this.gatherFlows(orphans === null ? answers : [...answers, { type: 'flows', id: 0, ...orphans }]);
       const idleMs = Uint32Array.from(g.idleMs, (ms) => Math.min(Math.round(ms), 0xffffffff));
       const { reals, removedServices } = this.removedToSave(g.reals);
       const bytes = encodeSavedFlows({ writtenAtMs: Date.now(), count: g.count, keys: g.keys, realIndex: g.realIndex, idleMs, states: g.states, reals, removedServices });

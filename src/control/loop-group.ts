@@ -130,6 +130,12 @@ export class LoopGroup {
    * released and a drain reported finished while its connections lived on.
    */
   private readonly replaced = new Map<object, Loop>();
+  /**
+   * Flows of loops that ended with no loop to take them: lost once the group gave up, or whose
+   * replacement failed. The daemon stops then (exit 2) and keeps them in its flows file with the
+   * living loops' (orphanFlows), so the start systemd makes next carries them on.
+   */
+  private readonly orphans: { batch: FlowBatch; atMs: number }[] = [];
   /** Monotonic times of the restarts in the last RESTART_WINDOW_MS. */
   private restartTimes: number[] = [];
   /** When a loop last ended because its interface went (losses of the loops together count once). */
@@ -386,6 +392,7 @@ export class LoopGroup {
     this.hasRetired = true;
     // Given up already (onLost was told): the daemon is stopping, nothing more to start.
     if (this.broken) {
+      this.keepOrphans(loop);
       this.releaseSocket(loop);
       return;
     }
@@ -399,6 +406,7 @@ export class LoopGroup {
     if (interfaceLoss) this.lastInterfaceLossMs = now;
     if (this.stopped || (!sameEvent && this.restartTimes.length >= this.restartsPerWindow)) {
       if (!this.stopped) this.log.error('packet loop lost too often: not starting it again', { restarts: this.restartTimes.length, windowSeconds: RESTART_WINDOW_MS / 1000 });
+      this.keepOrphans(loop);
       this.releaseSocket(loop);
       this.broken = true;
       this.onLost?.(reason);
@@ -460,6 +468,8 @@ export class LoopGroup {
       }
       // A stop under way ended it: nothing failed. Given up already (another loss): told once.
       if (this.stopped) return;
+      // The ended loop's flows were to go to this replacement: kept for the flows file instead.
+      if (ended !== null && ended.batch.count > 0) this.orphans.push(ended);
       const first = !this.broken;
       this.broken = true;
       this.log.error('packet loop could not be started again', { error: failure });
@@ -521,6 +531,18 @@ export class LoopGroup {
    * its thread: a crashed thread cannot hand anything over) as of now; null when it never got
    * ready, or on a failure (a warning: it costs the flows, never the restart).
    */
+  /** A loop lost with no replacement: its flows for orphanFlows. */
+  private keepOrphans(lost: Loop): void {
+    const ended = this.endedFlows(lost);
+    if (ended !== null && ended.batch.count > 0) this.orphans.push(ended);
+  }
+
+  /** The flows of loops lost with no loop to take them (see `orphans`), as of now; null when none. */
+  orphanFlows(): FlowBatch | null {
+    if (this.orphans.length === 0) return null;
+    return merged(this.orphans, monotonicMs());
+  }
+
   private endedFlows(lost: Loop): { batch: FlowBatch; atMs: number } | null {
     const records = lost.flowRecords;
     lost.flowRecords = null;

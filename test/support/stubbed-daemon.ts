@@ -36,6 +36,7 @@ export function stubbedDaemon(file: string, text: string, opts: StubOptions): { 
     counters: () => counters,
     active: () => opts.activeFlows,
     inactive: () => 0,
+    orphanFlows: () => null,
   };
   inside.host = opts.host ?? { apply: async () => undefined, interfaceAddressesAmong: async () => new Map() };
   inside.neighbors = { setWanted: () => undefined, macOf: () => new Uint8Array(6) };

@@ -8,7 +8,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { stubbedDaemon } from '../support/stubbed-daemon.js';
+import { decodeSavedFlows } from '../../src/control/flows-file.js';
 import { MAX_REAL_IDS } from '../../src/dataplane/counters.js';
+import { FLOW_KEY_WORDS } from '../../src/dataplane/flow-hash.js';
 import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
 import { TUNNEL_TEMPLATE_BYTES } from '../../src/encap/ipip.js';
 
@@ -549,6 +551,31 @@ describe('stop: a stalled packet loop', () => {
     const stopSec = Number(/^TimeoutStopSec=(\d+)s$/m.exec(unit)![1]);
     // withdraw delay (default 300 ms) + a sync in flight (1 s) + the flows (10 s) + the loops' stop (10 s).
     expect(0.3 + 1 + 10 + 10).toBeLessThan(stopSec);
+    d.daemon.health.stop();
+  });
+});
+
+describe('stop after a packet loop was lost for good (exit 2)', () => {
+  it('keeps the lost loop\'s flows in the flows file (before: none, with one loop; its share missing with several)', async () => {
+    const d = daemonRunning(configText());
+    const real = [...(d.inside.reals as Map<string, { id: number; address: string }>).values()][0]!;
+    const keys = new Uint32Array(FLOW_KEY_WORDS).fill(7);
+    Object.assign(d.inside.loops as Record<string, unknown>, {
+      size: 0,
+      orphanFlows: () => ({ count: 1, keys, reals: Int32Array.of(real.id), states: Uint8Array.of(2), idleMs: Float64Array.of(1500) }),
+      ask: async () => {
+        throw new Error('no loop to ask');
+      },
+      stop: async () => undefined,
+    });
+    (d.inside.neighbors as Record<string, unknown>).stop = () => undefined;
+    d.inside.host = { ...(d.inside.host as object), undo: async () => undefined };
+    d.inside.started = true;
+    await d.daemon.stop();
+    const saved = decodeSavedFlows(readFileSync(join(dir, 'state.json.flows')));
+    expect(saved.count).toBe(1);
+    expect(saved.reals[saved.realIndex[0]!]).toEqual({ identity: 'tcp|10.99.0.100|80', address: real.address });
+    expect([...saved.keys]).toEqual([...keys]);
     d.daemon.health.stop();
   });
 });

@@ -330,6 +330,32 @@ describe('a packet loop that ends by itself', () => {
     }
   });
 
+  it('keeps the flows of a loop lost for good (given up, or its replacement failed) for the flows file of the stop that follows', async () => {
+    // Given up at once (no restarts allowed): the ended loop's one flow (on real 0) is an orphan.
+    const g = await oneLoop(['exit'], { restartsPerWindow: 0 });
+    g.onLost = () => undefined;
+    try {
+      expect(g.orphanFlows()).toBeNull();
+      void askFlows(g);
+      await until('the loss', () => g.size === 0);
+      const kept = g.orphanFlows()!;
+      expect(kept.count).toBe(1);
+      expect([...kept.reals]).toEqual([0]);
+    } finally {
+      await g.stop(1000);
+    }
+    // Its replacement never ready: the flows it was to take are kept too.
+    const h = await oneLoop(['exit', 'never-ready'], { restartReadyMs: 300 });
+    h.onLost = () => undefined;
+    try {
+      void askFlows(h);
+      await until('the failed replacement', () => !h.recovering && h.restarts === 1);
+      expect(h.orphanFlows()?.count).toBe(1);
+    } finally {
+      await h.stop(1000);
+    }
+  });
+
   it('is not started again after stop, and one that becomes ready after stop is stopped', async () => {
     const g = await oneLoop(['exit', 'slow-ready']);
     const lost: string[] = [];
