@@ -160,6 +160,8 @@ export class Daemon {
    * route stays while their flows drain here. One that was not announced stays unannounced.
    */
   private drainAnnounced = new Set<string>();
+  /** The VIPs announced when the stop began (it withdraws them before the flows are written). */
+  private announcedAtStop: Set<string> | null = null;
   readonly health: HealthMonitor;
   private overrides = new Map<string, IntentOverride>();
   private lastReports: readonly ServiceBuildReport[] = [];
@@ -1401,28 +1403,39 @@ export class Daemon {
   }
 
   /**
-   * The saved flows' reals, each one a reload removed marked with the way its flows went, and the
-   * removed services those drain for: what the next start needs to go on draining them
-   * (restoreRemoved). A removed service whose flows this daemon already cuts (removalBlocker) is
-   * not kept, nor is one without a flow in the file.
+   * The saved flows' reals, each marked with the way its flows went, and the services those are
+   * of, as configured (or last configured, for one a reload removed) with whether their VIP is
+   * announced: what the next start needs to go on draining a real or service its config no longer
+   * names (restoreRemoved), whether a reload removed it before the stop or an edit of the file
+   * before the start does (the usual way with a restart-only key: the edit on its own drained
+   * them when reloaded, and cut them when restarted). A removed service whose flows this daemon
+   * already cuts (removalBlocker) is not kept, nor is a service without a flow in the file.
    */
   private removedToSave(reals: readonly SavedReal[]): { reals: SavedReal[]; removedServices: SavedRemovedService[] } {
     const out = reals.map((r): SavedReal => {
       const rt = this.reals.get(RealRegistry.keyOf(r.identity, r.address));
-      return rt?.removed === true ? { ...r, removed: { forwarding: rt.forwarding } } : r;
+      return rt === undefined ? r : { ...r, removed: { forwarding: rt.forwarding } };
     });
     const withFlows = new Set(reals.map((r) => r.identity));
     const removedServices: SavedRemovedService[] = [];
     for (const [sid, s] of this.removedServices) {
       if (withFlows.has(sid) && removalBlocker(this.config.services, s) === null) removedServices.push({ config: s, announced: this.drainAnnounced.has(sid) });
     }
+    for (const s of this.config.services) {
+      const sid = serviceIdentity(s);
+      // Announced as a reload's removal would find it: by this daemon, not withdrawn by the operator
+      // (as it was before the stop withdrew every VIP).
+      const announced = this.announcedAtStop?.has(s.vip) ?? this.announcer?.isAnnounced(s.vip) === true;
+      if (withFlows.has(sid)) removedServices.push({ config: s, announced: s.announce && !this.withdrawn.has(sid) && announced });
+    }
     return { reals: out, removedServices };
   }
 
   /**
-   * At a start, before the saved flows are given to the loops: the reals and services a reload had
-   * removed and whose flows the daemon before still drained, removed and draining again as after
-   * that reload (no new flows, probed, a service's VIP owned and announced as it was), so that
+   * At a start, before the saved flows are given to the loops: the reals and services with flows
+   * that this config does not name (a reload removed them before the stop, or an edit of the file
+   * before this start), removed and draining as after a reload of this config would leave them
+   * (no new flows, probed, a service's VIP owned and announced as it was), so that
    * their connections stay where they were, as IPVS's connection table outlives a restart of
    * keepalived. One the config names again is simply configured (syncReals made it so); a service
    * the config no longer lets drain (removalBlocker) is not restored, as a reload would cut it. Each
@@ -1465,8 +1478,8 @@ export class Daemon {
 
   /**
    * At a start: the flows the daemon before left (saveFlows), given to the loops on the reals they
-   * were on, by (service, address), removed reals and services that still drained too
-   * (restoreRemoved); flows of other reals no longer configured are left out. The file is
+   * were on, by (service, address), reals and services this config does not name too, draining
+   * (restoreRemoved). The file is
    * removed once the start has succeeded (removeTakenFlows): a start that fails leaves it to the
    * next, and a later start (after a crash) never takes flows this old.
    */
@@ -1654,6 +1667,8 @@ export class Daemon {
     this.announceTimer = null;
     for (const r of this.vipRounds) r.cancel();
     if (this.announcer) {
+      // What was announced, for the flows file: a start that drains a service it no longer names announces it as it was.
+      this.announcedAtStop = new Set(this.vips().filter((v) => this.announcer!.isAnnounced(v)));
       // Withdraw first and give BGP time to move the flows away while the loop still forwards. At
       // once: a sync in flight may wait on birdc (up to 10 s a call; with the loops' stop that
       // passed TimeoutStopSec and systemd's SIGKILL skipped the host undo), and sets nothing up after this.

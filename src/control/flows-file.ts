@@ -6,9 +6,10 @@
 //   "DSRLBFLW" | u32 version | u32 header bytes | header JSON { writtenAtMs, count, reals, removedServices }
 //   | count x 10 u32 keys | count i32 real indexes into header.reals | count u32 idle ms | count u8 states
 //
-// Version 2 added what the next daemon needs to go on draining what a reload removed: per real
-// removed from the config `removed: { forwarding }`, and `removedServices` (each removed service
-// still draining, as last configured, and whether its VIP was announced); both absent when none. Version 1 files are still
+// Version 2 added what the next daemon needs to go on draining what its config does not name (a
+// reload removed it before the stop, or an edit of the file before the start): per real
+// `removed: { forwarding }` (the way its flows went), and `removedServices` (each service with
+// flows, as last configured, and whether its VIP was announced); both absent when none. Version 1 files are still
 // read (as having nothing removed): an upgrade stops the old daemon, which writes version 1, and
 // the new one must take those flows. A file with nothing removed is written as version 1 (the
 // same bytes): a rollback to a daemon that reads only version 1 then keeps the flows too.
@@ -26,11 +27,11 @@ const PER_FLOW_BYTES = FLOW_KEY_WORDS * 4 + 4 + 4 + 1;
 export interface SavedReal {
   readonly identity: string;
   readonly address: string;
-  /** Set for a real a reload removed and whose flows still drained: the way its flows went. */
+  /** The way its flows went, for a start whose config does not name the real (it drains it then). */
   readonly removed?: { readonly forwarding: ForwardingMode };
 }
 
-/** A service a reload removed whose flows still drained, as last configured. */
+/** A service with flows, as last configured: drained by a start whose config does not name it. */
 export interface SavedRemovedService {
   readonly config: ServiceConfig;
   /** Its VIP stayed announced while it drained (it was announced when the reload removed it). */

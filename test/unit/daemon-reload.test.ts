@@ -574,8 +574,35 @@ describe('stop after a packet loop was lost for good (exit 2)', () => {
     await d.daemon.stop();
     const saved = decodeSavedFlows(readFileSync(join(dir, 'state.json.flows')));
     expect(saved.count).toBe(1);
-    expect(saved.reals[saved.realIndex[0]!]).toEqual({ identity: 'tcp|10.99.0.100|80', address: real.address });
+    expect(saved.reals[saved.realIndex[0]!]).toEqual({ identity: 'tcp|10.99.0.100|80', address: real.address, removed: { forwarding: 'l2' } });
     expect([...saved.keys]).toEqual([...keys]);
+    d.daemon.health.stop();
+  });
+});
+
+describe('stop: the flows file names what was announced', () => {
+  it('as before the stop withdrew every VIP, so a start whose config no longer names a service announces it as it was while it drains', async () => {
+    const d = daemonRunning(configText({ announce: true }));
+    const real = [...(d.inside.reals as Map<string, { id: number }>).values()][0]!;
+    let up = true;
+    d.inside.announcer = {
+      isAnnounced: () => up,
+      withdrawAll: async () => void (up = false),
+      close: () => undefined,
+      sync: async () => undefined,
+      setFiles: () => undefined,
+    };
+    Object.assign(d.inside.loops as Record<string, unknown>, {
+      size: 1,
+      ask: async () => [{ type: 'flows', id: 1, count: 1, keys: new Uint32Array(FLOW_KEY_WORDS), reals: Int32Array.of(real.id), states: Uint8Array.of(2), idleMs: Float64Array.of(0) }],
+      stop: async () => undefined,
+    });
+    (d.inside.neighbors as Record<string, unknown>).stop = () => undefined;
+    d.inside.host = { ...(d.inside.host as object), undo: async () => undefined };
+    d.inside.started = true;
+    await d.daemon.stop();
+    const saved = decodeSavedFlows(readFileSync(join(dir, 'state.json.flows')));
+    expect(saved.removedServices?.map((s) => [s.config.name, s.announced])).toEqual([['web', true]]);
     d.daemon.health.stop();
   });
 });

@@ -1,6 +1,7 @@
-// What a clean stop writes for the reals and services a reload removed that still drain, and how
-// the next start takes them back: removed and draining again, unless its config names them again
-// (then simply configured) or no longer lets a removed service drain. No root, no loop.
+// What a clean stop writes for the reals and services whose flows it keeps (those a reload removed
+// that still drain among them), and how the next start takes back one its config does not name:
+// removed and draining, as a reload of that config would have left it, unless its config names it
+// again (then simply configured) or no longer lets a removed service drain. No root, no loop.
 
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -65,8 +66,10 @@ describe('removed reals and services across a clean restart', () => {
     // api's VIP was announced when the reload removed it: its route stays while it drains.
     (before.inside.drainAnnounced as Set<string>).add(API);
     const saved = savedBy(before.inside, before.daemon, allReals);
-    expect(saved.reals).toEqual([allReals[0], { ...allReals[1], removed: { forwarding: 'l2' } }, { ...allReals[2], removed: { forwarding: 'l2' } }]);
-    expect(saved.removedServices?.map((s) => [s.config.name, s.announced])).toEqual([['api', true]]);
+    // Every real with the way its flows went, every service with flows as configured: a start whose
+    // config no longer names one drains it.
+    expect(saved.reals).toEqual(allReals.map((r) => ({ ...r, removed: { forwarding: 'l2' } })));
+    expect(saved.removedServices?.map((s) => [s.config.name, s.announced])).toEqual([['api', true], ['web', false]]);
 
     const after = daemonWith(configText(['10.93.0.1'], null));
     (after.inside.restoreRemoved as (s: SavedFlows) => unknown).call(after.daemon, saved);
@@ -80,6 +83,19 @@ describe('removed reals and services across a clean restart', () => {
     expect((after.inside.announceWanted as () => Map<string, boolean>).call(after.daemon).get('10.99.0.101')).toBe(true);
     // Stopped again, it writes them again: the next start after that drains them too.
     expect(savedBy(after.inside, after.daemon, allReals)).toEqual(saved);
+  });
+
+  it('drains what an edit of the config before the restart removed, as a reload of that edit would (before: its flows were cut)', async () => {
+    // No reload: the file is edited and the daemon restarted (as a restart-only key makes it).
+    const before = daemonWith(configText(['10.93.0.1', '10.93.0.2'], '10.93.0.3'));
+    before.inside.announcer = { isAnnounced: () => true };
+    const saved = savedBy(before.inside, before.daemon, allReals);
+    const after = daemonWith(configText(['10.93.0.1'], null));
+    (after.inside.restoreRemoved as (s: SavedFlows) => unknown).call(after.daemon, saved);
+    after.daemon.rebuild('start');
+    expect(realsOf(after.daemon)).toEqual(['api 10.93.0.3 removed', 'web 10.93.0.1', 'web 10.93.0.2 removed']);
+    // api's VIP was announced at the stop: it stays announced while api drains, as after a reload.
+    expect((after.inside.announceWanted as () => Map<string, boolean>).call(after.daemon).get('10.99.0.101')).toBe(true);
   });
 
   it('configures again what the new config names, and leaves out a removed service the new config would cut', async () => {
