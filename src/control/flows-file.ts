@@ -11,8 +11,7 @@
 // `removed: { forwarding }` (the way its flows went), and `removedServices` (each service with
 // flows, as last configured, and whether its VIP was announced); both absent when none. Version 1 files are still
 // read (as having nothing removed): an upgrade stops the old daemon, which writes version 1, and
-// the new one must take those flows. A file with nothing removed is written as version 1 (the
-// same bytes): a rollback to a daemon that reads only version 1 then keeps the flows too.
+// the new one must take those flows.
 
 import type { ForwardingMode, ServiceConfig } from '../config/types.js';
 import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
@@ -57,8 +56,7 @@ export function encodeSavedFlows(f: SavedFlows): Buffer {
   const header = Buffer.from(JSON.stringify({ writtenAtMs: f.writtenAtMs, count: f.count, reals: f.reals, ...removed }));
   const out = Buffer.alloc(MAGIC.length + 8 + header.length + f.count * PER_FLOW_BYTES);
   let at = out.write(MAGIC, 0, 'latin1');
-  const needsV2 = 'removedServices' in removed || f.reals.some((r) => r.removed !== undefined);
-  at = out.writeUInt32LE(needsV2 ? VERSION : 1, at);
+  at = out.writeUInt32LE(VERSION, at);
   at = out.writeUInt32LE(header.length, at);
   at += header.copy(out, at);
   for (let i = 0; i < f.count * FLOW_KEY_WORDS; i++) at = out.writeUInt32LE(f.keys[i]!, at);

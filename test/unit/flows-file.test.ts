@@ -113,16 +113,6 @@ describe('flows file', () => {
     expect(odd.reals[2]).toEqual({ identity: v1.reals[2]!.identity, address: v1.reals[2]!.address });
   });
 
-  it('writes version 1, byte for byte as the release before wrote it, when nothing removed is kept: a rollback keeps the flows too', () => {
-    const v1 = { ...flows, reals: flows.reals.map(({ identity, address }) => ({ identity, address })) };
-    const { removedServices: _, ...none } = v1;
-    const bytes = encodeSavedFlows(none);
-    expect(bytes.readUInt32LE(8)).toBe(1);
-    expect(bytes.equals(versionOne(v1))).toBe(true);
-    // One removed real alone needs version 2 (a version 1 reader would not drain it).
-    expect(encodeSavedFlows({ ...none, reals: flows.reals }).readUInt32LE(8)).toBe(2);
-  });
-
   it('refuses what is not such a file, saying why', () => {
     const good = encodeSavedFlows(flows);
     expect(() => decodeSavedFlows(Buffer.from('{"flows": []}'))).toThrow(/^not a dsrlb flows file of version 1 or 2: no DSRLBFLW mark at its start$/);
