@@ -93,8 +93,10 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
       if (r.mac === null && !s.dropping && !r.removed && r.intent === 'active' && r.weight > 0) {
         notes.push(`${s.name} ${r.address}: no MAC known (ARP/neighbour discovery unanswered): takes no new flows`);
       }
-      // What an operator waits for before taking the real down (ipvsadm: watching ActiveConn reach 0).
-      if (r.drainFinished === true) notes.push(`${s.name} ${r.address}: drain finished: no established flow left`);
+      // What an operator waits for before taking the real down (ipvsadm: watching ActiveConn reach 0):
+      // a drain, a removal or a weight set to 0; not a standby the config gives weight 0.
+      const drained = r.intent === 'drain' || r.removed || (r.weight === 0 && o?.weight === true);
+      if (r.drainFinished === true && drained) notes.push(`${s.name} ${r.address}: drain finished: no established flow left`);
       const weight = `${r.weight}${o?.weight ? '*' : ''}`;
       const intent = r.removed ? 'removed' : `${r.intent}${o?.state ? '*' : ''}`;
       const realRow = [`  -> ${addr}:${s.port}`, r.forwarding, weight, intent, health, String(r.activeFlows), String(r.inactiveFlows), String(Math.round(r.pps)), String(Math.round(r.bytesPerSecond))];

@@ -180,14 +180,14 @@ function parseIp(text: string): { address: string; family: AddressFamily; ip: ip
  * A client endpoint as `explain` takes it, IP:PORT or [IPv6]:PORT: the address and port, or what is
  * wrong with it (the same words from the CLI, before it asks, and from the daemon).
  */
-export function parseClientEndpoint(client: string): { address: string; family: AddressFamily; port: number } | { error: string } {
+export function parseClientEndpoint(client: string, minPort = 1): { address: string; family: AddressFamily; port: number } | { error: string } {
   const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(client);
   if (!m) return { error: `client "${client}" is not IP:PORT (or [IPv6]:PORT)` };
   const ip = parseIpAddress(m[1] ?? m[2]!);
   if (!ip) return { error: `client "${client}": "${m[1] ?? m[2]}" is not an IP address` };
   if (m[1] !== undefined && ip.family !== 6) return { error: `client "${client}": brackets are for IPv6 addresses only` };
   const port = Number(m[3]);
-  if (port < 1 || port > 65535) return { error: `client "${client}": port ${port} is not 1..65535` };
+  if (port < minPort || port > 65535) return { error: `client "${client}": port ${port} is not ${minPort}..65535` };
   return { ...ip, port };
 }
 
@@ -266,13 +266,13 @@ export function parseConfigYamlDocument(source: string): { ok: true; raw: unknow
   const lineCounter = new LineCounter();
   const doc = parseDocument(source, { ...CONFIG_YAML_OPTIONS, prettyErrors: true, lineCounter });
   if (doc.errors.length > 0) {
-    // The first syntax error only: the parser's later ones mostly follow from it (an unclosed
-    // `[80` gave four more, each on a line that is fine).
-    const first = doc.errors[0]!;
+    // The first syntax error, and every repeated key (each stands alone); the parser's other later
+    // errors mostly follow from the first (an unclosed `[80` gave four more, on lines that are fine).
+    const shown = doc.errors.filter((error, i) => i === 0 || error.code === 'DUPLICATE_KEY');
     // yaml's own text for this one advises an API call, which helps no operator.
-    const problems = [yamlProblem(first.code === 'MULTIPLE_DOCS' ? 'the file holds more than one YAML document' : first.message, first.linePos?.[0])];
-    const more = doc.errors.length - 1;
-    if (more > 0) problems.push({ path: '(yaml)', message: `${more} more YAML error${more === 1 ? '' : 's'} after this one, most likely caused by it: fix it and check again` });
+    const problems = shown.map((error) => yamlProblem(error.code === 'MULTIPLE_DOCS' ? 'the file holds more than one YAML document' : error.message, error.linePos?.[0]));
+    const more = doc.errors.length - shown.length;
+    if (more > 0) problems.push({ path: '(yaml)', message: `${more} more YAML error${more === 1 ? '' : 's'} after the first, most likely caused by it: fix it and check again` });
     return { ok: false, problems };
   }
   // A key that is a list or a mapping (`[a, b]: 1`) would be stringified by toJS, with a warning
@@ -649,7 +649,8 @@ export function parseServiceAddress(text: string): { protocol: Protocol; vip: st
 export function parseServiceRef(text: string): { protocol: Protocol | null; vip: string; port: number } | null {
   const a = parseServiceAddress(text);
   if (a !== null) return a;
-  const e = parseClientEndpoint(text);
+  // Port 0 too: a service of every port of its VIP, as status prints it (VIP:0).
+  const e = parseClientEndpoint(text, 0);
   return 'error' in e ? null : { protocol: null, vip: e.address, port: e.port };
 }
 

@@ -127,7 +127,8 @@ export class VipAnnouncer {
    */
   setFiles(routesFile: string, birdSocket: string | null): void {
     if (routesFile !== this.routesFile || birdSocket !== this.birdSocket) this.routesStale = true;
-    if (routesFile !== this.routesFile) this.oldRoutesFile = this.routesFile;
+    // The first file moved away from: one moved to and never written (the write failed) holds nothing.
+    if (routesFile !== this.routesFile) this.oldRoutesFile ??= this.routesFile;
     // A new BIRD must read the file even where its text is unchanged (no write, so no configure otherwise).
     if (birdSocket !== this.birdSocket && birdSocket !== null) {
       this.birdStale = true;

@@ -1063,16 +1063,20 @@ export class Daemon {
     if (byName) return byName;
     const a = parseServiceRef(ref);
     if (a === null) return null;
-    const found = this.config.services.filter((s) => (a.protocol === null || s.protocol === a.protocol) && s.vip === a.vip && s.port === a.port);
+    const found = this.servicesAt(a, a.port);
     if (found.length > 1) throw new DaemonError('AMBIGUOUS_SERVICE', `"${ref}" is ${found.map((s) => `${serviceAddressName(s.protocol, s.vip, s.port)} (${s.name})`).join(' and ')}: name one`);
     return found[0] ?? null;
   }
 
+  /** The services on `port` of the VIP `a` names, of its protocol (either when it names none). */
+  private servicesAt(a: { protocol: string | null; vip: string }, port: number): ServiceConfig[] {
+    return this.config.services.filter((s) => (a.protocol === null || s.protocol === a.protocol) && s.vip === a.vip && s.port === port);
+  }
+
   /** UNKNOWN_SERVICE, with the ways a service can be named. */
   private unknownService(ref: string): DaemonError {
-    const names = this.config.services.map((s) => s.name);
-    const some = names.length > 5 ? `${names.slice(0, 5).join(', ')}, ...` : names.join(', ');
-    return new DaemonError('UNKNOWN_SERVICE', `unknown service "${ref}": name it (${some || 'none configured'}) or give its address, VIP:PORT or tcp://VIP:PORT`);
+    const names = firstFew(this.config.services.map((s) => s.name));
+    return new DaemonError('UNKNOWN_SERVICE', `unknown service "${ref}": name it (${names || 'none configured'}) or give its address, VIP:PORT or tcp://VIP:PORT`);
   }
 
   /**
@@ -1085,7 +1089,7 @@ export class Daemon {
     const a = parseServiceRef(ref);
     if (s !== null && s.port !== 0) return { s, dstPort: s.port };
     if (a !== null && a.port !== 0) {
-      const any = this.config.services.filter((c) => (a.protocol === null || c.protocol === a.protocol) && c.vip === a.vip && c.port === 0);
+      const any = this.servicesAt(a, 0);
       if (any.length > 1) throw new DaemonError('AMBIGUOUS_SERVICE', `"${ref}" is served by ${any.map((c) => `${c.name} (${c.protocol})`).join(' and ')}: write tcp:// or udp://`);
       if (any.length === 1) return { s: any[0]!, dstPort: a.port };
     }
@@ -1101,14 +1105,15 @@ export class Daemon {
    * prints it, ADDRESS:PORT / [V6]:PORT with the service's port (DSR keeps the port: there is no other).
    */
   private findReal(s: ServiceConfig, address: string): RealConfig {
-    const endpoint = parseClientEndpoint(address);
-    const canonical = 'error' in endpoint || endpoint.port !== s.port ? parseIpAddress(address)?.address : endpoint.address;
+    // Port 0 for a real of a service of every port, as status prints it.
+    const endpoint = parseClientEndpoint(address, 0);
+    // A real of a port-0 service takes every port.
+    const portFits = !('error' in endpoint) && (endpoint.port === s.port || s.port === 0);
+    const canonical = 'error' in endpoint || !portFits ? parseIpAddress(address)?.address : endpoint.address;
     const found = canonical === undefined ? undefined : s.reals.find((r) => r.address === canonical);
     if (found !== undefined) return found;
-    const reals = s.reals.map((r) => r.address);
-    const some = reals.length > 5 ? `${reals.slice(0, 5).join(', ')}, ...` : reals.join(', ');
-    const port = !('error' in endpoint) && endpoint.port !== s.port ? ` (its reals take port ${s.port}: DSR does not change the port)` : '';
-    throw new DaemonError('UNKNOWN_REAL', `service "${s.name}" has no real "${address}"${port}; its reals: ${some}`);
+    const port = !('error' in endpoint) && !portFits ? ` (its reals take port ${s.port}: DSR does not change the port)` : '';
+    throw new DaemonError('UNKNOWN_REAL', `service "${s.name}" has no real "${address}"${port}; its reals: ${firstFew(s.reals.map((r) => r.address))}`);
   }
 
   /** Operator intent for one real (admin API); persisted beside the config before it takes effect. */
@@ -1693,6 +1698,11 @@ export class Daemon {
     this.lock = null;
     this.log.info('dsrlb stopped');
   }
+}
+
+/** Up to five of `items` for a message, "..." after them when there are more. */
+function firstFew(items: readonly string[]): string {
+  return items.length > 5 ? `${items.slice(0, 5).join(', ')}, ...` : items.join(', ');
 }
 
 /** A real's intent as its config says it, for status beside the one in force. */

@@ -189,8 +189,7 @@ export class HostSetup {
     // Before the IPv6 VIPs go on: a flap in between would take them away. Again on every apply: an
     // interface made again (a loop restart applies again) has its settings back at the defaults.
     if (holdsV6) await this.keepAddressesOnDown();
-    // Recorded before they are added: a crash in between must not leave a VIP no record names
-    // (one that failed to go on is deleted in vain at the undo, which is harmless).
+    // Recorded before they are added: a crash in between must not leave a VIP no record names.
     const toAdd = [...wanted].filter((cidr) => !present.has(cidr));
     // Added again (its interface was made again): recorded once.
     const unrecorded = toAdd.filter((cidr) => !this.state.addedAddresses.includes(cidr));
@@ -199,7 +198,15 @@ export class HostSetup {
       await this.save();
     }
     for (const cidr of toAdd) {
-      await this.runner(this.addressCommand('add', cidr));
+      try {
+        await this.runner(this.addressCommand('add', cidr));
+      } catch (err) {
+        // Not on the host: those recorded for this apply and not added go from the record again.
+        const notAdded = new Set(unrecorded.filter((c) => !this.ownAdded.has(c)));
+        this.state.addedAddresses = this.state.addedAddresses.filter((c) => !notAdded.has(c));
+        await this.save().catch(() => undefined);
+        throw err;
+      }
       this.ownAdded.add(cidr);
       this.log.info('added VIP', { address: cidr, dev: this.devFor(cidr) });
     }

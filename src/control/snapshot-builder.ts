@@ -211,7 +211,12 @@ export class SnapshotBuilder {
         candidates: sorted.map((r) => r.id),
         panic,
         dropping: candidates.length === 0,
-        drained: candidates.length === 0 && !panic && sv.reals.some((r) => !r.removed && r.health === 'up' && r.intent !== 'disabled' && (r.intent === 'drain' || r.weight === 0)),
+        // Every real out by the operator's intent (none by health), one of them drained and up.
+        drained:
+          candidates.length === 0 &&
+          !panic &&
+          sv.reals.every((r) => r.removed || r.intent !== 'active' || r.weight === 0) &&
+          sv.reals.some((r) => !r.removed && r.health === 'up' && r.intent !== 'disabled' && (r.intent === 'drain' || r.weight === 0)),
         movedSlots,
         tableSize: table.length,
         tableFingerprint: hasTable ? this.tableFingerprint(identity, table, sv.reals, cfg.scheduler) : rendezvousFingerprint(identity, sorted, hashSeed),

@@ -658,7 +658,9 @@ export class Engine {
         this.explainSlot = slot;
         return this.consistentPick(svc, hash);
       }
-      this.explainEntryReal = current;
+      // Where a packet of the closing connection goes, as placeExisting sends it: its real while
+      // that real keeps flows, else the consistent hash's pick (a disabled or dead real's).
+      this.explainEntryReal = current < snap.realIdLimit && snap.realKeepExisting[current] === 1 && snap.realService[current] === svc ? current : this.consistentPick(svc, hash);
     }
     this.lastPlacement = Placement.scheduled;
     if (snap.svcScheduler[svc] !== SCHED_WLC) this.explainSlot = slot;

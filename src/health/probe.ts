@@ -125,6 +125,9 @@ export function runProbe(prober: Prober, target: ProbeTarget, timeoutMs: number,
   return new ProbeRun(prober, target, timeoutMs, clock);
 }
 
+/** A timer this late means the main thread was busy, not the usual millisecond of timer lateness. */
+const LATE_TIMER_MS = 20;
+
 /** One probe in flight: its timeout, its result and the signal its prober is given, in one object. */
 class ProbeRun implements RunningProbe, ProbeSignal {
   readonly result: Promise<ProbeResult>;
@@ -177,11 +180,12 @@ class ProbeRun implements RunningProbe, ProbeSignal {
     // answer that came in time may be waiting unread, and timers run before I/O in a loop turn.
     // One turn (setImmediate runs after the I/O poll) lets it be read first: a 200 ms stall made
     // half of 50 ms probes to a listening port time out.
-    if (!this.lateChecked && this.mono() - this.startMono >= this.timeoutMs + 1) {
+    if (!this.lateChecked && this.mono() - this.startMono >= this.timeoutMs + LATE_TIMER_MS) {
       this.lateChecked = true;
-      setImmediate(() => {
+      // A 0 ms timer runs after this turn's I/O poll; on the injected clock (tests' manual ones too).
+      this.clock.setTimeout(() => {
         if (!this.settled) this.timeUp();
-      });
+      }, 0);
       return;
     }
     this.finish(fail('timeout', `no answer within ${this.timeoutMs} ms`));

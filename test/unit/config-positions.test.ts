@@ -259,7 +259,13 @@ describe('how far aliases may expand a file', () => {
     const text = 'interface: eth0\nservices:\n  - name: web\n    vip: 10.77.0.100\n    port: [80\n    protocol: tcp\n    scheduler: maglev\n    reals:\n      - { address: 10.77.0.11 }\n';
     const lines = validateLines(text);
     expect(lines[0]).toMatch(/^\(yaml\) line 6, column 5: Flow sequence in block collection must be sufficiently indented and end with a \]$/);
-    expect(lines.slice(1)).toEqual([expect.stringMatching(/^\(yaml\): \d+ more YAML errors? after this one, most likely caused by it: fix it and check again$/)]);
+    expect(lines.slice(1)).toEqual([expect.stringMatching(/^\(yaml\): \d+ more YAML errors? after the first, most likely caused by it: fix it and check again$/)]);
+    // Repeated keys stand alone: each is said, in one run.
+    const twice = validateLines('interface: eth0\ninterface: eth1\nservices:\n  - name: web\n    vip: 10.77.0.100\n    port: 80\n    port: 81\n    reals: []\n');
+    expect(twice).toEqual([
+      '(yaml) line 2, column 1: the key "interface" is given twice in one mapping (YAML keys must be unique)',
+      '(yaml) line 7, column 5: the key "port" is given twice in one mapping (YAML keys must be unique)',
+    ]);
   });
 
   it('refuses a bomb made of merges, and an alias inside its own anchor', () => {

@@ -256,6 +256,9 @@ services:
     expect(reportOf(viewOf((i) => (i === 0 ? { intent: 'drain', health: 'down' } : { health: 'down' })))).toMatchObject({ dropping: true, drained: false });
     expect(reportOf(viewOf(() => ({ intent: 'disabled' })))).toMatchObject({ dropping: true, drained: false });
     expect(reportOf(viewOf((i) => (i === 0 ? { intent: 'drain' } : {})))).toMatchObject({ dropping: false, drained: false });
+    // One drained, the only active one down: health took the service out, so the VIP goes (a
+    // single LB that sees it down must not keep its ECMP share and drop it).
+    expect(reportOf(viewOf((i) => (i === 0 ? { intent: 'drain' } : { health: 'down' })))).toMatchObject({ dropping: true, drained: false });
   });
 
   it('keeps its VIP announced, so that the connections drain keeps are not cut by a withdraw on every LB', () => {

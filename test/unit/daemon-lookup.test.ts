@@ -73,6 +73,13 @@ services:
     expect(() => findReal('web', '10.93.0.13')).toThrow('service "web" has no real "10.93.0.13"; its reals: 10.93.0.11, 10.93.0.12');
   });
 
+  it('takes a port-0 service and its reals as status prints them (VIP:0, REAL:0), and a real of it by any port', () => {
+    const findReal = (svc: string, real: string) => (daemon as unknown as { findReal(s: unknown, a: string): { address: string } }).findReal(daemon.findService(svc), real);
+    expect(daemon.findService('10.93.0.200:0')?.name).toBe('any');
+    expect(findReal('10.93.0.200:0', '10.93.0.11:0').address).toBe('10.93.0.11');
+    expect(findReal('any', '10.93.0.11:443').address).toBe('10.93.0.11');
+  });
+
   it('says how a service can be named when none matches', async () => {
     const e = await errorOf(both.setIntent('10.93.0.100:8080', '10.93.0.11', { state: 'drain' }));
     expect([e.code, e.message]).toEqual(['UNKNOWN_SERVICE', 'unknown service "10.93.0.100:8080": name it (web, dns-tcp, dns-udp, web6) or give its address, VIP:PORT or tcp://VIP:PORT']);

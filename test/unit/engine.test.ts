@@ -423,6 +423,13 @@ ${REALS.slice(0, 3).map((a) => `      - address: ${a}`).join('\n')}
     expect(engine.explainFlowState).toBe(FlowState.closed);
     // A new SYN replaces the closed entry; until then its packets go to the entry's real.
     expect(engine.explainEntryReal).toBe(2);
+    // That real disabled: a packet of the closing connection is moved by the consistent hash, and
+    // explain names where it goes, not the entry's real.
+    build(baseConfig(), (r) => (r.address === REALS[2] ? { ...r, intent: 'disabled' } : r));
+    engine.explain(p, 1_000_000);
+    const named = engine.explainEntryReal;
+    expect(named === 0 || named === 1).toBe(true);
+    expect(realOf(io.inject([tcpFrame(onSecond, ACK)])[0]!)).toBe(named);
   });
 
   it('drops new flows when no real can take them and the service says whenAllDown: drop', () => {

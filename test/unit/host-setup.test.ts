@@ -64,6 +64,15 @@ describe('HostSetup', () => {
     await setup.apply(['198.51.100.1', '198.51.100.2'], { disableGro: false });
     // Before: written only once every address was on, so a crash in between lost them.
     expect(seenInRecord).toEqual([true, true]);
+    // An add that fails: the addresses of that apply not added go from the record again.
+    const failing: CommandRunner = async (argv, stdin) => {
+      if (argv[1] === 'addr' && argv[2] === 'add' && argv[3] === '198.51.100.4/32') throw new Error('RTNETLINK answers: Operation not permitted');
+      return runner(argv, stdin);
+    };
+    const again = new HostSetup('eth0', quiet, failing, dir);
+    await again.adopt();
+    await expect(again.apply(['198.51.100.1', '198.51.100.2', '198.51.100.3', '198.51.100.4'], { disableGro: false })).rejects.toThrow(/not permitted/);
+    expect((JSON.parse(await readFile(file, 'utf8')) as { addedAddresses: string[] }).addedAddresses.sort()).toEqual(['198.51.100.1/32', '198.51.100.2/32', '198.51.100.3/32']);
     await rm(dir, { recursive: true, force: true });
   });
 

@@ -105,13 +105,15 @@ describe('status table', () => {
               { ...real('10.0.1.11', 'up'), intent: 'drain', drainFinished: true },
               { ...real('10.0.1.12', 'up'), intent: 'drain', drainFinished: false, activeFlows: 2 },
               real('10.0.1.13', 'up'), // an older daemon: no drainFinished field, no note
+              // A standby the config gives weight 0: no drain to finish, no note every time.
+              { ...real('10.0.1.14', 'up'), weight: 0, configIntent: { state: 'active', weight: 0 }, drainFinished: true },
             ],
           }),
         ],
       },
       now,
     );
-    expect(text.split('\n').slice(6)).toEqual(['web 10.0.1.11: drain finished: no established flow left']);
+    expect(text.split('\n').slice(7)).toEqual(['web 10.0.1.11: drain finished: no established flow left']);
   });
 
   it('marks a service removed by a reload whose flows drain, without a dropping note', () => {
