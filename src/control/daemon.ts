@@ -132,6 +132,9 @@ const SETTLE_CAP_MS = 30_000;
  */
 const STOP_FLOWS_ASK_MS = 10_000;
 
+/** The longest the start's VIP announcements on the link wait for the reals' MACs. */
+const START_LINK_WAIT_MS = 2000;
+
 /** How long a stop waits, after the withdraw delay, for an announcer sync in flight to end. */
 const STOP_SYNC_WAIT_MS = 1000;
 
@@ -192,6 +195,8 @@ export class Daemon {
   private announceTimer: NodeJS.Timeout | null = null;
   private announceBusy = false;
   private routesTimer: NodeJS.Timeout | null = null;
+  /** The start's VIP announcements on the link, waiting for the reals' MACs (announceStartOnLink). */
+  private startLinkTimer: NodeJS.Timeout | null = null;
   private routesRefreshing = false;
   private readonly warned = new Set<string>();
   /** A reload queued behind another change and not started yet: later reloads join it. */
@@ -321,7 +326,7 @@ export class Daemon {
     this.routesTimer = setInterval(() => void this.refreshTunnelRoutes(), ROUTE_REFRESH_MS);
     this.started = true;
     await this.removeTakenFlows();
-    this.announceOnLink(this.vips(), 'start');
+    this.announceStartOnLink(monotonicMs());
     this.log.info('dsrlb running', {
       interface: this.config.interface,
       io: this.config.io,
@@ -508,6 +513,25 @@ export class Daemon {
     const rounds = this.announceVips(this.config.interface, vips, this.log, { reason });
     this.vipRounds.add(rounds);
     void rounds.done.then(() => this.vipRounds.delete(rounds));
+  }
+
+  /**
+   * The start's announcements on the link, once every wanted real not known down has its MAC (or
+   * START_LINK_WAIT_MS passed): sent at once, they drew the segment's traffic to this LB about
+   * 250 ms before it could forward any (dropped as neighbor_unknown); until then the segment's
+   * entries stay where they were (a previous LB still serving), and an ARP request for a VIP is
+   * answered by the kernel all the same.
+   */
+  private announceStartOnLink(beganMs: number): void {
+    this.startLinkTimer = null;
+    if (!this.started || this.stopping) return;
+    const waiting = this.serviceViews().some((v) => v.reals.some((r) => r.mac === null && isWanted(r) && r.health !== 'down'));
+    if (waiting && monotonicMs() - beganMs < START_LINK_WAIT_MS) {
+      this.startLinkTimer = setTimeout(() => this.announceStartOnLink(beganMs), 50);
+      this.startLinkTimer.unref();
+      return;
+    }
+    this.announceOnLink(this.vips(), 'start');
   }
 
   /** Proven up with its MAC (or its next hop's) known, or confirmed down: see announceWanted. */
@@ -1668,6 +1692,7 @@ export class Daemon {
     this.stopping = true;
     if (this.housekeeping) clearInterval(this.housekeeping);
     if (this.routesTimer) clearInterval(this.routesTimer);
+    if (this.startLinkTimer) clearTimeout(this.startLinkTimer);
     if (this.announceTimer) clearInterval(this.announceTimer);
     this.announceTimer = null;
     for (const r of this.vipRounds) r.cancel();

@@ -81,6 +81,15 @@ describe.each(['afpacket', 'pcap', 'afpacketx2', 'afpacket:v2x2'])('L2 DSR with 
     expect(nft.stdout).not.toContain('dsrlb');
   }, 60_000);
 
+  it('tells the segment it holds the VIPs only once every real\'s MAC is known (told before, it drew traffic it dropped)', async () => {
+    const deadline = Date.now() + 5000;
+    while (!daemon.logs.some((l) => l.includes('VIP announcements sent')) && Date.now() < deadline) await sleep(50);
+    const firstRound = daemon.logs.findIndex((l) => l.includes('VIP announcements sent'));
+    expect(firstRound).toBeGreaterThanOrEqual(0);
+    const resolvedBefore = daemon.logs.slice(0, firstRound).filter((l) => l.includes('real MAC resolved'));
+    for (const r of lab.reals.slice(0, 3)) expect(resolvedBefore.some((l) => l.includes(`"${r.ipv4}"`)), r.ipv4).toBe(true);
+  });
+
   it('serves 300 requests from distinct source ports over all reals, replies bypassing the LB', async () => {
     const cap = captureVipSourced();
     await sleep(500);
