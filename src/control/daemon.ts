@@ -16,7 +16,7 @@ import { FlowState } from '../dataplane/flow-table.js';
 import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
 import { HANDOFF_GRACE_MS } from '../dataplane/flow-handoff.js';
 import { encodeLiveFlows, type LiveFlowsWire } from '../sim/live-flows-wire.js';
-import { decodeSavedFlows, encodeSavedFlows, type SavedFlows, type SavedReal, type SavedRemovedService } from './flows-file.js';
+import { bootId, decodeSavedFlows, downtimeMs, encodeSavedFlows, type SavedFlows, type SavedReal, type SavedRemovedService } from './flows-file.js';
 import { readAdminToken } from './admin-token.js';
 import { DaemonError } from './daemon-error.js';
 import { InstanceLock, InstanceLockError } from './instance-lock.js';
@@ -1422,7 +1422,8 @@ export class Daemon {
       const g = this.gatherFlows(orphans === null ? answers : [...answers, { type: 'flows', id: 0, ...orphans }]);
       const idleMs = Uint32Array.from(g.idleMs, (ms) => Math.min(Math.round(ms), 0xffffffff));
       const { reals, removedServices } = this.removedToSave(g.reals);
-      const bytes = encodeSavedFlows({ writtenAtMs: Date.now(), count: g.count, keys: g.keys, realIndex: g.realIndex, idleMs, states: g.states, reals, removedServices });
+      const boot = bootId();
+      const bytes = encodeSavedFlows({ writtenAtMs: Date.now(), count: g.count, keys: g.keys, realIndex: g.realIndex, idleMs, states: g.states, reals, removedServices, ...(boot === null ? {} : { boot: { id: boot, monotonicMs: monotonicMs() } }) });
       await writeFile(`${file}.tmp`, bytes, { mode: 0o600 });
       await rename(`${file}.tmp`, file);
       this.log.info('flows kept for the next start', { flows: g.count, file, ms: Math.round(monotonicMs() - began) });
@@ -1526,7 +1527,7 @@ export class Daemon {
     try {
       const saved = decodeSavedFlows(bytes);
       const restored = this.restoreRemoved(saved);
-      const gapMs = Math.max(0, Date.now() - saved.writtenAtMs);
+      const gapMs = downtimeMs(saved, bootId(), monotonicMs(), Date.now());
       const idOf = saved.reals.map((r) => this.reals.get(RealRegistry.keyOf(r.identity, r.address))?.id ?? -1);
       const keep: number[] = [];
       for (let i = 0; i < saved.count; i++) if (idOf[saved.realIndex[i]!]! >= 0) keep.push(i);

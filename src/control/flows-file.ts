@@ -3,7 +3,7 @@
 // address), since real ids are a run's own. Binary, little-endian: 1M flows take 49 MB, and they
 // are written while the VIPs are already withdrawn, so it must be quick.
 //
-//   "DSRLBFLW" | u32 version | u32 header bytes | header JSON { writtenAtMs, count, reals, removedServices }
+//   "DSRLBFLW" | u32 version | u32 header bytes | header JSON { writtenAtMs, count, reals, removedServices, boot }
 //   | count x 10 u32 keys | count i32 real indexes into header.reals | count u32 idle ms | count u8 states
 //
 // Version 2 added what the next daemon needs to go on draining what its config does not name (a
@@ -13,6 +13,7 @@
 // read (as having nothing removed): an upgrade stops the old daemon, which writes version 1, and
 // the new one must take those flows.
 
+import { readFileSync } from 'node:fs';
 import type { ForwardingMode, ServiceConfig } from '../config/types.js';
 import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
 import { savedServiceConfig } from './saved-service.js';
@@ -40,6 +41,12 @@ export interface SavedRemovedService {
 export interface SavedFlows {
   /** Wall-clock time of the writing (Date.now()): the gap until the next start adds to every flow's idle time. */
   readonly writtenAtMs: number;
+  /**
+   * The boot (/proc/sys/kernel/random/boot_id) and CLOCK_MONOTONIC ms of the writing: a start in
+   * the same boot measures the gap on that clock, which a step of the wall clock does not move.
+   * Absent from older files (a reader before it ignores it): the gap is the wall clock's then.
+   */
+  readonly boot?: { readonly id: string; readonly monotonicMs: number };
   readonly count: number;
   readonly keys: Uint32Array;
   /** Index into `reals` per flow. */
@@ -53,7 +60,7 @@ export interface SavedFlows {
 
 export function encodeSavedFlows(f: SavedFlows): Buffer {
   const removed = f.removedServices !== undefined && f.removedServices.length > 0 ? { removedServices: f.removedServices } : {};
-  const header = Buffer.from(JSON.stringify({ writtenAtMs: f.writtenAtMs, count: f.count, reals: f.reals, ...removed }));
+  const header = Buffer.from(JSON.stringify({ writtenAtMs: f.writtenAtMs, count: f.count, reals: f.reals, ...removed, ...(f.boot === undefined ? {} : { boot: f.boot }) }));
   const out = Buffer.alloc(MAGIC.length + 8 + header.length + f.count * PER_FLOW_BYTES);
   let at = out.write(MAGIC, 0, 'latin1');
   at = out.writeUInt32LE(VERSION, at);
@@ -79,7 +86,7 @@ export function decodeSavedFlows(b: Buffer): SavedFlows {
   const headerBytes = b.readUInt32LE(MAGIC.length + 4);
   let at = MAGIC.length + 8;
   if (at + headerBytes > b.length) fail('its header runs past its end');
-  let header: { writtenAtMs?: unknown; count?: unknown; reals?: unknown; removedServices?: unknown };
+  let header: { writtenAtMs?: unknown; count?: unknown; reals?: unknown; removedServices?: unknown; boot?: { id?: unknown; monotonicMs?: unknown } };
   try {
     header = JSON.parse(b.toString('utf8', at, at + headerBytes)) as typeof header;
   } catch {
@@ -103,7 +110,9 @@ export function decodeSavedFlows(b: Buffer): SavedFlows {
   const idleMs = new Uint32Array(count);
   for (let i = 0; i < count; i++, at += 4) idleMs[i] = b.readUInt32LE(at);
   const states = Uint8Array.from(b.subarray(at, at + count));
-  return { writtenAtMs, count, keys, realIndex, idleMs, states, reals, ...(removedServices.length > 0 ? { removedServices } : {}) };
+  const w = header.boot;
+  const boot = typeof w === 'object' && w !== null && typeof w.id === 'string' && typeof w.monotonicMs === 'number' && Number.isFinite(w.monotonicMs) ? { boot: { id: w.id, monotonicMs: w.monotonicMs } } : {};
+  return { writtenAtMs, count, keys, realIndex, idleMs, states, reals, ...(removedServices.length > 0 ? { removedServices } : {}), ...boot };
 }
 
 /** The header's reals; only version 2 may mark one removed (a version 1 file has no such field). */
@@ -128,4 +137,23 @@ function savedRemovedServices(v: unknown, fail: (why: string) => never): SavedRe
       return fail(`removed service ${i} is ${(err as Error).message}`);
     }
   });
+}
+
+/** This boot's id (changes at every boot), or null where it cannot be read. */
+export function bootId(): string | null {
+  try {
+    return readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * How long the daemon was down, added to every saved flow's idle time: on CLOCK_MONOTONIC when the
+ * file was written in this boot (a wall-clock step back made the gap 0, and flows outlived their
+ * timeout by up to one timeout), else on the wall clock.
+ */
+export function downtimeMs(saved: Pick<SavedFlows, 'writtenAtMs' | 'boot'>, bootNow: string | null, monotonicNowMs: number, wallNowMs: number): number {
+  if (saved.boot !== undefined && bootNow !== null && saved.boot.id === bootNow) return Math.max(0, monotonicNowMs - saved.boot.monotonicMs);
+  return Math.max(0, wallNowMs - saved.writtenAtMs);
 }

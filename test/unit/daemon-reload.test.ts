@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { stubbedDaemon } from '../support/stubbed-daemon.js';
-import { decodeSavedFlows } from '../../src/control/flows-file.js';
+import { bootId, decodeSavedFlows } from '../../src/control/flows-file.js';
 import { MAX_REAL_IDS } from '../../src/dataplane/counters.js';
 import { FLOW_KEY_WORDS } from '../../src/dataplane/flow-hash.js';
 import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
@@ -603,6 +603,8 @@ describe('stop: the flows file names what was announced', () => {
     await d.daemon.stop();
     const saved = decodeSavedFlows(readFileSync(join(dir, 'state.json.flows')));
     expect(saved.removedServices?.map((s) => [s.config.name, s.announced])).toEqual([['web', true]]);
+    // This boot and its monotonic time: the next start in it measures the downtime on that clock.
+    expect(saved.boot?.id).toBe(bootId());
     d.daemon.health.stop();
   });
 });

@@ -4,7 +4,7 @@
 // with a message that says what is wrong.
 
 import { describe, expect, it } from 'vitest';
-import { decodeSavedFlows, encodeSavedFlows, type SavedFlows } from '../../src/control/flows-file.js';
+import { bootId, decodeSavedFlows, downtimeMs, encodeSavedFlows, type SavedFlows } from '../../src/control/flows-file.js';
 import type { ServiceConfig } from '../../src/config/types.js';
 import { parseConfigText } from '../../src/config/validate.js';
 import { FLOW_KEY_WORDS } from '../../src/dataplane/flow-hash.js';
@@ -111,6 +111,21 @@ describe('flows file', () => {
     // A version 1 header never marks reals removed: a field of that name is not read as such.
     const odd = decodeSavedFlows(versionOne({ ...v1, reals: [...v1.reals.slice(0, 2), { ...v1.reals[2]!, removed: 'yes' } as never] }));
     expect(odd.reals[2]).toEqual({ identity: v1.reals[2]!.identity, address: v1.reals[2]!.address });
+  });
+
+  it('measures the downtime on CLOCK_MONOTONIC within one boot (a wall-clock step back made it 0), on the wall clock across a reboot or for an older file', () => {
+    const boot = { id: 'b0', monotonicMs: 1_000_000 };
+    const back = decodeSavedFlows(encodeSavedFlows({ ...flows, boot }));
+    expect(back.boot).toEqual(boot);
+    // Written at wall 5,000,000; the clock was stepped back an hour; 30 s passed on the monotonic clock.
+    expect(downtimeMs(back, 'b0', 1_030_000, 5_000_000 - 3_600_000)).toBe(30_000);
+    // Another boot: the monotonic clock restarted; the wall clock is all there is.
+    expect(downtimeMs(back, 'b1', 5_000, back.writtenAtMs + 45_000)).toBe(45_000);
+    // A file without it (older, or boot_id unreadable): the wall clock, never negative.
+    const { boot: _, ...older } = back;
+    expect(downtimeMs(older, 'b0', 1_030_000, older.writtenAtMs - 3_600_000)).toBe(0);
+    expect(decodeSavedFlows(encodeSavedFlows(flows)).boot).toBeUndefined();
+    expect(bootId()).toMatch(/^[0-9a-f-]{36}$/);
   });
 
   it('refuses what is not such a file, saying why', () => {
