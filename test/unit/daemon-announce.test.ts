@@ -155,34 +155,42 @@ services:
   });
 });
 
-describe('a VIP shared by two services', () => {
-  const two = parseConfigText(`interface: eth0
+/** Two services on one VIP (web80, web443), each with one real. */
+const two = parseConfigText(`interface: eth0
 announce: { enabled: true }
 services:
   - { name: web80, vip: 10.93.0.100, port: 80, healthCheck: { type: http }, reals: [{ address: 10.93.0.11 }] }
   - { name: web443, vip: 10.93.0.100, port: 443, healthCheck: { type: tcp }, reals: [{ address: 10.93.0.12 }] }
 `);
-  if (!two.ok) throw new Error(JSON.stringify(two.problems));
-  const [s80, s443] = two.config.services as [typeof config.services[0], typeof config.services[0]];
-  const k80 = RealRegistry.keyOf(serviceIdentity(s80), '10.93.0.11');
-  const k443 = RealRegistry.keyOf(serviceIdentity(s443), '10.93.0.12');
+if (!two.ok) throw new Error(JSON.stringify(two.problems));
+const twoConfig = two.config;
+const [s80, s443] = twoConfig.services as [typeof config.services[0], typeof config.services[0]];
+const k80 = RealRegistry.keyOf(serviceIdentity(s80), '10.93.0.11');
+const k443 = RealRegistry.keyOf(serviceIdentity(s443), '10.93.0.12');
+
+/** A daemon of the two services with these health facts and build reports; `wanted()` is its decision for their VIP. */
+function twoServiceDaemon(facts: Map<string, { state: 'up' | 'down'; settled: boolean }>, reports: { name: string; dropping: boolean; panic: boolean }[]) {
+  const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
+  daemon.config = twoConfig;
+  const inside = daemon as unknown as Record<string, unknown>;
+  inside.loops = { running: true, recovering: false, heartbeatAgeMs: () => 0 };
+  inside.lastReports = reports;
+  inside.health = { fact: (key: string) => facts.get(key) };
+  inside.neighbors = { macOf: () => new Uint8Array(6) };
+  return { inside, wanted: () => (inside.announceWanted as () => Map<string, boolean>).call(daemon).get('10.93.0.100') };
+}
+
+describe('a VIP shared by two services', () => {
 
   it('is announced only once every service of it has settled, and withdrawn when either is withdrawn', () => {
     const facts = new Map([
       [k80, { state: 'up' as const, settled: true }],
       [k443, { state: 'down' as const, settled: false }],
     ]);
-    const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
-    daemon.config = two.config;
-    const inside = daemon as unknown as Record<string, unknown>;
-    inside.loops = { running: true, recovering: false, heartbeatAgeMs: () => 0 };
-    inside.lastReports = [
+    const { inside, wanted } = twoServiceDaemon(facts, [
       { name: 'web80', dropping: false, panic: false },
       { name: 'web443', dropping: false, panic: true },
-    ];
-    inside.health = { fact: (key: string) => facts.get(key) };
-    inside.neighbors = { macOf: () => new Uint8Array(6) };
-    const wanted = () => (inside.announceWanted as () => Map<string, boolean>).call(daemon).get('10.93.0.100');
+    ]);
     // web80 is ready, but :443's table is still fail-open at start: flows moved here would reset.
     expect(wanted()).toBe(false);
     facts.set(k443, { state: 'up', settled: true });
@@ -277,37 +285,20 @@ services:
 });
 
 describe('a reload that adds a service to a VIP', () => {
-  const two = parseConfigText(`interface: eth0
-announce: { enabled: true }
-services:
-  - { name: web80, vip: 10.93.0.100, port: 80, healthCheck: { type: http }, reals: [{ address: 10.93.0.11 }] }
-  - { name: web443, vip: 10.93.0.100, port: 443, healthCheck: { type: tcp }, reals: [{ address: 10.93.0.12 }] }
-`);
-  if (!two.ok) throw new Error(JSON.stringify(two.problems));
-  const [s80, s443] = two.config.services as [typeof config.services[0], typeof config.services[0]];
-  const k80 = RealRegistry.keyOf(serviceIdentity(s80), '10.93.0.11');
-  const k443 = RealRegistry.keyOf(serviceIdentity(s443), '10.93.0.12');
 
   it('does not withdraw the VIP while the new service settles when the VIP is announced already; it still waits when it is not', () => {
     const facts = new Map([
       [k80, { state: 'up' as const, settled: true }],
       [k443, { state: 'down' as const, settled: false }],
     ]);
-    const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
-    daemon.config = two.config;
-    const inside = daemon as unknown as Record<string, unknown>;
-    inside.loops = { running: true, recovering: false, heartbeatAgeMs: () => 0 };
-    inside.lastReports = [
+    const { inside, wanted } = twoServiceDaemon(facts, [
       { name: 'web80', dropping: false, panic: false },
       { name: 'web443', dropping: false, panic: true },
-    ];
-    inside.health = { fact: (key: string) => facts.get(key) };
-    inside.neighbors = { macOf: () => new Uint8Array(6) };
+    ]);
     // web80 settled before the reload (it was the VIP's only service).
     inside.settledServices = new Set([serviceIdentity(s80)]);
     let announced = true;
     inside.announcer = { isAnnounced: () => announced };
-    const wanted = () => (inside.announceWanted as () => Map<string, boolean>).call(daemon).get('10.93.0.100');
     // Before: :443 unsettled blocked the whole VIP, so a reload on every LB took :80 off the air.
     expect(wanted()).toBe(true);
     // A VIP not on the air yet (an LB starting) waits for every service of it, as before.
@@ -320,19 +311,12 @@ services:
       [k80, { state: 'up' as const, settled: true }],
       [k443, { state: 'up' as const, settled: true }],
     ]);
-    const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
-    daemon.config = two.config;
-    const inside = daemon as unknown as Record<string, unknown>;
-    inside.loops = { running: true, recovering: false, heartbeatAgeMs: () => 0 };
     // The last table is the fail-open one of the start; the facts that end it came 50 ms ago.
-    inside.lastReports = [
+    const { inside, wanted } = twoServiceDaemon(facts, [
       { name: 'web80', dropping: false, panic: true },
       { name: 'web443', dropping: false, panic: true },
-    ];
-    inside.health = { fact: (key: string) => facts.get(key) };
-    inside.neighbors = { macOf: () => new Uint8Array(6) };
+    ]);
     inside.rebuildQueued = true;
-    const wanted = () => (inside.announceWanted as () => Map<string, boolean>).call(daemon).get('10.93.0.100');
     // Before: settled from the live facts, announced on the fail-open report (onFailOpen: true).
     expect(wanted()).toBe(false);
     inside.rebuildQueued = false;
