@@ -59,6 +59,14 @@ function daemonRunning(text: string) {
   return { daemon, inside, reload, logs, hostApplied, sent, interfaceAddresses };
 }
 
+/** The stand-ins a stop goes through (loops as `loops` says, their stop a no-op unless given; neighbours, host undo), on a daemon marked started. */
+function startedForStop(inside: Record<string, unknown>, loops: Record<string, unknown>): void {
+  Object.assign(inside.loops as Record<string, unknown>, { stop: async () => undefined, ...loops });
+  (inside.neighbors as Record<string, unknown>).stop = () => undefined;
+  inside.host = { ...(inside.host as object), undo: async () => undefined };
+  inside.started = true;
+}
+
 describe('reload: all or nothing', () => {
   it('refuses a config that needs more real ids than are free, naming them, and changes nothing', async () => {
     const before = configText({ base: 93, reals: 5000 });
@@ -493,10 +501,7 @@ describe('stop: an announcer sync stuck on birdc', () => {
       withdrawAll: async () => void events.push(`withdrawAll ${Date.now() - t0}`),
       close: () => void events.push('close'),
     };
-    (d.inside.loops as Record<string, unknown>).stop = async () => void events.push('loops stopped');
-    (d.inside.neighbors as Record<string, unknown>).stop = () => undefined;
-    d.inside.host = { ...(d.inside.host as object), undo: async () => undefined };
-    d.inside.started = true;
+    startedForStop(d.inside, { stop: async () => void events.push('loops stopped') });
     void (d.inside.syncAnnouncements as () => Promise<void>).call(d.daemon); // in flight, never ends
     expect(d.inside.announceBusy).toBe(true);
     await d.daemon.stop();
@@ -533,18 +538,14 @@ describe('stop: a stalled packet loop', () => {
   it('waits at most 10 s for its flows, so the whole stop stays under the unit\'s TimeoutStopSec (past it, SIGKILL skipped the host undo)', async () => {
     const d = daemonRunning(configText());
     const asked: number[] = [];
-    Object.assign(d.inside.loops as Record<string, unknown>, {
+    startedForStop(d.inside, {
       size: 1,
       // As LoopGroup.ask: rejects after timeoutMs when a loop does not answer; here at once, noting the bound.
       ask: async (_make: unknown, timeoutMs: number) => {
         asked.push(timeoutMs);
         throw new Error(`1 of 1 packet loops did not answer within ${timeoutMs / 1000} s`);
       },
-      stop: async () => undefined,
     });
-    (d.inside.neighbors as Record<string, unknown>).stop = () => undefined;
-    d.inside.host = { ...(d.inside.host as object), undo: async () => undefined };
-    d.inside.started = true;
     await d.daemon.stop();
     expect(asked).toEqual([10_000]);
     const unit = readFileSync(join(import.meta.dirname, '../../deploy/linux/dsrlb.service'), 'utf8');
@@ -560,17 +561,13 @@ describe('stop after a packet loop was lost for good (exit 2)', () => {
     const d = daemonRunning(configText());
     const real = [...(d.inside.reals as Map<string, { id: number; address: string }>).values()][0]!;
     const keys = new Uint32Array(FLOW_KEY_WORDS).fill(7);
-    Object.assign(d.inside.loops as Record<string, unknown>, {
+    startedForStop(d.inside, {
       size: 0,
       orphanFlows: () => ({ count: 1, keys, reals: Int32Array.of(real.id), states: Uint8Array.of(2), idleMs: Float64Array.of(1500) }),
       ask: async () => {
         throw new Error('no loop to ask');
       },
-      stop: async () => undefined,
     });
-    (d.inside.neighbors as Record<string, unknown>).stop = () => undefined;
-    d.inside.host = { ...(d.inside.host as object), undo: async () => undefined };
-    d.inside.started = true;
     await d.daemon.stop();
     const saved = decodeSavedFlows(readFileSync(join(dir, 'state.json.flows')));
     expect(saved.count).toBe(1);
@@ -592,14 +589,10 @@ describe('stop: the flows file names what was announced', () => {
       sync: async () => undefined,
       setFiles: () => undefined,
     };
-    Object.assign(d.inside.loops as Record<string, unknown>, {
+    startedForStop(d.inside, {
       size: 1,
       ask: async () => [{ type: 'flows', id: 1, count: 1, keys: new Uint32Array(FLOW_KEY_WORDS), reals: Int32Array.of(real.id), states: Uint8Array.of(2), idleMs: Float64Array.of(0) }],
-      stop: async () => undefined,
     });
-    (d.inside.neighbors as Record<string, unknown>).stop = () => undefined;
-    d.inside.host = { ...(d.inside.host as object), undo: async () => undefined };
-    d.inside.started = true;
     await d.daemon.stop();
     const saved = decodeSavedFlows(readFileSync(join(dir, 'state.json.flows')));
     expect(saved.removedServices?.map((s) => [s.config.name, s.announced])).toEqual([['web', true]]);
