@@ -72,15 +72,29 @@ afterAll(async () => {
   }
 }, 60_000);
 
+/**
+ * 30 keep-alive connections to web, `round()` the real each is answered by, `first` the first
+ * round's, and `removed` a real that holds at least 3 of them (the one a test takes out).
+ */
+async function keepAliveOnReals() {
+  const { client, opened } = await KeepAliveClient.open(lab, lab.client.ns, lab.vip, 30);
+  try {
+    expect(opened).toBe(30);
+    const round = async () => (await client.round()).answers.map((a) => ('real' in a ? a.real : a.error));
+    const first = await round();
+    const removed = lab.reals.find((r) => first.filter((x) => x === r.name).length >= 3)!;
+    expect(removed, first.join(',')).toBeDefined();
+    return { client, round, first, removed };
+  } catch (err) {
+    await client.close();
+    throw err;
+  }
+}
+
 describe('a clean restart while what a reload removed still drains', () => {
   it('keeps a removed real draining: its keep-alive connections are still answered by it, new connections never go to it, and it is forgotten once drained', async () => {
-    const { client, opened } = await KeepAliveClient.open(lab, lab.client.ns, lab.vip, 30);
+    const { client, round, first, removed } = await keepAliveOnReals();
     try {
-      expect(opened).toBe(30);
-      const round = async () => (await client.round()).answers.map((a) => ('real' in a ? a.real : a.error));
-      const first = await round();
-      const removed = lab.reals.find((r) => first.filter((x) => x === r.name).length >= 3)!;
-      expect(removed, first.join(',')).toBeDefined();
       await reload(configText(addresses().filter((a) => a !== removed.ipv4)));
       expect(await round()).toEqual(first);
       await restart();
@@ -103,13 +117,8 @@ describe('a clean restart while what a reload removed still drains', () => {
 
   it('drains a real that an edit of the file removed before the restart (no reload), as a reload of that edit would: its connections are still answered by it', async () => {
     await reload(configText(addresses()));
-    const { client, opened } = await KeepAliveClient.open(lab, lab.client.ns, lab.vip, 30);
+    const { client, round, first, removed } = await keepAliveOnReals();
     try {
-      expect(opened).toBe(30);
-      const round = async () => (await client.round()).answers.map((a) => ('real' in a ? a.real : a.error));
-      const first = await round();
-      const removed = lab.reals.find((r) => first.filter((x) => x === r.name).length >= 3)!;
-      expect(removed, first.join(',')).toBeDefined();
       // The file edited, then a restart (as a restart-only key makes operators do): before, the
       // real's flows were left out at the start and its connections placed anew by the hash, reset.
       await writeFile(configPath, configText(addresses().filter((a) => a !== removed.ipv4)));
