@@ -47,6 +47,18 @@ describe('DecapHost run-state record', () => {
     rmSync(join(runDir, '..'), { recursive: true, force: true });
   });
 
+  /** The sysctls after a decap set up over all.rp_filter `all` and was killed (no tearDown: its record stays). */
+  async function killedDecap(all: string): Promise<Map<string, string>> {
+    const sysctls = new Map([
+      [ALL, all],
+      [DEV, '1'],
+    ]);
+    const dead = fakes(sysctls, runDir);
+    await dead.host.adopt();
+    await dead.host.setUp('dc0', false);
+    return sysctls;
+  }
+
   it("records the operator's all.rp_filter before setting it, and removes the record when it has put it back", async () => {
     const sysctls = new Map([
       [ALL, '1'],
@@ -67,13 +79,7 @@ describe('DecapHost run-state record', () => {
   });
 
   it("after a decap killed without undoing (the record left, all.rp_filter at its 0), the next takes the operator's value from the record and puts it back at stop", async () => {
-    const sysctls = new Map([
-      [ALL, '2'],
-      [DEV, '1'],
-    ]);
-    const dead = fakes(sysctls, runDir);
-    await dead.host.adopt();
-    await dead.host.setUp('dc0', false);
+    const sysctls = await killedDecap('2');
     // SIGKILL: no tearDown. The device went with the process; all.rp_filter stays 0.
     expect(sysctls.get(ALL)).toBe('0');
     sysctls.set(DEV, '1');
@@ -93,13 +99,7 @@ describe('DecapHost run-state record', () => {
   });
 
   it('leaves what the operator changed after the dead decap, and records that as the value to put back', async () => {
-    const sysctls = new Map([
-      [ALL, '1'],
-      [DEV, '1'],
-    ]);
-    const dead = fakes(sysctls, runDir);
-    await dead.host.adopt();
-    await dead.host.setUp('dc0', false);
+    const sysctls = await killedDecap('1');
     sysctls.set(ALL, '2'); // the operator, after the crash
 
     const next = fakes(sysctls, runDir);
@@ -112,13 +112,7 @@ describe('DecapHost run-state record', () => {
   });
 
   it('a start that fails after adopting puts the dead decap\'s changes back and drops its record', async () => {
-    const sysctls = new Map([
-      [ALL, '1'],
-      [DEV, '1'],
-    ]);
-    const dead = fakes(sysctls, runDir);
-    await dead.host.adopt();
-    await dead.host.setUp('dc0', false);
+    const sysctls = await killedDecap('1');
     const next = fakes(sysctls, runDir);
     await next.host.adopt();
     next.host.tearDown(); // as runDecap's finally does when setUp throws
