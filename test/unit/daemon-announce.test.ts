@@ -181,7 +181,6 @@ function twoServiceDaemon(facts: Map<string, { state: 'up' | 'down'; settled: bo
 }
 
 describe('a VIP shared by two services', () => {
-
   it('is announced only once every service of it has settled, and withdrawn when either is withdrawn', () => {
     const facts = new Map([
       [k80, { state: 'up' as const, settled: true }],
@@ -285,7 +284,6 @@ services:
 });
 
 describe('a reload that adds a service to a VIP', () => {
-
   it('does not withdraw the VIP while the new service settles when the VIP is announced already; it still waits when it is not', () => {
     const facts = new Map([
       [k80, { state: 'up' as const, settled: true }],
