@@ -489,7 +489,7 @@ export class Daemon {
     const missing = new Set<number>();
     for (const v of this.serviceViews()) {
       for (const r of v.reals) {
-        if (r.mac !== null || !isWanted(r) || r.health === 'down') continue;
+        if (!awaitsMac(r)) continue;
         missing.add(r.id);
         let m = this.macMissing.get(r.id);
         if (m === undefined) this.macMissing.set(r.id, (m = { sinceMs: now, warned: false }));
@@ -525,7 +525,7 @@ export class Daemon {
   private announceStartOnLink(beganMs: number): void {
     this.startLinkTimer = null;
     if (!this.started || this.stopping) return;
-    const waiting = this.serviceViews().some((v) => v.reals.some((r) => r.mac === null && isWanted(r) && r.health !== 'down'));
+    const waiting = this.serviceViews().some((v) => v.reals.some(awaitsMac));
     if (waiting && monotonicMs() - beganMs < START_LINK_WAIT_MS) {
       this.startLinkTimer = setTimeout(() => this.announceStartOnLink(beganMs), 50);
       this.startLinkTimer.unref();
@@ -1413,9 +1413,10 @@ export class Daemon {
    */
   private async saveFlows(): Promise<void> {
     const file = this.flowsFile();
+    if (file === null) return;
     // A loop lost for good (the reason of a stop with exit 2) left its flows: kept with the others.
     const orphans = this.loops.orphanFlows();
-    if (file === null || (this.loops.size === 0 && orphans === null)) return;
+    if (this.loops.size === 0 && orphans === null) return;
     const began = monotonicMs();
     try {
       const answers = this.loops.size === 0 ? [] : await this.loops.ask((id) => ({ type: 'flows', id, limit: this.config.flowTable.capacity }), STOP_FLOWS_ASK_MS);
@@ -1724,6 +1725,11 @@ export class Daemon {
     this.lock = null;
     this.log.info('dsrlb stopped');
   }
+}
+
+/** A real the operator wants, not known down, whose MAC (or next hop's) is unknown: it takes no new flows yet. */
+function awaitsMac(r: RealView): boolean {
+  return r.mac === null && isWanted(r) && r.health !== 'down';
 }
 
 /** Up to five of `items` for a message, "..." after them when there are more. */

@@ -14,6 +14,7 @@
 import { execFile } from 'node:child_process';
 import { statSync } from 'node:fs';
 import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { basename } from 'node:path';
 import type { Logger } from './logger.js';
 
 /** Runs a host command; injectable so tests and simulate run without privileges. */
@@ -157,8 +158,9 @@ export class HostSetup {
    * lo for good, and the kernel answered ARP and reset TCP for them.
    */
   async adopt(): Promise<void> {
-    const ours = this.statePath.slice(this.statePath.lastIndexOf('/') + 1);
-    const prefix = ours.slice(0, ours.length - `-${this.ifname}.json`.length + 1);
+    const ours = basename(this.statePath);
+    // This namespace's host records, whatever their interface: `host-<netns inode>-`.
+    const prefix = basename(runRecordPath(this.runDir, 'host', '-'), '.json');
     const names = await readdir(this.runDir).catch(() => [] as string[]);
     for (const name of names) {
       if (name === ours || !name.startsWith(prefix) || !name.endsWith('.json')) continue;
