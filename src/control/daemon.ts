@@ -5,7 +5,7 @@
 
 import { constants } from 'node:fs';
 import { access, copyFile, open, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
-import { dirname } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import { locateProblems } from '../config/problem-positions.js';
@@ -27,7 +27,8 @@ import { LoopGroup } from './loop-group.js';
 import { isWanted, type HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
 import { addressWords, formatMac, normalizedAddress } from './addresses.js';
-import { COMMAND_TIMEOUT_MS, HostSetup, systemRunner } from './host-setup.js';
+import { COMMAND_TIMEOUT_MS, HostSetup, RUN_DIR, systemRunner } from './host-setup.js';
+import { moveFlowsFile, movedStateFile, recordStateFile } from './state-file-record.js';
 import { checkHostBeforeChanges } from './start-checks.js';
 import type { Logger } from './logger.js';
 import { DaemonMetrics, type MetricsRealView } from './metrics.js';
@@ -220,6 +221,8 @@ export class Daemon {
   /** The token file's mtime, size and inode when an unmatched token last made it be read again. */
   private tokenFileStamp: string | null = null;
   mtu = 1500;
+  /** Where the run records go (tests use their own). */
+  runDir = RUN_DIR;
 
   constructor(
     readonly configPath: string,
@@ -298,8 +301,10 @@ export class Daemon {
     const clashes = vipClashProblems(this.config, await host.interfaceAddressesAmong(this.vips()));
     if (clashes.length > 0) throw new DaemonError('VIP_IS_HOST_ADDRESS', 'a VIP is an address of this host', located(this.configText, clashes));
     await checkHostBeforeChanges(this.config);
-    await this.loadOverrides();
-    if (this.pruneOverrides()) await this.saveStateOrWarn();
+    const stateFileBefore = await this.stateFileBefore();
+    await this.loadOverrides(stateFileBefore ?? this.config.stateFile);
+    if (this.pruneOverrides() || stateFileBefore !== null) await this.saveStateOrWarn();
+    await this.recordStateFile();
     this.logRestoredIntent();
     await this.checkStateFileWritable();
     this.host = host;
@@ -1024,6 +1029,7 @@ export class Daemon {
     this.announceOnLink(this.vips().filter((v) => !vipsBefore.has(v)), 'reload');
     // Taken: what follows only follows the new config, and says so in the log when it cannot.
     if (pruned) await this.saveStateOrWarn();
+    if (stateFileMoved) await this.recordStateFile();
     // Announcing follows the new config without holding the answer (a BIRD that did not answer
     // made a reload already taken look failed), chained so that a reload turning it off and the
     // next turning it on again never run their syncs at once. The 200 ms check retries failures.
@@ -1226,8 +1232,7 @@ export class Daemon {
    * read or parsed is said loudly and, if unparsable, set aside as FILE.corrupt-TIME (the next
    * intent change would overwrite it): the daemon still runs, on the config's intent.
    */
-  private async loadOverrides(): Promise<void> {
-    const file = this.config.stateFile;
+  private async loadOverrides(file = this.config.stateFile): Promise<void> {
     if (!file) return;
     let text: string;
     try {
@@ -1283,6 +1288,33 @@ export class Daemon {
       });
     }
     for (const service of this.withdrawn) this.log.info('operator withdrawal from the state file in force', { service });
+  }
+
+  /**
+   * The state file the daemon before used when `stateFile` was edited since (a reload copies the
+   * intent itself; a restart did not): its flows file is moved beside the new path here, and
+   * start reads the intent from it and writes it to the new one. Null when nothing moved.
+   */
+  private async stateFileBefore(): Promise<string | null> {
+    const file = this.config.stateFile;
+    if (!file) return null;
+    const before = await movedStateFile(this.runDir, resolve(this.configPath), file).catch(() => null);
+    if (before === null) return null;
+    const flows = await moveFlowsFile(before, file).catch((err: Error) => {
+      this.log.warn('the flows file of the daemon before could not be moved beside the new state file: its flows are not taken', { from: `${before}.flows`, error: err.message });
+      return false;
+    });
+    this.log.info('stateFile changed since the daemon before: its operator intent and flows are taken from the file it used', { from: before, stateFile: file, flows });
+    return before;
+  }
+
+  /** Which state file this daemon uses, for the next start (see state-file-record.ts). */
+  private async recordStateFile(): Promise<void> {
+    const file = this.config.stateFile;
+    if (!file) return;
+    await recordStateFile(this.runDir, resolve(this.configPath), file).catch((err: Error) =>
+      this.log.warn('which state file is in use could not be recorded: a stateFile edited before a restart will not find this intent', { error: err.message }),
+    );
   }
 
   /** Says at start, not at the first drain, that intent changes cannot be kept. */

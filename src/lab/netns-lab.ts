@@ -3,11 +3,12 @@
 // the integration tests; it never starts dsrlb itself. Control plane only: shells out to `ip`.
 
 import { execFile, spawn as spawnChild, type ChildProcess, type SpawnOptions } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { readdir, rm } from 'node:fs/promises';
 import { constants as osConstants } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { RUN_DIR } from '../control/host-setup.js';
 
 export interface LabOptions {
   /** Every namespace name starts with it; unique per lab (e.g. `dsrt-lab-<pid>-`). */
@@ -219,11 +220,37 @@ export async function destroyLabsWithPrefix(prefix: string): Promise<void> {
   }
   const failures: string[] = [];
   for (const ns of names) {
+    const inode = namespaceInode(ns);
     const r = await run('ip', ['netns', 'del', ns]);
+    if (inode !== null && !(await allNamespaces()).includes(ns)) await removeRunRecords(inode);
     if (r.code !== 0 && (await allNamespaces()).includes(ns)) failures.push(`${ns}: ${r.stderr.trim()}`);
   }
   await removeRealserverState(prefix);
   if (failures.length > 0) throw new LabError(`cannot delete namespaces: ${failures.join('; ')}`);
+}
+
+function namespaceInode(ns: string): number | null {
+  try {
+    return statSync(`/run/netns/${ns}`).ino;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * A deleted namespace's entries in the daemon's run directory (run records, the state file
+ * record, locks: all named `KIND-INODE...`): nothing can use them any more, and a later namespace
+ * may get the same inode.
+ */
+async function removeRunRecords(inode: number): Promise<void> {
+  let files: string[];
+  try {
+    files = await readdir(RUN_DIR);
+  } catch {
+    return;
+  }
+  const ours = files.filter((f) => new RegExp(`^[a-z]+-${inode}[-.]`).test(f));
+  await Promise.all(ours.map((f) => rm(resolve(RUN_DIR, f), { force: true })));
 }
 
 async function removeRealserverState(prefix: string): Promise<void> {

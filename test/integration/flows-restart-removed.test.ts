@@ -3,7 +3,7 @@
 // still reach the real they were on (without it they were placed anew by the hash and reset, or
 // sent nowhere), new connections never go to them, and they are forgotten once drained.
 
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,8 +20,8 @@ let configPath: string;
 let daemon: LabDaemon | undefined;
 
 /** web with `reals` (omitted: web removed) and `other`; fin timeout 1 s, so closed connections drain at once. */
-function configText(reals: readonly string[] | null): string {
-  const top = [`stateFile: ${dir}/dsrlb.state.json`, 'flowTable: { tcpTimeouts: { syn: 60s, established: 900s, fin: 1s } }'];
+function configText(reals: readonly string[] | null, stateFile = `${dir}/dsrlb.state.json`): string {
+  const top = [`stateFile: ${stateFile}`, 'flowTable: { tcpTimeouts: { syn: 60s, established: 900s, fin: 1s } }'];
   const other = ['  - name: other', `    vip: ${OTHER_VIP}`, '    port: 81', '    protocol: tcp', '    reals:', `      - address: ${lab.reals[0]!.ipv4}`];
   const text = labConfig(lab, { reals: reals ?? [lab.reals[0]!.ipv4], top, after: other });
   // labConfig always writes web first: cut it out for a config without it.
@@ -159,6 +159,31 @@ describe('a clean restart while what a reload removed still drains', () => {
       const deadline = Date.now() + 5000;
       while ((await lbHas(lab.vip)).onLo && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
       expect(await lbHas(lab.vip)).toEqual({ onLo: false, inNft: false });
+    } finally {
+      await client.close();
+    }
+  }, 120_000);
+});
+
+describe('a stateFile edited before a restart (no reload)', () => {
+  it('takes the drain in force and the flows from the file the daemon before used: the drained real keeps its connections and gets no new one', async () => {
+    await reload(configText(addresses()));
+    const { client, round, first, removed } = await keepAliveOnReals();
+    try {
+      const drained = await daemon!.cli(['drain', 'web', removed.ipv4]);
+      expect(drained.code, drained.stderr).toBe(0);
+      const moved = `${dir}/moved.state.json`;
+      await writeFile(configPath, configText(addresses(), moved));
+      await restart();
+      // Before, the new path was empty: the real came back active and the flows file was not found.
+      const web = (await status()).services.find((s) => s.name === 'web')! as unknown as { reals: { address: string; intent: string }[] };
+      expect(web.reals.find((r) => r.address === removed.ipv4)).toMatchObject({ intent: 'drain' });
+      expect(await round()).toEqual(first);
+      const fresh = await httpCount(lab, 60);
+      expect(fresh.ok).toBe(60);
+      expect(fresh.byReal[removed.name] ?? 0).toBe(0);
+      expect(daemon!.logs.some((l) => l.includes('stateFile changed since the daemon before') && l.includes(moved))).toBe(true);
+      expect(JSON.parse(await readFile(moved, 'utf8'))).toMatchObject({ intent: { [`tcp|${lab.vip}|80#${removed.ipv4}`]: { state: 'drain' } } });
     } finally {
       await client.close();
     }
