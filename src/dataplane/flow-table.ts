@@ -285,13 +285,14 @@ export class FlowTable {
     if (!isCanonicalKey(this.key, 0)) throw new RangeError('an IPv4 flow key must have words 2-4 and 6-8 zero');
     const rec = this.rec;
     if (this.freeHead === -1 && this.unused === this.capacity) {
-      const oldest = this.oldest();
-      if (this.idlePastTimeout(oldest, nowMs)) {
+      const expired = this.oldestExpired(nowMs);
+      if (expired !== -1) {
         this.expirations++;
+        this.removeLive(expired);
       } else {
         this.evictions++;
+        this.removeLive(this.victim());
       }
-      this.removeLive(oldest);
     }
     let e = this.freeHead;
     if (e === -1) e = this.unused++;
@@ -501,18 +502,37 @@ export class FlowTable {
     return -1;
   }
 
-  /** The longest-idle entry of the table: the oldest of the lists' heads (a full table is not empty). */
-  private oldest(): number {
+  /** The longest-idle entry already past its state's timeout (each list's head is its oldest), or -1. */
+  private oldestExpired(nowMs: number): number {
     let oldest = -1;
-    let oldestSeen = Infinity;
     for (let s = FlowState.syn; s <= FlowState.udp; s++) {
       const e = this.heads[s]!;
-      if (e !== -1 && this.seen[e * SEEN_STRIDE + SEEN_OFFSET]! < oldestSeen) {
-        oldest = e;
-        oldestSeen = this.seen[e * SEEN_STRIDE + SEEN_OFFSET]!;
-      }
+      if (e !== -1 && this.idlePastTimeout(e, nowMs) && (oldest === -1 || this.seenOf(e) < this.seenOf(oldest))) oldest = e;
     }
     return oldest;
+  }
+
+  /**
+   * The entry a full table gives up for a new one: the longest-idle of the connections being set
+   * up or ending (syn, fin, closed), and only when there is none, of the established and udp
+   * ones. A flood of SYNs or of stray segments (which start in syn) then replaces its own entries
+   * instead of the established flows, as IPVS's drop_entry defense takes SYN_RECV entries first.
+   * A full table is not empty.
+   */
+  private victim(): number {
+    const transient = this.olderHead(this.olderHead(this.heads[FlowState.syn]!, this.heads[FlowState.fin]!), this.heads[FlowState.closed]!);
+    return transient !== -1 ? transient : this.olderHead(this.heads[FlowState.established]!, this.heads[FlowState.udp]!);
+  }
+
+  /** The longer idle of two entries (-1: none). */
+  private olderHead(a: number, b: number): number {
+    if (a === -1) return b;
+    if (b === -1) return a;
+    return this.seenOf(b) < this.seenOf(a) ? b : a;
+  }
+
+  private seenOf(entry: number): number {
+    return this.seen[entry * SEEN_STRIDE + SEEN_OFFSET]!;
   }
 
   /** Drop every entry and zero the per-real counts; evictions and expirations stay (they are monotonic). */

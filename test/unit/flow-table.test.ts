@@ -247,44 +247,62 @@ describe('FlowTable bucket hash', () => {
   });
 });
 
-describe('FlowTable LRU eviction', () => {
-  it('evicts exactly the least recently seen entry, and touch changes the order', () => {
+describe('FlowTable eviction when full', () => {
+  it('gives up the longest-idle established or udp entry when none is being set up or ending, and touch changes the order', () => {
     const t = new FlowTable(4, LONG, 2);
     const e0 = put(t, strongHash, 0, 0, FlowState.established, 10);
     const e1 = put(t, strongHash, 1, 0, FlowState.established, 11);
-    const e2 = put(t, strongHash, 2, 1, FlowState.established, 12);
-    const e3 = put(t, strongHash, 3, 1, FlowState.syn, 13);
-    // Listed state by state (syn, then established), oldest first within each.
-    expect(liveEntries(t)).toEqual([e3, e0, e1, e2]);
+    const e2 = put(t, strongHash, 2, 1, FlowState.udp, 12);
+    const e3 = put(t, strongHash, 3, 1, FlowState.established, 13);
+    // Listed state by state (established, then udp), oldest first within each.
+    expect(liveEntries(t)).toEqual([e0, e1, e3, e2]);
     t.touch(e0, TCP_ACK, 14); // 0 is now the newest; 1 the oldest
-    expect(liveEntries(t)).toEqual([e3, e1, e2, e0]);
+    expect(liveEntries(t)).toEqual([e1, e3, e0, e2]);
     expect(t.lastSeenOf(e0)).toBe(14);
 
-    put(t, strongHash, 4, 1, FlowState.syn, 15);
+    put(t, strongHash, 4, 1, FlowState.established, 15);
     expect(t.evictions).toBe(1);
     expect(t.size).toBe(4);
     expect(find(t, strongHash, 1, 15)).toBe(-1);
-    for (const id of [0, 2, 3, 4]) expect(find(t, strongHash, id, 15)).toBeGreaterThanOrEqual(0);
+    for (const id of [0, 2, 3, 4]) expect(find(t, strongHash, id, 15, id === 2 ? IPPROTO_UDP : IPPROTO_TCP)).toBeGreaterThanOrEqual(0);
     expectCountsExact(t, 2);
 
-    t.touch(e2, 0, 16); // a bare segment still refreshes last-seen
-    put(t, strongHash, 5, 0, FlowState.syn, 17); // evicts 3 (oldest now)
+    t.touch(e2, 0, 16); // a bare datagram still refreshes last-seen
+    put(t, strongHash, 5, 0, FlowState.udp, 17); // evicts 3 (the oldest now, across established and udp)
     expect(find(t, strongHash, 3, 17)).toBe(-1);
-    expect(find(t, strongHash, 2, 17)).toBe(e2);
+    expect(find(t, strongHash, 2, 17, IPPROTO_UDP)).toBe(e2);
     expect(t.evictions).toBe(2);
     expectCountsExact(t, 2);
   });
 
-  it('counts a full table\'s oldest entry as an expiration when it had already timed out', () => {
+  it('gives up a syn, fin or closed entry before any established one: a SYN flood replaces its own entries', () => {
+    const t = new FlowTable(4, LONG, 2);
+    put(t, strongHash, 0, 0, FlowState.established, 0);
+    put(t, strongHash, 1, 1, FlowState.established, 1);
+    put(t, strongHash, 2, 0, FlowState.fin, 5);
+    put(t, strongHash, 3, 1, FlowState.syn, 6);
+    put(t, strongHash, 4, 0, FlowState.syn, 7); // the fin entry (5) goes, not the established ones idle longer
+    expect(find(t, strongHash, 2, 7)).toBe(-1);
+    for (let id = 5; id < 1005; id++) put(t, strongHash, id, id & 1, FlowState.syn, id);
+    expect(t.evictions).toBe(1001);
+    expect(t.size).toBe(4);
+    // The established flows idle longest of all are still there; the flood kept the newest two of its own.
+    for (const id of [0, 1, 1003, 1004]) expect(find(t, strongHash, id, 1005)).toBeGreaterThanOrEqual(0);
+    expectCountsExact(t, 2);
+  });
+
+  it('takes an entry already idle past its timeout first, counted as an expiration', () => {
     const t = new FlowTable(2, { ...LONG, synMs: 100 }, 1);
-    put(t, strongHash, 0, 0, FlowState.syn, 0);
-    put(t, strongHash, 1, 0, FlowState.established, 50);
-    put(t, strongHash, 2, 0, FlowState.syn, 100); // id 0 idle 100 ms >= synMs
+    put(t, strongHash, 0, 0, FlowState.established, 0);
+    put(t, strongHash, 1, 0, FlowState.syn, 0);
+    put(t, strongHash, 2, 0, FlowState.syn, 100); // id 1 idle 100 ms >= synMs: expired, though 0 is as old
     expect(t.evictions).toBe(0);
     expect(t.expirations).toBe(1);
-    put(t, strongHash, 3, 0, FlowState.syn, 101); // id 1 established, not timed out
+    expect(find(t, strongHash, 0, 100)).toBeGreaterThanOrEqual(0);
+    put(t, strongHash, 3, 0, FlowState.syn, 101); // id 2 syn, not timed out: the syn goes before the established one
     expect(t.evictions).toBe(1);
-    expect(find(t, strongHash, 1, 101)).toBe(-1);
+    expect(find(t, strongHash, 2, 101)).toBe(-1);
+    expect(find(t, strongHash, 0, 101)).toBeGreaterThanOrEqual(0);
   });
 
   it('works at capacity 1', () => {
