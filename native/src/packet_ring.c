@@ -1232,6 +1232,7 @@ static napi_value sd_notify_js(napi_env env, napi_callback_info info) {
 napi_status tun_device_init(napi_env env, napi_value exports);  // tun_device.c
 napi_status raw_tunnel_init(napi_env env, napi_value exports);  // raw_tunnel.c
 napi_status frame_send_init(napi_env env, napi_value exports);  // frame_send.c
+napi_status file_lock_init(napi_env env, napi_value exports);   // file_lock.c
 
 NAPI_MODULE_INIT() {
   napi_property_descriptor properties[] = {
@@ -1257,5 +1258,6 @@ NAPI_MODULE_INIT() {
   if (tun_device_init(env, exports) != napi_ok) return NULL;
   if (raw_tunnel_init(env, exports) != napi_ok) return NULL;
   if (frame_send_init(env, exports) != napi_ok) return NULL;
+  if (file_lock_init(env, exports) != napi_ok) return NULL;
   return exports;
 }

@@ -50,8 +50,11 @@ export function demoConfig(lab: Lab): string {
   ].join('\n');
 }
 
-/** Held while a demo is set up and run: two at once tear each other's lab down. */
-const DEMO_LOCK_NAME = '\0dsrlb-demo';
+/**
+ * Held while a demo is set up and run: two at once tear each other's lab down. Its file is in
+ * /run/dsrlb (`demo-<netns inode>.lock`), not in RUN_DIR, which a demo removes and makes again.
+ */
+const DEMO_LOCK_KIND = 'demo';
 const DEMO_BUSY = 'another dsrlb demo is running on this host (two would tear down each other\'s lab): wait for it to end';
 
 export async function demoUp(opts: { requests: number }): Promise<number> {
@@ -61,7 +64,7 @@ export async function demoUp(opts: { requests: number }): Promise<number> {
   }
   let lock: InstanceLock;
   try {
-    lock = await InstanceLock.acquire(DEMO_LOCK_NAME, DEMO_BUSY);
+    lock = await InstanceLock.acquire(DEMO_LOCK_KIND, DEMO_BUSY);
   } catch (err) {
     process.stderr.write(`dsrlb demo: ${(err as Error).message}\n`);
     return 2;

@@ -53,8 +53,16 @@ export const RUN_DIR = '/run/dsrlb';
  * by every network namespace, and each holds its own VIPs and sysctls: the name carries ours.
  */
 export function runRecordPath(runDir: string, kind: string, suffix = ''): string {
-  const netns = statSync('/proc/self/ns/net').ino;
-  return `${runDir}/${kind}-${netns}${suffix}.json`;
+  return `${runDir}/${kind}-${netnsInode()}${suffix}.json`;
+}
+
+/** The path of a lock file (instance-lock.ts): `${runDir}/${kind}-${netns inode}.lock`, per namespace as runRecordPath. */
+export function runLockPath(runDir: string, kind: string): string {
+  return `${runDir}/${kind}-${netnsInode()}.lock`;
+}
+
+function netnsInode(): number {
+  return statSync('/proc/self/ns/net').ino;
 }
 
 /** The record a previous run left at `path`, or null when there is none (or it cannot be read). */

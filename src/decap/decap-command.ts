@@ -16,8 +16,11 @@ import { openTunnelSocket, tunnelSocketSpecs, type TunnelSocket, type TunnelSock
 
 export const DEFAULT_TUN_NAME = 'dsrlb-decap0';
 
-/** One decapsulator per network namespace: two would both deliver every tunnelled packet. */
-export const DECAP_LOCK_NAME = '\0dsrlb-decap';
+/**
+ * One decapsulator per network namespace: two would both deliver every tunnelled packet. Its lock
+ * file is /run/dsrlb/decap-<netns inode>.lock.
+ */
+export const DECAP_LOCK_KIND = 'decap';
 const DECAP_BUSY = 'another dsrlb decap is running in this network namespace (two would deliver every tunnelled packet twice): stop it first';
 
 /** How often the counters are logged while they change (and on SIGHUP). */
@@ -142,7 +145,7 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
   let tunTimer: NodeJS.Timeout | undefined;
   let code: number;
   try {
-    lock = await InstanceLock.acquire(DECAP_LOCK_NAME, DECAP_BUSY);
+    lock = await InstanceLock.acquire(DECAP_LOCK_KIND, DECAP_BUSY);
     // With the lock held, a record left in /run/dsrlb is a dead decap's: the operator's values.
     await host.adopt();
     const native = loadNative();

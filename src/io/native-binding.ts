@@ -203,6 +203,13 @@ export interface DsrlbNative {
    * interface has that index now); frames before it went out.
    */
   sendFrames(ifindex: number, frames: readonly Uint8Array[]): number;
+  /**
+   * An exclusive, non-blocking flock(2) on `fd` (native/src/file_lock.c): true when taken, false
+   * when another open file description holds it (EWOULDBLOCK), even one of this process. Held until
+   * the last fd of this open file description closes (fs.closeSync, or the process dying). Throws a
+   * NativeSystemError for any other refusal (EBADF, ENOLCK).
+   */
+  lockFile(fd: number): boolean;
 }
 
 /** An open tunnel raw socket. Only the addon creates these; pass them back unchanged. */

@@ -220,13 +220,23 @@ export async function destroyLabsWithPrefix(prefix: string): Promise<void> {
   }
   const failures: string[] = [];
   for (const ns of names) {
-    const inode = namespaceInode(ns);
-    const r = await run('ip', ['netns', 'del', ns]);
-    if (inode !== null && !(await allNamespaces()).includes(ns)) await removeRunRecords(inode);
+    const r = await deleteNamespace(ns);
     if (r.code !== 0 && (await allNamespaces()).includes(ns)) failures.push(`${ns}: ${r.stderr.trim()}`);
   }
   await removeRealserverState(prefix);
   if (failures.length > 0) throw new LabError(`cannot delete namespaces: ${failures.join('; ')}`);
+}
+
+/**
+ * `ip netns del ns`, and once it is gone its entries in the daemon's run directory (run records,
+ * the state file record, locks: all named `KIND-INODE...`): nothing can use them any more, and a
+ * later namespace may get the same inode. For tests that make a namespace of their own.
+ */
+export async function deleteNamespace(ns: string): Promise<{ code: number; stderr: string }> {
+  const inode = namespaceInode(ns);
+  const r = await run('ip', ['netns', 'del', ns]);
+  if (inode !== null && !existsSync(`/run/netns/${ns}`)) await removeRunRecords(inode);
+  return r;
 }
 
 function namespaceInode(ns: string): number | null {
@@ -237,11 +247,6 @@ function namespaceInode(ns: string): number | null {
   }
 }
 
-/**
- * A deleted namespace's entries in the daemon's run directory (run records, the state file
- * record, locks: all named `KIND-INODE...`): nothing can use them any more, and a later namespace
- * may get the same inode.
- */
 async function removeRunRecords(inode: number): Promise<void> {
   let files: string[];
   try {

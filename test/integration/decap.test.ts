@@ -12,6 +12,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { deleteNamespace } from '../../src/lab/netns-lab.js';
 
 const execFileAsync = promisify(execFile);
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -266,13 +267,7 @@ describe('dsrlb decap (namespaces)', () => {
   afterAll(async () => {
     for (const proc of running) if (proc.child.exitCode === null) proc.child.kill('SIGKILL');
     await Promise.all(running.map((p) => p.exit));
-    for (const ns of Object.values(NS)) {
-      try {
-        ip('netns', 'del', ns);
-      } catch {
-        // never created
-      }
-    }
+    for (const ns of Object.values(NS)) await deleteNamespace(ns);
     rmSync(STATE_DIR, { recursive: true, force: true });
   });
 
@@ -431,12 +426,8 @@ describe('dsrlb decap (namespaces)', () => {
 
 describe('dsrlb decap from the CLI (namespace)', () => {
   const ns = `${PREFIX}cli`;
-  afterAll(() => {
-    try {
-      ip('netns', 'del', ns);
-    } catch {
-      // never created
-    }
+  afterAll(async () => {
+    await deleteNamespace(ns);
   });
 
   it('keeps running when its log reader goes away, and undoes its changes at SIGTERM as ever', async () => {
@@ -475,14 +466,10 @@ describe('dsrlb decap killed (namespace)', () => {
   const ns = `${PREFIX}kill`;
   /** The record decap keeps in /run/dsrlb, named by the network namespace's inode as the daemon's. */
   let recordPath = '';
-  afterAll(() => {
+  afterAll(async () => {
     for (const proc of running) if (proc.child.exitCode === null) proc.child.kill('SIGKILL');
     if (recordPath !== '') rmSync(recordPath, { force: true });
-    try {
-      ip('netns', 'del', ns);
-    } catch {
-      // never created
-    }
+    await deleteNamespace(ns);
   });
 
   it("a decap started after one killed by SIGKILL takes the operator's rp_filter from the record the dead one left, and puts it back at stop", async () => {

@@ -249,9 +249,10 @@ describe('dsrlb.service', () => {
     expect(decapOne('Before')).toBe('dsrlb-realserver.service');
     expect(decapOne('ExecStartPost')).toContain('ip link show dev dsrlb-decap0 up');
     // decap writes rp_filter and the TUN device's disable_ipv6: only their directories are writable,
-    // and /run/dsrlb for its record of the operator's rp_filter (a restart after SIGKILL reads it).
+    // and /run/dsrlb for its lock and its record of the operator's rp_filter (a restart after SIGKILL
+    // reads it), required: without it decap cannot take its lock.
     expect(decapOne('ProtectKernelTunables')).toBe('yes');
-    expect(decapOne('ReadWritePaths').split(/\s+/).sort()).toEqual(['-/proc/sys/net/ipv6/conf', '-/run/dsrlb', '/proc/sys/net/ipv4/conf']);
+    expect(decapOne('ReadWritePaths').split(/\s+/).sort()).toEqual(['-/proc/sys/net/ipv6/conf', '/proc/sys/net/ipv4/conf', '/run/dsrlb']);
   });
 
   it('runs the installed binary and config as user dsrlb with only CAP_NET_RAW and CAP_NET_ADMIN', async () => {
@@ -534,6 +535,11 @@ describe('install.sh --root', () => {
     // the udev mode is bound over it in the private mount namespace.
     const tun = join(root, 'tun-0666');
     await mustRun('mknod', ['-m', '0666', tun, 'c', '10', '200']);
+    // /run/dsrlb as the tmpfiles entry makes it: the service user's (decap keeps its lock there).
+    const runDir = join(root, 'run/dsrlb-decap');
+    await mkdir(runDir, { recursive: true });
+    await chown(runDir, 65534, 65534);
+    await mkdir('/run/dsrlb', { recursive: true });
     try {
       await mustRun('ip', ['netns', 'add', ns]);
       await mustRun('ip', ['-n', ns, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth1']);
@@ -542,6 +548,7 @@ describe('install.sh --root', () => {
         'set -e',
         'mount --make-rprivate /',
         `mount --bind ${tun} /dev/net/tun`,
+        `mount --bind ${runDir} /run/dsrlb`,
         ...(decapOne('ProtectKernelTunables') === 'yes' ? [...READ_ONLY_TUNABLES, ...writableTunables(decapOne('ReadWritePaths'))] : []),
         `umask ${decapOne('UMask')}`,
         `exec setpriv --reuid=65534 --regid=65534 --clear-groups ${setprivCaps(decapOne('AmbientCapabilities'))} --no-new-privs ${execStart}`,

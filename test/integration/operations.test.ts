@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dsrlbArgv } from '../../src/cli/command-argv.js';
-import { createLab, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
+import { createLab, deleteNamespace, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
 import { patternBytes } from '../../src/lab/real-http-server.js';
 import { httpCount, labConfig, LabDaemon, metricValue, requireRoot, ROOT, sleep } from '../support/lab-daemon.js';
 
@@ -40,7 +40,7 @@ async function inBareNamespace(suffix: string, fn: (ns: string, inNs: (...argv: 
     await run('ip', ['-n', ns, 'addr', 'add', '192.0.2.1/24', 'dev', 'eth0']);
     await fn(ns, (...argv) => run('ip', ['netns', 'exec', ns, ...argv]));
   } finally {
-    await run('ip', ['netns', 'del', ns]);
+    await deleteNamespace(ns);
   }
 }
 

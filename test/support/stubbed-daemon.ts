@@ -3,6 +3,7 @@
 // health and calls syncReals/rebuild as its test needs. No root.
 
 import { writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { parseConfigText } from '../../src/config/validate.js';
 import { Daemon } from '../../src/control/daemon.js';
 import { createLogger } from '../../src/control/logger.js';
@@ -27,6 +28,8 @@ export function stubbedDaemon(file: string, text: string, opts: StubOptions): { 
   const daemon = new Daemon(file, createLogger(opts.log ?? (() => undefined)));
   daemon.config = parsed.config;
   daemon.configText = text;
+  // Run records (the state file's, after a reload moves it) beside the config, not in /run/dsrlb.
+  daemon.runDir = dirname(file);
   const inside = daemon as unknown as Record<string, unknown>;
   const counters = createCounters();
   inside.loops = {
