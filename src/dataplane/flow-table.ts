@@ -514,14 +514,17 @@ export class FlowTable {
 
   /**
    * The entry a full table gives up for a new one: the longest-idle of the connections being set
-   * up or ending (syn, fin, closed), and only when there is none, of the established and udp
-   * ones. A flood of SYNs or of stray segments (which start in syn) then replaces its own entries
-   * instead of the established flows, as IPVS's drop_entry defense takes SYN_RECV entries first.
-   * A full table is not empty.
+   * up or ending (syn, fin, closed); when there is none, the longest-idle udp flow; and only
+   * then an established connection. A flood of SYNs or of stray segments (which start in syn)
+   * replaces its own entries, as IPVS's drop_entry defense takes SYN_RECV entries first, and a
+   * flood of datagrams (any source makes a udp entry) replaces udp flows, never the established
+   * TCP connections of every service. A full table is not empty.
    */
   private victim(): number {
     const transient = this.olderHead(this.olderHead(this.heads[FlowState.syn]!, this.heads[FlowState.fin]!), this.heads[FlowState.closed]!);
-    return transient !== -1 ? transient : this.olderHead(this.heads[FlowState.established]!, this.heads[FlowState.udp]!);
+    if (transient !== -1) return transient;
+    const udp = this.heads[FlowState.udp]!;
+    return udp !== -1 ? udp : this.heads[FlowState.established]!;
   }
 
   /** The longer idle of two entries (-1: none). */

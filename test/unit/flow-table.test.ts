@@ -248,30 +248,47 @@ describe('FlowTable bucket hash', () => {
 });
 
 describe('FlowTable eviction when full', () => {
-  it('gives up the longest-idle established or udp entry when none is being set up or ending, and touch changes the order', () => {
+  it('gives up the longest-idle established entry when none is being set up, ending or udp, and touch changes the order', () => {
     const t = new FlowTable(4, LONG, 2);
     const e0 = put(t, strongHash, 0, 0, FlowState.established, 10);
     const e1 = put(t, strongHash, 1, 0, FlowState.established, 11);
-    const e2 = put(t, strongHash, 2, 1, FlowState.udp, 12);
+    const e2 = put(t, strongHash, 2, 1, FlowState.established, 12);
     const e3 = put(t, strongHash, 3, 1, FlowState.established, 13);
-    // Listed state by state (established, then udp), oldest first within each.
-    expect(liveEntries(t)).toEqual([e0, e1, e3, e2]);
+    expect(liveEntries(t)).toEqual([e0, e1, e2, e3]);
     t.touch(e0, TCP_ACK, 14); // 0 is now the newest; 1 the oldest
-    expect(liveEntries(t)).toEqual([e1, e3, e0, e2]);
+    expect(liveEntries(t)).toEqual([e1, e2, e3, e0]);
     expect(t.lastSeenOf(e0)).toBe(14);
 
     put(t, strongHash, 4, 1, FlowState.established, 15);
     expect(t.evictions).toBe(1);
     expect(t.size).toBe(4);
     expect(find(t, strongHash, 1, 15)).toBe(-1);
-    for (const id of [0, 2, 3, 4]) expect(find(t, strongHash, id, 15, id === 2 ? IPPROTO_UDP : IPPROTO_TCP)).toBeGreaterThanOrEqual(0);
+    for (const id of [0, 2, 3, 4]) expect(find(t, strongHash, id, 15)).toBeGreaterThanOrEqual(0);
     expectCountsExact(t, 2);
 
-    t.touch(e2, 0, 16); // a bare datagram still refreshes last-seen
-    put(t, strongHash, 5, 0, FlowState.udp, 17); // evicts 3 (the oldest now, across established and udp)
+    t.touch(e2, 0, 16); // a bare segment still refreshes last-seen
+    put(t, strongHash, 5, 0, FlowState.established, 17); // evicts 3 (the oldest now)
     expect(find(t, strongHash, 3, 17)).toBe(-1);
-    expect(find(t, strongHash, 2, 17, IPPROTO_UDP)).toBe(e2);
+    expect(find(t, strongHash, 2, 17)).toBe(e2);
     expect(t.evictions).toBe(2);
+    expectCountsExact(t, 2);
+  });
+
+  it('gives up udp flows before established connections: a datagram flood replaces udp entries only', () => {
+    const t = new FlowTable(4, LONG, 2);
+    put(t, strongHash, 0, 0, FlowState.established, 0);
+    put(t, strongHash, 1, 1, FlowState.established, 1);
+    put(t, strongHash, 2, 0, FlowState.udp, 5);
+    put(t, strongHash, 3, 1, FlowState.udp, 6);
+    for (let id = 4; id < 1004; id++) put(t, strongHash, id, id & 1, FlowState.udp, id);
+    expect(t.evictions).toBe(1000);
+    for (const id of [0, 1]) expect(find(t, strongHash, id, 1004)).toBeGreaterThanOrEqual(0);
+    for (const id of [1002, 1003]) expect(find(t, strongHash, id, 1004, IPPROTO_UDP)).toBeGreaterThanOrEqual(0);
+    // A syn entry still goes before a udp one.
+    put(t, strongHash, 2000, 0, FlowState.syn, 2000);
+    put(t, strongHash, 2001, 0, FlowState.udp, 2001);
+    expect(find(t, strongHash, 2000, 2001)).toBe(-1);
+    expect(find(t, strongHash, 1003, 2001, IPPROTO_UDP)).toBeGreaterThanOrEqual(0);
     expectCountsExact(t, 2);
   });
 
