@@ -27,7 +27,7 @@ export const DropReason = {
   noRealAvailable: 19, // whenAllDown: drop, or no real configured
   neighborUnknown: 20, // the chosen real's MAC is not resolved yet
   fragmentUnplaceable: 21, // a non-first IP fragment with no known flow
-  icmpToVip: 22, // ICMP to a VIP that is neither echo nor a too-big message about a flow
+  icmpToVip: 22, // ICMP to a VIP that is neither echo nor an error about a flow (isErrorAboutFlow)
   ipipUnsupported: 23, // an ipip real in a build that cannot encapsulate yet
   packetTooBig: 24, // encapsulated packet would exceed the MTU
   ttlExceeded: 25,

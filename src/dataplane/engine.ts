@@ -37,7 +37,7 @@ import {
 import { parseFrame } from './packet-parser.js';
 import { EXTRA_FRAMES, FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX, VIRTIO_NET_HDR_GSO_ECN, VIRTIO_NET_HDR_GSO_UDP_L4, VNET_HDR_LEN, type PacketBatch } from '../io/packet-io.js';
 import { encapsulate, tunnelOverheadBytes, TUNNEL_TEMPLATE_BYTES } from '../encap/ipip.js';
-import { buildEchoReply, isSingleHostSource, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
+import { buildEchoReply, isErrorAboutFlow, isSingleHostSource, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
 import { segmentGso } from '../encap/gso-segmenter.js';
 import { buildFragNeeded, buildPacketTooBig, fragmentOuter, mtuCheck, MTU_FITS, MTU_SEND_TOO_BIG, TooBigRateLimiter, tooBigMtu } from '../encap/too-big.js';
 
@@ -60,10 +60,7 @@ export interface EngineOptions {
   flows?: FlowTable;
 }
 
-const ICMP_FRAG_NEEDED_TYPE = 3;
-const ICMP_FRAG_NEEDED_CODE = 4;
 const ICMP_ECHO_REQUEST = 8;
-const ICMPV6_PACKET_TOO_BIG = 2;
 /** Router solicitation .. redirect: neighbour discovery, left to the kernel. */
 const ICMPV6_ND_FIRST = 133;
 const ICMPV6_ND_LAST = 137;
@@ -448,8 +445,9 @@ export class Engine {
   }
 
   /**
-   * ICMP to a VIP: echo requests are answered here; too-big messages about a reply a real sent
-   * from the VIP go to the real that owns the quoted flow; anything else is dropped and counted.
+   * ICMP to a VIP: echo requests are answered here; errors about a reply a real sent from the VIP
+   * (too big, unreachable, time exceeded: isErrorAboutFlow) go to the real that owns the quoted
+   * flow; anything else is dropped and counted.
    */
   private icmpToVip(batch: PacketBatch, i: number, buf: Uint8Array, off: number, len: number, flags: number, nowMs: number): number {
     const pkt = this.pkt;
@@ -466,8 +464,7 @@ export class Engine {
     // Neighbour discovery (RFC 4861 types 133-137): a router's unicast NUD probe of an IPv6 VIP is
     // the kernel's to answer (it holds the VIP), or the router's entry fails and the VIP goes dark.
     if (!v4 && type >= ICMPV6_ND_FIRST && type <= ICMPV6_ND_LAST) return VERDICT_PASS;
-    const tooBig = v4 ? type === ICMP_FRAG_NEEDED_TYPE && pkt.icmpCode === ICMP_FRAG_NEEDED_CODE : type === ICMPV6_PACKET_TOO_BIG;
-    if (!tooBig) return -DropReason.icmpToVip;
+    if (!isErrorAboutFlow(pkt)) return -DropReason.icmpToVip;
     const flows = this.flows;
     const key = flows.key;
     const rc = parseEmbeddedFlow(buf, pkt, key);

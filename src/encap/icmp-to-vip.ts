@@ -1,5 +1,5 @@
-// ICMP addressed to a VIP: the flow a fragmentation-needed / Packet Too Big message is about (so
-// the engine can hand it to the real that serves that flow), and echo replies built in place.
+// ICMP addressed to a VIP: the flow an error message is about (so the engine can hand it to the
+// real that serves that flow), and echo replies built in place.
 // Allocation-free; every read is bounded by the packet's l3End.
 
 import { incrementalUpdate16 } from '../dataplane/checksum.js';
@@ -17,9 +17,11 @@ export const FLOW_KEY_WORDS = 10;
 
 const ICMP_ECHO_REPLY = 0;
 const ICMP_DEST_UNREACHABLE = 3;
-const ICMP_FRAG_NEEDED = 4;
 const ICMP_ECHO_REQUEST = 8;
+const ICMP_TIME_EXCEEDED = 11;
+const ICMPV6_DEST_UNREACHABLE = 1;
 const ICMPV6_PACKET_TOO_BIG = 2;
+const ICMPV6_TIME_EXCEEDED = 3;
 const ICMPV6_ECHO_REQUEST = 128;
 const ICMPV6_ECHO_REPLY = 129;
 /** Type, code, checksum and the 4-byte rest of header (unused + MTU, id + sequence). */
@@ -35,7 +37,20 @@ const ERR_NOT_HANDLED = -DropReason.icmpToVip;
 const ERR_TRUNCATED_ICMP = -DropReason.truncatedIcmp;
 
 /**
- * For an ICMP type 3 code 4 (IPv4) or ICMPv6 type 2 message parsed into `pkt`, reads the quoted
+ * An ICMP error that quotes the packet it is about, which for a message to a VIP is a reply a real
+ * sent from it: destination unreachable (fragmentation needed among its codes; Packet Too Big in
+ * ICMPv6) and time exceeded. The real that serves the quoted flow gets it, as IPVS
+ * (ip_vs_in_icmp) and Katran hand them on: its path MTU, and its sockets learn of the error (a
+ * connected UDP socket's ECONNREFUSED). Redirects and parameter problems are not about a flow.
+ */
+export function isErrorAboutFlow(pkt: ParsedPacket): boolean {
+  const type = pkt.icmpType;
+  if (pkt.family === 4) return pkt.ipProtocol === IPPROTO_ICMP && (type === ICMP_DEST_UNREACHABLE || type === ICMP_TIME_EXCEEDED);
+  return pkt.ipProtocol === IPPROTO_ICMPV6 && (type === ICMPV6_DEST_UNREACHABLE || type === ICMPV6_PACKET_TOO_BIG || type === ICMPV6_TIME_EXCEEDED);
+}
+
+/**
+ * For an ICMP error about a flow (isErrorAboutFlow) parsed into `pkt`, reads the quoted
  * packet (the real's reply, VIP -> client: IP header, IPv6 extension headers, then the first
  * bytes of TCP/UDP) and writes the key of the ORIGINAL client -> VIP flow into out[0..9]:
  * [0] = protocol | family << 8; [1..4] = source words (the quoted destination, the client);
@@ -54,10 +69,8 @@ export function parseEmbeddedFlow(buf: Uint8Array, pkt: ParsedPacket, out: Uint3
   let end = pkt.l3End;
   if (end > buf.length) end = buf.length;
   const q = l4 + ICMP_HEADER_BYTES;
+  if (!isErrorAboutFlow(pkt)) return ERR_NOT_HANDLED;
   if (pkt.family === 4) {
-    if (pkt.ipProtocol !== IPPROTO_ICMP || pkt.icmpType !== ICMP_DEST_UNREACHABLE || pkt.icmpCode !== ICMP_FRAG_NEEDED) {
-      return ERR_NOT_HANDLED;
-    }
     if (pkt.isFragment !== 0) return ERR_NOT_HANDLED;
     if (q + IPV4_HEADER_BYTES > end) return ERR_TRUNCATED_ICMP;
     if (buf[q] >> 4 !== 4) return ERR_NOT_HANDLED;
@@ -82,7 +95,6 @@ export function parseEmbeddedFlow(buf: Uint8Array, pkt: ParsedPacket, out: Uint3
     out[9] = swappedPorts(buf, ports);
     return 0;
   }
-  if (pkt.family !== 6 || pkt.ipProtocol !== IPPROTO_ICMPV6 || pkt.icmpType !== ICMPV6_PACKET_TOO_BIG) return ERR_NOT_HANDLED;
   if (pkt.isFragment !== 0) return ERR_NOT_HANDLED;
   if (q + IPV6_HEADER_BYTES > end) return ERR_TRUNCATED_ICMP;
   if (buf[q] >> 4 !== 6) return ERR_NOT_HANDLED;

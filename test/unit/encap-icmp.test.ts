@@ -79,6 +79,30 @@ describe('parseEmbeddedFlow', () => {
       key: [0x0611, 0x20010db8, 0x000c0000, 0, 7, 0x20010db8, 0x000f0000, 0, 0x10, 0x9c400035],
     },
     {
+      name: 'port unreachable (type 3 code 3) about the same TCP reply',
+      message: fragNeeded(reply4Tcp.subarray(0, 28), 3),
+      client: toLb(ETH_IPV4, ipv4({ src: CLIENT4, dst: VIP4, proto: 6 }, tcp({ sport: 40000, dport: 80, flags: TCP_FLAGS.ACK }, [], { src: CLIENT4, dst: VIP4 }))),
+      key: [0x0406, 0xc6336407, 0, 0, 0, 0xcb00710a, 0, 0, 0, 0x9c400050],
+    },
+    {
+      name: 'time exceeded (type 11) about the same TCP reply',
+      message: toLb(ETH_IPV4, ipv4({ src: ROUTER4, dst: VIP4, proto: 1 }, icmp({ type: 11, code: 0, rest: 0 }, reply4Tcp.subarray(0, 28)))),
+      client: toLb(ETH_IPV4, ipv4({ src: CLIENT4, dst: VIP4, proto: 6 }, tcp({ sport: 40000, dport: 80, flags: TCP_FLAGS.ACK }, [], { src: CLIENT4, dst: VIP4 }))),
+      key: [0x0406, 0xc6336407, 0, 0, 0, 0xcb00710a, 0, 0, 0, 0x9c400050],
+    },
+    {
+      name: 'ICMPv6 destination unreachable (type 1) about the UDP reply',
+      message: packetTooBig(reply6Udp().subarray(0, 48), 1),
+      client: toLb(ETH_IPV6, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 17 }, udp({ sport: 40000, dport: 53 }, 'q', { src: CLIENT6, dst: VIP6 }))),
+      key: [0x0611, 0x20010db8, 0x000c0000, 0, 7, 0x20010db8, 0x000f0000, 0, 0x10, 0x9c400035],
+    },
+    {
+      name: 'ICMPv6 time exceeded (type 3) about the UDP reply',
+      message: packetTooBig(reply6Udp().subarray(0, 48), 3),
+      client: toLb(ETH_IPV6, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 17 }, udp({ sport: 40000, dport: 53 }, 'q', { src: CLIENT6, dst: VIP6 }))),
+      key: [0x0611, 0x20010db8, 0x000c0000, 0, 7, 0x20010db8, 0x000f0000, 0, 0x10, 0x9c400035],
+    },
+    {
       name: 'Packet Too Big whose quote carries a destination-options header before UDP',
       message: packetTooBig(reply6Udp([ipv6Options(60, [1, 2, 0, 0])]).subarray(0, 60)),
       client: toLb(ETH_IPV6, ipv6({ src: CLIENT6, dst: VIP6, nextHeader: 17 }, udp({ sport: 40000, dport: 53 }, 'q', { src: CLIENT6, dst: VIP6 }))),
@@ -96,7 +120,8 @@ describe('parseEmbeddedFlow', () => {
   }
 
   const bad: { name: string; message: Uint8Array; reason: number }[] = [
-    { name: 'port unreachable (type 3 code 3)', message: fragNeeded(reply4Tcp.subarray(0, 28), 3), reason: DropReason.icmpToVip },
+    { name: 'a redirect (type 5)', message: toLb(ETH_IPV4, ipv4({ src: ROUTER4, dst: VIP4, proto: 1 }, icmp({ type: 5, code: 1, rest: 0 }, reply4Tcp.subarray(0, 28)))), reason: DropReason.icmpToVip },
+    { name: 'a parameter problem (type 12)', message: toLb(ETH_IPV4, ipv4({ src: ROUTER4, dst: VIP4, proto: 1 }, icmp({ type: 12, rest: 0 }, reply4Tcp.subarray(0, 28)))), reason: DropReason.icmpToVip },
     { name: 'an echo request', message: toLb(ETH_IPV4, ipv4({ src: CLIENT4, dst: VIP4, proto: 1 }, icmpEcho({ id: 1, seq: 1 }))), reason: DropReason.icmpToVip },
     { name: 'a quote cut after 2 bytes of TCP', message: fragNeeded(reply4Tcp.subarray(0, 22)), reason: DropReason.truncatedIcmp },
     { name: 'a quote of 19 bytes of IP header', message: fragNeeded(reply4Tcp.subarray(0, 19)), reason: DropReason.truncatedIcmp },
@@ -115,7 +140,7 @@ describe('parseEmbeddedFlow', () => {
       message: fragNeeded(ipv4({ src: VIP4, dst: CLIENT4, proto: 6, fragOffset: 1480 }, new Uint8Array(8))),
       reason: DropReason.icmpToVip,
     },
-    { name: 'ICMPv6 destination unreachable (type 1)', message: packetTooBig(reply6Udp().subarray(0, 48), 1), reason: DropReason.icmpToVip },
+    { name: 'an ICMPv6 parameter problem (type 4)', message: packetTooBig(reply6Udp().subarray(0, 48), 4), reason: DropReason.icmpToVip },
     { name: 'a Packet Too Big quote cut inside the IPv6 header', message: packetTooBig(reply6Udp().subarray(0, 39)), reason: DropReason.truncatedIcmp },
     {
       name: 'a Packet Too Big quote cut inside an extension header',

@@ -422,6 +422,19 @@ describe('engine: ICMP toward a VIP', () => {
     expect(hex(out!.subarray(14 + 16, 14 + 20))).toBe('0a01000b'); // outer destination: the real
   });
 
+  it('forwards a port unreachable and a time exceeded about a reply to the real of that flow, as IPVS and Katran do', () => {
+    const { io, counters } = setup();
+    io.inject([tcp4(41000, 0x02)]); // the flow exists, on 10.1.0.11
+    const quoted = ipv4({ src: VIP, dst: CLIENT, proto: 6 }, tcp({ sport: 80, dport: 41000, flags: 0x10 }, [], { src: VIP, dst: CLIENT }));
+    for (const [type, code] of [[3, 3], [3, 1], [11, 0]] as const) {
+      const msg = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: '198.51.100.1', dst: VIP, proto: 1 }, icmp({ type, code, rest: 0 }, quoted.subarray(0, 28))));
+      const [out] = io.inject([msg]);
+      expect(io.lastVerdicts()[0]).toBe(VERDICT_TX);
+      expect(hex(out!.subarray(14 + 16, 14 + 20))).toBe('0a01000b');
+    }
+    expect(counters[Counter.dropBase + DropReason.icmpToVip]).toBe(0);
+  });
+
   it('drops a fragmentation-needed for a service whose reals have no MAC yet as neighbor_unknown, as the flow\'s own packets', () => {
     const { io, counters } = setup(1500, 8, null, null);
     const quoted = ipv4({ src: VIP, dst: CLIENT, proto: 6 }, tcp({ sport: 80, dport: 41000, flags: 0x10 }, [], { src: VIP, dst: CLIENT }));
