@@ -10,6 +10,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { stubbedDaemon } from '../support/stubbed-daemon.js';
+import { parseConfigText } from '../../src/config/validate.js';
+import { MAX_REAL_IDS } from '../../src/dataplane/counters.js';
+import { SnapshotBuilder, type ServiceView } from '../../src/control/snapshot-builder.js';
 import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
 import { eligibility } from '../../src/health/eligibility.js';
 import { HealthMonitor } from '../../src/health/health-monitor.js';
@@ -127,5 +130,29 @@ describe('reals whose probes have not decided yet', () => {
     } finally {
       d.inside.health.stop();
     }
+  });
+});
+
+describe('a failOpen service none of whose reals has been probed yet (at start)', () => {
+  const viewOf = (health: readonly ('up' | 'down' | 'unknown')[]): ServiceView => {
+    const parsed = parseConfigText(`interface: eth0
+services:
+  - { name: web, vip: 10.93.0.100, port: 80, whenAllDown: failOpen, reals: [{ address: 10.93.0.11 }, { address: 10.93.0.12 }] }
+`);
+    if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
+    const s = parsed.config.services[0]!;
+    return { config: s, reals: s.reals.map((r, i) => ({ id: i, address: r.address, weight: r.weight, intent: r.state, forwarding: r.forwarding, health: health[i]!, removed: false, mac: new Uint8Array(6) })) };
+  };
+  const reportOf = (health: readonly ('up' | 'down' | 'unknown')[]) => new SnapshotBuilder().build([viewOf(health)], 0, MAX_REAL_IDS).services[0]!;
+
+  it('sends new flows to every wanted real, as HAProxy and keepalived start servers up, without reporting a panic (nothing failed)', () => {
+    // Before: panic at every start until the first probe (the metric, and the log's "no real is up").
+    expect(reportOf(['unknown', 'unknown'])).toMatchObject({ panic: false, dropping: false, candidates: [0, 1] });
+  });
+
+  it('is in panic once a real was seen down and none is up', () => {
+    expect(reportOf(['unknown', 'down'])).toMatchObject({ panic: true, dropping: false, candidates: [0, 1] });
+    expect(reportOf(['down', 'down'])).toMatchObject({ panic: true, dropping: false, candidates: [0, 1] });
+    expect(reportOf(['unknown', 'up'])).toMatchObject({ panic: false, candidates: [1] });
   });
 });
