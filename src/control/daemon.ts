@@ -261,6 +261,7 @@ export class Daemon {
         }),
     });
     this.health = new HealthMonitor({
+      log,
       observer: (key, result) => {
         const r = this.reals.get(key);
         if (r) this.metrics.observeProbe(r.serviceName, r.address, result.durationMs / 1000, result.ok ? null : result.reason);

@@ -1,11 +1,14 @@
 // The exec probe: run the check command through /bin/sh -c with DSRLB_REAL, DSRLB_PORT, DSRLB_VIP
 // and DSRLB_SERVICE set; exit status 0 means up. The command runs in its own process group, which
 // is killed (SIGKILL) when the shell exits and at the timeout, then together with every process
-// below the shell (some, like timeout(1), leave its group).
+// below the shell (some, like timeout(1), leave its group). It gets none of the daemon's ambient or
+// inheritable capabilities (exec-capabilities.ts).
 
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
+import { createLogger, type Logger } from '../control/logger.js';
 import { loadNative } from '../io/native-binding.js';
+import { findSetpriv, planExecLaunch, readInheritedCapabilities, type ExecLaunch, type InheritedCapabilities } from './exec-capabilities.js';
 import { OK, fail, failFromError, oneLine, timedOut, type ProbeOutcome, type ProbeSignal, type ProbeTarget, type Prober } from './probe.js';
 
 /** How much of the command's output is kept for lastError. */
@@ -13,8 +16,34 @@ const OUTPUT_TAIL_BYTES = 512;
 /** How long after the shell exits we wait for its pipes to close. */
 const EXIT_GRACE_MS = 20;
 
+export interface ExecProberOptions {
+  /** Where the one-time note about the commands' capabilities goes (the daemon's log). */
+  readonly log?: Logger;
+  /** Instead of /proc/self/status (tests). */
+  readonly capabilities?: InheritedCapabilities;
+  /** setpriv's path, or null for none; looked up when absent (tests). */
+  readonly setpriv?: string | null;
+}
+
 export class ExecProber implements Prober {
-  constructor(private readonly shell = '/bin/sh') {}
+  /** Decided at the first check (the daemon's capability sets do not change while it runs). */
+  private launch: ExecLaunch | null = null;
+
+  constructor(
+    private readonly shell = '/bin/sh',
+    private readonly opts: ExecProberOptions = {},
+  ) {}
+
+  /** The argv prefix that clears the capabilities the command would inherit; logs once what it cannot clear. */
+  private launchPrefix(): readonly string[] {
+    if (this.launch === null) {
+      const setpriv = this.opts.setpriv !== undefined ? this.opts.setpriv : findSetpriv();
+      this.launch = planExecLaunch(this.opts.capabilities ?? readInheritedCapabilities(), setpriv);
+      const warning = this.launch.warning;
+      if (warning !== null) (this.opts.log ?? createLogger()).warn(warning.msg, warning.fields);
+    }
+    return this.launch.prefix;
+  }
 
   probe(target: ProbeTarget, signal: ProbeSignal): Promise<ProbeOutcome> {
     return new Promise((resolve) => {
@@ -23,7 +52,9 @@ export class ExecProber implements Prober {
       if (command === null) return resolve(fail('error', 'exec check without a command'));
       // Sockets that packages opened without close-on-exec must not live on in the command.
       closeOnExecAll();
-      const child = spawn(this.shell, ['-c', command], {
+      // setpriv execs the shell in its own process: child.pid is the shell's, and the group leader.
+      const argv = [...this.launchPrefix(), this.shell, '-c', command];
+      const child = spawn(argv[0]!, argv.slice(1), {
         // detached: setsid(), so the shell leads a process group we can kill as a whole.
         detached: true,
         stdio: ['ignore', 'pipe', 'pipe'],

@@ -4,6 +4,7 @@
 
 import { EventEmitter } from 'node:events';
 import type { HealthCheckConfig, HealthCheckType } from '../config/types.js';
+import type { Logger } from '../control/logger.js';
 import { HEALTH_TIMING_KEYS, sameCheckValue } from './check-timing.js';
 import { HealthDamper } from './damper.js';
 import { ExecProber } from './exec-probe.js';
@@ -52,6 +53,8 @@ export interface HealthMonitorOptions {
   /** Replaces the built-in prober of a kind (tests use fakes). Type none never probes. */
   readonly probers?: Partial<Record<HealthCheckType, Prober>>;
   readonly observer?: ProbeObserver;
+  /** Where the built-in probers say what they say once (the exec checks' capabilities). */
+  readonly log?: Logger;
 }
 
 export interface HealthMonitor {
@@ -110,7 +113,7 @@ export class HealthMonitor extends EventEmitter {
       http: new HttpProber('http'),
       https: new HttpProber('https'),
       udp: new UdpProber(),
-      exec: new ExecProber(),
+      exec: new ExecProber('/bin/sh', { log: opts.log }),
       icmp: new IcmpProber(),
       ...opts.probers,
     };
