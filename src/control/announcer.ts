@@ -7,13 +7,13 @@
 // once, but of a carrier change only through its link watch, up to a second later when any link
 // of the host changed in the last second (a withdrawal on stop then outlasted withdrawDelay).
 
-import { closeSync } from 'node:fs';
-import { chmod, mkdir, readFile, rename, unlink, writeFile } from 'node:fs/promises';
+import { closeSync, constants } from 'node:fs';
+import { mkdir, open, unlink } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { stringHash } from '../dataplane/flow-hash.js';
 import { monotonicMs } from '../dataplane/monotonic-clock.js';
 import { loadNative } from '../io/native-binding.js';
-import { systemRunner, type CommandRunner } from './host-setup.js';
+import { openWithoutFollowing, systemRunner, writeFileAside, type CommandRunner } from './host-setup.js';
 import type { Logger } from './logger.js';
 
 /** The TUN device of a VIP: stable across restarts and LBs, so BIRD configs can name it. */
@@ -39,22 +39,53 @@ export function birdRoutes(vips: readonly string[]): string {
 }
 
 /**
- * Replaces `file` with `text` (through a temporary file and a rename) unless it holds it already;
- * true when it was written. The file is 0644 whatever the umask (and a directory made for it
- * 0755): BIRD reads it as its own user (`bird` on Debian) and the packaged unit runs dsrlb with
- * UMask=0027.
+ * Replaces `file` with `text` (through a file aside and a rename: writeFileAside) unless it holds
+ * it already; true when it was written. The file is 0644 whatever the umask (and a directory made
+ * for it 0755): BIRD reads it as its own user (`bird` on Debian) and the packaged unit runs dsrlb
+ * with UMask=0027. Its directory (/run/dsrlb) is the service user's: nothing there is followed
+ * through a symlink, as root runs by hand write it too.
  */
 export async function writeRoutesFile(file: string, text: string): Promise<boolean> {
-  const current = await readFile(file, 'utf8').catch(() => null);
-  if (current === text) return false;
+  if ((await currentRoutesText(file)) === text) return false;
   // Directories made here are 0755 as well: under the umask a 0750 one hides the file from BIRD.
   const made = await mkdir(dirname(file), { recursive: true });
-  if (made !== undefined) for (let d = dirname(file); d.startsWith(made); d = dirname(d)) await chmod(d, 0o755);
-  const tmp = `${file}.tmp`;
-  await writeFile(tmp, text);
-  await chmod(tmp, 0o644);
-  await rename(tmp, file);
+  if (made !== undefined) await chmodDirectoriesMade(made, dirname(file));
+  await writeFileAside(file, text, 0o644);
   return true;
+}
+
+/** The routes file's text, or null when it is missing, unreadable or not a regular file (a symlink is not followed). */
+async function currentRoutesText(file: string): Promise<string | null> {
+  const fh = await openWithoutFollowing(file).catch(() => null);
+  if (fh === null) return null;
+  try {
+    return (await fh.stat()).isFile() ? await fh.readFile('utf8') : null;
+  } catch {
+    return null;
+  } finally {
+    await fh.close().catch(() => undefined);
+  }
+}
+
+/**
+ * Sets 0755 on each directory mkdir made, `made` down to `deepest`, through an fd: each is opened
+ * without following a symlink (O_NOFOLLOW, O_DIRECTORY) and must be this process's, so one swapped
+ * for a symlink after mkdir (its parent may be another user's) is never a chmod of its target.
+ */
+async function chmodDirectoriesMade(made: string, deepest: string): Promise<void> {
+  const dirs: string[] = [];
+  for (let d = deepest; d.startsWith(made); d = dirname(d)) dirs.unshift(d);
+  const euid = process.geteuid!();
+  for (const d of dirs) {
+    const fh = await open(d, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+    try {
+      const { uid } = await fh.stat();
+      if (uid !== euid) throw new Error(`${d}, made for the routes file, belongs to uid ${uid}, not to this process (uid ${euid}): not made 0755`);
+      await fh.chmod(0o755);
+    } finally {
+      await fh.close();
+    }
+  }
 }
 
 interface Gate {

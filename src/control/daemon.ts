@@ -4,7 +4,7 @@
 // the config in force or the state file (reload, intent, announce) runs one at a time (exclusive()).
 
 import { constants } from 'node:fs';
-import { access, copyFile, open, readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
+import { access, copyFile, open, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
@@ -27,7 +27,7 @@ import { LoopGroup } from './loop-group.js';
 import { isWanted, type HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
 import { addressWords, formatMac, normalizedAddress } from './addresses.js';
-import { COMMAND_TIMEOUT_MS, HostSetup, RUN_DIR, systemRunner } from './host-setup.js';
+import { COMMAND_TIMEOUT_MS, HostSetup, RUN_DIR, systemRunner, writeFileAside } from './host-setup.js';
 import { moveFlowsFile, movedStateFile, recordStateFile } from './state-file-record.js';
 import { checkHostBeforeChanges } from './start-checks.js';
 import type { Logger } from './logger.js';
@@ -1299,7 +1299,7 @@ export class Daemon {
   private async stateFileBefore(): Promise<string | null> {
     const file = this.config.stateFile;
     if (!file) return null;
-    const before = await movedStateFile(this.runDir, resolve(this.configPath), file).catch(() => null);
+    const before = await movedStateFile(this.runDir, resolve(this.configPath), file, this.log).catch(() => null);
     if (before === null) return null;
     const flows = await moveFlowsFile(before, file).catch((err: Error) => {
       this.log.warn('the flows file of the daemon before could not be moved beside the new state file: its flows are not taken', { from: `${before}.flows`, error: err.message });
@@ -1330,17 +1330,10 @@ export class Daemon {
   /** Writes the state file aside and renames it; throws STATE_NOT_SAVED (nothing changed) on failure. */
   private async saveState(overrides: ReadonlyMap<string, IntentOverride>, withdrawn: ReadonlySet<string>, file = this.config.stateFile): Promise<void> {
     if (!file) return;
-    const tmp = `${file}.tmp`;
     try {
-      // On disk before the rename: a crash must leave the old file or the new one, never an empty one.
-      const fh = await open(tmp, 'w');
-      try {
-        await fh.writeFile(JSON.stringify({ intent: Object.fromEntries(overrides), withdrawn: [...withdrawn] }, null, 2));
-        await fh.sync();
-      } finally {
-        await fh.close();
-      }
-      await rename(tmp, file);
+      // Through a new file of a random name (writeFileAside): the state directory is the service
+      // user's, and a symlink planted at a fixed FILE.tmp made a root run write through it.
+      await writeFileAside(file, JSON.stringify({ intent: Object.fromEntries(overrides), withdrawn: [...withdrawn] }, null, 2), 0o600, { sync: true });
       // The rename itself is on disk only once the directory is: after a power cut, an
       // acknowledged drain must not come back as the old file. Best effort: the new file is in
       // place already, so a directory that cannot be synced must not turn this into "not saved".
@@ -1458,8 +1451,7 @@ export class Daemon {
       const { reals, removedServices } = this.removedToSave(g.reals);
       const boot = bootId();
       const bytes = encodeSavedFlows({ writtenAtMs: Date.now(), count: g.count, keys: g.keys, realIndex: g.realIndex, idleMs, states: g.states, reals, removedServices, ...(boot === null ? {} : { boot: { id: boot, monotonicMs: monotonicMs() } }) });
-      await writeFile(`${file}.tmp`, bytes, { mode: 0o600 });
-      await rename(`${file}.tmp`, file);
+      await writeFileAside(file, bytes, 0o600);
       this.log.info('flows kept for the next start', { flows: g.count, file, ms: Math.round(monotonicMs() - began) });
     } catch (err) {
       this.log.warn('flows not kept for the next start: its packets go where the consistent hash puts them then', { file, error: (err as Error).message });

@@ -12,8 +12,9 @@
 // anything here runs); a start that fails undoes only what its own process added.
 
 import { execFile } from 'node:child_process';
-import { statSync } from 'node:fs';
-import { mkdir, readFile, readdir, rename, rm, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { constants, statSync, type Stats } from 'node:fs';
+import { lstat, mkdir, open, readFile, readdir, rename, rm, unlink, writeFile, type FileHandle } from 'node:fs/promises';
 import { basename } from 'node:path';
 import type { Logger } from './logger.js';
 
@@ -65,21 +66,85 @@ function netnsInode(): number {
   return statSync('/proc/self/ns/net').ino;
 }
 
-/** The record a previous run left at `path`, or null when there is none (or it cannot be read). */
-export async function readRunRecord<T>(path: string): Promise<T | null> {
+/**
+ * The record a previous run left at `path`, or null when there is none, it cannot be read, or it
+ * is not this process's own: a regular file, not reached through a symlink, owned by the euid and
+ * with no other name. Only its own, for root too: /run/dsrlb belongs to the service user, and a
+ * root run (`dsrlb run` or `decap` by hand) that trusted a record that user wrote would let a
+ * compromised daemon name the addresses, sysctls and files root then changes. So what the
+ * service's daemon recorded is not undone by a root run but left to that daemon's own restart,
+ * and the service never takes over a record root left. `log` is told why a record was ignored.
+ */
+export async function readRunRecord<T>(path: string, log?: Pick<Logger, 'warn'>): Promise<T | null> {
+  let fh: FileHandle;
   try {
-    return JSON.parse(await readFile(path, 'utf8')) as T;
+    fh = await openWithoutFollowing(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ELOOP') log?.warn('ignored a run-state record that is a symbolic link', { path });
+    return null;
+  }
+  try {
+    const st = await fh.stat();
+    const why = whyNotOwnFile(st) ?? (st.nlink !== 1 ? `it has ${st.nlink} names (a hard link)` : null);
+    if (why !== null) {
+      log?.warn('ignored a run-state record this process did not write', { path, why });
+      return null;
+    }
+    return JSON.parse(await fh.readFile('utf8')) as T;
   } catch {
     return null;
+  } finally {
+    await fh.close().catch(() => undefined);
   }
 }
 
-/** Writes a run-state record aside and renames it, so a crash never leaves half a record. */
+/** Writes a run-state record aside (0600) and renames it, so a crash never leaves half a record. */
 export async function writeRunRecord(path: string, record: unknown): Promise<void> {
   await mkdir(path.slice(0, path.lastIndexOf('/')), { recursive: true });
-  const tmp = `${path}.tmp`;
-  await writeFile(tmp, JSON.stringify(record));
-  await rename(tmp, path);
+  await writeFileAside(path, JSON.stringify(record), 0o600);
+}
+
+/**
+ * Replaces `path` with `data` through a file beside it: a new random name made by this open
+ * (O_EXCL, O_NOFOLLOW), given `mode` through its fd whatever the umask, renamed over `path`, and
+ * removed if any step fails; with `sync`, flushed to disk before the rename. Not a fixed `${path}.tmp`: in a directory another user may write
+ * (/run/dsrlb is the service user's), a symlink planted at that name made root write through it
+ * into any file. rename() replaces a symlink at `path` itself, never the file it points to.
+ */
+export async function writeFileAside(path: string, data: string | Uint8Array, mode: number, opts: { sync?: boolean } = {}): Promise<void> {
+  const tmp = `${path}.${randomBytes(8).toString('hex')}.tmp`;
+  const fh = await open(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
+  try {
+    try {
+      await fh.writeFile(data);
+      await fh.chmod(mode);
+      // On disk before the rename (sync): a crash leaves the old file or the new one, never an empty one.
+      if (opts.sync === true) await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await rename(tmp, path);
+  } catch (err) {
+    await unlink(tmp).catch(() => undefined);
+    throw err;
+  }
+}
+
+/**
+ * Opens a file another user may have planted, for reading: a symlink at `path` is refused (ELOOP),
+ * never followed, and a FIFO opens at once (O_NONBLOCK) instead of waiting for a writer. The
+ * caller checks what it opened (fstat) before it reads.
+ */
+export function openWithoutFollowing(path: string): Promise<FileHandle> {
+  return open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+}
+
+/** Why a file (lstat or fstat) is not one this process may trust, or null: a regular file owned by its euid. */
+export function whyNotOwnFile(st: Stats): string | null {
+  if (st.isSymbolicLink()) return 'it is a symbolic link';
+  if (!st.isFile()) return 'it is not a regular file';
+  const euid = process.geteuid!();
+  return st.uid === euid ? null : `it belongs to uid ${st.uid}, not to this process (uid ${euid})`;
 }
 
 interface HostState {
@@ -182,9 +247,20 @@ export class HostSetup {
     await this.adoptOwn();
   }
 
-  /** The record of a crashed run on this interface, adopted. */
+  /**
+   * The record of a crashed run on this interface, adopted. One another user left (the service
+   * user's daemon, for a root run by hand, or the other way round) is neither trusted
+   * (readRunRecord) nor written over or removed, which would lose its VIPs for good: the start
+   * is refused, naming it.
+   */
   private async adoptOwn(): Promise<void> {
-    const prev = await readRunRecord<HostState>(this.statePath);
+    const owner = await lstat(this.statePath).then((st) => (st.uid !== process.geteuid!() ? st.uid : null), () => null);
+    if (owner !== null) {
+      throw new Error(
+        `${this.statePath} was left by a dsrlb run of uid ${owner} that did not stop cleanly: start dsrlb as that user (systemctl start dsrlb) to undo what it changed, or undo that by hand and remove the file`,
+      );
+    }
+    const prev = await readRunRecord<HostState>(this.statePath, this.log);
     if (prev === null || !Array.isArray(prev.addedAddresses)) return;
     this.state = { ...prev, addedAddresses: [...prev.addedAddresses], interface: this.ifname };
     this.adopted = prev;

@@ -50,6 +50,26 @@ interface DecapRecord {
   sysctls: ChangedSysctl[];
 }
 
+/** The one host-wide sysctl decap changes (the kernel applies max(all, dev)); the TUN device's own go with it. */
+const ALL_RP_FILTER = 'net/ipv4/conf/all/rp_filter';
+
+/**
+ * Each sysctl a record may name, with the values it may hold: only what setUp records (restore),
+ * as setUp writes and reads it (rp_filter: 0 off, 1 strict, 2 loose; Documentation/networking/
+ * ip-sysctl.rst). A record names a /proc/sys path that tearDown writes as root when decap runs by
+ * hand: taken unchecked, one a compromised service wrote set kernel/core_pattern, or with `../`
+ * wrote any file.
+ */
+const RECORDED_SYSCTLS: ReadonlyMap<string, RegExp> = new Map([[ALL_RP_FILTER, /^[0-2]$/]]);
+
+/** A record's entry that names a sysctl decap records, with values it may hold. */
+function isRecordedSysctl(entry: unknown): entry is ChangedSysctl {
+  if (typeof entry !== 'object' || entry === null) return false;
+  const { key, previous, setTo } = entry as Partial<Record<keyof ChangedSysctl, unknown>>;
+  const values = typeof key === 'string' ? RECORDED_SYSCTLS.get(key) : undefined;
+  return values !== undefined && typeof previous === 'string' && values.test(previous) && typeof setTo === 'string' && values.test(setTo);
+}
+
 export class DecapHost {
   private tun: { fd: number; name: string } | undefined;
   private readonly changed: ChangedSysctl[] = [];
@@ -73,14 +93,22 @@ export class DecapHost {
    * Adopts the record a previous decap in this network namespace left: with the instance lock
    * held, one there is from a decap that died without undoing its changes. Each sysctl still as it
    * set it is put back to the operator's value at tearDown (and keeps it when setUp sets it again);
-   * one changed since is the operator's now, and left.
+   * one changed since is the operator's now, and left. Only a record this user wrote is read
+   * (readRunRecord), and from it only the sysctls decap records (RECORDED_SYSCTLS).
    */
   async adopt(): Promise<void> {
-    const prev = await readRunRecord<DecapRecord>(this.recordPath);
+    const prev = await readRunRecord<{ sysctls?: unknown }>(this.recordPath, this.log);
     if (prev === null || !Array.isArray(prev.sysctls)) return;
     this.recordKept = true;
     const left: string[] = [];
-    for (const change of prev.sysctls) {
+    for (const change of prev.sysctls as unknown[]) {
+      if (!isRecordedSysctl(change)) {
+        this.log.warn('ignored an entry of the decap record that names no sysctl decap changes, or a value it never writes', {
+          path: this.recordPath,
+          entry: JSON.stringify(change).slice(0, 200),
+        });
+        continue;
+      }
       if (this.sysctl.read(change.key) === change.setTo) this.changed.push({ key: change.key, previous: change.previous, setTo: change.setTo });
       else left.push(change.key.replaceAll('/', '.'));
     }
@@ -103,7 +131,7 @@ export class DecapHost {
     // Without IFF_UP the kernel refuses every write; no address is needed to receive.
     await this.runner(['ip', 'link', 'set', 'dev', name, 'up']);
     await this.set(`net/ipv4/conf/${name}/rp_filter`, '0', false);
-    await this.set('net/ipv4/conf/all/rp_filter', '0', true);
+    await this.set(ALL_RP_FILTER, '0', true);
     if (ipv6) await this.set(`net/ipv6/conf/${name}/disable_ipv6`, '0', false);
     this.log.info('decap tun device up', { tun: name, changedSysctls: this.applied.splice(0) });
     return this.tun;

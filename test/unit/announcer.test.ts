@@ -1,7 +1,7 @@
 // The BIRD side of scale-out announcements: device names every LB agrees on, the routes file, and
 // an announcer that keeps going when one VIP, the file or birdc fails (fake TUN devices, no root).
 
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -41,6 +41,28 @@ describe('VIP announcement for BIRD', () => {
       expect(statSync(file).mode & 0o777).toBe(0o644);
     } finally {
       process.umask(old);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('writes through no symlink planted in its directory (the service user\'s, written by root runs too): the links\' target keeps its text and mode', async () => {
+    const dir = mkdtempSync('/tmp/dsrlb-test-routes-');
+    try {
+      const victim = join(dir, 'victim');
+      writeFileSync(victim, 'root:x:0:0\n', { mode: 0o600 });
+      const file = join(dir, 'bird-routes.conf');
+      symlinkSync(victim, `${file}.tmp`);
+      symlinkSync(victim, file);
+      const text = birdRoutes(['10.77.0.100']);
+      expect(await writeRoutesFile(file, text)).toBe(true);
+      expect(readFileSync(victim, 'utf8')).toBe('root:x:0:0\n');
+      expect(statSync(victim).mode & 0o777).toBe(0o600);
+      // The link at the file itself is replaced by the file, 0644 for BIRD; nothing is left aside.
+      expect(lstatSync(file).isFile()).toBe(true);
+      expect(lstatSync(file).mode & 0o777).toBe(0o644);
+      expect(readFileSync(file, 'utf8')).toBe(text);
+      expect(readdirSync(dir).sort()).toEqual(['bird-routes.conf', 'bird-routes.conf.tmp', 'victim']);
+    } finally {
       rmSync(dir, { recursive: true, force: true });
     }
   });

@@ -45,7 +45,11 @@ describe('saving the state file', () => {
     try {
       calls.length = 0;
       await (daemon as unknown as { saveState(o: Map<string, unknown>, w: Set<string>): Promise<void> }).saveState(new Map(), new Set(['web']));
-      expect(calls).toEqual([`sync ${file}.tmp`, `rename ${file}.tmp -> ${file}`, `sync ${dir}`]);
+      // Written aside under a random name (a fixed FILE.tmp could be a planted symlink).
+      const tmp = /^sync (.*\.[0-9a-f]{16}\.tmp)$/.exec(calls[0] ?? '')?.[1];
+      expect(tmp, calls.join('; ')).toBeDefined();
+      expect(tmp!.startsWith(`${file}.`)).toBe(true);
+      expect(calls).toEqual([`sync ${tmp}`, `rename ${tmp} -> ${file}`, `sync ${dir}`]);
     } finally {
       daemon.health.stop();
     }

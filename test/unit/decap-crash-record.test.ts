@@ -1,7 +1,7 @@
 // DecapHost's run-state record: the operator's value of all.rp_filter is written before decap
 // changes it, and a decap started after one that was killed takes the operator's value from the
 // record the dead one left (not the 0 it finds), as the daemon adopts its crashed run's record.
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, chmodSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, chmodSync, chownSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -168,5 +168,52 @@ describe('DecapHost run-state record', () => {
     f.host.tearDown();
     expect(sysctls.get(ALL)).toBe('1');
     expect(f.logged.filter((l) => l.level === 'warn')).toHaveLength(1);
+  });
+
+  it('takes from a record only all.rp_filter with a value rp_filter can hold: kernel/core_pattern, a ../ path or another value is not written at stop, and each is named in a warning', async () => {
+    const planted = [
+      { key: 'kernel/core_pattern', previous: '|/tmp/own-root', setTo: 'core' },
+      { key: 'net/ipv4/conf/../../../../etc/cron.d/x', previous: '* * * * * root sh', setTo: '0' },
+      { key: 'net/ipv4/conf/dc0/rp_filter', previous: '1', setTo: '0' },
+      { key: ALL, previous: '1\nkernel.x=1', setTo: '0' },
+      { key: ALL, previous: '2', setTo: '0' },
+    ];
+    const sysctls = new Map([
+      [ALL, '0'],
+      [DEV, '0'],
+      ['kernel/core_pattern', 'core'],
+      ['net/ipv4/conf/../../../../etc/cron.d/x', '0'],
+    ]);
+    mkdirSync(runDir);
+    const f = fakes(sysctls, runDir);
+    writeFileSync(f.recordPath, JSON.stringify({ sysctls: planted }), { mode: 0o600 });
+    await f.host.adopt();
+    expect(f.logged.filter((l) => l.level === 'warn').map((l) => JSON.parse(l.fields!.entry as string))).toEqual(planted.slice(0, 4));
+    expect(f.logged.find((l) => l.msg.startsWith('adopted the record'))?.fields).toEqual({ sysctls: ['net.ipv4.conf.all.rp_filter=0 (was 2)'] });
+    f.host.tearDown();
+    expect(Object.fromEntries(sysctls)).toEqual({
+      [ALL]: '2',
+      [DEV]: '0',
+      'kernel/core_pattern': 'core',
+      'net/ipv4/conf/../../../../etc/cron.d/x': '0',
+    });
+    expect(existsSync(f.recordPath)).toBe(false);
+  });
+
+  it('ignores, as root, a record another user owns (the service user may write /run/dsrlb): nothing of it is put back, and it stays', async () => {
+    if (process.geteuid?.() !== 0) throw new Error('this test needs root (files of another uid)');
+    mkdirSync(runDir);
+    const sysctls = new Map([
+      [ALL, '0'],
+      [DEV, '1'],
+    ]);
+    const f = fakes(sysctls, runDir);
+    writeFileSync(f.recordPath, JSON.stringify({ sysctls: [{ key: ALL, previous: '2', setTo: '0' }] }), { mode: 0o600 });
+    chownSync(f.recordPath, 65534, 65534);
+    await f.host.adopt();
+    expect(f.logged.map((l) => l.msg)).toEqual(['ignored a run-state record this process did not write']);
+    f.host.tearDown();
+    expect(sysctls.get(ALL)).toBe('0');
+    expect(existsSync(f.recordPath)).toBe(true);
   });
 });

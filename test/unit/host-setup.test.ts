@@ -3,10 +3,10 @@
 // while it holds IPv6 VIPs, through a fake /proc/sys.
 
 import { spawnSync } from 'node:child_process';
-import { mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { chown, mkdir, mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { HostSetup, nftRuleset, parseOffloads, procSysctl, type CommandRunner, type Sysctl } from '../../src/control/host-setup.js';
 import { createLogger } from '../../src/control/logger.js';
@@ -140,6 +140,24 @@ describe('HostSetup', () => {
     await setup.undo();
     expect([...host.lo]).toEqual([]);
     expect(await readdir(dir)).toEqual([]);
+  });
+
+  it('refuses to start, as root, over a record another user owns (the service user may write /run/dsrlb): its VIPs are neither removed nor forgotten', async () => {
+    if (process.geteuid?.() !== 0) throw new Error('this test needs root (files of another uid)');
+    for (const which of ['eth0', 'eth9']) {
+      const dir = await mkdtemp(join(tmpdir(), 'dsrlb-test-host-'));
+      const file = join(dir, `host-${statSync('/proc/self/ns/net').ino}-${which}.json`);
+      await writeFile(file, JSON.stringify({ interface: which, addedAddresses: ['198.51.100.1/32'], groDisabled: true, keepAddrOnDownBefore: 0 }));
+      await chown(file, 65534, 65534);
+      const host = fakeHost(['198.51.100.1/32']);
+      const setup = new HostSetup('eth0', quiet, host.runner, dir);
+      // Trusted, it named what root removes; written over or removed, its VIPs stayed on lo for good.
+      await expect(setup.adopt()).rejects.toThrow(/was left by a dsrlb run of uid 65534 that did not stop cleanly: start dsrlb as that user/);
+      expect(host.calls.filter((c) => c.startsWith('ip addr del') || c.startsWith('ethtool'))).toEqual([]);
+      expect([...host.lo]).toEqual(['198.51.100.1/32']);
+      expect(await readdir(dir)).toEqual([basename(file)]);
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('turns GRO/LRO off for io: pcap and puts back, on stop, exactly what was on before', async () => {
