@@ -2,15 +2,111 @@
 // API (JSON) on admin.listen, with a bearer token required unless the admin API is on loopback.
 // Both addresses are restart-only keys (restart-keys.ts); the token is re-read on reload.
 
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import { realpath } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { isAbsolute, resolve } from 'node:path';
 import type { ListenAddress } from '../config/types.js';
-import { isWeight, problemLines } from '../config/validate.js';
+import { formatListen, isWeight, problemLines } from '../config/validate.js';
 import { DaemonError, type Daemon, type IntentChange } from './daemon.js';
+import { singleFlight } from './http-single-flight.js';
+import type { Logger } from './logger.js';
 
+/**
+ * How many connections one listener holds and for how long. Node 20's defaults hold a connection
+ * that sends nothing 60-90 s (headersTimeout, looked for every 30 s), with no limit on how many:
+ * about 1,100 new silent connections a second took all of the unit's 65,536 descriptors, and then
+ * every health probe failed with EMFILE (every real down). A connection over maxConnections is
+ * closed by Node as it is accepted, before a byte is read.
+ */
+export interface ListenerLimits {
+  readonly maxConnections: number;
+  /** From a request's first byte (a new connection's: its accept) to the end of its head. */
+  readonly headersTimeoutMs: number;
+  /** From a request's first byte to the end of its body; at least headersTimeoutMs (Node refuses less). */
+  readonly requestTimeoutMs: number;
+  /** Between two requests on a kept-alive connection (Node adds 1 s, so the client closes first). */
+  readonly keepAliveTimeoutMs: number;
+  /** Nothing moving either way: a client that stops reading its answer, which Node buffers meanwhile. */
+  readonly idleTimeoutMs: number;
+  /** How often Node looks for requests past headersTimeoutMs or requestTimeoutMs (a request can outlive them by this). */
+  readonly timeoutCheckIntervalMs: number;
+}
+
+/**
+ * The timeouts both listeners share. Prometheus, the CLI and curl send a request's head and body
+ * (at most 64 KiB here) at once, so 10 s is ample even across a WAN. Kept-alive connections idle
+ * 5 s (Node's default): Prometheus scrapes every 15 s or more and connects again when it finds its
+ * connection closed, and a longer wait would only hold slots. 60 s without progress is far beyond
+ * any answer's making (the loops answer within 5 s; the CLI gives up after 15 s).
+ */
+const TIMEOUTS = {
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 10_000,
+  keepAliveTimeoutMs: 5_000,
+  idleTimeoutMs: 60_000,
+  timeoutCheckIntervalMs: 2_000,
+} as const;
+
+/**
+ * 64 connections: a Prometheus server keeps one per target, so an HA pair, a second scraper and a
+ * few curls stay under 10. At 64 descriptors of 65,536, the probes keep the rest.
+ */
+export const METRICS_LIMITS: ListenerLimits = { maxConnections: 64, ...TIMEOUTS };
+
+/**
+ * 32 connections: the CLI opens one per command and closes it with the answer, and the daemon
+ * carries out changes one at a time (Daemon.exclusive), so commands run side by side only queue;
+ * 32 leaves room for scripts running a few at once beside an operator and a /healthz checker.
+ */
+export const ADMIN_LIMITS: ListenerLimits = { maxConnections: 32, ...TIMEOUTS };
+
+/** A refused connection is logged at once, then how many more each minute while they go on. */
+const DROP_LOG_INTERVAL_MS = 60_000;
+
+function limitedServer(limits: ListenerLimits, onRequest: RequestListener): Server {
+  const server = createServer(
+    {
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      keepAliveTimeout: limits.keepAliveTimeoutMs,
+      connectionsCheckingInterval: limits.timeoutCheckIntervalMs,
+    },
+    onRequest,
+  );
+  server.maxConnections = limits.maxConnections;
+  server.timeout = limits.idleTimeoutMs;
+  return server;
+}
+
+/**
+ * Logs the connections Node refused at the limit: the first at once, with the peer; then, while
+ * they go on, their count once a minute (an attack refuses a thousand a second).
+ */
+function logDrops(server: Server, log: Logger, listener: string, at: ListenAddress, maxConnections: number): void {
+  const fields = { listen: formatListen(at), maxConnections };
+  let more = 0;
+  let timer: NodeJS.Timeout | null = null;
+  const summary = (): void => {
+    timer = null;
+    if (more === 0) return;
+    log.warn(`${listener} listener: ${more} more connections refused in the last minute, at its limit`, fields);
+    more = 0;
+    timer = setTimeout(summary, DROP_LOG_INTERVAL_MS).unref();
+  };
+  server.on('drop', (data?: { remoteAddress?: string }) => {
+    if (timer !== null) {
+      more++;
+      return;
+    }
+    log.warn(`${listener} listener holds its limit of connections: refusing new ones`, { ...fields, from: data?.remoteAddress ?? null });
+    timer = setTimeout(summary, DROP_LOG_INTERVAL_MS).unref();
+  });
+  server.on('close', () => {
+    if (timer !== null) clearTimeout(timer);
+  });
+}
 
 async function listen(server: Server, at: ListenAddress): Promise<void> {
   await new Promise<void>((resolve, reject) => {
@@ -22,18 +118,27 @@ async function listen(server: Server, at: ListenAddress): Promise<void> {
   });
 }
 
-export async function startMetricsServer(daemon: Daemon): Promise<Server> {
-  const server = createServer((req, res) => {
+/** An answer every request that shares it writes as is: a Buffer is sent without a copy per connection. */
+function sendBytes(res: ServerResponse, status: number, contentType: string, bytes: Buffer): void {
+  res.writeHead(status, { 'content-type': contentType, 'content-length': bytes.length });
+  res.end(bytes);
+}
+
+export async function startMetricsServer(daemon: Daemon, limits: ListenerLimits = METRICS_LIMITS): Promise<Server> {
+  // Scrapes that arrive while a render is in flight share it (0.1-0.2 s of the main thread at
+  // 8,000 reals); one that arrives after gets a new render.
+  const render = singleFlight(async () => Buffer.from(await daemon.metrics.text()));
+  const server = limitedServer(limits, (req, res) => {
     if (req.method === 'GET' && req.url?.split('?')[0] === '/metrics') {
-      daemon.metrics
-        .text()
-        .then((text) => {
-          res.writeHead(200, { 'content-type': daemon.metrics.contentType });
-          res.end(text);
-        })
+      render()
+        .then((bytes) => sendBytes(res, 200, daemon.metrics.contentType, bytes))
         .catch((err: Error) => {
-          res.writeHead(500);
-          res.end(err.message);
+          // Too late for an answer (the head went out): end the connection, never throw from here.
+          if (res.headersSent) res.destroy();
+          else {
+            res.writeHead(500);
+            res.end(err.message);
+          }
         });
       return;
     }
@@ -46,6 +151,7 @@ export async function startMetricsServer(daemon: Daemon): Promise<Server> {
     res.writeHead(404, { 'content-type': 'text/plain' });
     res.end('not found: try /metrics\n');
   });
+  logDrops(server, daemon.log, 'metrics', daemon.config.metrics.listen, limits.maxConnections);
   await listen(server, daemon.config.metrics.listen);
   return server;
 }
@@ -55,6 +161,11 @@ function json(res: ServerResponse, status: number, body: unknown, indent = 2): v
   const text = JSON.stringify(body, null, indent) + '\n';
   res.writeHead(status, { 'content-type': 'application/json' });
   res.end(text);
+}
+
+/** An unindented JSON answer as bytes, for sendBytes; throws as JSON.stringify does, before any head is written. */
+function jsonBytes(body: unknown): Buffer {
+  return Buffer.from(JSON.stringify(body) + '\n');
 }
 
 async function readBody(req: IncomingMessage): Promise<string> {
@@ -158,7 +269,7 @@ export function bearerToken(header: string | undefined): string | null {
   return m ? m[1]! : null;
 }
 
-export async function startAdminServer(daemon: Daemon): Promise<Server> {
+export async function startAdminServer(daemon: Daemon, limits: ListenerLimits = ADMIN_LIMITS): Promise<Server> {
   const at = daemon.config.admin.listen;
   // The token is the daemon's (read at start, on every reload, and again for an unmatched one).
   const matches = (given: Buffer): boolean => {
@@ -171,7 +282,17 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
     // A token was given that is not ours: the file may hold a rotated one.
     return given.length > 0 && (await daemon.rereadAdminToken()) && matches(given);
   };
-  const server = createServer((req, res) => {
+  // Requests that arrive while one is in flight share its answer: each collection stalls every
+  // packet loop while it copies its flows (0.12-0.19 s at a million flows), so `dsrlb plan` from
+  // several terminals, or a client asking in parallel, would keep the loops stalled. The answer is
+  // one Buffer (tens of MB at a million flows) that every request writes without a copy.
+  const planInput = singleFlight(async () => {
+    // The intent and health in force beside the config text: plan carries them over to the candidate.
+    const head = { configPath: daemon.configPath, configText: daemon.configText, reals: daemon.planReals() };
+    // Not indented: a million flows are tens of MB of base64 already.
+    return jsonBytes({ ...head, flows: await daemon.liveFlows() });
+  });
+  const server = limitedServer(limits, (req, res) => {
     void handle(req, res).catch((err: unknown) => {
       // Too late for an answer (the head went out): end the connection, never throw from here.
       if (res.headersSent) {
@@ -230,9 +351,7 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
     }
     if (path === '/plan-input') {
       only(req, 'GET');
-      // The intent and health in force beside the config text: plan carries them over to the candidate.
-      // Not indented: a million flows are tens of MB of base64 already.
-      json(res, 200, { configPath: daemon.configPath, configText: daemon.configText, reals: daemon.planReals(), flows: await daemon.liveFlows() }, 0);
+      sendBytes(res, 200, 'application/json', await planInput());
       return;
     }
     if (path === '/explain') {
@@ -277,6 +396,7 @@ export async function startAdminServer(daemon: Daemon): Promise<Server> {
     }
     json(res, 404, { error: 'NOT_FOUND', message: `no route ${req.method} ${path}` });
   };
+  logDrops(server, daemon.log, 'admin', at, limits.maxConnections);
   await listen(server, at);
   return server;
 }
