@@ -37,7 +37,7 @@ import {
 import { parseFrame } from './packet-parser.js';
 import { EXTRA_FRAMES, FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX, VIRTIO_NET_HDR_GSO_ECN, VIRTIO_NET_HDR_GSO_UDP_L4, VNET_HDR_LEN, type PacketBatch } from '../io/packet-io.js';
 import { encapsulate, tunnelOverheadBytes, TUNNEL_TEMPLATE_BYTES } from '../encap/ipip.js';
-import { buildEchoReply, isErrorAboutFlow, isSingleHostSource, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
+import { buildEchoReply, isErrorAboutFlow, isIcmpError, isSingleHostSource, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
 import { segmentGso } from '../encap/gso-segmenter.js';
 import { buildFragNeeded, buildPacketTooBig, fragmentOuter, mtuCheck, MTU_FITS, MTU_SEND_TOO_BIG, TooBigRateLimiter, tooBigMtu } from '../encap/too-big.js';
 
@@ -77,6 +77,18 @@ export const Placement = {
   consistentHash: 3, // a mid-stream packet without entry, placed by the consistent hash
   rescheduled: 4, // an entry whose real may not keep flows, moved
 } as const;
+
+/**
+ * A partial L4 checksum (virtio NEEDS_CSUM) completed in place, and the frame's virtio_net_hdr
+ * told so: before the engine rewrites what the checksum covers (an echo reply) or hides it from
+ * the kernel's offload (a tunnel, outer fragments), since a virtual NIC (veth) hands
+ * CHECKSUM_PARTIAL through to the receiver.
+ */
+function completeChecksum(buf: Uint8Array, pkt: ParsedPacket, flags: number): void {
+  if ((flags & FRAME_CSUM_PARTIAL) === 0) return;
+  completePartialChecksum(buf, pkt);
+  if ((flags & FRAME_HAS_VNET_HDR) !== 0) buf[pkt.frameOffset - VNET_HDR_LEN] = 0;
+}
 
 export class Engine {
   readonly flows: FlowTable;
@@ -207,7 +219,7 @@ export class Engine {
     // A frame to a group MAC (broadcast, multicast) is no frame to forward, as for the kernel's
     // ip_forward: every LB on the segment would forward it, and an echo answered from it would
     // carry the group address as its source MAC.
-    if ((buf[off]! & 1) !== 0) return VERDICT_PASS;
+    if (len > 0 && (buf[off]! & 1) !== 0) return VERDICT_PASS;
     const pkt = this.pkt;
     const r = parseFrame(buf, off, len, pkt);
     if (r === PARSE_NOT_IP) return VERDICT_PASS;
@@ -305,10 +317,7 @@ export class Engine {
     // Complete a partial checksum here: a virtual NIC (veth) hands CHECKSUM_PARTIAL through to the
     // receiver, and a real that decapsulates in user space (dsrlb decap) would see the inner
     // checksum unfinished; outer fragments carry no offload metadata either.
-    if ((flags & FRAME_CSUM_PARTIAL) !== 0) {
-      completePartialChecksum(buf, pkt);
-      if ((flags & FRAME_HAS_VNET_HDR) !== 0) buf[pkt.frameOffset - VNET_HDR_LEN] = 0;
-    }
+    completeChecksum(buf, pkt, flags);
     const plainFlags = flags & ~FRAME_CSUM_PARTIAL;
     const rc = encapsulate(buf, pkt, batch.headroom, plainFlags, templates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, flowLabelOf(pkt, overhead), out);
     if (rc < 0) return rc;
@@ -421,6 +430,8 @@ export class Engine {
     const pkt = this.pkt;
     // Never about a non-initial fragment (RFC 1122 3.2.2): it quotes no ports. IPv6 may (RFC 4443).
     if (pkt.family === 4 && pkt.fragmentOffset !== 0) return;
+    // Never about an ICMP error (RFC 1122 3.2.2, RFC 4443 2.4 e.1): a too-big one forwarded to an IPIP real.
+    if (isIcmpError(pkt)) return;
     // Never to a source that is no single host (broadcast, multicast, unspecified).
     if (!isSingleHostSource(buf, pkt.family, pkt.l3Offset)) return;
     const gap = batch.extraVnetHdr ? VNET_HDR_LEN : 0;
@@ -454,6 +465,9 @@ export class Engine {
     const type = pkt.icmpType;
     const v4 = pkt.family === 4;
     if ((v4 && type === ICMP_ECHO_REQUEST) || (!v4 && type === ICMPV6_ECHO_REQUEST)) {
+      // The reply's checksum is updated from the request's, which must be whole: a partial one
+      // (an ICMPv6 sender offloading it) holds the pseudo-header sum, not a checksum.
+      completeChecksum(buf, pkt, flags);
       const replyLength = buildEchoReply(buf, pkt);
       if (replyLength < 0) return replyLength;
       batch.txOffsets[i] = off;

@@ -50,6 +50,18 @@ export function isErrorAboutFlow(pkt: ParsedPacket): boolean {
 }
 
 /**
+ * An ICMP error message of any kind (RFC 1122 3.2.2: no error is sent about one): IPv4 types other
+ * than the echo, timestamp, information and address-mask queries and answers; ICMPv6 types
+ * below 128 (RFC 4443 2.1).
+ */
+export function isIcmpError(pkt: ParsedPacket): boolean {
+  if (pkt.l4Offset < 0) return false;
+  const type = pkt.icmpType;
+  if (pkt.family === 4) return pkt.ipProtocol === IPPROTO_ICMP && type !== 0 && type !== 8 && (type < 13 || type > 18);
+  return pkt.ipProtocol === IPPROTO_ICMPV6 && type < 128;
+}
+
+/**
  * For an ICMP error about a flow (isErrorAboutFlow) parsed into `pkt`, reads the quoted
  * packet (the real's reply, VIP -> client: IP header, IPv6 extension headers, then the first
  * bytes of TCP/UDP) and writes the key of the ORIGINAL client -> VIP flow into out[0..9]:
