@@ -248,7 +248,7 @@ export class Daemon {
       activeFlows: (id) => this.loops.active(id),
       inactiveFlows: (id) => this.loops.inactive(id),
       flowTableCapacity: () => this.flowTableCapacity(),
-      panic: () => this.lastReports.map((r) => ({ service: r.name, panic: r.panic })),
+      panic: () => this.lastReports.map((r) => ({ service: r.name, panic: inPanic(r) })),
       services: () =>
         this.lastReports.map((r) => {
           const s = this.config.services.find((x) => x.name === r.name);
@@ -449,7 +449,7 @@ export class Daemon {
       }
       const report = reports.get(s.name);
       if (report === undefined) continue;
-      if ((!report.dropping && (!report.panic || this.config.announce.onFailOpen)) || report.drained) v.eligible = true;
+      if ((!report.dropping && (!inPanic(report) || this.config.announce.onFailOpen)) || report.drained) v.eligible = true;
     }
     // A service removed by a reload whose flows still drain here keeps its VIP's route while they
     // do, if it had one: without it the router sends them nowhere once every LB has reloaded.
@@ -860,7 +860,7 @@ export class Daemon {
         this.log.info('forwarding table rebuilt', { service: s.name, movedSlots: s.movedSlots, tableSize: s.tableSize, why, ...(wasSettled ? {} : { settling: true }) });
       }
       const prev = previous.get(s.name);
-      if (s.panic && !prev?.panic) this.log.warn('no real is up: failOpen, forwarding to all wanted reals', { service: s.name });
+      if (inPanic(s) && !(prev !== undefined && inPanic(prev))) this.log.warn('no real is up: failOpen, forwarding to all wanted reals', { service: s.name });
       const view = viewsByName.get(s.name);
       if (s.dropping && !prev?.dropping && view?.removed !== true) {
         const reason = droppingReason(view);
@@ -1374,7 +1374,7 @@ export class Daemon {
       entryReal: entryReal?.address ?? null,
       generation: e.generation,
       realHealth: real ? this.healthOf(real.key) : null,
-      panic: report?.panic ?? false,
+      panic: report !== undefined && inPanic(report),
       dropping,
       droppingReason: dropping ? droppingReason(this.serviceViews().find((v) => v.config.name === s.name)) : null,
     };
@@ -1626,7 +1626,7 @@ export class Daemon {
           scheduler: v.config.scheduler,
           forwarding: v.config.forwarding,
           whenAllDown: v.config.whenAllDown,
-          panic: report?.panic ?? false,
+          panic: report !== undefined && inPanic(report),
           dropping: report?.dropping ?? false,
           droppingReason: report?.dropping ? droppingReason(v) : null,
           tableFingerprint: report?.tableFingerprint ?? null,
@@ -1797,6 +1797,11 @@ function droppingReason(view: ServiceView | undefined): string {
   }
   if (wanted.length === 0) return 'no real is active with a weight above 0';
   return 'no wanted real is up';
+}
+
+/** A failOpen panic the daemon reports: not while no wanted real has been probed yet (ServiceBuildReport.unproven). */
+function inPanic(r: { panic: boolean; unproven: boolean }): boolean {
+  return r.panic && !r.unproven;
 }
 
 /** fsync of a directory (its entries, a rename among them); errors ignored (not every filesystem allows it). */

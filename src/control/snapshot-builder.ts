@@ -57,12 +57,14 @@ export interface ServiceBuildReport {
   readonly name: string;
   /** Ids of the reals that take new flows (the Maglev/rendezvous candidates). */
   readonly candidates: readonly number[];
-  /**
-   * failOpen in effect because reals were seen down: none is up, so all wanted reals take flows.
-   * Not while no wanted real has been probed yet (at start, or every real new in a reload): they
-   * take new flows then too, as HAProxy and keepalived start servers up, but nothing failed.
-   */
+  /** failOpen in effect: no real is up, so all wanted reals take flows. */
   readonly panic: boolean;
+  /**
+   * The panic is only that no wanted real has been probed yet (at start, or every real new in a
+   * reload): they take new flows, as HAProxy and keepalived start servers up, but nothing was seen
+   * failing, so the daemon reports no panic (log, metric, status, announcement).
+   */
+  readonly unproven: boolean;
   /** No real can take new flows and the service drops. */
   readonly dropping: boolean;
   /**
@@ -213,7 +215,8 @@ export class SnapshotBuilder {
       reports.push({
         name: cfg.name,
         candidates: sorted.map((r) => r.id),
-        panic: panic && !sv.reals.every((r) => !isWanted(r) || !reachable(r) || r.health === 'unknown'),
+        panic,
+        unproven: panic && sv.reals.every((r) => !isWanted(r) || !reachable(r) || r.health === 'unknown'),
         dropping: candidates.length === 0,
         // Every real out by the operator's intent (none by health), one of them drained and up.
         drained:

@@ -146,13 +146,35 @@ services:
   const reportOf = (health: readonly ('up' | 'down' | 'unknown')[]) => new SnapshotBuilder().build([viewOf(health)], 0, MAX_REAL_IDS).services[0]!;
 
   it('sends new flows to every wanted real, as HAProxy and keepalived start servers up, without reporting a panic (nothing failed)', () => {
-    // Before: panic at every start until the first probe (the metric, and the log's "no real is up").
-    expect(reportOf(['unknown', 'unknown'])).toMatchObject({ panic: false, dropping: false, candidates: [0, 1] });
+    // Before: reported as a panic at every start until the first probe (the metric, and the log's "no real is up").
+    expect(reportOf(['unknown', 'unknown'])).toMatchObject({ panic: true, unproven: true, dropping: false, candidates: [0, 1] });
   });
 
-  it('is in panic once a real was seen down and none is up', () => {
-    expect(reportOf(['unknown', 'down'])).toMatchObject({ panic: true, dropping: false, candidates: [0, 1] });
-    expect(reportOf(['down', 'down'])).toMatchObject({ panic: true, dropping: false, candidates: [0, 1] });
-    expect(reportOf(['unknown', 'up'])).toMatchObject({ panic: false, candidates: [1] });
+  it('is in a reported panic once a real was seen down and none is up', () => {
+    expect(reportOf(['unknown', 'down'])).toMatchObject({ panic: true, unproven: false, dropping: false, candidates: [0, 1] });
+    expect(reportOf(['down', 'down'])).toMatchObject({ panic: true, unproven: false, dropping: false, candidates: [0, 1] });
+    expect(reportOf(['unknown', 'up'])).toMatchObject({ panic: false, unproven: false, candidates: [1] });
+  });
+
+  it('is no panic for the daemon: no log line, dsrlb_service_panic 0, the VIP not withheld', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'dsrlb-test-unproven-'));
+    const lines: string[] = [];
+    try {
+      const d = stubbedDaemon(join(dir, 'dsrlb.yaml'), `interface: eth0
+tunnel: { sourceV4: 10.93.255.1 }
+announce: { enabled: false }
+services:
+  - { name: web, vip: 10.93.0.100, port: 80, whenAllDown: failOpen, healthCheck: { type: tcp, interval: 10s }, reals: [{ address: 10.93.0.11 }, { address: 10.93.0.12 }] }
+`, { activeFlows: 0, log: (l) => lines.push(l) });
+      const inside = d.inside as { syncReals(): void; rebuild(why: string): void; lastReports: { panic: boolean; unproven: boolean }[] };
+      inside.syncReals();
+      inside.rebuild('start');
+      expect(inside.lastReports[0]).toMatchObject({ panic: true, unproven: true });
+      expect(lines.filter((l) => l.includes('no real is up'))).toEqual([]);
+      expect(await d.daemon.metrics.text()).toMatch(/^dsrlb_service_panic\{service="web"\} 0$/m);
+      d.daemon.health.stop();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
