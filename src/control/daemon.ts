@@ -1332,8 +1332,9 @@ export class Daemon {
     if (!file) return;
     try {
       // Through a new file of a random name (writeFileAside): the state directory is the service
-      // user's, and a symlink planted at a fixed FILE.tmp made a root run write through it.
-      await writeFileAside(file, JSON.stringify({ intent: Object.fromEntries(overrides), withdrawn: [...withdrawn] }, null, 2), 0o600, { sync: true });
+      // user's, and a symlink planted at a fixed FILE.tmp made a root run write through it. 0640
+      // as the unit's UMask gave it before (group dsrlb reads it).
+      await writeFileAside(file, JSON.stringify({ intent: Object.fromEntries(overrides), withdrawn: [...withdrawn] }, null, 2), 0o640, { sync: true });
       // The rename itself is on disk only once the directory is: after a power cut, an
       // acknowledged drain must not come back as the old file. Best effort: the new file is in
       // place already, so a directory that cannot be synced must not turn this into "not saved".
