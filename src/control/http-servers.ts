@@ -11,7 +11,6 @@ import type { ListenAddress } from '../config/types.js';
 import { formatListen, isWeight, problemLines } from '../config/validate.js';
 import { DaemonError, type Daemon, type IntentChange } from './daemon.js';
 import { singleFlight } from './http-single-flight.js';
-import type { Logger } from './logger.js';
 
 /**
  * How many connections one listener holds and for how long. Node 20's defaults hold a connection
@@ -84,7 +83,8 @@ function limitedServer(limits: ListenerLimits, onRequest: RequestListener): Serv
  * Logs the connections Node refused at the limit: the first at once, with the peer; then, while
  * they go on, their count once a minute (an attack refuses a thousand a second).
  */
-function logDrops(server: Server, log: Logger, listener: string, at: ListenAddress, maxConnections: number): void {
+function logDrops(server: Server, daemon: Pick<Daemon, 'log' | 'metrics'>, listener: 'metrics' | 'admin', at: ListenAddress, maxConnections: number): void {
+  const log = daemon.log;
   const fields = { listen: formatListen(at), maxConnections };
   let more = 0;
   let timer: NodeJS.Timeout | null = null;
@@ -96,6 +96,7 @@ function logDrops(server: Server, log: Logger, listener: string, at: ListenAddre
     timer = setTimeout(summary, DROP_LOG_INTERVAL_MS).unref();
   };
   server.on('drop', (data?: { remoteAddress?: string }) => {
+    daemon.metrics.httpRefused.inc({ listener });
     if (timer !== null) {
       more++;
       return;
@@ -151,7 +152,7 @@ export async function startMetricsServer(daemon: Daemon, limits: ListenerLimits 
     res.writeHead(404, { 'content-type': 'text/plain' });
     res.end('not found: try /metrics\n');
   });
-  logDrops(server, daemon.log, 'metrics', daemon.config.metrics.listen, limits.maxConnections);
+  logDrops(server, daemon, 'metrics', daemon.config.metrics.listen, limits.maxConnections);
   await listen(server, daemon.config.metrics.listen);
   return server;
 }
@@ -396,7 +397,7 @@ export async function startAdminServer(daemon: Daemon, limits: ListenerLimits = 
     }
     json(res, 404, { error: 'NOT_FOUND', message: `no route ${req.method} ${path}` });
   };
-  logDrops(server, daemon.log, 'admin', at, limits.maxConnections);
+  logDrops(server, daemon, 'admin', at, limits.maxConnections);
   await listen(server, at);
   return server;
 }

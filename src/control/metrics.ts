@@ -41,6 +41,8 @@ export class DaemonMetrics {
   readonly lastReloadSuccess: client.Gauge;
   private readonly lastReloadSuccessful: client.Gauge;
   readonly tableMovedSlots: client.Counter<'service'>;
+  /** Connections an HTTP listener closed at accept, at its limit (http-servers.ts). */
+  readonly httpRefused: client.Counter<'listener'>;
   /** The families with a series per (service, real), written without prom-client (see real-metrics.ts). */
   private readonly reals: RealMetrics;
 
@@ -115,6 +117,14 @@ export class DaemonMetrics {
     });
     this.reloads.inc({ result: 'success' }, 0);
     this.reloads.inc({ result: 'failure' }, 0);
+    this.httpRefused = new client.Counter({
+      name: 'dsrlb_http_connections_refused_total',
+      help: 'Connections the metrics or admin listener closed as it accepted them, at its connection limit.',
+      labelNames: ['listener'],
+      registers: [registry],
+    });
+    this.httpRefused.inc({ listener: 'metrics' }, 0);
+    this.httpRefused.inc({ listener: 'admin' }, 0);
     this.lastReloadSuccess = new client.Gauge({
       name: 'dsrlb_config_last_reload_success_timestamp_seconds',
       help: 'When the configuration in force was loaded.',

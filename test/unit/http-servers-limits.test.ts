@@ -38,6 +38,7 @@ function standIn() {
   const logLines: string[] = [];
   const renders: Deferred<string>[] = [];
   const collections: Deferred<unknown>[] = [];
+  const refused: string[] = [];
   const fake = {
     config: { metrics: { listen: { host: '127.0.0.1', port: 0 } }, admin: { listen: { host: '127.0.0.1', port: 0 }, tokenFile: null } },
     log: createLogger((line) => logLines.push(line)),
@@ -45,6 +46,7 @@ function standIn() {
     loopHealthy: () => true,
     metrics: {
       contentType: 'text/plain; version=0.0.4; charset=utf-8',
+      httpRefused: { inc: (labels: { listener: string }) => refused.push(labels.listener) },
       text: () => {
         const d = deferred<string>();
         renders.push(d);
@@ -61,7 +63,7 @@ function standIn() {
       return d.promise;
     },
   };
-  return { fake, daemon: fake as unknown as Daemon, logLines, renders, collections };
+  return { fake, daemon: fake as unknown as Daemon, logLines, renders, collections, refused };
 }
 
 const servers: Server[] = [];
@@ -155,7 +157,7 @@ describe('listener limits in force', () => {
 
 describe('connection limit', () => {
   it('closes connections over the limit at once, logs them once, answers on the ones held, and takes new ones when some close', async () => {
-    const { daemon, logLines, renders } = standIn();
+    const { daemon, logLines, renders, refused } = standIn();
     const { server, port } = await started(startMetricsServer(daemon, LIMITS));
     const held = [];
     for (let i = 0; i < LIMITS.maxConnections; i++) held.push(await open(port));
@@ -169,6 +171,8 @@ describe('connection limit', () => {
     // The first refusal is logged at once with its peer; the next ones are counted for the minute's summary.
     const refusals = logLines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.level === 'warn');
     expect(refusals).toEqual([expect.objectContaining({ msg: 'metrics listener holds its limit of connections: refusing new ones', maxConnections: 3, from: '127.0.0.1' })]);
+    // Each one counted in dsrlb_http_connections_refused_total{listener="metrics"}.
+    expect(refused).toEqual(['metrics', 'metrics', 'metrics', 'metrics', 'metrics']);
 
     const answer = exchange(held[0]!.socket, '/metrics');
     await until('a render was asked for', () => renders.length === 1);
