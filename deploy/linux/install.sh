@@ -241,8 +241,9 @@ if [ -z "$ROOT" ]; then
 	# sd_booted(3): systemd is the init system when this directory exists.
 	if [ -d /run/systemd/system ]; then
 		[ "$changed" = 0 ] || systemctl daemon-reload
-		# /run/dsrlb now, not only from the next boot on: BIRD's include needs the directory.
-		[ -d /run/dsrlb ] || systemd-tmpfiles --create "$TMPFILES" || say "warning: systemd-tmpfiles --create $TMPFILES failed" >&2
+		# /run/dsrlb now, not only from the next boot on (BIRD's include needs the directory), and
+		# the service user's even when a run as root made it first (tmpfiles sets its owner).
+		systemd-tmpfiles --create "$TMPFILES" || say "warning: systemd-tmpfiles --create $TMPFILES failed" >&2
 		if [ "$changed" = 1 ] && systemctl is-active --quiet dsrlb; then
 			say "dsrlb is running the previous version: systemctl restart dsrlb"
 		fi

@@ -4,8 +4,8 @@
 // the config in force or the state file (reload, intent, announce) runs one at a time (exclusive()).
 
 import { constants } from 'node:fs';
-import { access, copyFile, open, readFile, rename, stat, unlink } from 'node:fs/promises';
-import { dirname, resolve } from 'node:path';
+import { access, copyFile, lstat, open, readdir, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { basename, dirname, join, resolve } from 'node:path';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import { locateProblems } from '../config/problem-positions.js';
@@ -27,7 +27,7 @@ import { LoopGroup } from './loop-group.js';
 import { isWanted, type HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
 import { addressWords, formatMac, normalizedAddress } from './addresses.js';
-import { COMMAND_TIMEOUT_MS, HostSetup, RUN_DIR, systemRunner, writeFileAside } from './host-setup.js';
+import { COMMAND_TIMEOUT_MS, foreignRecordProblem, HostSetup, RUN_DIR, systemRunner, writeFileAside } from './host-setup.js';
 import { moveFlowsFile, movedStateFile, recordStateFile } from './state-file-record.js';
 import { checkHostBeforeChanges } from './start-checks.js';
 import type { Logger } from './logger.js';
@@ -221,7 +221,7 @@ export class Daemon {
   /** The token file's mtime, size and inode when an unmatched token last made it be read again. */
   private tokenFileStamp: string | null = null;
   mtu = 1500;
-  /** Where the run records go (tests use their own). */
+  /** Where the run records and the lock go (tests use their own). */
   runDir = RUN_DIR;
 
   constructor(
@@ -288,7 +288,7 @@ export class Daemon {
     this.configText = text!;
     // Before any host change: a second daemon here would take over and later undo the first's VIPs.
     try {
-      this.lock = await InstanceLock.acquire();
+      this.lock = await InstanceLock.acquire(undefined, undefined, this.runDir);
     } catch (err) {
       throw new DaemonError(err instanceof InstanceLockError ? err.code : 'LOCK_FAILED', (err as Error).message);
     }
@@ -298,14 +298,32 @@ export class Daemon {
     if (!(await systemRunner(['ip', '-j', 'link', 'show', 'dev', ifname]).then(() => true, () => false))) {
       throw new DaemonError('NO_INTERFACE', `interface: "${ifname}" does not exist in this network namespace`, located(this.configText, [{ path: 'interface', message: `"${ifname}" does not exist in this network namespace` }]));
     }
-    const host = new HostSetup(this.config.interface, this.log);
+    const host = new HostSetup(this.config.interface, this.log, undefined, this.runDir);
+    // Before the state file or anything on the host is touched: a record another user's dsrlb
+    // left is that run's to undo (a stop after this refusal would have removed it).
+    const foreign = await host.foreignRecord();
+    if (foreign !== null) throw new DaemonError('FOREIGN_HOST_RECORD', await foreignRecordProblem(foreign), [], 'system');
     const clashes = vipClashProblems(this.config, await host.interfaceAddressesAmong(this.vips()));
     if (clashes.length > 0) throw new DaemonError('VIP_IS_HOST_ADDRESS', 'a VIP is an address of this host', located(this.configText, clashes));
     await checkHostBeforeChanges(this.config);
+    await this.removeStaleTempFiles();
     const stateFileBefore = await this.stateFileBefore();
     await this.loadOverrides(stateFileBefore ?? this.config.stateFile);
-    if (this.pruneOverrides() || stateFileBefore !== null) await this.saveStateOrWarn();
-    await this.recordStateFile();
+    const pruned = this.pruneOverrides();
+    // The new path is recorded only once it holds the intent: else the next start looks at the old one again.
+    if (stateFileBefore !== null) {
+      const saved = await this.saveState(this.overrides, this.withdrawn).then(
+        () => true,
+        (err: Error) => {
+          this.log.warn('the intent taken from the old state file could not be written to the new one: the next start takes it from the old one again', { stateFile: this.config.stateFile, error: err.message });
+          return false;
+        },
+      );
+      if (saved) await this.recordStateFile();
+    } else {
+      if (pruned) await this.saveStateOrWarn();
+      await this.recordStateFile();
+    }
     this.logRestoredIntent();
     await this.checkStateFileWritable();
     this.host = host;
@@ -1266,7 +1284,8 @@ export class Daemon {
       if (dropped.length > 0) {
         // The next intent change rewrites the file without them: its bytes are kept beside it.
         const aside = `${file}.corrupt-${new Date().toISOString().replace(/[:.]/g, '-')}`;
-        const kept = await copyFile(file, aside).then(() => aside, () => null);
+        // EXCL: never through a symlink planted at the name (the directory is the service user's).
+        const kept = await copyFile(file, aside, constants.COPYFILE_EXCL).then(() => aside, () => null);
         this.log.error('state file entries unusable: those intents are not applied, the others are', { stateFile: file, dropped, keptAs: kept });
       }
       this.overrides = overrides;
@@ -1309,6 +1328,27 @@ export class Daemon {
     return before;
   }
 
+  /**
+   * The files a write aside (writeFileAside) left beside the state file when the process died
+   * between writing and renaming (a stop that passed TimeoutStopSec while writing 49 MB of flows):
+   * random names, so nothing else would ever remove them. Only this user's.
+   */
+  private async removeStaleTempFiles(): Promise<void> {
+    const file = this.config.stateFile;
+    if (!file) return;
+    const base = basename(file);
+    const dir = dirname(file);
+    const left = new RegExp(`^${base.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(\\.flows)?\\.[0-9a-f]{16}\\.tmp$`);
+    for (const name of await readdir(dir).catch(() => [] as string[])) {
+      if (!left.test(name)) continue;
+      const path = join(dir, name);
+      const st = await lstat(path).catch(() => null);
+      if (st === null || !st.isFile() || st.uid !== process.geteuid!()) continue;
+      await unlink(path).catch(() => undefined);
+      this.log.info('removed a state or flows file half written by a run that died', { file: path });
+    }
+  }
+
   /** Which state file this daemon uses, for the next start (see state-file-record.ts). */
   private async recordStateFile(): Promise<void> {
     const file = this.config.stateFile;
@@ -1334,7 +1374,7 @@ export class Daemon {
       // Through a new file of a random name (writeFileAside): the state directory is the service
       // user's, and a symlink planted at a fixed FILE.tmp made a root run write through it. 0640
       // as the unit's UMask gave it before (group dsrlb reads it).
-      await writeFileAside(file, JSON.stringify({ intent: Object.fromEntries(overrides), withdrawn: [...withdrawn] }, null, 2), 0o640, { sync: true });
+      await writeFileAside(file, JSON.stringify({ intent: Object.fromEntries(overrides), withdrawn: [...withdrawn] }, null, 2), 0o640, { sync: true, directoryOwner: true });
       // The rename itself is on disk only once the directory is: after a power cut, an
       // acknowledged drain must not come back as the old file. Best effort: the new file is in
       // place already, so a directory that cannot be synced must not turn this into "not saved".
@@ -1452,7 +1492,7 @@ export class Daemon {
       const { reals, removedServices } = this.removedToSave(g.reals);
       const boot = bootId();
       const bytes = encodeSavedFlows({ writtenAtMs: Date.now(), count: g.count, keys: g.keys, realIndex: g.realIndex, idleMs, states: g.states, reals, removedServices, ...(boot === null ? {} : { boot: { id: boot, monotonicMs: monotonicMs() } }) });
-      await writeFileAside(file, bytes, 0o600);
+      await writeFileAside(file, bytes, 0o600, { directoryOwner: true });
       this.log.info('flows kept for the next start', { flows: g.count, file, ms: Math.round(monotonicMs() - began) });
     } catch (err) {
       this.log.warn('flows not kept for the next start: its packets go where the consistent hash puts them then', { file, error: (err as Error).message });

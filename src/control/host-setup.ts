@@ -14,8 +14,9 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants, statSync, type Stats } from 'node:fs';
-import { lstat, mkdir, open, readFile, readdir, rename, rm, unlink, writeFile, type FileHandle } from 'node:fs/promises';
-import { basename } from 'node:path';
+import { lstat, mkdir, open, readFile, readdir, rename, rm, stat, unlink, writeFile, type FileHandle } from 'node:fs/promises';
+import { basename, dirname } from 'node:path';
+import { DaemonError } from './daemon-error.js';
 import type { Logger } from './logger.js';
 
 /** Runs a host command; injectable so tests and simulate run without privileges. */
@@ -67,6 +68,29 @@ function netnsInode(): number {
 }
 
 /**
+ * What to do about a host record another user's dsrlb left (HostSetup.foreignRecord), said for
+ * either owner: the service's daemon (root runs by hand after it crashed) or a root run (the
+ * service starts after it crashed).
+ */
+export async function foreignRecordProblem(record: { path: string; uid: number }): Promise<string> {
+  const who = record.uid === 0 ? 'root' : `user ${(await userName(record.uid)) ?? '?'} (uid ${record.uid})`;
+  const left = `${record.path} was left by dsrlb running as ${who}, which did not stop cleanly: its VIPs may still be on lo and its nftables table inet dsrlb in place. This run trusts no record another user wrote and changes nothing:`;
+  return record.uid === 0
+    ? `${left} run dsrlb as root once more (dsrlb run -c CONFIG) and stop it (Ctrl-C), which undoes them, then start this one`
+    : `${left} start the service (systemctl start dsrlb), which takes them over, and stop it cleanly (systemctl stop dsrlb) before running dsrlb by hand`;
+}
+
+/** The name /etc/passwd gives `uid`, or null. */
+async function userName(uid: number): Promise<string | null> {
+  const passwd = await readFile('/etc/passwd', 'utf8').catch(() => '');
+  for (const line of passwd.split('\n')) {
+    const f = line.split(':');
+    if (f.length >= 3 && f[2] === String(uid)) return f[0]!;
+  }
+  return null;
+}
+
+/**
  * The record a previous run left at `path`, or null when there is none, it cannot be read, or it
  * is not this process's own: a regular file, not reached through a symlink, owned by the euid and
  * with no other name. Only its own, for root too: /run/dsrlb belongs to the service user, and a
@@ -107,17 +131,25 @@ export async function writeRunRecord(path: string, record: unknown): Promise<voi
 /**
  * Replaces `path` with `data` through a file beside it: a new random name made by this open
  * (O_EXCL, O_NOFOLLOW), given `mode` through its fd whatever the umask, renamed over `path`, and
- * removed if any step fails; with `sync`, flushed to disk before the rename. Not a fixed `${path}.tmp`: in a directory another user may write
+ * removed if any step fails; with `sync`, flushed to disk before the rename; with
+ * `directoryOwner`, given to the directory's owner when root writes it. Not a fixed `${path}.tmp`: in a directory another user may write
  * (/run/dsrlb is the service user's), a symlink planted at that name made root write through it
  * into any file. rename() replaces a symlink at `path` itself, never the file it points to.
  */
-export async function writeFileAside(path: string, data: string | Uint8Array, mode: number, opts: { sync?: boolean } = {}): Promise<void> {
+export async function writeFileAside(path: string, data: string | Uint8Array, mode: number, opts: { sync?: boolean; directoryOwner?: boolean } = {}): Promise<void> {
   const tmp = `${path}.${randomBytes(8).toString('hex')}.tmp`;
   const fh = await open(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, mode);
   try {
     try {
       await fh.writeFile(data);
       await fh.chmod(mode);
+      // directoryOwner: root, run by hand, leaves the service's data (state, flows) to the
+      // directory's owner (/var/lib/dsrlb is the service user's): root:root 0640 was unreadable
+      // to the service, whose next start ran without the drains root had made.
+      if (opts.directoryOwner === true && process.geteuid!() === 0) {
+        const dir = await stat(dirname(path));
+        if (dir.uid !== 0) await fh.chown(dir.uid, dir.gid);
+      }
       // On disk before the rename (sync): a crash leaves the old file or the new one, never an empty one.
       if (opts.sync === true) await fh.sync();
     } finally {
@@ -231,6 +263,8 @@ export class HostSetup {
    * lo for good, and the kernel answered ARP and reset TCP for them.
    */
   async adopt(): Promise<void> {
+    const foreign = await this.foreignRecord();
+    if (foreign !== null) throw new DaemonError('FOREIGN_HOST_RECORD', await foreignRecordProblem(foreign), [], 'system');
     const ours = basename(this.statePath);
     // This namespace's host records, whatever their interface: `host-<netns inode>-`.
     const prefix = basename(runRecordPath(this.runDir, 'host', '-'), '.json');
@@ -248,18 +282,25 @@ export class HostSetup {
   }
 
   /**
-   * The record of a crashed run on this interface, adopted. One another user left (the service
-   * user's daemon, for a root run by hand, or the other way round) is neither trusted
-   * (readRunRecord) nor written over or removed, which would lose its VIPs for good: the start
-   * is refused, naming it.
+   * A host record of this network namespace (any interface) that another user's dsrlb left when it
+   * did not stop cleanly (the service user's, for a root run by hand, or the other way round), or
+   * null. It is neither trusted (readRunRecord) nor written over or removed, which would lose its
+   * VIPs for good: the daemon refuses to start before it changes anything (foreignRecordProblem).
    */
-  private async adoptOwn(): Promise<void> {
-    const owner = await lstat(this.statePath).then((st) => (st.uid !== process.geteuid!() ? st.uid : null), () => null);
-    if (owner !== null) {
-      throw new Error(
-        `${this.statePath} was left by a dsrlb run of uid ${owner} that did not stop cleanly: start dsrlb as that user (systemctl start dsrlb) to undo what it changed, or undo that by hand and remove the file`,
-      );
+  async foreignRecord(): Promise<{ path: string; uid: number } | null> {
+    const prefix = basename(runRecordPath(this.runDir, 'host', '-'), '.json');
+    const names = await readdir(this.runDir).catch(() => [] as string[]);
+    for (const name of names) {
+      if (!name.startsWith(prefix) || !name.endsWith('.json')) continue;
+      const path = `${this.runDir}/${name}`;
+      const uid = await lstat(path).then((st) => st.uid, () => null);
+      if (uid !== null && uid !== process.geteuid!()) return { path, uid };
     }
+    return null;
+  }
+
+  /** The record of a crashed run on this interface, adopted (one of another user: see foreignRecord). */
+  private async adoptOwn(): Promise<void> {
     const prev = await readRunRecord<HostState>(this.statePath, this.log);
     if (prev === null || !Array.isArray(prev.addedAddresses)) return;
     this.state = { ...prev, addedAddresses: [...prev.addedAddresses], interface: this.ifname };

@@ -5,7 +5,7 @@
 // directory's owner (the service user) can open the file. Not an abstract Unix socket: any local
 // user may bind an abstract name first, and every start would then refuse as "already running".
 
-import { closeSync, constants, fchownSync, fstatSync, mkdirSync, openSync, statSync, type Stats } from 'node:fs';
+import { closeSync, constants, fchownSync, fstatSync, lstatSync, mkdirSync, openSync, statSync, type Stats } from 'node:fs';
 import { loadNative } from '../io/native-binding.js';
 import { RUN_DIR, runLockPath } from './host-setup.js';
 
@@ -94,7 +94,18 @@ function openLockFile(path: string): { fd: number; made: boolean } {
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
     if (e.code === 'ELOOP') throw new Error(`lock file ${path} is a symbolic link: refusing to follow it (remove it while no dsrlb runs)`);
+    // A file another user made (root by hand, before the service): say whose, and what to do.
+    const owner = e.code === 'EACCES' ? ownerOf(path) : null;
+    if (owner !== null) throw new Error(`cannot open lock file ${path} of uid ${owner}: ${e.message} (remove it while no dsrlb runs)`);
     throw new Error(`cannot open lock file ${path}: ${e.message}`);
+  }
+}
+
+function ownerOf(path: string): number | null {
+  try {
+    return lstatSync(path).uid;
+  } catch {
+    return null;
   }
 }
 

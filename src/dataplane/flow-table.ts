@@ -274,9 +274,8 @@ export class FlowTable {
   }
 
   /**
-   * Insert this.key (the caller guarantees it is absent) -> entry index. When full, the least
-   * recently seen entry goes first (counted as an expiration if already idle past its timeout, else
-   * as an eviction). The initial state is the caller's to choose from the packet: syn for a SYN
+   * Insert this.key (the caller guarantees it is absent) -> entry index. When full, an entry idle
+   * past its timeout goes first (counted as an expiration), else victim()'s (an eviction). The initial state is the caller's to choose from the packet: syn for a SYN
    * and for tcp seen mid-stream (fin if it carries a FIN), udp for udp. `hash` as for lookup().
    */
   insert(hash: number, realId: number, state: number, nowMs: number): number {
@@ -517,8 +516,9 @@ export class FlowTable {
    * up or ending (syn, fin, closed); when there is none, the longest-idle udp flow; and only
    * then an established connection. A flood of SYNs or of stray segments (which start in syn)
    * replaces its own entries, as IPVS's drop_entry defense takes SYN_RECV entries first, and a
-   * flood of datagrams (any source makes a udp entry) replaces udp flows, never the established
-   * TCP connections of every service. A full table is not empty.
+   * flood of datagrams (any source makes a udp entry) replaces udp flows, not the established
+   * TCP connections of every service (two segments per spoofed tuple make an established entry,
+   * which one direction cannot tell from a real one). A full table is not empty.
    */
   private victim(): number {
     const transient = this.olderHead(this.olderHead(this.heads[FlowState.syn]!, this.heads[FlowState.fin]!), this.heads[FlowState.closed]!);

@@ -19,6 +19,9 @@ const ICMP_ECHO_REPLY = 0;
 const ICMP_DEST_UNREACHABLE = 3;
 const ICMP_ECHO_REQUEST = 8;
 const ICMP_TIME_EXCEEDED = 11;
+/** Timestamp (13) to address mask reply (18): queries and answers, no errors. */
+const ICMP_TIMESTAMP = 13;
+const ICMP_ADDRESS_MASK_REPLY = 18;
 const ICMPV6_DEST_UNREACHABLE = 1;
 const ICMPV6_PACKET_TOO_BIG = 2;
 const ICMPV6_TIME_EXCEEDED = 3;
@@ -57,7 +60,7 @@ export function isErrorAboutFlow(pkt: ParsedPacket): boolean {
 export function isIcmpError(pkt: ParsedPacket): boolean {
   if (pkt.l4Offset < 0) return false;
   const type = pkt.icmpType;
-  if (pkt.family === 4) return pkt.ipProtocol === IPPROTO_ICMP && type !== 0 && type !== 8 && (type < 13 || type > 18);
+  if (pkt.family === 4) return pkt.ipProtocol === IPPROTO_ICMP && type !== ICMP_ECHO_REPLY && type !== ICMP_ECHO_REQUEST && (type < ICMP_TIMESTAMP || type > ICMP_ADDRESS_MASK_REPLY);
   return pkt.ipProtocol === IPPROTO_ICMPV6 && type < 128;
 }
 

@@ -156,7 +156,7 @@ services:
     expect(reportOf(['unknown', 'up'])).toMatchObject({ panic: false, unproven: false, candidates: [1] });
   });
 
-  it('is no panic for the daemon: no log line, dsrlb_service_panic 0, the VIP not withheld', async () => {
+  it('is no panic for the daemon: no "no real is up" log line, dsrlb_service_panic 0', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'dsrlb-test-unproven-'));
     const lines: string[] = [];
     try {

@@ -152,7 +152,7 @@ describe('HostSetup', () => {
       const host = fakeHost(['198.51.100.1/32']);
       const setup = new HostSetup('eth0', quiet, host.runner, dir);
       // Trusted, it named what root removes; written over or removed, its VIPs stayed on lo for good.
-      await expect(setup.adopt()).rejects.toThrow(/was left by a dsrlb run of uid 65534 that did not stop cleanly: start dsrlb as that user/);
+      await expect(setup.adopt()).rejects.toMatchObject({ code: 'FOREIGN_HOST_RECORD', message: expect.stringMatching(/was left by dsrlb running as user nobody \(uid 65534\), which did not stop cleanly/) });
       expect(host.calls.filter((c) => c.startsWith('ip addr del') || c.startsWith('ethtool'))).toEqual([]);
       expect([...host.lo]).toEqual(['198.51.100.1/32']);
       expect(await readdir(dir)).toEqual([basename(file)]);

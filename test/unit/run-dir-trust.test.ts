@@ -129,3 +129,38 @@ describe('readRunRecord', () => {
     expect(await readRunRecord(path)).toEqual({ addedAddresses: ['198.51.100.1/32'] });
   });
 });
+
+describe('writeFileAside with directoryOwner (the state and flows files)', () => {
+  it('gives the file a root run writes to the directory\'s owner, so the service reads the drains made by hand', async () => {
+    if (process.geteuid?.() !== 0) throw new Error('this test needs root (files of another uid)');
+    const stateDir = join(dir, 'var-lib-dsrlb');
+    mkdirSync(stateDir, { mode: 0o755 });
+    chownSync(stateDir, 65534, 65534);
+    await writeFileAside(join(stateDir, 'dsrlb.state.json'), '{}', 0o640, { directoryOwner: true });
+    expect(lstatSync(join(stateDir, 'dsrlb.state.json'))).toMatchObject({ uid: 65534, gid: 65534 });
+    // Without it (run records): root's own.
+    await writeFileAside(join(stateDir, 'other.json'), '{}', 0o600);
+    expect(lstatSync(join(stateDir, 'other.json')).uid).toBe(0);
+  });
+});
+
+describe('a start after a run that died while writing the state or flows file', () => {
+  it('removes the halves it left beside the state file (its own only), nothing else', async () => {
+    if (process.geteuid?.() !== 0) throw new Error('this test needs root (files of another uid)');
+    const { Daemon } = await import('../../src/control/daemon.js');
+    const { createLogger } = await import('../../src/control/logger.js');
+    const { parseConfigText } = await import('../../src/config/validate.js');
+    const stateFile = join(dir, 'dsrlb.state.json');
+    const parsed = parseConfigText(`interface: eth0\nstateFile: ${stateFile}\nservices:\n  - { name: web, vip: 10.93.0.100, port: 80, healthCheck: { type: none }, reals: [{ address: 10.93.0.11 }] }\n`);
+    if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
+    for (const name of ['dsrlb.state.json.0123456789abcdef.tmp', 'dsrlb.state.json.flows.fedcba9876543210.tmp', 'dsrlb.state.json.flows.0000000000000000.tmp', 'dsrlb.state.json', 'other.0123456789abcdef.tmp', 'dsrlb.state.json.tmp']) {
+      writeFileSync(join(dir, name), 'x');
+    }
+    chownSync(join(dir, 'dsrlb.state.json.flows.0000000000000000.tmp'), 65534, 65534);
+    const daemon = new Daemon('/nonexistent/dsrlb.yaml', createLogger(() => undefined));
+    daemon.config = parsed.config;
+    await (daemon as unknown as { removeStaleTempFiles(): Promise<void> }).removeStaleTempFiles();
+    expect(readdirSync(dir).sort()).toEqual(['dsrlb.state.json', 'dsrlb.state.json.flows.0000000000000000.tmp', 'dsrlb.state.json.tmp', 'other.0123456789abcdef.tmp', 'victim']);
+    daemon.health.stop();
+  });
+});
