@@ -102,9 +102,11 @@ export class HealthMonitor extends EventEmitter {
   private readonly probers: Partial<Record<HealthCheckType, Prober>>;
   private readonly observer: ProbeObserver | null;
   private readonly watches = new Map<string, Watch>();
+  private readonly log: Logger | null;
 
   constructor(opts: HealthMonitorOptions = {}) {
     super();
+    this.log = opts.log ?? null;
     this.clock = opts.clock ?? realClock;
     this.random = opts.random ?? Math.random;
     this.observer = opts.observer ?? null;
@@ -156,7 +158,7 @@ export class HealthMonitor extends EventEmitter {
       // A check switched off: a real seen down (or not yet seen) is up now, said as a probe's change is.
       if (old && old.damper.state !== watch.damper.state) flipped.push(watch);
     }
-    for (const watch of flipped) this.emit('change', watch.target.key, record(watch));
+    for (const watch of flipped) this.tell(watch);
   }
 
   fact(key: string): HealthFactRecord | undefined {
@@ -298,7 +300,19 @@ export class HealthMonitor extends EventEmitter {
         // Metrics must not stop health checking.
       }
     }
-    if (flipped) this.emit('change', watch.target.key, record(watch));
+    if (flipped) this.tell(watch);
+  }
+
+  /**
+   * 'change' for a watch whose state flipped. A listener that throws is logged, not thrown on:
+   * from a probe's answer it would be an unhandled rejection, which ends the process.
+   */
+  private tell(watch: Watch): void {
+    try {
+      this.emit('change', watch.target.key, record(watch));
+    } catch (err) {
+      this.log?.error('a health change listener failed', { real: watch.target.key, error: (err as Error).message });
+    }
   }
 
   private stopWatch(watch: Watch): void {

@@ -10,6 +10,7 @@ import { HealthMonitor, type HealthFactRecord, type HealthTarget } from '../../s
 import { HttpProber } from '../../src/health/http-probe.js';
 import { OK, runProbe, timedOut, type ProbeOutcome, type ProbeResult, type Prober } from '../../src/health/probe.js';
 import { healthCheck } from '../support/health-check.js';
+import { createLogger } from '../../src/control/logger.js';
 
 function check(over: Partial<HealthCheckConfig> = {}): HealthCheckConfig {
   return healthCheck({ intervalMs: 200, timeoutMs: 150, fall: 2, ...over });
@@ -175,6 +176,23 @@ function countBy(values: number[]): Map<number, number> {
 }
 
 describe('HealthMonitor bookkeeping', () => {
+  it('logs a change listener that throws and goes on probing (from a probe\'s answer it was an unhandled rejection, which ends the process)', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const fails: Prober = { probe: async () => ({ ok: false, reason: 'refused', detail: 'stand-in' }) };
+    const monitor = new HealthMonitor({ probers: { tcp: fails }, log: createLogger((l) => lines.push(JSON.parse(l) as Record<string, unknown>)) });
+    cleanups.push(() => monitor.stop());
+    let calls = 0;
+    monitor.on('change', () => {
+      calls++;
+      throw new Error('listener bug');
+    });
+    const target: HealthTarget = { key: 'a', service: 'web', address: '127.0.0.1', vip: '10.0.0.100', check: check({ port: 1, intervalMs: 20, timeoutMs: 10, fall: 1, rise: 1 }) };
+    monitor.setTargets([target]);
+    await waitUntil('the first probe answered', 2000, () => calls > 0);
+    expect(monitor.fact('a')).toMatchObject({ state: 'down' });
+    expect(lines).toEqual([expect.objectContaining({ level: 'error', msg: 'a health change listener failed', real: 'a', error: 'listener bug' })]);
+  });
+
   it('setTargets keeps unchanged keys, keeps state over timing-only changes, restarts changed probes, stops removed ones', async () => {
     const server = createTcpServer((s) => s.destroy());
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
