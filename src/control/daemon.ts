@@ -27,7 +27,7 @@ import { LoopGroup } from './loop-group.js';
 import { isWanted, type HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
 import { addressWords, formatMac, normalizedAddress } from './addresses.js';
-import { COMMAND_TIMEOUT_MS, foreignRecordProblem, HostSetup, RUN_DIR, systemRunner, writeFileAside } from './host-setup.js';
+import { COMMAND_TIMEOUT_MS, HostSetup, RUN_DIR, systemRunner, writeFileAside } from './host-setup.js';
 import { moveFlowsFile, movedStateFile, recordStateFile } from './state-file-record.js';
 import { checkHostBeforeChanges } from './start-checks.js';
 import type { Logger } from './logger.js';
@@ -301,8 +301,7 @@ export class Daemon {
     const host = new HostSetup(this.config.interface, this.log, undefined, this.runDir);
     // Before the state file or anything on the host is touched: a record another user's dsrlb
     // left is that run's to undo (a stop after this refusal would have removed it).
-    const foreign = await host.foreignRecord();
-    if (foreign !== null) throw new DaemonError('FOREIGN_HOST_RECORD', await foreignRecordProblem(foreign), [], 'system');
+    await host.refuseForeignRecord();
     const clashes = vipClashProblems(this.config, await host.interfaceAddressesAmong(this.vips()));
     if (clashes.length > 0) throw new DaemonError('VIP_IS_HOST_ADDRESS', 'a VIP is an address of this host', located(this.configText, clashes));
     await checkHostBeforeChanges(this.config);

@@ -68,11 +68,11 @@ function netnsInode(): number {
 }
 
 /**
- * What to do about a host record another user's dsrlb left (HostSetup.foreignRecord), said for
- * either owner: the service's daemon (root runs by hand after it crashed) or a root run (the
+ * What to do about a host record another user's dsrlb left (HostSetup.refuseForeignRecord), said
+ * for either owner: the service's daemon (root runs by hand after it crashed) or a root run (the
  * service starts after it crashed).
  */
-export async function foreignRecordProblem(record: { path: string; uid: number }): Promise<string> {
+async function foreignRecordProblem(record: { path: string; uid: number }): Promise<string> {
   const who = record.uid === 0 ? 'root' : `user ${(await userName(record.uid)) ?? '?'} (uid ${record.uid})`;
   const left = `${record.path} was left by dsrlb running as ${who}, which did not stop cleanly: its VIPs may still be on lo and its nftables table inet dsrlb in place. This run trusts no record another user wrote and changes nothing:`;
   return record.uid === 0
@@ -263,43 +263,41 @@ export class HostSetup {
    * lo for good, and the kernel answered ARP and reset TCP for them.
    */
   async adopt(): Promise<void> {
-    const foreign = await this.foreignRecord();
-    if (foreign !== null) throw new DaemonError('FOREIGN_HOST_RECORD', await foreignRecordProblem(foreign), [], 'system');
+    await this.refuseForeignRecord();
     const ours = basename(this.statePath);
-    // This namespace's host records, whatever their interface: `host-<netns inode>-`.
-    const prefix = basename(runRecordPath(this.runDir, 'host', '-'), '.json');
-    const names = await readdir(this.runDir).catch(() => [] as string[]);
-    for (const name of names) {
-      if (name === ours || !name.startsWith(prefix) || !name.endsWith('.json')) continue;
-      const other = name.slice(prefix.length, -'.json'.length);
-      const left = new HostSetup(other, this.log, this.runner, this.runDir, this.sysctl);
+    for (const { name, ifname } of await this.hostRecords()) {
+      if (name === ours) continue;
+      const left = new HostSetup(ifname, this.log, this.runner, this.runDir, this.sysctl);
       await left.adoptOwn();
       if (left.adopted === null) continue;
-      this.log.warn('undoing the host changes a crashed run left on another interface', { interface: other, addresses: left.state.addedAddresses });
+      this.log.warn('undoing the host changes a crashed run left on another interface', { interface: ifname, addresses: left.state.addedAddresses });
       await left.undo();
     }
     await this.adoptOwn();
   }
 
   /**
-   * A host record of this network namespace (any interface) that another user's dsrlb left when it
-   * did not stop cleanly (the service user's, for a root run by hand, or the other way round), or
-   * null. It is neither trusted (readRunRecord) nor written over or removed, which would lose its
-   * VIPs for good: the daemon refuses to start before it changes anything (foreignRecordProblem).
+   * Throws FOREIGN_HOST_RECORD when a host record of this network namespace (any interface) is
+   * another user's: a dsrlb of theirs did not stop cleanly (the service user's, for a root run by
+   * hand, or the other way round). Such a record is neither trusted (readRunRecord) nor written over
+   * or removed, which would lose its VIPs for good: the daemon calls this before it changes anything.
    */
-  async foreignRecord(): Promise<{ path: string; uid: number } | null> {
-    const prefix = basename(runRecordPath(this.runDir, 'host', '-'), '.json');
-    const names = await readdir(this.runDir).catch(() => [] as string[]);
-    for (const name of names) {
-      if (!name.startsWith(prefix) || !name.endsWith('.json')) continue;
+  async refuseForeignRecord(): Promise<void> {
+    for (const { name } of await this.hostRecords()) {
       const path = `${this.runDir}/${name}`;
       const uid = await lstat(path).then((st) => st.uid, () => null);
-      if (uid !== null && uid !== process.geteuid!()) return { path, uid };
+      if (uid !== null && uid !== process.geteuid!()) throw new DaemonError('FOREIGN_HOST_RECORD', await foreignRecordProblem({ path, uid }), [], 'system');
     }
-    return null;
   }
 
-  /** The record of a crashed run on this interface, adopted (one of another user: see foreignRecord). */
+  /** This network namespace's host records, whatever their interface (`host-<netns inode>-IF.json`). */
+  private async hostRecords(): Promise<{ name: string; ifname: string }[]> {
+    const prefix = basename(runRecordPath(this.runDir, 'host', '-'), '.json');
+    const names = await readdir(this.runDir).catch(() => [] as string[]);
+    return names.filter((n) => n.startsWith(prefix) && n.endsWith('.json')).map((name) => ({ name, ifname: name.slice(prefix.length, -'.json'.length) }));
+  }
+
+  /** The record of a crashed run on this interface, adopted (one of another user: see refuseForeignRecord). */
   private async adoptOwn(): Promise<void> {
     const prev = await readRunRecord<HostState>(this.statePath, this.log);
     if (prev === null || !Array.isArray(prev.addedAddresses)) return;

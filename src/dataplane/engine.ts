@@ -37,7 +37,7 @@ import {
 import { parseFrame } from './packet-parser.js';
 import { EXTRA_FRAMES, FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX, VIRTIO_NET_HDR_GSO_ECN, VIRTIO_NET_HDR_GSO_UDP_L4, VNET_HDR_LEN, type PacketBatch } from '../io/packet-io.js';
 import { encapsulate, tunnelOverheadBytes, TUNNEL_TEMPLATE_BYTES } from '../encap/ipip.js';
-import { buildEchoReply, isErrorAboutFlow, isIcmpError, isSingleHostSource, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
+import { buildEchoReply, isIcmpError, isSingleHostSource, parseEmbeddedFlow } from '../encap/icmp-to-vip.js';
 import { segmentGso } from '../encap/gso-segmenter.js';
 import { buildFragNeeded, buildPacketTooBig, fragmentOuter, mtuCheck, MTU_FITS, MTU_SEND_TOO_BIG, TooBigRateLimiter, tooBigMtu } from '../encap/too-big.js';
 
@@ -478,9 +478,9 @@ export class Engine {
     // Neighbour discovery (RFC 4861 types 133-137): a router's unicast NUD probe of an IPv6 VIP is
     // the kernel's to answer (it holds the VIP), or the router's entry fails and the VIP goes dark.
     if (!v4 && type >= ICMPV6_ND_FIRST && type <= ICMPV6_ND_LAST) return VERDICT_PASS;
-    if (!isErrorAboutFlow(pkt)) return -DropReason.icmpToVip;
     const flows = this.flows;
     const key = flows.key;
+    // Anything but an error about a flow (isErrorAboutFlow) comes back as -icmpToVip.
     const rc = parseEmbeddedFlow(buf, pkt, key);
     if (rc < 0) return rc;
     const a = this.icmpAddr;

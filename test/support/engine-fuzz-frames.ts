@@ -3,7 +3,7 @@
 // headers, VLAN tags, virtio_net_hdr with partial checksums and GSO) and the mutations made to
 // them. Everything is a pure function of the PRNG, so a seed names its frames.
 
-import { FRAME_CSUM_PARTIAL, FRAME_GSO } from '../../src/io/packet-io.js';
+import { FRAME_CSUM_PARTIAL, FRAME_GSO, VIRTIO_NET_HDR_GSO_ECN, VIRTIO_NET_HDR_GSO_UDP_L4 } from '../../src/io/packet-io.js';
 import { mulberry32 } from './prng.js';
 import {
   ETH_ARP,
@@ -51,8 +51,8 @@ export const VNET_NEEDS_CSUM = 1;
 export const GSO_TCPV4 = 1;
 export const GSO_UDP = 3;
 export const GSO_TCPV6 = 4;
-export const GSO_UDP_L4 = 5;
-export const GSO_ECN = 0x80;
+export const GSO_UDP_L4 = VIRTIO_NET_HDR_GSO_UDP_L4;
+export const GSO_ECN = VIRTIO_NET_HDR_GSO_ECN;
 
 export interface FuzzInput {
   /** The base kind, for failure messages and the path table. */

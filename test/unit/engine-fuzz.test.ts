@@ -25,7 +25,7 @@ import { Engine } from '../../src/dataplane/engine.js';
 import { FlowTable } from '../../src/dataplane/flow-table.js';
 import type { ForwardingSnapshot } from '../../src/dataplane/forwarding-snapshot.js';
 import { parseFrame } from '../../src/dataplane/packet-parser.js';
-import { PARSE_NOT_IP, PARSE_OK, ParsedPacket } from '../../src/dataplane/parsed-packet.js';
+import { PARSE_NOT_IP, PARSE_OK, ParsedPacket, TCP_FIN, TCP_PSH } from '../../src/dataplane/parsed-packet.js';
 import {
   FRAME_CSUM_PARTIAL,
   FRAME_GSO,
@@ -46,8 +46,6 @@ const BATCH_CAPACITY = 64;
 /** Small enough that the fuzz's flows fill it: evictions happen. */
 const FLOW_CAPACITY = 2048;
 const LB = parseMac(LB_MAC);
-const TCP_FIN = 0x01;
-const TCP_PSH = 0x08;
 const TCP_CWR = 0x80;
 
 // ---- the set-up: services over both families and protocols, exact ports and port 0, L2 and IPIP
