@@ -146,10 +146,10 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
   let code: number;
   try {
     lock = await InstanceLock.acquire(DECAP_LOCK_KIND, DECAP_BUSY);
-    // With the lock held, a record left in /run/dsrlb is a dead decap's: the operator's values.
-    await host.adopt();
+    // With the lock held, a record left in /run/dsrlb is a dead (earlier) decap's: the operator's values.
+    await host.restoreDeadDecapRecord();
     const native = loadNative();
-    const tun = await host.setUp(tunName, vips.hasV6);
+    const tun = await host.setUp(tunName, vips.hasV6, vips.addresses.filter((a) => !a.includes(':')));
     const fd = tun.fd;
     const d = new Decapsulator(vips, (buf, offset, length) => native.tunWrite(fd, buf, offset, length), sources);
     decap = d;
@@ -199,7 +199,7 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
     process.removeListener('SIGINT', onInt);
     process.removeListener('SIGHUP', onHup);
     for (const socket of sockets) socket.close();
-    host.tearDown();
+    await host.tearDown();
     lock?.release();
   }
   if (decap !== undefined) log.info('decap stopped', { counters: decap.counters() });

@@ -1,14 +1,21 @@
 // What `dsrlb decap` changes on the real server, and undoes on exit: a TUN device (IFF_TUN |
-// IFF_NO_PI) brought up with rp_filter 0, net.ipv4.conf.all.rp_filter 0 (the kernel applies
-// max(all, dev), and the inner source routes out of another interface), and IPv6 enabled on the
-// device. No nftables rule is needed: an open raw socket for protocol 4/41 already stops the
-// kernel's protocol-unreachable answers, and an input-hook drop would hide the packets from it.
-// As the daemon does, a run-state record in /run/dsrlb keeps the operator's value of each
-// host-wide sysctl before it is changed, so that a decap started after one that was killed
-// (SIGKILL, OOM) takes the operator's value from it, not the 0 the dead one left.
+// IFF_NO_PI), brought up, with IPv6 enabled on it and, for IPv4 VIPs, each of them as a /32
+// scope-host address and the device's own rp_filter at 2 (loose). Why: the kernel drops a packet
+// that arrives on a device without an IPv4 address whenever rp_filter (max(all, dev)) is not 0
+// (__fib_validate_source, last_resort), and strict mode drops a tunnelled one anyway (the route
+// back to the client leaves by another interface). Loose mode on a device with an address passes
+// every source that has a route, whatever the operator's all.rp_filter: that one is never touched,
+// and everything decap sets lives on its device and goes with it (classical LVS-TUN puts the VIP
+// on tunl0 for the same reason). No nftables rule is needed: an open raw socket for protocol 4/41
+// already stops the kernel's protocol-unreachable answers, and an input-hook drop would hide the
+// packets from it.
+//
+// Before 2026-12 decap set all.rp_filter to 0 and kept the operator's value in a run-state record
+// in /run/dsrlb: one killed (SIGKILL, OOM) left the record and the 0. The next decap puts that value
+// back at start (restoreDeadDecapRecord) and removes the record.
 
 import { closeSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { readRunRecord, runRecordPath, RUN_DIR, systemRunner, writeRunRecord, type CommandRunner } from '../control/host-setup.js';
+import { readRunRecord, runRecordPath, RUN_DIR, systemRunner, type CommandRunner } from '../control/host-setup.js';
 import type { Logger } from '../control/logger.js';
 import { loadNative } from '../io/native-binding.js';
 
@@ -39,30 +46,25 @@ export const nativeTunOpener: TunOpener = {
   close: (fd) => closeSync(fd),
 };
 
+/** One host-wide change an earlier decap recorded: the operator's value (previous) and its own (setTo). */
 interface ChangedSysctl {
   key: string;
   previous: string;
   setTo: string;
 }
 
-/** The run-state record: every host-wide sysctl decap changed, with the operator's value. */
-interface DecapRecord {
-  sysctls: ChangedSysctl[];
-}
-
-/** The one host-wide sysctl decap changes (the kernel applies max(all, dev)); the TUN device's own go with it. */
+/** The one host-wide sysctl an earlier decap changed and recorded. */
 const ALL_RP_FILTER = 'net/ipv4/conf/all/rp_filter';
 
 /**
- * Each sysctl a record may name, with the values it may hold: only what setUp records (restore),
- * as setUp writes and reads it (rp_filter: 0 off, 1 strict, 2 loose; Documentation/networking/
- * ip-sysctl.rst). A record names a /proc/sys path that tearDown writes as root when decap runs by
- * hand: taken unchecked, one a compromised service wrote set kernel/core_pattern, or with `../`
- * wrote any file.
+ * Each sysctl a record may name, with the values it may hold (rp_filter: 0 off, 1 strict, 2 loose;
+ * Documentation/networking/ip-sysctl.rst). A record names a /proc/sys path that decap writes as
+ * root when it runs by hand: taken unchecked, one a compromised service wrote set
+ * kernel/core_pattern, or with `../` wrote any file.
  */
 const RECORDED_SYSCTLS: ReadonlyMap<string, RegExp> = new Map([[ALL_RP_FILTER, /^[0-2]$/]]);
 
-/** A record's entry that names a sysctl decap records, with values it may hold. */
+/** A record's entry that names a sysctl decap recorded, with values it may hold. */
 function isRecordedSysctl(entry: unknown): entry is ChangedSysctl {
   if (typeof entry !== 'object' || entry === null) return false;
   const { key, previous, setTo } = entry as Partial<Record<keyof ChangedSysctl, unknown>>;
@@ -70,14 +72,14 @@ function isRecordedSysctl(entry: unknown): entry is ChangedSysctl {
   return values !== undefined && typeof previous === 'string' && values.test(previous) && typeof setTo === 'string' && values.test(setTo);
 }
 
+/** Loose reverse-path filtering: passes any source with a route, on a device with an IPv4 address. */
+const RP_FILTER_LOOSE = '2';
+
 export class DecapHost {
   private tun: { fd: number; name: string } | undefined;
-  private readonly changed: ChangedSysctl[] = [];
-  /** "key=value (was v)" of every sysctl setUp wrote, for its log line. */
-  private readonly applied: string[] = [];
+  /** The IPv4 addresses setUp put on the device ("a.b.c.d/32"), for tearDown when the device outlives decap. */
+  private added: string[] = [];
   private readonly recordPath: string;
-  /** A record is (or may be) at recordPath: ours, or the one adopted. */
-  private recordKept = false;
 
   constructor(
     private readonly log: Logger,
@@ -90,32 +92,49 @@ export class DecapHost {
   }
 
   /**
-   * Adopts the record a previous decap in this network namespace left: with the instance lock
-   * held, one there is from a decap that died without undoing its changes. Each sysctl still as it
-   * set it is put back to the operator's value at tearDown (and keeps it when setUp sets it again);
-   * one changed since is the operator's now, and left. Only a record this user wrote is read
-   * (readRunRecord), and from it only the sysctls decap records (RECORDED_SYSCTLS).
+   * Puts back what an earlier decap in this network namespace recorded and did not undo: with the
+   * instance lock held, a record there is from one that died. Each sysctl still at the value it set
+   * goes back to the operator's; one changed since is the operator's now, and left. Only a record
+   * this user wrote is read (readRunRecord), and from it only the sysctls decap recorded
+   * (RECORDED_SYSCTLS). The record goes once nothing of it is left to put back.
    */
-  async adopt(): Promise<void> {
+  async restoreDeadDecapRecord(): Promise<void> {
     const prev = await readRunRecord<{ sysctls?: unknown }>(this.recordPath, this.log);
     if (prev === null || !Array.isArray(prev.sysctls)) return;
-    this.recordKept = true;
+    const restored: string[] = [];
     const left: string[] = [];
+    let failed = false;
     for (const change of prev.sysctls as unknown[]) {
       if (!isRecordedSysctl(change)) {
-        this.log.warn('ignored an entry of the decap record that names no sysctl decap changes, or a value it never writes', {
+        this.log.warn('ignored an entry of the decap record that names no sysctl decap changed, or a value it never wrote', {
           path: this.recordPath,
           entry: JSON.stringify(change).slice(0, 200),
         });
         continue;
       }
-      if (this.sysctl.read(change.key) === change.setTo) this.changed.push({ key: change.key, previous: change.previous, setTo: change.setTo });
-      else left.push(change.key.replaceAll('/', '.'));
+      const name = change.key.replaceAll('/', '.');
+      if (this.sysctl.read(change.key) !== change.setTo) {
+        left.push(name);
+        continue;
+      }
+      try {
+        this.sysctl.write(change.key, change.previous);
+        restored.push(`${name}=${change.previous} (was ${change.setTo})`);
+      } catch (err) {
+        failed = true;
+        this.log.error('cannot put back a sysctl an earlier decap changed', { key: name, value: change.previous, error: (err as Error).message });
+      }
     }
-    this.log.info('adopted the record of a decap that did not stop: its sysctls go back to the values before it at stop', {
-      sysctls: this.changed.map((c) => `${c.key.replaceAll('/', '.')}=${c.setTo} (was ${c.previous})`),
+    this.log.info('put back what an earlier decap that did not stop changed (this one changes no host-wide sysctl)', {
+      sysctls: restored,
       ...(left.length > 0 ? { changedSince: left } : {}),
     });
+    if (failed) return; // kept, for a later start to try again
+    try {
+      rmSync(this.recordPath, { force: true });
+    } catch (err) {
+      this.log.warn('cannot remove the record of an earlier decap', { path: this.recordPath, error: (err as Error).message });
+    }
   }
 
   /** The open TUN device's fd and name (after setUp). */
@@ -124,87 +143,61 @@ export class DecapHost {
     return this.tun;
   }
 
-  /** Creates the TUN device and makes the kernel accept what is written to it. Undo with tearDown(). */
-  async setUp(tunName: string, ipv6: boolean): Promise<{ fd: number; name: string }> {
+  /**
+   * Creates the TUN device and makes the kernel accept what is written to it: up, IPv6 enabled for
+   * IPv6 VIPs, and for IPv4 VIPs (ipv4Vips, dotted quads) each on the device as /32 scope host with
+   * the device's rp_filter loose (see the top of this file). Undo with tearDown().
+   */
+  async setUp(tunName: string, ipv6: boolean, ipv4Vips: readonly string[]): Promise<{ fd: number; name: string }> {
     this.tun = this.tunOpener.open(tunName);
     const name = this.tun.name;
-    // Without IFF_UP the kernel refuses every write; no address is needed to receive.
+    const applied: string[] = [];
+    if (ipv4Vips.length > 0) {
+      // A persistent device of that name (decap attaches to it) may hold some already.
+      const have = new Set((await this.runner(['ip', '-4', '-o', 'addr', 'show', 'dev', name])).stdout.match(/(?<=\binet )\S+/g) ?? []);
+      for (const vip of ipv4Vips) {
+        const address = `${vip}/32`;
+        if (have.has(address)) continue;
+        await this.runner(['ip', 'addr', 'add', address, 'dev', name, 'scope', 'host']);
+        this.added.push(address);
+      }
+      this.setDevice(`net/ipv4/conf/${name}/rp_filter`, RP_FILTER_LOOSE, applied);
+    }
+    if (ipv6) this.setDevice(`net/ipv6/conf/${name}/disable_ipv6`, '0', applied);
+    // Without IFF_UP the kernel refuses every write. Up last: whoever waits for the device to be up
+    // (the unit's ExecStartPost, then dsrlb-realserver's check) finds it complete.
     await this.runner(['ip', 'link', 'set', 'dev', name, 'up']);
-    await this.set(`net/ipv4/conf/${name}/rp_filter`, '0', false);
-    await this.set(ALL_RP_FILTER, '0', true);
-    if (ipv6) await this.set(`net/ipv6/conf/${name}/disable_ipv6`, '0', false);
-    this.log.info('decap tun device up', { tun: name, changedSysctls: this.applied.splice(0) });
+    this.log.info('decap tun device up', { tun: name, addresses: this.added, changedSysctls: applied });
     return this.tun;
   }
 
-  /** Restores the host-wide sysctls it changed (unless changed since) and removes the TUN device. */
-  tearDown(): void {
-    for (const change of this.changed.splice(0).reverse()) {
-      try {
-        const current = this.sysctl.read(change.key);
-        if (current === change.setTo) this.sysctl.write(change.key, change.previous);
-        else this.log.warn('left a sysctl changed since decap set it', { key: change.key, value: current });
-      } catch (err) {
-        this.log.error('cannot restore sysctl', { key: change.key, value: change.previous, error: (err as Error).message });
+  /**
+   * Closes the TUN device, which removes it with everything set on it; a persistent device that
+   * outlives decap loses the addresses setUp added.
+   */
+  async tearDown(): Promise<void> {
+    if (this.tun === undefined) return;
+    const { fd, name } = this.tun;
+    this.tun = undefined;
+    this.tunOpener.close(fd);
+    const added = this.added.splice(0);
+    const outlived = added.length > 0 && (await this.runner(['ip', '-o', 'link', 'show', 'dev', name]).then(() => true, () => false));
+    if (outlived) {
+      for (const address of added) {
+        await this.runner(['ip', 'addr', 'del', address, 'dev', name]).catch((err: Error) =>
+          this.log.warn('cannot remove an address decap added to its TUN device', { tun: name, address, error: err.message }),
+        );
       }
     }
-    if (this.recordKept) {
-      this.recordKept = false;
-      try {
-        rmSync(this.recordPath, { force: true });
-      } catch (err) {
-        this.log.warn('cannot remove the record of the sysctls decap changed', { path: this.recordPath, error: (err as Error).message });
-      }
-    }
-    if (this.tun !== undefined) {
-      const { fd, name } = this.tun;
-      this.tun = undefined;
-      // The device goes with its last fd, and with it its own sysctls.
-      this.tunOpener.close(fd);
-      this.log.info('decap tun device removed', { tun: name });
-    }
+    this.log.info('decap tun device removed', { tun: name });
   }
 
-  /**
-   * Sets key to value; `restore` records the old value for tearDown (per-device keys die with the
-   * device), in the run-state record first. An adopted change of the key keeps the operator's value.
-   */
-  private async set(key: string, value: string, restore: boolean): Promise<void> {
+  /** Sets a sysctl of the device (it goes with the device: nothing to record or undo). */
+  private setDevice(key: string, value: string, applied: string[]): void {
     const previous = this.sysctl.read(key);
     if (previous === undefined) throw new Error(`sysctl ${key.replaceAll('/', '.')} does not exist`);
     if (previous === value) return;
-    const before = [...this.changed];
-    if (restore) {
-      const adopted = this.changed.findIndex((c) => c.key === key);
-      const change = { key, previous: adopted >= 0 ? this.changed[adopted]!.previous : previous, setTo: value };
-      if (adopted >= 0) this.changed[adopted] = change;
-      else this.changed.push(change);
-      await this.saveRecord();
-    }
-    try {
-      this.sysctl.write(key, value);
-    } catch (err) {
-      // Not changed: nothing of it to put back (the record goes at tearDown).
-      this.changed.splice(0, this.changed.length, ...before);
-      throw err;
-    }
-    this.applied.push(`${key.replaceAll('/', '.')}=${value} (was ${previous})`);
-  }
-
-  /**
-   * The record of the changes, before they are made. One that cannot be written (a read-only /run)
-   * stops nothing: decap works, but a decap killed without stopping would lose the operator's values.
-   */
-  private async saveRecord(): Promise<void> {
-    const record: DecapRecord = { sysctls: this.changed };
-    try {
-      await writeRunRecord(this.recordPath, record);
-      this.recordKept = true;
-    } catch (err) {
-      this.log.warn("cannot write the record of the sysctls decap changes: if decap is killed (not stopped), the values before it are lost", {
-        path: this.recordPath,
-        error: (err as Error).message,
-      });
-    }
+    this.sysctl.write(key, value);
+    applied.push(`${key.replaceAll('/', '.')}=${value} (was ${previous})`);
   }
 }

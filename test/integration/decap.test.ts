@@ -2,11 +2,12 @@
 // VIPs to the real (test/support/ipip-sender.mjs, a minimal tunnelling LB), the real decapsulates
 // in user space and answers directly. Covers 4in4, 6in6, 4in6 and 6in4, outer packets fragmented
 // on the way, the outer IPv6 header's ECN carried inside, refusal of inner packets to non-VIPs,
-// exit codes, undo on exit, and after a decap killed without undoing, the operator's rp_filter
-// taken from the record it left.
+// exit codes, undo on exit, strict rp_filter host-wide left as it is (the TUN device carries the
+// IPv4 VIPs and loose rp_filter of its own), and the record an earlier decap killed without undoing
+// left put back at start.
 // Needs root and `ip netns`; fails otherwise.
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -217,7 +218,7 @@ describe('dsrlb decap (namespaces)', () => {
     }
     // Answers come from the VIPs, which the sender routes into its tunnel: strict rp_filter would drop them.
     inNs(NS.sender, 'sysctl', ['-qw', 'net.ipv4.conf.all.rp_filter=0', `net.ipv4.conf.${SENDER_IF}.rp_filter=0`]);
-    // Strict on the real, so decap's own change (and its undo) shows.
+    // Strict on the real (a CIS-hardened host): decap must work without changing it.
     inNs(NS.real, 'sysctl', ['-qw', 'net.ipv4.conf.all.rp_filter=1']);
     rpFilterBefore = inNs(NS.real, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim();
     inNs(NS.real, realserverScript, ['setup', '--vip', VIPS.join(',')], { ...process.env, DSRLB_STATE_DIR: STATE_DIR });
@@ -330,8 +331,8 @@ describe('dsrlb decap (namespaces)', () => {
       expect(busy.stderr.join('').trim()).toBe('dsrlb decap: another dsrlb decap is running in this network namespace (two would deliver every tunnelled packet twice): stop it first');
     }
     expect(ip('-n', NS.real, '-o', 'link', 'show')).not.toContain('dcx1');
-    // The running decapsulator's device and sysctls are untouched.
-    expect(inNs(NS.real, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('0');
+    // The running decapsulator's device and sysctls are untouched; all.rp_filter is the operator's strict 1.
+    expect(inNs(NS.real, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('1');
     expect((await httpGet(VIP4)).vip).toBe(VIP4);
   });
 
@@ -364,6 +365,21 @@ describe('dsrlb decap (namespaces)', () => {
     expect(hups().at(-1)?.counters).toMatchObject({ dropped: { ceOnNotEct: CE_ON_NOT_ECT } });
   });
 
+  it("takes IPv4 VIPs on a host with strict rp_filter because the TUN device holds them: without an address there, reverse-path filtering drops every packet", async () => {
+    await inNsAsync(NS.sender, 'ping', ['-c', '2', '-i', '0.2', '-W', '2', VIP4]);
+    // The control: any IPv4 address on the device would do, so all of them go.
+    const own = VIPS.filter((v) => !v.includes(':'));
+    for (const v of own) ip('-n', NS.real, 'addr', 'del', `${v}/32`, 'dev', REAL_TUN);
+    try {
+      const dropped = netstat(NS.real, 'TcpExt', 'IPReversePathFilter');
+      await expect(inNsAsync(NS.sender, 'ping', ['-c', '2', '-i', '0.2', '-W', '1', VIP4])).rejects.toThrow();
+      expect(netstat(NS.real, 'TcpExt', 'IPReversePathFilter') - dropped).toBe(2);
+    } finally {
+      for (const v of own) ip('-n', NS.real, 'addr', 'add', `${v}/32`, 'dev', REAL_TUN, 'scope', 'host');
+    }
+    await inNsAsync(NS.sender, 'ping', ['-c', '2', '-i', '0.2', '-W', '2', VIP4]);
+  });
+
   it('lets no ICMP protocol-unreachable or parameter problem reach the sender', () => {
     expect(snmp(NS.sender, 'Icmp', 'InDestUnreachs')).toBe(icmpBefore.unreachable);
     expect(snmp6(NS.sender, 'Icmp6InParmProblems')).toBe(icmpBefore.parameterProblems);
@@ -372,7 +388,14 @@ describe('dsrlb decap (namespaces)', () => {
   it('stops on SIGTERM with exit 0, logs its counters and undoes what it changed', async () => {
     const link = JSON.parse(ip('-n', NS.real, '-j', 'link', 'show', REAL_TUN)) as { flags: string[] }[];
     expect(link[0]!.flags).toContain('UP');
-    expect(inNs(NS.real, 'sysctl', ['-n', `net.ipv4.conf.${REAL_TUN}.rp_filter`]).trim()).toBe('0');
+    // Loose on the TUN device, whose IPv4 VIPs are its addresses (scope host): max(all 1, dev 2) is
+    // loose, which passes on a device with an address; all.rp_filter stays the operator's.
+    expect(inNs(NS.real, 'sysctl', ['-n', `net.ipv4.conf.${REAL_TUN}.rp_filter`]).trim()).toBe('2');
+    expect(inNs(NS.real, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('1');
+    const addresses = JSON.parse(ip('-n', NS.real, '-j', 'addr', 'show', 'dev', REAL_TUN)) as { addr_info: { family: string; local: string; prefixlen: number; scope: string }[] }[];
+    expect(addresses[0]!.addr_info.filter((a) => a.family === 'inet').map((a) => `${a.local}/${a.prefixlen} ${a.scope}`).sort()).toEqual(
+      VIPS.filter((v) => !v.includes(':')).map((v) => `${v}/32 host`).sort(),
+    );
 
     decap.child.kill('SIGTERM');
     expect(await decap.exit).toBe(0);
@@ -430,13 +453,14 @@ describe('dsrlb decap from the CLI (namespace)', () => {
     await deleteNamespace(ns);
   });
 
-  it('keeps running when its log reader goes away, and undoes its changes at SIGTERM as ever', async () => {
+  it('keeps running when its log reader goes away, and removes its device at SIGTERM as ever', async () => {
     if (process.getuid?.() !== 0) throw new Error('this test needs root (a network namespace, TUN, raw sockets)');
     ip('netns', 'add', ns);
     ip('-n', ns, 'link', 'set', 'lo', 'up');
     inNs(ns, 'sysctl', ['-qw', 'net.ipv4.conf.all.rp_filter=1']);
     const proc = await startInNs(ns, ['node', join(repoRoot, 'bin', 'dsrlb.js'), 'decap', '--vip', VIP4, '--tun', 'dcl0'], (l) => l.includes('"decap running"'));
-    expect(inNs(ns, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('0');
+    expect(inNs(ns, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('1');
+    expect(inNs(ns, 'sysctl', ['-n', 'net.ipv4.conf.dcl0.rp_filter']).trim()).toBe('2');
     // The reader leaves; the next log line (SIGHUP: the counters) meets a closed pipe (EPIPE).
     proc.child.stdout!.destroy();
     proc.child.kill('SIGHUP');
@@ -450,10 +474,9 @@ describe('dsrlb decap from the CLI (namespace)', () => {
     expect(inNs(ns, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('1');
   });
 
-  it('stops with exit 2 when its TUN device is deleted under it, undoing its sysctl', async () => {
+  it('stops with exit 2 when its TUN device is deleted under it', async () => {
     if (process.getuid?.() !== 0) throw new Error('this test needs root (a network namespace, TUN, raw sockets)');
     const proc = await startInNs(ns, ['node', join(repoRoot, 'bin', 'dsrlb.js'), 'decap', '--vip', VIP4, '--tun', 'dcl1'], (l) => l.includes('"decap running"'));
-    expect(inNs(ns, 'sysctl', ['-n', 'net.ipv4.conf.all.rp_filter']).trim()).toBe('0');
     ip('-n', ns, 'link', 'del', 'dcl1');
     const code = await Promise.race([proc.exit, new Promise((r) => setTimeout(() => r('still running'), 5000))]);
     expect(code).toBe(2);
@@ -464,7 +487,7 @@ describe('dsrlb decap from the CLI (namespace)', () => {
 
 describe('dsrlb decap killed (namespace)', () => {
   const ns = `${PREFIX}kill`;
-  /** The record decap keeps in /run/dsrlb, named by the network namespace's inode as the daemon's. */
+  /** Where an earlier decap kept its record, named by the network namespace's inode as the daemon's. */
   let recordPath = '';
   afterAll(async () => {
     for (const proc of running) if (proc.child.exitCode === null) proc.child.kill('SIGKILL');
@@ -472,7 +495,7 @@ describe('dsrlb decap killed (namespace)', () => {
     await deleteNamespace(ns);
   });
 
-  it("a decap started after one killed by SIGKILL takes the operator's rp_filter from the record the dead one left, and puts it back at stop", async () => {
+  it("killed by SIGKILL leaves nothing behind; the record an earlier decap left (all.rp_filter set to 0) is put back by the next start", async () => {
     if (process.getuid?.() !== 0) throw new Error('this test needs root (a network namespace, TUN, raw sockets)');
     ip('netns', 'add', ns);
     recordPath = `/run/dsrlb/decap-${statSync(`/run/netns/${ns}`).ino}.json`;
@@ -482,24 +505,26 @@ describe('dsrlb decap killed (namespace)', () => {
     const start = () => startInNs(ns, ['node', decapEntry, '--vip', VIP4, '--tun', 'dck0'], (l) => l.includes('"decap running"'));
 
     const first = await start();
-    expect(rpFilter()).toBe('0');
-    expect(JSON.parse(readFileSync(recordPath, 'utf8'))).toEqual({ sysctls: [{ key: 'net/ipv4/conf/all/rp_filter', previous: '2', setTo: '0' }] });
+    expect(existsSync(recordPath)).toBe(false);
     first.child.kill('SIGKILL');
     await first.exit;
-    // Nothing undone: the TUN device went with the process, all.rp_filter stays 0, the record stays.
-    expect(rpFilter()).toBe('0');
-    expect(existsSync(recordPath)).toBe(true);
+    // Its device went with the process, and everything decap set was on it.
+    expect(ip('-n', ns, '-o', 'link', 'show')).not.toContain('dck0');
+    expect(rpFilter()).toBe('2');
+    expect(existsSync(recordPath)).toBe(false);
 
+    // What a decap before 2026-12 left when killed: all.rp_filter at its 0, the operator's 2 in the record.
+    inNs(ns, 'sysctl', ['-qw', 'net.ipv4.conf.all.rp_filter=0']);
+    mkdirSync('/run/dsrlb', { recursive: true });
+    writeFileSync(recordPath, JSON.stringify({ sysctls: [{ key: 'net/ipv4/conf/all/rp_filter', previous: '2', setTo: '0' }] }), { mode: 0o600 });
     const second = await start();
-    expect(jsonLines(second).find((l) => String(l.msg).startsWith('adopted the record of a decap that did not stop'))?.sysctls).toEqual([
-      'net.ipv4.conf.all.rp_filter=0 (was 2)',
-    ]);
-    expect(rpFilter()).toBe('0');
+    expect(jsonLines(second).find((l) => String(l.msg).startsWith('put back what an earlier decap'))?.sysctls).toEqual(['net.ipv4.conf.all.rp_filter=2 (was 0)']);
+    expect(rpFilter()).toBe('2');
+    expect(existsSync(recordPath)).toBe(false);
     second.child.kill('SIGTERM');
     expect(await second.exit).toBe(0);
     expect(second.stderr.join('')).toBe('');
     expect(rpFilter()).toBe('2');
-    expect(existsSync(recordPath)).toBe(false);
   });
 });
 

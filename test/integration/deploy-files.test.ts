@@ -248,9 +248,9 @@ describe('dsrlb.service', () => {
     // dsrlb-realserver.service (setup --mode ipip) must find the TUN device when it starts.
     expect(decapOne('Before')).toBe('dsrlb-realserver.service');
     expect(decapOne('ExecStartPost')).toContain('ip link show dev dsrlb-decap0 up');
-    // decap writes rp_filter and the TUN device's disable_ipv6: only their directories are writable,
-    // and /run/dsrlb for its lock and its record of the operator's rp_filter (a restart after SIGKILL
-    // reads it), required: without it decap cannot take its lock.
+    // decap writes the TUN device's rp_filter and disable_ipv6 (and all.rp_filter to put back what an
+    // earlier version left): only their directories are writable, and /run/dsrlb for its lock (and
+    // that version's record), required: without it decap cannot take its lock.
     expect(decapOne('ProtectKernelTunables')).toBe('yes');
     expect(decapOne('ReadWritePaths').split(/\s+/).sort()).toEqual(['-/proc/sys/net/ipv6/conf', '/proc/sys/net/ipv4/conf', '/run/dsrlb']);
   });
@@ -562,12 +562,16 @@ describe('install.sh --root', () => {
         // ExecStartPost as the unit runs it (as the service user): it returns once the TUN device is up.
         const ready = await run('ip', ['netns', 'exec', ns, 'setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', 'sh', '-c', post]);
         expect(ready.code, log).toBe(0);
+        // The device is up once complete (addresses, sysctls); decap logs "running" after it opens its sockets.
+        for (const deadline = Date.now() + 5000; !log.includes('"msg":"decap running"') && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 50));
         expect(log).toContain('"msg":"decap running"');
         expect(log).toContain('"interface":"eth0"');
         expect(log).toContain('"vips":["203.0.113.10","2001:db8::10"]');
         const rp = async (dev: string): Promise<string> => (await mustRun('ip', ['netns', 'exec', ns, 'cat', `/proc/sys/net/ipv4/conf/${dev}/rp_filter`])).trim();
-        expect(await rp('all')).toBe('0');
-        expect(await rp('dsrlb-decap0')).toBe('0');
+        // The operator's strict all.rp_filter stays; the TUN device is loose and holds the IPv4 VIP.
+        expect(await rp('all')).toBe('1');
+        expect(await rp('dsrlb-decap0')).toBe('2');
+        expect(await mustRun('ip', ['-n', ns, '-4', '-o', 'addr', 'show', 'dev', 'dsrlb-decap0'])).toContain('inet 203.0.113.10/32 scope host');
         child.kill('SIGTERM');
         expect(await exited).toBe(0);
         expect(await rp('all')).toBe('1');

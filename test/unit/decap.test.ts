@@ -226,55 +226,77 @@ describe('tunnelSocketSpecs', () => {
 
 describe('DecapHost', () => {
   const silent: Logger = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
-  // Its crash record in a directory of the test's own, not the host's /run/dsrlb.
+  // Where it would look for an earlier decap's record: a directory of the test's own, not /run/dsrlb.
   let runDir: string;
   beforeEach(() => void (runDir = mkdtempSync(join(tmpdir(), 'dsrlb-test-decap-host-'))));
   afterEach(() => rmSync(runDir, { recursive: true, force: true }));
 
-  function fakes(initial: Record<string, string>) {
+  /** A host over fake sysctls and TUN; `ip` answers from `addresses` (the device's IPv4 ones) and `persistent`. */
+  function fakes(initial: Record<string, string>, device: { addresses?: string[]; persistent?: boolean } = {}) {
     const sysctls = new Map(Object.entries(initial));
     const commands: string[] = [];
     const closed: number[] = [];
+    let open = false;
     const sysctl: SysctlAccess = { read: (k) => sysctls.get(k), write: (k, v) => void sysctls.set(k, v) };
-    const tun: TunOpener = { open: (name) => ({ fd: 42, name }), close: (fd) => void closed.push(fd) };
+    const tun: TunOpener = {
+      open: (name) => ((open = true), { fd: 42, name }),
+      close: (fd) => void (closed.push(fd), (open = false)),
+    };
     const runner = async (argv: readonly string[]) => {
-      commands.push(argv.join(' '));
+      const line = argv.join(' ');
+      commands.push(line);
+      if (line.startsWith('ip -4 -o addr show dev ')) return { stdout: (device.addresses ?? []).map((a, n) => `${n + 7}: dc0    inet ${a} scope host dc0\\       valid_lft forever preferred_lft forever\n`).join('') };
+      if (line.startsWith('ip -o link show dev ') && !open && device.persistent !== true) throw new Error('Device "dc0" does not exist.');
       return { stdout: '' };
     };
     return { sysctls, commands, closed, host: new DecapHost(silent, runner, sysctl, tun, runDir) };
   }
 
-  it('brings the device up with rp_filter 0 there and on all, and restores only all on tearDown', async () => {
+  it("brings the device up with each IPv4 VIP on it as /32 scope host and its own rp_filter loose, and never touches all's", async () => {
     const f = fakes({
       'net/ipv4/conf/all/rp_filter': '1',
-      'net/ipv4/conf/dc0/rp_filter': '2',
+      'net/ipv4/conf/dc0/rp_filter': '1',
       'net/ipv6/conf/dc0/disable_ipv6': '1',
     });
-    expect(await f.host.setUp('dc0', true)).toEqual({ fd: 42, name: 'dc0' });
-    expect(f.commands).toEqual(['ip link set dev dc0 up']);
+    expect(await f.host.setUp('dc0', true, ['192.0.2.10', '192.0.2.11'])).toEqual({ fd: 42, name: 'dc0' });
+    // Up last: one that waits for the device to be up finds its addresses there.
+    expect(f.commands).toEqual([
+      'ip -4 -o addr show dev dc0',
+      'ip addr add 192.0.2.10/32 dev dc0 scope host',
+      'ip addr add 192.0.2.11/32 dev dc0 scope host',
+      'ip link set dev dc0 up',
+    ]);
+    // max(all 1, dev 2) = 2: loose, which passes on a device with an address.
     expect(Object.fromEntries(f.sysctls)).toEqual({
-      'net/ipv4/conf/all/rp_filter': '0',
-      'net/ipv4/conf/dc0/rp_filter': '0',
+      'net/ipv4/conf/all/rp_filter': '1',
+      'net/ipv4/conf/dc0/rp_filter': '2',
       'net/ipv6/conf/dc0/disable_ipv6': '0',
     });
-    f.host.tearDown();
+    await f.host.tearDown();
+    expect(f.closed).toEqual([42]);
+    // The device went with its fd, and its addresses with it: nothing to delete.
+    expect(f.commands.slice(4)).toEqual(['ip -o link show dev dc0']);
+    await f.host.tearDown(); // idempotent
+    expect(f.closed).toEqual([42]);
     expect(f.sysctls.get('net/ipv4/conf/all/rp_filter')).toBe('1');
-    expect(f.closed).toEqual([42]);
-    f.host.tearDown(); // idempotent
-    expect(f.closed).toEqual([42]);
   });
 
-  it('leaves a sysctl someone changed after setUp, and changes nothing already right', async () => {
-    const f = fakes({ 'net/ipv4/conf/all/rp_filter': '1', 'net/ipv4/conf/dc0/rp_filter': '0' });
-    await f.host.setUp('dc0', false);
-    f.sysctls.set('net/ipv4/conf/all/rp_filter', '2');
-    f.host.tearDown();
-    expect(f.sysctls.get('net/ipv4/conf/all/rp_filter')).toBe('2');
+  it('with IPv6 VIPs only, adds no address and leaves rp_filter alone (rp_filter is IPv4 only)', async () => {
+    const f = fakes({ 'net/ipv4/conf/all/rp_filter': '1', 'net/ipv4/conf/dc0/rp_filter': '1', 'net/ipv6/conf/dc0/disable_ipv6': '1' });
+    await f.host.setUp('dc0', true, []);
+    expect(f.commands).toEqual(['ip link set dev dc0 up']);
+    expect(f.sysctls.get('net/ipv4/conf/dc0/rp_filter')).toBe('1');
+    expect(f.sysctls.get('net/ipv6/conf/dc0/disable_ipv6')).toBe('0');
+    await f.host.tearDown();
+    expect(f.commands).toEqual(['ip link set dev dc0 up']);
+  });
 
-    const g = fakes({ 'net/ipv4/conf/all/rp_filter': '0', 'net/ipv4/conf/dc0/rp_filter': '0' });
-    await g.host.setUp('dc0', false);
-    g.sysctls.set('net/ipv4/conf/all/rp_filter', '1');
-    g.host.tearDown();
-    expect(g.sysctls.get('net/ipv4/conf/all/rp_filter')).toBe('1');
+  it('on a persistent TUN device that outlives it, adds only the addresses missing and deletes only those at tearDown', async () => {
+    const f = fakes({ 'net/ipv4/conf/all/rp_filter': '0', 'net/ipv4/conf/dc0/rp_filter': '2' }, { addresses: ['192.0.2.10/32', '10.0.0.1/24'], persistent: true });
+    await f.host.setUp('dc0', false, ['192.0.2.10', '192.0.2.11']);
+    expect(f.commands).toEqual(['ip -4 -o addr show dev dc0', 'ip addr add 192.0.2.11/32 dev dc0 scope host', 'ip link set dev dc0 up']);
+    expect(f.sysctls.get('net/ipv4/conf/dc0/rp_filter')).toBe('2');
+    await f.host.tearDown();
+    expect(f.commands.slice(3)).toEqual(['ip -o link show dev dc0', 'ip addr del 192.0.2.11/32 dev dc0']);
   });
 });
