@@ -237,23 +237,39 @@ describe('L3 DSR (IPIP)', () => {
 
   it('dsrlb-realserver check --mode ipip names each broken piece (VIP, arp_ignore, rp_filter) and passes after setup', async () => {
     const script = (args: string[]) => lab.exec(ipipReal, ['sh', join(ROOT, 'deploy/linux/dsrlb-realserver'), ...args]);
-    expect((await script(['check', '--vip', lab.vip, '--mode', 'ipip'])).code).toBe(0); // decap stands in for tunl0
+    // decap stands in for tunl0, and has set its TUN up as check wants it (its IPv4 VIP on it, rp_filter 2).
+    expect((await script(['check', '--vip', lab.vip, '--mode', 'ipip'])).code).toBe(0);
     await lab.exec(ipipReal, ['ip', 'addr', 'del', `${lab.vip}/32`, 'dev', 'lo']);
     // The kernel takes the larger of all and the interface's arp_ignore: both must be low to open ARP.
     await lab.exec(ipipReal, ['sysctl', '-qw', 'net.ipv4.conf.eth0.arp_ignore=0']);
     await lab.exec(ipipReal, ['sysctl', '-qw', 'net.ipv4.conf.all.arp_ignore=0']);
+    // A hardened host (all.rp_filter=1) with the TUN's own rp_filter at 0, as a decap before 2026-12
+    // left it: the kernel takes the larger, 1 (strict), and drops every packet decap writes.
     await lab.exec(ipipReal, ['sysctl', '-qw', 'net.ipv4.conf.all.rp_filter=1']);
+    await lab.exec(ipipReal, ['sysctl', '-qw', 'net.ipv4.conf.dsrlb-decap0.rp_filter=0']);
+    const strict =
+      'net.ipv4.conf.dsrlb-decap0.rp_filter is 0, want 2 (loose): with all at 1 the kernel takes the larger, 1 (strict), which drops the packets decapsulated on dsrlb-decap0: ' +
+      'run: sysctl -w net.ipv4.conf.dsrlb-decap0.rp_filter=2 (or restart dsrlb decap, which sets it)';
     const broken = await script(['check', '--vip', lab.vip, '--mode', 'ipip']);
     expect(broken.code).toBe(1);
     expect(broken.stdout).toContain(`VIP ${lab.vip} missing on lo: run: ip addr add ${lab.vip}/32 dev lo`);
     expect(broken.stdout).toMatch(/^net\.ipv4\.conf\.all\.arp_ignore is 0, want 1 \(no higher on [^)]*eth0/m);
-    expect(broken.stdout).toContain('net.ipv4.conf.all.rp_filter is 1, want 0');
+    expect(broken.stdout).toContain(`${strict}\n`);
     expect(broken.stdout.trim().split('\n')).toHaveLength(3);
     expect(broken.stderr).toContain('3 problem(s) found');
+    // The TUN is decap's: setup fixes the rest and says what is left there (exit 2), without touching all.
+    const partial = await script(['setup', '--vip', lab.vip, '--mode', 'ipip']);
+    expect(partial.code, partial.stdout + partial.stderr).toBe(2);
+    expect(partial.stderr).toContain(`dsrlb-realserver: ${strict}\n`);
+    expect((await lab.exec(ipipReal, ['sysctl', '-qw', 'net.ipv4.conf.dsrlb-decap0.rp_filter=2'])).code).toBe(0);
     const setup = await script(['setup', '--vip', lab.vip, '--mode', 'ipip']);
     expect(setup.code, setup.stdout + setup.stderr).toBe(0);
     const fixed = await script(['check', '--vip', lab.vip, '--mode', 'ipip']);
     expect(fixed.code, fixed.stdout).toBe(0);
-    expect((await httpCount(lab, 30)).ok).toBe(30);
+    expect((await lab.exec(ipipReal, ['cat', '/proc/sys/net/ipv4/conf/all/rp_filter'])).stdout.trim()).toBe('1');
+    // Packets through decap's TUN pass reverse-path filtering with all strict: loose on the device, which has an address.
+    const r = await httpCount(lab, 30);
+    expect(r.ok).toBe(30);
+    expect(r.byReal[ipipReal.name] ?? 0).toBeGreaterThan(0);
   }, 60_000);
 });

@@ -1,9 +1,11 @@
 // deploy/linux/dsrlb-realserver in fresh network namespaces: check on a bare host, setup, idempotence,
 // piece-by-piece reports of a broken host (ARP sysctls as the kernel reads them: max(all, dev)),
 // addresses it must refuse or leave alone, ipip with stand-in tunnel devices (this kernel has no
-// ipip/ip6_tunnel: TUN devices named tunl0/ip6tnl0/dsrlb-decap0 take their place), MSS and MTU,
-// remove restoring only what setup changed, state per network namespace, and --persist under
-// DSRLB_ROOT. Needs root, `ip netns`, nft, unshare and systemd-analyze; fails (never skips) without them.
+// ipip/ip6_tunnel: TUN devices named tunl0/ip6tnl0/dsrlb-decap0 take their place), rp_filter on
+// the tunnel devices with all.rp_filter strict (checked against an echo written into a TUN), MSS
+// and MTU, remove restoring only what setup changed, state per network namespace, and --persist
+// under DSRLB_ROOT. Needs root, `ip netns`, nft, unshare, python3 and systemd-analyze; fails (never
+// skips) without them.
 
 import { execFile, spawn } from 'node:child_process';
 import { chmod, copyFile, mkdir, mkdtemp, readFile, readdir, rm, stat, symlink, writeFile } from 'node:fs/promises';
@@ -105,6 +107,45 @@ async function routed(h: Host): Promise<void> {
 /** A persistent TUN device named `name`, standing in for a kernel tunnel device or dsrlb decap's TUN. */
 async function standIn(h: Host, name: string, up = true): Promise<void> {
   await h.sh(`ip tuntap add dev ${name} mode tun${up ? ` && ip link set ${name} up` : ''}`);
+}
+
+/** Device `dev`'s addresses of `family` as "ADDR/PLEN SCOPE", sorted (`ip -j addr`; the kernel orders them by scope). */
+async function tunnelAddrs(h: Host, dev: string, family: 'inet' | 'inet6' = 'inet'): Promise<string[]> {
+  const [link] = JSON.parse(await h.sh(`ip -j addr show dev ${dev}`)) as { addr_info: { family: string; local: string; prefixlen: number; scope: string }[] }[];
+  return (link?.addr_info ?? []).filter((a) => a.family === family).map((a) => `${a.local}/${a.prefixlen} ${a.scope}`).sort();
+}
+
+/**
+ * Writes an ICMP echo request from `src` to `dst` into the TUN device `dev`, as a decapsulating
+ * tunnel hands the kernel its inner packet, and says whether it reached ICMP (Icmp InEchos grew):
+ * what reverse-path filtering on `dev` let through.
+ */
+async function echoThroughTun(h: Host, dev: string, src: string, dst: string): Promise<boolean> {
+  const inEchos = async (): Promise<number> => {
+    const [names, values] = lines(await h.sh('cat /proc/net/snmp')).filter((l) => l.startsWith('Icmp: '));
+    return Number((values ?? '').split(' ')[(names ?? '').split(' ').indexOf('InEchos')]);
+  };
+  const write = [
+    'import fcntl, os, struct, sys',
+    'def csum(b):',
+    '    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))',
+    '    while s >> 16: s = (s & 0xffff) + (s >> 16)',
+    '    return ~s & 0xffff',
+    'dev, src, dst = sys.argv[1:4]',
+    'fd = os.open("/dev/net/tun", os.O_RDWR)',
+    'fcntl.ioctl(fd, 0x400454ca, struct.pack("16sH", dev.encode(), 0x1001))  # TUNSETIFF, IFF_TUN | IFF_NO_PI',
+    'icmp = struct.pack("!BBHHH", 8, 0, 0, 0x1234, 1) + b"dsrlb!"',
+    'icmp = icmp[:2] + struct.pack("!H", csum(icmp)) + icmp[4:]',
+    'ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(icmp), 1, 0, 64, 1, 0, bytes(map(int, src.split("."))), bytes(map(int, dst.split("."))))',
+    'os.write(fd, ip[:10] + struct.pack("!H", csum(ip)) + ip[12:] + icmp)',
+  ].join('\n');
+  const before = await inEchos();
+  await mustRun('ip', ['netns', 'exec', h.ns, 'python3', '-c', write, dev, src, dst]);
+  for (let i = 0; i < 10; i++) {
+    if ((await inEchos()) > before) return true;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return false;
 }
 
 beforeAll(() => {
@@ -434,7 +475,7 @@ describe('mode ipip', () => {
     });
   });
 
-  it("dsrlb decap's TUN stands in for tunl0: check says when it is down and how to bring it up, and all covers its ARP sysctls", async () => {
+  it("dsrlb decap's TUN stands in for tunl0: check says when it is down and how to bring it up, and all covers its ARP sysctls; its rp_filter and address are decap's, which check verifies", async () => {
     await withHost('ip1', async (h) => {
       await standIn(h, 'dsrlb-decap0');
       const setup = await h.script(['setup', '--vip', VIP, '--mode', 'ipip']);
@@ -454,14 +495,39 @@ describe('mode ipip', () => {
       expect(up.stdout).toBe(`ok: VIPs ${VIP} on lo, ARP hidden on lo dsrlb-decap0 eth0 eth1 (mode ipip)\n`);
       expect(up.code).toBe(0);
 
-      // rp_filter on the TUN matters (max(all, dev) must be 0 where decapsulated packets arrive).
+      // rp_filter on the TUN matters: max(all, dev) 1 (strict) drops what decap writes; any other
+      // value but 0 drops it while the device has no IPv4 address. dsrlb decap sets both itself.
+      const strict =
+        'net.ipv4.conf.dsrlb-decap0.rp_filter is 1, want 2 (loose): with all at 0 the kernel takes the larger, 1 (strict), which drops the packets decapsulated on dsrlb-decap0: ' +
+        'run: sysctl -w net.ipv4.conf.dsrlb-decap0.rp_filter=2 (or restart dsrlb decap, which sets it)';
+      const noAddress = (eff: number): string =>
+        `dsrlb-decap0 has no IPv4 address, so rp_filter (the larger of all and dsrlb-decap0's: ${eff}) drops every packet decapsulated on it: ` +
+        `run: ip addr add ${VIP}/32 dev dsrlb-decap0 scope host (or restart dsrlb decap, which adds its --vip)`;
       await h.sh('echo 1 > /proc/sys/net/ipv4/conf/dsrlb-decap0/rp_filter');
       const rp = await h.script(['check', '--vip', VIP]);
-      expect(rp.stdout).toBe('net.ipv4.conf.dsrlb-decap0.rp_filter is 1, want 0: run: sysctl -w net.ipv4.conf.dsrlb-decap0.rp_filter=0\n');
+      expect([rp.code, lines(rp.stdout)]).toEqual([1, [strict, noAddress(1)]]);
+      // setup leaves decap's device alone, and says what its check rejects there (exit 2, as for a VIP decap lacks).
+      const setupRp = await h.script(['setup', '--vip', VIP]);
+      expect([setupRp.code, lines(setupRp.stderr)]).toEqual([
+        2,
+        [`dsrlb-realserver: ${strict}`, `dsrlb-realserver: ${noAddress(1)}`, `dsrlb-realserver: setup incomplete (mode ipip, VIPs ${VIP})`],
+      ]);
+      expect(await h.sysctl('dsrlb-decap0', 'rp_filter')).toBe('1');
+      await h.sh('echo 2 > /proc/sys/net/ipv4/conf/dsrlb-decap0/rp_filter');
+      expect((await h.script(['check', '--vip', VIP])).stdout).toBe(`${noAddress(2)}\n`);
+      // As dsrlb decap leaves it: its IPv4 VIPs on the device as /32 scope host, which is no "VIP also on" either.
+      await h.sh(`ip addr add ${VIP}/32 dev dsrlb-decap0 scope host`);
+      const decapLike = await h.script(['check', '--vip', VIP]);
+      expect([decapLike.code, decapLike.stdout]).toEqual([0, `ok: VIPs ${VIP} on lo, ARP hidden on lo dsrlb-decap0 eth0 eth1 (mode ipip)\n`]);
+      const same = await h.script(['setup', '--vip', VIP]);
+      expect([same.code, lines(same.stdout).at(-1)]).toEqual([0, `setup ok, nothing to change (mode ipip, VIPs ${VIP})`]);
+      // remove takes off lo what setup added, never decap's address.
+      expect((await h.script(['remove', '--vip', VIP])).code).toBe(0);
+      expect(await h.sh('ip -o -4 addr show dev dsrlb-decap0')).toContain(`inet ${VIP}/32 scope host dsrlb-decap0`);
     });
   });
 
-  it('with tunl0 and ip6tnl0, setup puts ip6tnl0 in mode any (IPv4-in-IPv6) with rp_filter 0; check and remove follow (ip6tnl ioctls stubbed)', async () => {
+  it('with tunl0 and ip6tnl0, setup puts ip6tnl0 in mode any (IPv4-in-IPv6) with the VIP on it and rp_filter 2; check and remove follow (ip6tnl ioctls stubbed)', async () => {
     // This kernel has no ip6_tunnel: TUN devices stand in for the devices, and an `ip` wrapper
     // answers `ip -6 tunnel show|change ip6tnl0` from a file. What runs here is the script's
     // logic; the kernel's side (mode any really taking IPv4-in-IPv6) is untested.
@@ -500,8 +566,10 @@ describe('mode ipip', () => {
           expect.arrayContaining(['brought tunl0 up', 'brought ip6tnl0 up', 'set ip6tnl0 to mode any (was ip6ip6): it takes IPv4 and IPv6 inside IPv6']),
         );
         expect(await readFile(modeFile, 'utf8')).toBe('any\n');
-        for (const iface of ['all', 'tunl0', 'ip6tnl0']) expect(await h.sysctl(iface, 'rp_filter'), iface).toBe('0');
+        expect(await h.sysctl('all', 'rp_filter')).toBe('1');
+        for (const iface of ['tunl0', 'ip6tnl0']) expect(await h.sysctl(iface, 'rp_filter'), iface).toBe('2');
         expect(await h.state()).toContain('tunmode ip6tnl0 ip6ip6\n');
+        expect(await h.state()).toContain(`tunaddr tunl0 ${VIP}\ntunaddr ip6tnl0 ${VIP}\n`);
         expect((await h.script(['check', '--vip', VIP], env)).code).toBe(0);
         expect((await h.script(['setup', '--vip', VIP], env)).stdout).toContain('nothing to change');
 
@@ -518,6 +586,7 @@ describe('mode ipip', () => {
         expect(lines(removed.stdout)).toEqual(expect.arrayContaining(['set ip6tnl0 back to mode ip6ip6', 'brought tunl0 down', 'brought ip6tnl0 down']));
         expect(await readFile(modeFile, 'utf8')).toBe('ipv6\n');
         for (const iface of ['all', 'tunl0', 'ip6tnl0']) expect(await h.sysctl(iface, 'rp_filter'), iface).toBe('1');
+        expect(await h.sh('ip -o -4 addr show dev tunl0; ip -o -4 addr show dev ip6tnl0')).toBe('');
         expect(lines(await readFile(log, 'utf8'))).toContain('-6 tunnel change ip6tnl0 mode any');
       } finally {
         await rm(dir, { recursive: true, force: true });
@@ -704,41 +773,179 @@ describe('mode ipip', () => {
       expect(r.code).toBe(0);
       expect(lines(r.stdout)).toEqual([
         `removed ${VIP}/32 from lo`,
+        `removed ${VIP}/32 from tunl0`,
         'kept the sysctls: still set up for VIPs 10.0.0.101',
         'no ipip VIP left: undoing the tunnel settings',
         'brought tunl0 down',
-        'restored net.ipv4.conf.all.rp_filter=1',
         'restored net.ipv4.conf.tunl0.rp_filter=1',
         'remove ok',
       ]);
       expect(await h.sysctl('all', 'arp_ignore')).toBe('1');
-      expect(await h.state()).not.toMatch(/rp_filter|link tunl0/);
+      expect(await h.sysctl('all', 'rp_filter')).toBe('1');
+      expect(await h.state()).not.toMatch(/rp_filter|link tunl0|tunaddr/);
     });
   });
 
-  it('remove leaves all.rp_filter at 0 while dsrlb decap still runs', async () => {
+  it('setup in mode l2 takes the VIP off the tunnel devices where setup put it; with the last ipip VIP, the tunnel settings go', async () => {
+    await withHost('ip9', async (h) => {
+      await standIn(h, 'tunl0');
+      const other = '10.0.0.101';
+      expect((await h.script(['setup', '--vip', `${VIP},${other}`, '--mode', 'ipip'])).code).toBe(0);
+      expect(await tunnelAddrs(h, 'tunl0')).toEqual([`${VIP}/32 host`, `${other}/32 host`]);
+      const l2 = await h.script(['setup', '--vip', VIP, '--mode', 'l2']);
+      expect([l2.code, lines(l2.stdout)]).toEqual([0, [`removed ${VIP}/32 from tunl0`, `setup ok (mode l2, VIPs ${VIP})`]]);
+      expect(await tunnelAddrs(h, 'tunl0')).toEqual([`${other}/32 host`]);
+      expect(await h.sysctl('tunl0', 'rp_filter')).toBe('2');
+      const last = await h.script(['setup', '--vip', other, '--mode', 'l2']);
+      expect([last.code, lines(last.stdout)]).toEqual([
+        0,
+        [`removed ${other}/32 from tunl0`, 'no ipip VIP left: undoing the tunnel settings', 'restored net.ipv4.conf.tunl0.rp_filter=0', `setup ok (mode l2, VIPs ${other})`],
+      ]);
+      expect(await tunnelAddrs(h, 'tunl0')).toEqual([]);
+      expect(await h.state()).not.toMatch(/tunaddr|rp_filter/);
+    });
+  });
+
+  it('remove of the last ipip VIP puts back the all.rp_filter an older version set to 0 (its state file holds "sysctl all rp_filter 1 0"); setup never sets all', async () => {
     await withHost('ip5', async (h) => {
-      await standIn(h, 'dsrlb-decap0');
+      await standIn(h, 'tunl0');
+      // As an older version left the host: all and tunl0 at 0, recorded with the operator's 1.
+      await h.sh(`ip addr add ${VIP}/32 dev lo && echo 0 > /proc/sys/net/ipv4/conf/all/rp_filter && echo 0 > /proc/sys/net/ipv4/conf/tunl0/rp_filter`);
+      await mkdir(join(h.root, 'run/dsrlb-realserver'), { recursive: true });
+      await writeFile(
+        join(h.root, 'run/dsrlb-realserver', `netns-${h.ns}.state`),
+        `vip ${VIP} ipip - added\nsysctl all rp_filter 1 0\nsysctl tunl0 rp_filter 1 0\n`,
+      );
+      // setup of this version: tunl0 loose with the VIP on it, its record keeps the operator's value; all is left.
+      const setup = await h.script(['setup', '--vip', VIP]);
+      expect([setup.code, setup.stderr]).toEqual([0, '']);
+      expect(lines(setup.stdout)).toEqual(expect.arrayContaining([`added ${VIP}/32 on tunl0 (scope host: loose rp_filter needs an address on the device)`, 'set net.ipv4.conf.tunl0.rp_filter=2 (was 0)']));
+      expect(setup.stdout).not.toContain('conf.all.rp_filter');
+      const state = await h.state();
+      expect(state).toContain('sysctl all rp_filter 1 0\n');
+      expect(state).toContain('sysctl tunl0 rp_filter 1 2\n');
+      expect(state).not.toContain('sysctl tunl0 rp_filter 1 0\n');
+      expect((await h.script(['setup', '--vip', '10.0.0.101'])).code).toBe(0);
+      const r = await h.script(['remove', '--vip', VIP]);
+      expect([r.code, r.stderr]).toEqual([0, '']);
+      expect(lines(r.stdout)).toEqual([
+        `removed ${VIP}/32 from lo`,
+        `removed ${VIP}/32 from tunl0`,
+        'kept the sysctls: still set up for VIPs 10.0.0.101',
+        'no ipip VIP left: undoing the tunnel settings',
+        'restored net.ipv4.conf.all.rp_filter=1',
+        'restored net.ipv4.conf.tunl0.rp_filter=1',
+        'remove ok',
+      ]);
+      expect(await h.sysctl('all', 'rp_filter')).toBe('1');
+      expect(await h.sysctl('tunl0', 'rp_filter')).toBe('1');
+    });
+  });
+});
+
+describe('ipip rp_filter on a hardened host (all.rp_filter=1)', () => {
+  const other = '10.0.0.101';
+
+  it('setup leaves all at 1, puts each IPv4 ipip VIP on tunl0 and ip6tnl0 as /32 scope host and their rp_filter at 2; again changes nothing; check is ok; remove undoes only that', async () => {
+    await withHost('rp0', async (h) => {
+      await standIn(h, 'tunl0');
+      await standIn(h, 'ip6tnl0');
+      // The operator's own: all strict, the devices 1 and 0, an address on tunl0, and one VIP already on ip6tnl0.
+      await h.sh(
+        'cd /proc/sys/net/ipv4/conf && echo 1 > all/rp_filter && echo 1 > tunl0/rp_filter && echo 0 > ip6tnl0/rp_filter && ' +
+          `ip addr add 192.0.2.9/32 dev tunl0 && ip addr add ${other}/32 dev ip6tnl0 scope host`,
+      );
+      const vips = `${VIP},${other},${VIP6}`;
+      const setup = await h.script(['setup', '--vip', vips, '--mode', 'ipip']);
+      expect([setup.code, setup.stderr]).toEqual([0, '']);
+      expect(lines(setup.stdout).filter((l) => /rp_filter| on (tunl0|ip6tnl0)/.test(l))).toEqual([
+        `added ${VIP}/32 on tunl0 (scope host: loose rp_filter needs an address on the device)`,
+        `added ${other}/32 on tunl0 (scope host: loose rp_filter needs an address on the device)`,
+        `added ${VIP}/32 on ip6tnl0 (scope host: loose rp_filter needs an address on the device)`,
+        'set net.ipv4.conf.tunl0.rp_filter=2 (was 1)',
+        'set net.ipv4.conf.ip6tnl0.rp_filter=2 (was 0)',
+      ]);
+      expect(await h.sysctl('all', 'rp_filter')).toBe('1');
+      for (const dev of ['tunl0', 'ip6tnl0']) expect(await h.sysctl(dev, 'rp_filter'), dev).toBe('2');
+      expect(await tunnelAddrs(h, 'tunl0')).toEqual([`${VIP}/32 host`, `${other}/32 host`, '192.0.2.9/32 global']);
+      expect(await tunnelAddrs(h, 'ip6tnl0')).toEqual([`${VIP}/32 host`, `${other}/32 host`]);
+      // The IPv6 VIP only on lo.
+      expect(await tunnelAddrs(h, 'tunl0', 'inet6')).not.toContain(`${VIP6}/128 host`);
+      expect(await tunnelAddrs(h, 'ip6tnl0', 'inet6')).not.toContain(`${VIP6}/128 host`);
+      const state = await h.state();
+      expect(lines(state).filter((l) => l.startsWith('tunaddr ') || l.includes('rp_filter'))).toEqual([
+        `tunaddr tunl0 ${VIP}`,
+        `tunaddr tunl0 ${other}`,
+        `tunaddr ip6tnl0 ${VIP}`,
+        'sysctl tunl0 rp_filter 1 2',
+        'sysctl ip6tnl0 rp_filter 0 2',
+      ]);
+
+      const again = await h.script(['setup', '--vip', vips]);
+      expect([again.code, again.stdout]).toEqual([0, `setup ok, nothing to change (mode ipip, VIPs ${vips})\n`]);
+      expect(await h.state()).toBe(state);
+      const check = await h.script(['check', '--vip', vips]);
+      expect([check.code, check.stdout, check.stderr]).toEqual([0, `ok: VIPs ${vips} on lo, ARP hidden on lo eth0 eth1 ip6tnl0 tunl0 (mode ipip)\n`, '']);
+
+      // One VIP goes: off lo and the devices setup put it on; the rest stays loose.
+      const one = await h.script(['remove', '--vip', VIP]);
+      expect([one.code, lines(one.stdout)]).toEqual([
+        0,
+        [`removed ${VIP}/32 from lo`, `removed ${VIP}/32 from tunl0`, `removed ${VIP}/32 from ip6tnl0`, `kept the sysctls: still set up for VIPs ${other},${VIP6}`, 'remove ok'],
+      ]);
+      expect(await h.sysctl('tunl0', 'rp_filter')).toBe('2');
+      const rest = await h.script(['remove', '--vip', `${other},${VIP6}`]);
+      expect([rest.code, rest.stderr]).toEqual([0, '']);
+      expect(lines(rest.stdout)).toEqual(
+        expect.arrayContaining([`removed ${other}/32 from tunl0`, 'restored net.ipv4.conf.tunl0.rp_filter=1', 'restored net.ipv4.conf.ip6tnl0.rp_filter=0']),
+      );
+      expect(rest.stdout).not.toContain(`from ip6tnl0`);
+      expect(await h.sysctl('all', 'rp_filter')).toBe('1');
+      expect(await tunnelAddrs(h, 'tunl0')).toEqual(['192.0.2.9/32 global']);
+      expect(await tunnelAddrs(h, 'ip6tnl0')).toEqual([`${other}/32 host`]);
+    });
+  });
+
+  it('check names each tunnel device rp_filter drops on, as the kernel does: an echo written into the TUN reaches ICMP exactly when check is ok', async () => {
+    await withHost('rp1', async (h) => {
+      await routed(h); // a default route: loose rp_filter wants the source to have one
+      await h.sh('ip link set eth0 mtu 1600');
+      await standIn(h, 'tunl0');
+      await standIn(h, 'ip6tnl0');
       await h.sh('echo 1 > /proc/sys/net/ipv4/conf/all/rp_filter');
       expect((await h.script(['setup', '--vip', VIP, '--mode', 'ipip'])).code).toBe(0);
-      expect(await h.state()).toContain('sysctl all rp_filter 1 0\n');
-      const r = await h.script(['remove', '--vip', VIP]);
-      expect(r.code).toBe(0);
-      expect(r.stdout).toContain('left net.ipv4.conf.all.rp_filter=0: dsrlb decap (dsrlb-decap0) still needs it (remove again once it has stopped puts back 1)');
-      expect(await h.sysctl('all', 'rp_filter')).toBe('0');
-      // The record stays: once decap has stopped (found 0, it restores nothing), remove puts the
-      // operator's value back.
-      expect(await h.state()).toBe('sysctl all rp_filter 1 0\n');
-      // Meanwhile an l2 VIP: setup leaves the kept record alone and stays idempotent.
-      expect((await h.script(['setup', '--vip', '10.0.0.101'])).code).toBe(0);
-      const same = await h.script(['setup', '--vip', '10.0.0.101']);
-      expect([same.code, lines(same.stdout).at(-1)]).toEqual([0, 'setup ok, nothing to change (mode l2, VIPs 10.0.0.101)']);
-      await h.sh('ip link del dsrlb-decap0');
-      const again = await h.script(['remove', '--vip', `${VIP},10.0.0.101`]);
-      expect(again.code).toBe(0);
-      expect(lines(again.stdout)).toContain('restored net.ipv4.conf.all.rp_filter=1');
-      expect(await h.sysctl('all', 'rp_filter')).toBe('1');
-      await expect(h.state()).rejects.toThrow(/ENOENT/);
+      const strict = (dev: string, d: number, all: number): string =>
+        `net.ipv4.conf.${dev}.rp_filter is ${d}, want 2 (loose): with all at ${all} the kernel takes the larger, 1 (strict), which drops the packets decapsulated on ${dev}: ` +
+        `run: sysctl -w net.ipv4.conf.${dev}.rp_filter=2`;
+      const noAddress = (dev: string, eff: number): string =>
+        `${dev} has no IPv4 address, so rp_filter (the larger of all and ${dev}'s: ${eff}) drops every packet decapsulated on it: run: ip addr add ${VIP}/32 dev ${dev} scope host`;
+      const cases: [all: number, dev: number, address: boolean, problems: string[]][] = [
+        [1, 2, true, []],
+        [1, 0, true, [strict('tunl0', 0, 1)]],
+        [0, 1, true, [strict('tunl0', 1, 0)]],
+        [1, 0, false, [strict('tunl0', 0, 1), noAddress('tunl0', 1)]],
+        [2, 0, false, [noAddress('tunl0', 2)]],
+        [0, 2, false, [noAddress('tunl0', 2)]],
+        [0, 0, false, []],
+        [2, 2, true, []],
+      ];
+      for (const [all, dev, address, problems] of cases) {
+        const what = `all ${all}, tunl0 ${dev}, ${address ? 'with' : 'without'} an address`;
+        await h.sh(
+          `echo ${all} > /proc/sys/net/ipv4/conf/all/rp_filter && echo ${dev} > /proc/sys/net/ipv4/conf/tunl0/rp_filter && ` +
+            (address ? `ip addr replace ${VIP}/32 dev tunl0 scope host` : `ip addr flush dev tunl0`),
+        );
+        const check = await h.script(['check', '--vip', VIP]);
+        expect([check.code, problems.length === 0 ? check.stdout : lines(check.stdout)], what).toEqual(
+          problems.length === 0 ? [0, `ok: VIPs ${VIP} on lo, ARP hidden on lo eth0 eth1 ip6tnl0 tunl0 (mode ipip)\n`] : [1, problems],
+        );
+        expect(await echoThroughTun(h, 'tunl0', '198.51.100.7', VIP), what).toBe(problems.length === 0);
+      }
+      // A VIP on a tunnel in another form than /32 scope host is reported as on any interface.
+      await h.sh(`ip addr add ${VIP}/24 dev ip6tnl0`);
+      expect((await h.script(['check', '--vip', VIP])).stdout).toBe(
+        `VIP ${VIP} is also on ip6tnl0 (this host would answer ARP/ND for it): run: ip addr del ${VIP}/24 dev ip6tnl0\n`,
+      );
     });
   });
 });
@@ -1081,6 +1288,48 @@ describe('--persist', () => {
     });
   });
 
+  it('setup --persist over the file an older version wrote (all.rp_filter = 0) writes the tunnels\' rp_filter 2 alone, and remove --persist puts all and tunl0 back to the values that file recorded', async () => {
+    await withHost('p4', async (h) => {
+      const confPath = join(h.root, 'etc/sysctl.d/90-dsrlb-realserver.conf');
+      await standIn(h, 'tunl0');
+      // After a reboot with the older file: no state, the VIP gone, all and tunl0 as the file set them.
+      await mkdir(join(h.root, 'etc/sysctl.d'), { recursive: true });
+      await writeFile(
+        confPath,
+        [
+          '# Written by dsrlb-realserver setup --persist: ARP hiding for the DSR VIPs on lo, and rp_filter off for ipip.',
+          'net.ipv4.conf.all.rp_filter = 0',
+          'net.ipv4.conf.tunl0.rp_filter = 0',
+          'net.ipv4.conf.ip6tnl0.rp_filter = 0',
+          '# The values before setup, which remove --persist puts back where they are still as set here:',
+          '# before setup: net.ipv4.conf.all.rp_filter = 1',
+          '# before setup: net.ipv4.conf.tunl0.rp_filter = 1',
+          '',
+        ].join('\n'),
+      );
+      await h.sh('echo 0 > /proc/sys/net/ipv4/conf/all/rp_filter && echo 0 > /proc/sys/net/ipv4/conf/tunl0/rp_filter');
+      const setup = await h.script(['setup', '--vip', VIP, '--mode', 'ipip', '--persist']);
+      expect([setup.code, setup.stderr]).toEqual([0, '']);
+      const conf = lines(await readFile(confPath, 'utf8'));
+      expect(conf.filter((l) => /^(net\.|# before setup: ).*rp_filter/.test(l))).toEqual([
+        'net.ipv4.conf.tunl0.rp_filter = 2',
+        'net.ipv4.conf.ip6tnl0.rp_filter = 2',
+        '# before setup: net.ipv4.conf.tunl0.rp_filter = 1',
+      ]);
+      // all is left at 0 until remove; both keep the operator's value in setup's records.
+      expect(await h.sysctl('all', 'rp_filter')).toBe('0');
+      const state = await h.state();
+      expect(state).toContain('sysctl tunl0 rp_filter 1 2\n');
+      expect(state).toContain('sysctl all rp_filter 1 0\n');
+      expect((await h.script(['check', '--vip', VIP, '--persist'])).code).toBe(0);
+      const removed = await h.script(['remove', '--vip', VIP, '--persist']);
+      expect([removed.code, removed.stderr]).toEqual([0, '']);
+      expect(lines(removed.stdout)).toEqual(expect.arrayContaining(['restored net.ipv4.conf.all.rp_filter=1', 'restored net.ipv4.conf.tunl0.rp_filter=1', `removed ${confPath}`]));
+      expect(await h.sysctl('all', 'rp_filter')).toBe('1');
+      expect(await h.sysctl('tunl0', 'rp_filter')).toBe('1');
+    });
+  });
+
   it('ipip on a kernel without ipip: writes decap-IF.env and makes the unit want and follow dsrlb-decap@IF.service', async () => {
     await withHost('p2', async (h) => {
       await routed(h);
@@ -1099,11 +1348,10 @@ describe('--persist', () => {
       expect(unit).toContain('After=network-pre.target systemd-sysctl.service dsrlb-decap@eth0.service\n');
       expect(unit).toContain('Wants=network-pre.target dsrlb-decap@eth0.service\n');
       expect(unit).toContain(`ExecStart=${SBIN} setup --vip ${VIP},${VIP6} --mode ipip\n`);
+      // The kernel tunnels' own rp_filter, loose (setup at boot adds the addresses); never all, nor decap's TUN.
       expect(lines(await readFile(join(h.root, 'etc/sysctl.d/90-dsrlb-realserver.conf'), 'utf8')).filter((l) => l.startsWith('net.') && l.includes('rp_filter'))).toEqual([
-        'net.ipv4.conf.all.rp_filter = 0',
-        'net.ipv4.conf.tunl0.rp_filter = 0',
-        'net.ipv4.conf.ip6tnl0.rp_filter = 0',
-        'net.ipv4.conf.dsrlb-decap0.rp_filter = 0',
+        'net.ipv4.conf.tunl0.rp_filter = 2',
+        'net.ipv4.conf.ip6tnl0.rp_filter = 2',
       ]);
       const check = await h.script(['check', '--vip', `${VIP},${VIP6}`, '--persist']);
       expect(check.stdout).toContain(`${unitPath} wants dsrlb-decap@eth0.service, but dsrlb-decap@.service is not installed`);
