@@ -5,6 +5,7 @@
 // carry inside was lost. An IPv4 raw socket hands over the whole datagram, header included.
 // Syscalls, readiness and lifetimes only; every packet decision is made in TypeScript (src/decap).
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <node_api.h>
 #include <stdint.h>
@@ -84,17 +85,20 @@ static void on_external_finalize(napi_env env, void* data, void* hint) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// openTunnelSocket(family, protocol, ifname, receiveBufferBytes, callback) -> handle: a raw socket
-// (non-blocking, close-on-exec), bound to ifname unless it is null, IPV6_RECVTCLASS on for IPv6,
-// and callback(errno) called on the loop thread whenever it is readable (errno 0) or after a
-// socket error (errno > 0, cleared; polling goes on). The handle holds { fd }.
+// openTunnelSocket(family, protocol, ifname, receiveBufferBytes, callback[, peer]) -> handle: a raw
+// socket (non-blocking, close-on-exec), bound to ifname unless it is null, IPV6_RECVTCLASS on for
+// IPv6, connected to address `peer` when one is given (it then takes datagrams, and the kernel hands
+// it ICMP errors, about that peer only), and callback(errno) called on the loop thread whenever it
+// is readable (errno 0) or after a socket error (errno > 0, cleared; polling goes on). The handle
+// holds { fd }.
 
 static napi_value open_tunnel_socket(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
-  napi_value argv[5];
+  size_t argc = 6;
+  napi_value argv[6];
   int32_t family, protocol, rcvbuf;
   napi_valuetype type;
   char ifname[16] = "";
+  char peer[64] = "";
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
   if (argc < 5 || napi_get_value_int32(env, argv[0], &family) != napi_ok || napi_get_value_int32(env, argv[1], &protocol) != napi_ok ||
       napi_get_value_int32(env, argv[3], &rcvbuf) != napi_ok || (family != 4 && family != 6)) {
@@ -118,6 +122,25 @@ static napi_value open_tunnel_socket(napi_env env, napi_callback_info info) {
     napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "callback must be a function");
     return NULL;
   }
+  struct sockaddr_storage peer_address;
+  socklen_t peer_length = 0;
+  memset(&peer_address, 0, sizeof peer_address);
+  if (argc >= 6 && napi_typeof(env, argv[5], &type) == napi_ok && type == napi_string) {
+    size_t length = 0;
+    napi_get_value_string_utf8(env, argv[5], peer, sizeof peer, &length);
+    struct sockaddr_in* in4 = (struct sockaddr_in*)&peer_address;
+    struct sockaddr_in6* in6 = (struct sockaddr_in6*)&peer_address;
+    if (family == 4 && inet_pton(AF_INET, peer, &in4->sin_addr) == 1) {
+      in4->sin_family = AF_INET;
+      peer_length = sizeof *in4;
+    } else if (family == 6 && inet_pton(AF_INET6, peer, &in6->sin6_addr) == 1) {
+      in6->sin6_family = AF_INET6;
+      peer_length = sizeof *in6;
+    } else {
+      napi_throw_type_error(env, "ERR_INVALID_ARG_VALUE", "peer must be an address of the socket's family");
+      return NULL;
+    }
+  }
 
   int fd = socket(family == 4 ? AF_INET : AF_INET6, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
   if (fd < 0) {
@@ -139,6 +162,12 @@ static napi_value open_tunnel_socket(napi_env env, napi_callback_info info) {
     int err = errno;
     close(fd);
     dsrlb_throw_errno(env, "setsockopt(IPV6_RECVTCLASS)", err, NULL);
+    return NULL;
+  }
+  if (peer_length > 0 && connect(fd, (struct sockaddr*)&peer_address, peer_length) < 0) {
+    int err = errno;
+    close(fd);
+    dsrlb_throw_errno(env, "connect", err, NULL);
     return NULL;
   }
 

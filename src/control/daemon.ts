@@ -37,6 +37,7 @@ import { monotonicMs } from '../dataplane/monotonic-clock.js';
 import { RealRegistry, serviceIdentity } from './real-registry.js';
 import { removalBlocker } from './service-removal.js';
 import { SnapshotBuilder, type RealView, type ServiceBuildReport, type ServiceView, type TunnelSources } from './snapshot-builder.js';
+import { PathMtuSockets } from './path-mtu-sockets.js';
 import { lookupRoutes } from './route-lookup.js';
 import { VipAnnouncer } from './announcer.js';
 import { announceVips, type AnnouncementRounds } from './vip-announcements.js';
@@ -188,7 +189,6 @@ export class Daemon {
    * reused once a removed real is forgotten, and the loops' counters only ever grow.
    */
   private readonly counterBase = new Float64Array(MAX_REAL_IDS * REAL_STRIDE);
-  /** IPIP reals: the address whose MAC the outer frame goes to (the real on-link, else its gateway). */
   /** Per IPIP real address: its next hop, outer source and route MTU (resolveTunnelRoutes). */
   private tunnelRoutes = new Map<string, TunnelRoute>();
   private tunnelSources: TunnelSources = { v4: null, v6: null };
@@ -196,6 +196,8 @@ export class Daemon {
   private announceTimer: NodeJS.Timeout | null = null;
   private announceBusy = false;
   private routesTimer: NodeJS.Timeout | null = null;
+  /** Lets the kernel learn the path MTU toward IPIP reals, which the route refresh then reads (path-mtu-sockets.ts). */
+  pathMtu: PathMtuSockets;
   /** The start's VIP announcements on the link, waiting for the reals' MACs (announceStartOnLink). */
   private startLinkTimer: NodeJS.Timeout | null = null;
   private routesRefreshing = false;
@@ -229,6 +231,7 @@ export class Daemon {
     readonly log: Logger,
   ) {
     this.loops = new LoopGroup(log);
+    this.pathMtu = new PathMtuSockets(log);
     this.loops.onLost = (reason) => this.onLoopLost?.(reason);
     // A loop may have ended because its interface was made again, taking the addresses dsrlb put
     // on it (IPv6 VIPs): apply the host setup again (it adds only what is missing).
@@ -331,6 +334,7 @@ export class Daemon {
     await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' });
     await this.startWorker();
     this.syncReals();
+    this.syncPathMtuSockets();
     // Before the first snapshot: no packet has made a flow entry yet.
     await this.adoptSavedFlows();
     // Removed services restored with their flows drain: the host owns their VIPs again.
@@ -689,6 +693,8 @@ export class Daemon {
    * route change kept the tunnel going to the old gateway.
    */
   private refreshTunnelRoutes(): Promise<void> {
+    // Removed IPIP reals are forgotten once drained: their sockets go with them here.
+    this.syncPathMtuSockets();
     // this.reals holds every configured pair and the removed ones still draining.
     if (![...this.reals.values()].some((r) => r.forwarding === 'ipip')) return Promise.resolve();
     // One at a time: a refresh still queued behind a reload (or still asking) is not doubled.
@@ -717,6 +723,11 @@ export class Daemon {
     }).finally(() => {
       this.routesRefreshing = false;
     });
+  }
+
+  /** The path-MTU raw sockets for the outer families of the IPIP reals, configured or removed and draining. */
+  private syncPathMtuSockets(): void {
+    this.pathMtu.sync([...this.reals.values()].filter((r) => r.forwarding === 'ipip').map((r) => normalizedAddress(r.address)));
   }
 
   /** Make this.reals match the config: new pairs get ids, vanished ones are marked removed (drained). */
@@ -1038,6 +1049,7 @@ export class Daemon {
     const pruned = this.pruneOverrides();
     this.send({ type: 'timeouts', timeouts: timeoutsOf(next) });
     this.syncReals();
+    this.syncPathMtuSockets();
     this.tunnelRoutes = tunnel.routes;
     this.tunnelSources = tunnel.sources;
     this.neighbors.setWanted(this.l2RealAddresses());
@@ -1782,6 +1794,7 @@ export class Daemon {
     this.neighbors?.stop();
     if (!ownOnly) await this.saveFlows();
     await this.loops.stop(CLOSE_TIMEOUT_MS);
+    this.pathMtu.close();
     this.announcer?.close();
     if (ownOnly) await this.host?.undoOwn();
     else await this.host?.undo();

@@ -182,11 +182,18 @@ export interface DsrlbNative {
   /**
    * A raw socket for tunnel protocol `protocol` over outer IPv4 or IPv6 (native/src/raw_tunnel.c):
    * non-blocking, close-on-exec, SO_RCVBUF(FORCE) `receiveBufferBytes`, bound to `ifname` unless
-   * null, IPV6_RECVTCLASS on for IPv6. `callback(0)` runs on the loop thread whenever it is
-   * readable, `callback(errno)` after a socket error (cleared; polling goes on). Throws a
-   * NativeSystemError.
+   * null, IPV6_RECVTCLASS on for IPv6, connected to `peer` when given (datagrams and ICMP errors
+   * about that address only). `callback(0)` runs on the loop thread whenever it is readable,
+   * `callback(errno)` after a socket error (cleared; polling goes on). Throws a NativeSystemError.
    */
-  openTunnelSocket(family: 4 | 6, protocol: number, ifname: string | null, receiveBufferBytes: number, callback: (errno: number) => void): TunnelSocketHandle;
+  openTunnelSocket(
+    family: 4 | 6,
+    protocol: number,
+    ifname: string | null,
+    receiveBufferBytes: number,
+    callback: (errno: number) => void,
+    peer?: string | null,
+  ): TunnelSocketHandle;
   /**
    * One datagram into buf (recvmsg): its length, or -errno (-EAGAIN once drained). meta[0] = the
    * IPv6 outer traffic class, or -1; meta[1] = 1 when it did not fit buf.

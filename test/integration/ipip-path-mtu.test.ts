@@ -1,0 +1,149 @@
+// The path MTU toward an IPIP real, learned from the underlay: a router between the LB and the real
+// answers a tunnel packet too big for its next link with ICMP fragmentation-needed (ICMPv6
+// packet-too-big) to the LB's outer source. dsrlb holds raw sockets for the tunnel protocols
+// (src/control/path-mtu-sockets.ts), so the LB's kernel takes the error and records the smaller
+// MTU toward the real; the daemon's route refresh makes it the real's tunnel MTU; a client's
+// full-size segments then get fragmentation-needed (packet-too-big) from the LB with the path MTU
+// less the outer header, and an upload through the tunnel completes. This lab has one segment: the
+// real's namespace sends the router's error (test/support/icmp-error-sender.mjs); everything after
+// that is the kernels' and dsrlb's own.
+
+import { createHash } from 'node:crypto';
+import type { ChildProcess } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { dsrlbArgv } from '../../src/cli/command-argv.js';
+import { createLab, destroyLabsWithPrefix, type Lab, type LabHost } from '../../src/lab/netns-lab.js';
+import { LabDaemon, metricValue, requireRoot, ROOT, sleep, stopProcess } from '../support/lab-daemon.js';
+
+const PREFIX = `dsrt-pm-${process.pid}-`;
+const PATH_MTU = 1400;
+let lab: Lab;
+let real: LabHost;
+let dir: string;
+let decap: ChildProcess;
+let daemon: LabDaemon;
+
+/** The MTU `ip route get` reports toward `address` in the namespace, or null without one. */
+async function routeMtu(host: LabHost, address: string): Promise<number | null> {
+  const r = await lab.exec(host, ['ip', '-j', 'route', 'get', address]);
+  const route = (JSON.parse(r.stdout) as { metrics?: { mtu?: number }[] }[])[0];
+  return route?.metrics?.find((m) => typeof m.mtu === 'number')?.mtu ?? null;
+}
+
+async function waitFor<T>(what: string, get: () => Promise<T>, ok: (v: T) => boolean, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let v = await get();
+  while (!ok(v)) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (last: ${JSON.stringify(v)}):\n${daemon.logs.slice(-20).join('\n')}`);
+    await sleep(200);
+    v = await get();
+  }
+  return v;
+}
+
+/** The router's error, sent from the real's namespace to the LB. */
+async function routerSaysTooBig(family: 4 | 6): Promise<void> {
+  const v6 = family === 6;
+  const r = await lab.exec(real, [
+    process.execPath,
+    join(ROOT, 'test', 'support', 'icmp-error-sender.mjs'),
+    '--to', v6 ? lab.lb.ipv6! : lab.lb.ipv4,
+    '--mtu', String(PATH_MTU),
+    '--outer-src', v6 ? lab.lb.ipv6! : lab.lb.ipv4,
+    '--outer-dst', v6 ? real.ipv6! : real.ipv4,
+    '--inner-src', v6 ? lab.client.ipv6! : lab.client.ipv4,
+    '--inner-dst', v6 ? lab.vip6! : lab.vip,
+  ]);
+  expect(r.code, r.stderr).toBe(0);
+}
+
+/** A 200 kB POST from the client through the tunnel; its reply names the real and the body's hash. */
+async function upload(host: string): Promise<void> {
+  const data = Buffer.alloc(200_000, 0x5a);
+  const file = join(dir, 'upload.bin');
+  await writeFile(file, data);
+  const url = host.includes(':') ? `http://[${host}]/upload` : `http://${host}/upload`;
+  const r = await lab.exec(lab.client, ['curl', '-s', '-m', '30', '--data-binary', `@${file}`, url], { timeoutMs: 40_000 });
+  expect(r.code, r.stderr).toBe(0);
+  expect(JSON.parse(r.stdout)).toEqual({ real: real.name, bytes: data.length, sha256: createHash('sha256').update(data).digest('hex') });
+}
+
+beforeAll(async () => {
+  requireRoot();
+  await destroyLabsWithPrefix(PREFIX);
+  lab = await createLab({ prefix: PREFIX, realCount: 1, ipv6: true });
+  real = lab.reals[0]!;
+  await lab.startHttpServers();
+  dir = await mkdtemp(join(tmpdir(), 'dsrlb-test-pmtu-'));
+  decap = lab.spawn(real, [...dsrlbArgv(ROOT), 'decap', '--interface', 'eth0', '--vip', `${lab.vip},${lab.vip6}`], { stdio: ['ignore', 'pipe', 'inherit'] });
+  await new Promise<void>((resolve, reject) => {
+    createInterface({ input: decap.stdout! }).on('line', (l) => l.includes('decap running') && resolve());
+    decap.once('exit', (c) => reject(new Error(`decap exited ${c}`)));
+  });
+  const config = join(dir, 'dsrlb.yaml');
+  await writeFile(
+    config,
+    [
+      'interface: eth0',
+      'metrics: { listen: 127.0.0.1:9742 }',
+      'admin: { listen: 127.0.0.1:9743 }',
+      'services:',
+      ...[
+        ['web', lab.vip, real.ipv4],
+        ['web6', lab.vip6!, real.ipv6!],
+      ].flatMap(([name, vip, address]) => [
+        `  - name: ${name}`,
+        `    vip: "${vip}"`,
+        '    port: 80',
+        '    protocol: tcp',
+        '    forwarding: ipip',
+        '    reals:',
+        `      - address: "${address}"`,
+      ]),
+      '',
+    ].join('\n'),
+  );
+  daemon = await LabDaemon.start(lab, config);
+}, 120_000);
+
+afterAll(async () => {
+  if (daemon) expect(await daemon.stop()).toBe(0);
+  if (decap) await stopProcess(decap);
+  await lab?.destroy();
+  if (dir) await rm(dir, { recursive: true, force: true });
+}, 60_000);
+
+describe('IPIP path MTU learned from the underlay', () => {
+  it.each([4, 6] as const)('IPv%i: a router\'s error about the tunnel lowers the real\'s tunnel MTU, and clients get too-big from the LB', async (family) => {
+    const v6 = family === 6;
+    const realAddress = v6 ? real.ipv6! : real.ipv4;
+    const vip = v6 ? lab.vip6! : lab.vip;
+    const outerHeader = v6 ? 40 : 20;
+    // Before: the tunnel's MTU is the LB interface's (1500), and the client learns 1500 less the
+    // outer header from the LB.
+    await upload(vip);
+    expect(await routeMtu(lab.lb, realAddress)).toBeNull();
+    expect(await routeMtu(lab.client, vip)).toBe(1500 - outerHeader);
+    const tooBigBefore = metricValue(await daemon.metrics(), 'dsrlb_icmp_too_big_sent_total', '');
+
+    await routerSaysTooBig(family);
+    // The LB's kernel took it: a route exception toward the real (without dsrlb's raw socket for
+    // the tunnel protocol there is no taker, and the error is dropped).
+    await waitFor('the LB kernel to record the path MTU', () => routeMtu(lab.lb, realAddress), (m) => m === PATH_MTU, 3000);
+    // The route refresh (every 10 s) makes it the real's tunnel MTU.
+    await waitFor(
+      'the daemon to take the tunnel MTU',
+      async () => daemon.logs.some((l) => l.includes('IPIP real route changed') && l.includes(`"real":"${realAddress}"`) && l.includes(`"mtu":${PATH_MTU}`)),
+      (seen) => seen,
+      15_000,
+    );
+
+    await upload(vip);
+    expect(await routeMtu(lab.client, vip)).toBe(PATH_MTU - outerHeader);
+    expect(metricValue(await daemon.metrics(), 'dsrlb_icmp_too_big_sent_total', '')).toBeGreaterThan(tooBigBefore);
+  }, 60_000);
+});
