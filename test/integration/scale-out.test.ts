@@ -4,7 +4,7 @@
 // (no eligible real, operator, clean stop), survival of connections when an LB dies or comes back,
 // failure detection with and without BFD, and that both LBs build the same forwarding table.
 
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -248,6 +248,26 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
       const birdRoutes = (await lab.lbBirds.get(l.name)!.birdc(['show', 'route', 'protocol', 'dsrlb_v4'])).stdout;
       for (const vip of lab.vips) expect(birdRoutes).toContain(`${vip}/32`);
     }
+  });
+
+  it("the LB's BIRD exports host routes only: a wider route in the routes file stays on the LB", async () => {
+    const l = lb(0);
+    const bird = lab.lbBirds.get(l.name)!;
+    const original = await readFile(l.routesFile, 'utf8');
+    const gate = (await daemon(l).status()).services[0]!.announceDevice!;
+    // As a hand edit (or anyone who can write /run/dsrlb) would add it: 10.0.0.0/8 via a live gate.
+    await writeFile(l.routesFile, original.replace(/(protocol static dsrlb_v4 \{\n)/, `$1  route 10.0.0.0/8 via "${gate}";\n`));
+    try {
+      expect((await bird.birdc(['configure'])).code).toBe(0);
+      expect((await bird.birdc(['show', 'route', 'protocol', 'dsrlb_v4'])).stdout).toContain('10.0.0.0/8');
+      const exported = (await bird.birdc(['show', 'route', 'export', 'upstream'])).stdout;
+      expect(exported).not.toContain('10.0.0.0/8');
+      for (const vip of lab.vips) expect(exported).toContain(`${vip}/32`);
+    } finally {
+      await writeFile(l.routesFile, original);
+      await bird.birdc(['configure']);
+    }
+    for (const vip of lab.vips) expect(await lab.nexthops(vip)).toEqual(allLbs());
   });
 
   it('both LBs compute the same table fingerprint from the same config, and a different one when a weight differs', async () => {
