@@ -7,6 +7,8 @@ export type SchedulerKind = 'maglev' | 'rendezvous' | 'wlc';
 export type ForwardingMode = 'l2' | 'ipip';
 export type RealIntent = 'active' | 'drain' | 'disabled';
 export type WhenAllDown = 'failOpen' | 'drop';
+/** What a real marked down by its health check does with its flows: they move (reschedule), or stay on it (keep). */
+export type OnRealDown = 'reschedule' | 'keep';
 export type IoKind = 'afpacket' | 'pcap';
 /** AF_PACKET ring: v2 hands each frame over as it arrives, v3 a block at a time (up to 1 ms later). */
 export type RingKind = 'v2' | 'v3';
@@ -51,6 +53,7 @@ export interface ServiceConfig {
   readonly scheduler: SchedulerKind; // default maglev
   readonly forwarding: ForwardingMode; // default l2
   readonly whenAllDown: WhenAllDown; // default failOpen
+  readonly onRealDown: OnRealDown; // default reschedule
   readonly tableSize: number; // Maglev table size, a prime; default 65537
   readonly healthCheck: HealthCheckConfig; // default type none
   /** Announce this service's VIP through BIRD when announce.enabled (default true). */

@@ -20,6 +20,7 @@ import type {
   IoKind,
   RingKind,
   ListenAddress,
+  OnRealDown,
   Protocol,
   RealConfig,
   RealIntent,
@@ -56,6 +57,7 @@ const SCHEDULERS: readonly SchedulerKind[] = ['maglev', 'rendezvous', 'wlc'];
 const FORWARDINGS: readonly ForwardingMode[] = ['l2', 'ipip'];
 const INTENTS: readonly RealIntent[] = ['active', 'drain', 'disabled'];
 const WHEN_ALL_DOWN: readonly WhenAllDown[] = ['failOpen', 'drop'];
+const ON_REAL_DOWN: readonly OnRealDown[] = ['reschedule', 'keep'];
 const IO_KINDS: readonly IoKind[] = ['afpacket', 'pcap'];
 const RING_KINDS: readonly RingKind[] = ['v2', 'v3'];
 const CHECK_TYPES: readonly HealthCheckType[] = ['tcp', 'http', 'https', 'udp', 'icmp', 'exec', 'none'];
@@ -69,7 +71,7 @@ const TCP_TIMEOUT_KEYS = ['syn', 'established', 'fin'];
 const TUNNEL_KEYS = ['sourceV4', 'sourceV6'];
 const METRICS_KEYS = ['listen'];
 const ADMIN_KEYS = ['listen', 'tokenFile'];
-const SERVICE_KEYS = ['name', 'vip', 'port', 'protocol', 'scheduler', 'forwarding', 'whenAllDown', 'tableSize', 'healthCheck', 'announce', 'reals'];
+const SERVICE_KEYS = ['name', 'vip', 'port', 'protocol', 'scheduler', 'forwarding', 'whenAllDown', 'onRealDown', 'tableSize', 'healthCheck', 'announce', 'reals'];
 const CHECK_KEYS = ['type', 'port', 'path', 'host', 'expectStatus', 'expectBody', 'payload', 'expectPayload', 'command', 'interval', 'timeout', 'rise', 'fall'];
 const REAL_KEYS = ['address', 'weight', 'state', 'forwarding'];
 // Keys written one level off, and where they belong.
@@ -685,6 +687,7 @@ function serviceEntry(p: ProblemList, item: unknown, path: string, vipOwners: Vi
   const scheduler = oneOf(p, item, 'scheduler', path, SCHEDULERS, 'maglev');
   const forwarding = oneOf(p, item, 'forwarding', path, FORWARDINGS, 'l2');
   const whenAllDown = oneOf(p, item, 'whenAllDown', path, WHEN_ALL_DOWN, 'failOpen');
+  const onRealDown = oneOf(p, item, 'onRealDown', path, ON_REAL_DOWN, 'reschedule');
   const tableSize = tableSizeField(p, item, path, scheduler);
   const healthCheck = healthCheckSection(p, item, path, port);
   const announce = flag(p, item, 'announce', path, true);
@@ -709,6 +712,7 @@ function serviceEntry(p: ProblemList, item: unknown, path: string, vipOwners: Vi
     scheduler: scheduler as SchedulerKind,
     forwarding: forwarding as ForwardingMode,
     whenAllDown: whenAllDown as WhenAllDown,
+    onRealDown: onRealDown as OnRealDown,
     tableSize: tableSize ?? DEFAULT_TABLE_SIZE,
     healthCheck: healthCheck as HealthCheckConfig,
     announce: announce as boolean,

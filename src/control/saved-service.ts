@@ -38,6 +38,8 @@ const SERVICE_FIELDS: Record<Exclude<keyof ServiceConfig, 'vip' | 'healthCheck' 
   scheduler: oneOf(['maglev', 'rendezvous', 'wlc']),
   forwarding: oneOf(['l2', 'ipip']),
   whenAllDown: oneOf(['failOpen', 'drop']),
+  // Absent from a state file an earlier release wrote: reschedule, as it did.
+  onRealDown: (v) => v === undefined || oneOf(['reschedule', 'keep'])(v),
   tableSize: int(MIN_TABLE_SIZE, MAX_TABLE_SIZE),
   announce: (v) => typeof v === 'boolean',
 };
@@ -62,7 +64,8 @@ export function serviceConfigProblem(v: unknown): string | null {
 export function savedServiceConfig(v: unknown): ServiceConfig {
   const problem = serviceConfigProblem(v);
   if (problem !== null) throw new Error(`not a service: ${problem}`);
-  const s = v as ServiceConfig;
+  const saved = v as Omit<ServiceConfig, 'onRealDown'> & { onRealDown?: ServiceConfig['onRealDown'] };
+  const s: ServiceConfig = { ...saved, onRealDown: saved.onRealDown ?? 'reschedule' };
   return Object.freeze({ ...s, healthCheck: Object.freeze({ ...s.healthCheck, expectStatus: Object.freeze([...s.healthCheck.expectStatus]) }), reals: Object.freeze(s.reals.map((r) => Object.freeze({ ...r }))) });
 }
 

@@ -164,7 +164,7 @@ export class SnapshotBuilder {
       const panic = candidates.length === 0 && cfg.whenAllDown === 'failOpen' && sv.reals.some((r) => isWanted(r) && reachable(r));
       if (panic) candidates = sv.reals.filter((r) => isWanted(r) && reachable(r));
       for (const r of sv.reals) {
-        const e = eligibility(r);
+        const e = eligibility(r, cfg.onRealDown);
         realKeepExisting[r.id] = e !== 'none' || (panic && isWanted(r)) ? 1 : 0;
         realForwarding[r.id] = r.forwarding === 'ipip' ? FWD_IPIP : FWD_L2;
         realService[r.id] = si;

@@ -1,7 +1,7 @@
 // The one function that turns operator intent and observed health into what a real may do.
 // Intent (config and admin API) and fact (probes) are kept apart everywhere else; they meet here.
 
-import type { RealIntent } from '../config/types.js';
+import type { OnRealDown, RealIntent } from '../config/types.js';
 
 /** What a real may do: take new flows, keep only the flows it has, or nothing at all. */
 export type Eligibility = 'new' | 'existing' | 'none';
@@ -20,10 +20,15 @@ export interface RealStanding {
   readonly removed: boolean;
 }
 
-export function eligibility(r: RealStanding): Eligibility {
+/**
+ * `onDown`: the service's onRealDown. A real marked down loses its flows by default (reschedule: a
+ * dead real's connections are broken, so move them rather than black-hole them); with `keep` they
+ * stay on it, as HAProxy keeps a down server's sessions and keepalived's inhibit_on_failure its
+ * connections: a check that fails while the service still answers breaks nothing.
+ */
+export function eligibility(r: RealStanding, onDown: OnRealDown = 'reschedule'): Eligibility {
   if (r.intent === 'disabled') return 'none';
-  // A dead real's connections are already broken: move them rather than black-hole them.
-  if (r.health === 'down') return 'none';
+  if (r.health === 'down') return onDown === 'keep' ? 'existing' : 'none';
   // Not proven up yet: moving its flows would break them for certain (the first real to prove up
   // took every other real's connections); if it is dead, `fall` failures confirm it and they move.
   if (r.health === 'unknown' || r.removed || r.intent === 'drain' || r.weight === 0) return 'existing';

@@ -363,7 +363,7 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
     const hc1 = cfg1.healthCheck;
     const allDown = cfg1.whenAllDown === 'failOpen' ? 'new flows go to every wanted real (panic)' : 'new flows are dropped (whenAllDown: drop)';
     if (diff.healthOnApply === 'firstProbeDecides' && kept) {
-      warn('HEALTH_CHECK_ENABLED', name, `healthCheck of ${name} none -> ${hc1.type}: every real stays up until its first probe, within a second, and one that fails it goes down at once (its flows move); if the probe fails everywhere (a wrong path or port), ${allDown}`);
+      warn('HEALTH_CHECK_ENABLED', name, `healthCheck of ${name} none -> ${hc1.type}: every real stays up until its first probe, within a second, and one that fails it goes down at once (${cfg1.onRealDown === 'keep' ? 'keeping its flows: onRealDown keep' : 'its flows move'}); if the probe fails everywhere (a wrong path or port), ${allDown}`);
     } else if (diff.healthOnApply === 'newProbe' && kept) {
       const causes = healthCheckParts(probeChanges(diff.settingsChanged));
       const fallTime = `${hc1.fall} failed probe${hc1.fall === 1 ? '' : 's'}${hc1.fall === 1 ? '' : ` ${formatDurationMs(hc1.intervalMs)} apart`}`;
@@ -657,6 +657,7 @@ function settingLines(s: ServicePlan): string[] {
   for (const c of s.settingsChanged) {
     if (c.setting === 'name') lines.push(`  name: ${c.before} -> ${c.after} (metric labels and the name CLI commands take change)`);
     else if (c.setting === 'whenAllDown') lines.push(`  whenAllDown: ${c.before} -> ${c.after} (with no real up, ${c.after === 'drop' ? 'flows are dropped' : 'every active real with weight > 0 takes flows'})`);
+    else if (c.setting === 'onRealDown') lines.push(`  onRealDown: ${c.before} -> ${c.after} (a real marked down ${c.after === 'keep' ? 'keeps its flows' : 'loses its flows to the others'})`);
     else if (!c.setting.startsWith('healthCheck.')) lines.push(`  ${c.setting}: ${settingText(c.setting, c.before)} -> ${settingText(c.setting, c.after)}`);
     else if (c === health[0]) lines.push(`  healthCheck: ${healthCheckParts(health).join(', ')} (${HEALTH_ON_APPLY_TEXT[s.healthOnApply ?? 'kept']})`);
   }
@@ -684,7 +685,7 @@ function settingText(key: string, value: SettingValue): string {
   if (Array.isArray(value)) return `[${value.join(', ')}]`;
   if (typeof value === 'number' && key.endsWith('Ms')) return formatDurationMs(value);
   // Free text (a path, a command, a payload) in quotes, so spaces and empty strings show.
-  if (typeof value === 'string' && !['type', 'name', 'whenAllDown'].includes(key)) return JSON.stringify(value);
+  if (typeof value === 'string' && !['type', 'name', 'whenAllDown', 'onRealDown'].includes(key)) return JSON.stringify(value);
   return String(value);
 }
 

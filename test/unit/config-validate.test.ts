@@ -127,6 +127,7 @@ describe('contract sample', () => {
           scheduler: 'maglev',
           forwarding: 'l2',
           whenAllDown: 'failOpen',
+          onRealDown: 'reschedule',
           tableSize: 65537,
           healthCheck: {
             type: 'http',
@@ -171,6 +172,7 @@ describe('contract sample', () => {
     expect(service.scheduler).toBe('maglev');
     expect(service.forwarding).toBe('l2');
     expect(service.whenAllDown).toBe('failOpen');
+    expect(service.onRealDown).toBe('reschedule');
     expect(service.tableSize).toBe(65537);
     expect(service.healthCheck.type).toBe('none');
     expect(service.healthCheck.port).toBe(80);
@@ -415,6 +417,7 @@ describe('service rules', () => {
     ['scheduler', (s) => (s.scheduler = 'roundrobin'), 'services[0].scheduler: "roundrobin" is not maglev, rendezvous or wlc'],
     ['forwarding', (s) => (s.forwarding = 'nat'), 'services[0].forwarding: "nat" is not l2 or ipip'],
     ['whenAllDown', (s) => (s.whenAllDown = 'failopen'), 'services[0].whenAllDown: "failopen" is not failOpen or drop (did you mean "failOpen"?)'],
+    ['onRealDown', (s) => (s.onRealDown = 'move'), 'services[0].onRealDown: "move" is not reschedule or keep'],
     ['name empty', (s) => (s.name = ''), 'services[0].name: "" is not a service name (non-empty, no leading or trailing spaces, no control characters)'],
     ['name ..', (s) => (s.name = '..'), `services[0].name: ".." is not a service name: the admin API's paths cannot carry it`],
     ['name .', (s) => (s.name = '.'), `services[0].name: "." is not a service name: the admin API's paths cannot carry it`],

@@ -28,6 +28,14 @@ describe('eligibility', () => {
     expect(eligibility({ ...active, intent: 'drain', health: 'unknown' })).toBe('existing');
     expect(eligibility({ ...active, intent: 'disabled', health: 'unknown' })).toBe('none');
   });
+
+  it('with onRealDown keep, a down real keeps its flows and takes no new ones; a disabled one still loses them', () => {
+    const active = { intent: 'active', weight: 1, removed: false } as const;
+    expect(eligibility({ ...active, health: 'down' }, 'keep')).toBe('existing');
+    expect(eligibility({ ...active, health: 'down' }, 'reschedule')).toBe('none');
+    expect(eligibility({ ...active, health: 'up' }, 'keep')).toBe('new');
+    expect(eligibility({ ...active, intent: 'disabled', health: 'down' }, 'keep')).toBe('none');
+  });
 });
 
 let dir: string;

@@ -399,6 +399,13 @@ describe('plan: what else an edit changes, one line each', () => {
     return parsed.config;
   };
 
+  it('lists an onRealDown change and says what a down real then does with its flows', () => {
+    const before = services(`  - { name: web, vip: ${VIP}, port: 80, reals: [ { address: 10.0.1.1 } ] }\n`);
+    const after = services(`  - { name: web, vip: ${VIP}, port: 80, onRealDown: keep, reals: [ { address: 10.0.1.1 } ] }\n`);
+    expect(formatPlanText(planChange(before, after))).toContain('  onRealDown: reschedule -> keep (a real marked down keeps its flows)\n');
+    expect(formatPlanText(planChange(after, before))).toContain('  onRealDown: keep -> reschedule (a real marked down loses its flows to the others)\n');
+  });
+
   it('lists a forwarding switch with the reals that keep their own, a health check switched on and whenAllDown, and warns on the first two', () => {
     const report = planChange(
       services(`  - { name: web, vip: ${VIP}, port: 80, reals: [ { address: 10.0.1.1 }, { address: 10.0.1.2 }, { address: 10.0.1.3 } ] }\n`),

@@ -1,0 +1,112 @@
+// onRealDown in network namespaces: a real whose health check fails while its service still
+// answers (the check runs on another port, whose listener is stopped) in the middle of a paced
+// download. `keep`: the download finishes byte for byte from that real, which takes no new
+// connection meanwhile; `reschedule` (the default, after a reload): the flow moves to the other
+// real, which resets it, and the move is counted.
+
+import type { ChildProcess } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLab, destroyLabsWithPrefix, type Lab, type LabHost } from '../../src/lab/netns-lab.js';
+import { patternBytes } from '../../src/lab/real-http-server.js';
+import { allUp, httpCount, labConfig, LabDaemon, metricValue, requireRoot, ROOT, sleep, stopProcess, type Status } from '../support/lab-daemon.js';
+
+const PREFIX = `dsrt-ord-${process.pid}-`;
+const CHECK_PORT = 8089;
+const SIZE = 1_200_000;
+const RATE = 150_000; // bytes/s: 8 s
+let lab: Lab;
+let dir: string;
+let configPath: string;
+let daemon: LabDaemon;
+/** Each real's check listener (a second HTTP server on CHECK_PORT), by real name. */
+const checkServers = new Map<string, ChildProcess>();
+
+function configText(onRealDown: 'keep' | 'reschedule'): string {
+  return labConfig(lab, {
+    service: [`    onRealDown: ${onRealDown}`, `    healthCheck: { type: tcp, port: ${CHECK_PORT}, interval: 500ms, timeout: 300ms, rise: 1, fall: 2 }`],
+    reals: lab.reals.map((r) => r.ipv4),
+  });
+}
+
+async function startCheckServer(real: LabHost): Promise<void> {
+  const p = lab.spawn(real, [process.execPath, join(ROOT, 'dist/lab/real-http-server.js'), '--name', real.name, '--host', real.ipv4, '--port', String(CHECK_PORT)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  await new Promise<void>((resolve, reject) => {
+    createInterface({ input: p.stdout! }).on('line', (l) => l.includes('"ready"') && resolve());
+    p.once('exit', (c) => reject(new Error(`check server on ${real.name} exited ${c}`)));
+  });
+  checkServers.set(real.name, p);
+}
+
+const healthOf = (s: Status, real: LabHost): string => s.services[0]!.reals.find((r) => r.address === real.ipv4)!.health.state;
+
+/**
+ * A paced download through the VIP; once it runs, the check of the real serving it fails (its
+ * service on port 80 untouched). Returns curl's outcome, the body and which real served it.
+ */
+async function downloadWhileItsRealGoesDown(): Promise<{ code: number; status: string; body: Buffer; real: LabHost; newWhileDown: Record<string, number> }> {
+  const headers = join(dir, 'headers');
+  const body = join(dir, 'body');
+  await rm(headers, { force: true });
+  const download = lab.exec(lab.client, ['curl', '-s', '-D', headers, '-o', body, '-w', '%{http_code}', `http://${lab.vip}/bytes/${SIZE}?rate=${RATE}`], { timeoutMs: 30_000 });
+  let name: string | undefined;
+  for (let i = 0; i < 50 && name === undefined; i++) {
+    await sleep(100);
+    name = /^x-real: (\S+)/im.exec(await readFile(headers, 'utf8').catch(() => ''))?.[1];
+  }
+  const real = lab.reals.find((r) => r.name === name);
+  if (real === undefined) throw new Error(`no X-Real header in time (${name})`);
+  await stopProcess(checkServers.get(real.name)!);
+  await daemon.waitFor(`${real.name} down`, (s) => healthOf(s, real) === 'down', 5000);
+  // New connections go to the other real only, whatever onRealDown says.
+  const newWhileDown = (await httpCount(lab, 20)).byReal;
+  const r = await download;
+  await startCheckServer(real);
+  await daemon.waitFor(`${real.name} up`, (s) => healthOf(s, real) === 'up', 5000);
+  return { code: r.code, status: r.stdout.trim(), body: await readFile(body).catch(() => Buffer.alloc(0)), real, newWhileDown };
+}
+
+beforeAll(async () => {
+  requireRoot();
+  await destroyLabsWithPrefix(PREFIX);
+  lab = await createLab({ prefix: PREFIX, realCount: 2 });
+  await lab.startHttpServers();
+  for (const r of lab.reals) await startCheckServer(r);
+  dir = await mkdtemp(join(tmpdir(), 'dsrlb-test-ord-'));
+  configPath = join(dir, 'dsrlb.yaml');
+  await writeFile(configPath, configText('keep'));
+  daemon = await LabDaemon.start(lab, configPath, allUp);
+}, 120_000);
+
+afterAll(async () => {
+  if (daemon) expect(await daemon.stop()).toBe(0);
+  await lab?.destroy();
+  if (dir) await rm(dir, { recursive: true, force: true });
+}, 60_000);
+
+describe('onRealDown', () => {
+  it('keep: a download from a real its check marks down finishes byte for byte there; new connections go to the other real', async () => {
+    const moved = metricValue(await daemon.metrics(), 'dsrlb_flows_rescheduled_total', '');
+    const d = await downloadWhileItsRealGoesDown();
+    expect([d.code, d.status]).toEqual([0, '200']);
+    expect(d.body.equals(patternBytes(SIZE))).toBe(true);
+    expect(d.newWhileDown[d.real.name] ?? 0).toBe(0);
+    expect(metricValue(await daemon.metrics(), 'dsrlb_flows_rescheduled_total', '')).toBe(moved);
+  }, 60_000);
+
+  it('reschedule (the default): the download is moved to the other real, which resets it, and the move is counted', async () => {
+    await writeFile(configPath, configText('keep').replace('    onRealDown: keep\n', ''));
+    const r = await daemon.cli(['reload']);
+    expect(r.stdout + r.stderr).toContain('reload taken');
+    const moved = metricValue(await daemon.metrics(), 'dsrlb_flows_rescheduled_total', '');
+    const d = await downloadWhileItsRealGoesDown();
+    // curl: 56, a reset while receiving; whatever arrived before is a short body.
+    expect(d.code).not.toBe(0);
+    expect(d.body.length).toBeLessThan(SIZE);
+    expect(d.newWhileDown[d.real.name] ?? 0).toBe(0);
+    expect(metricValue(await daemon.metrics(), 'dsrlb_flows_rescheduled_total', '')).toBeGreaterThan(moved);
+  }, 60_000);
+});

@@ -1,0 +1,25 @@
+// A removed service saved in the flows file (its config, so that its flows drain after a restart):
+// read back as the config has it, and one written by an earlier release, without onRealDown, as
+// that release behaved (reschedule).
+import { describe, expect, it } from 'vitest';
+import { parseConfigText } from '../../src/config/validate.js';
+import { savedServiceConfig, serviceConfigProblem } from '../../src/control/saved-service.js';
+
+const parsed = parseConfigText('interface: eth0\nservices:\n  - { name: web, vip: 203.0.113.10, port: 80, onRealDown: keep, reals: [ { address: 10.0.1.1 } ] }\n');
+if (!parsed.ok) throw new Error('the test config does not parse');
+const service = parsed.config.services[0]!;
+
+describe('savedServiceConfig', () => {
+  it('reads back what was saved', () => {
+    expect(savedServiceConfig(JSON.parse(JSON.stringify(service)))).toEqual(service);
+  });
+
+  it('takes a service an earlier release saved without onRealDown as reschedule', () => {
+    const { onRealDown: _, ...older } = JSON.parse(JSON.stringify(service)) as Record<string, unknown>;
+    expect(savedServiceConfig(older)).toEqual({ ...service, onRealDown: 'reschedule' });
+  });
+
+  it('names onRealDown when it holds a value no release wrote', () => {
+    expect(serviceConfigProblem({ ...JSON.parse(JSON.stringify(service)), onRealDown: 'move' })).toBe('onRealDown');
+  });
+});
