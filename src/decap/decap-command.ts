@@ -149,7 +149,7 @@ export async function runDecap(opts: DecapOptions, log: Logger = createLogger())
     // With the lock held, a record left in /run/dsrlb is a dead (earlier) decap's: the operator's values.
     await host.restoreDeadDecapRecord();
     const native = loadNative();
-    const tun = await host.setUp(tunName, vips.hasV6, vips.addresses.filter((a) => !a.includes(':')));
+    const tun = await host.setUp(tunName, vips.hasV6, vips.hasV4);
     const fd = tun.fd;
     const d = new Decapsulator(vips, (buf, offset, length) => native.tunWrite(fd, buf, offset, length), sources);
     decap = d;

@@ -1,14 +1,15 @@
 // What `dsrlb decap` changes on the real server, and undoes on exit: a TUN device (IFF_TUN |
-// IFF_NO_PI), brought up, with IPv6 enabled on it and, for IPv4 VIPs, each of them as a /32
-// scope-host address and the device's own rp_filter at 2 (loose). Why: the kernel drops a packet
-// that arrives on a device without an IPv4 address whenever rp_filter (max(all, dev)) is not 0
-// (__fib_validate_source, last_resort), and strict mode drops a tunnelled one anyway (the route
-// back to the client leaves by another interface). Loose mode on a device with an address passes
-// every source that has a route, whatever the operator's all.rp_filter: that one is never touched,
-// and everything decap sets lives on its device and goes with it (classical LVS-TUN puts the VIP
-// on tunl0 for the same reason). No nftables rule is needed: an open raw socket for protocol 4/41
-// already stops the kernel's protocol-unreachable answers, and an input-hook drop would hide the
-// packets from it.
+// IFF_NO_PI), brought up, with IPv6 enabled on it and, for IPv4 VIPs, the IPv4 dummy address
+// 192.0.0.8/32 (RFC 7600) in scope host and the device's own rp_filter at 2 (loose). Why: the
+// kernel drops a packet that arrives on a device without an IPv4 address whenever rp_filter
+// (max(all, dev)) is not 0 (__fib_validate_source, last_resort), and strict mode drops a tunnelled
+// one anyway (the route back to the client leaves by another interface). Loose mode on a device
+// with an address passes every source that has a route, whatever the operator's all.rp_filter:
+// that one is never touched. Any address will do; not the VIP, which would then be a local
+// address of the host by decap's doing, answered in ARP wherever arp_ignore is 0 (a real whose
+// dsrlb-realserver setup was removed while decap ran). No nftables rule is needed: an open raw
+// socket for protocol 4/41 already stops the kernel's protocol-unreachable answers, and an
+// input-hook drop would hide the packets from it.
 //
 // Before 2026-12 decap set all.rp_filter to 0 and kept the operator's value in a run-state record
 // in /run/dsrlb: one killed (SIGKILL, OOM) left the record and the 0. The next decap puts that value
@@ -74,11 +75,13 @@ function isRecordedSysctl(entry: unknown): entry is ChangedSysctl {
 
 /** Loose reverse-path filtering: passes any source with a route, on a device with an IPv4 address. */
 const RP_FILTER_LOOSE = '2';
+/** The IPv4 dummy address (RFC 7600), scope host: the address loose rp_filter needs on the device. */
+export const DUMMY_ADDRESS = '192.0.0.8/32';
 
 export class DecapHost {
   private tun: { fd: number; name: string } | undefined;
-  /** The IPv4 addresses setUp put on the device ("a.b.c.d/32"), for tearDown when the device outlives decap. */
-  private added: string[] = [];
+  /** setUp put DUMMY_ADDRESS on the device: tearDown takes it off a device that outlives decap. */
+  private addedDummy = false;
   private readonly recordPath: string;
 
   constructor(
@@ -145,21 +148,21 @@ export class DecapHost {
 
   /**
    * Creates the TUN device and makes the kernel accept what is written to it: up, IPv6 enabled for
-   * IPv6 VIPs, and for IPv4 VIPs (ipv4Vips, dotted quads) each on the device as /32 scope host with
-   * the device's rp_filter loose (see the top of this file). Undo with tearDown().
+   * IPv6 VIPs, and for IPv4 VIPs the dummy address with the device's rp_filter loose (see the top
+   * of this file). Undo with tearDown().
    */
-  async setUp(tunName: string, ipv6: boolean, ipv4Vips: readonly string[]): Promise<{ fd: number; name: string }> {
+  async setUp(tunName: string, ipv6: boolean, ipv4: boolean): Promise<{ fd: number; name: string }> {
     this.tun = this.tunOpener.open(tunName);
     const name = this.tun.name;
     const applied: string[] = [];
-    if (ipv4Vips.length > 0) {
-      // A persistent device of that name (decap attaches to it) may hold some already.
-      const have = new Set((await this.runner(['ip', '-4', '-o', 'addr', 'show', 'dev', name])).stdout.match(/(?<=\binet )\S+/g) ?? []);
-      for (const vip of ipv4Vips) {
-        const address = `${vip}/32`;
-        if (have.has(address)) continue;
-        await this.runner(['ip', 'addr', 'add', address, 'dev', name, 'scope', 'host']);
-        this.added.push(address);
+    const addresses: string[] = [];
+    if (ipv4) {
+      // A persistent device of that name (decap attaches to it) may have an address of its own: any will do.
+      const have = (await this.runner(['ip', '-4', '-o', 'addr', 'show', 'dev', name])).stdout.match(/(?<=\binet )\S+/g) ?? [];
+      if (have.length === 0) {
+        await this.runner(['ip', 'addr', 'add', DUMMY_ADDRESS, 'dev', name, 'scope', 'host']);
+        this.addedDummy = true;
+        addresses.push(DUMMY_ADDRESS);
       }
       this.setDevice(`net/ipv4/conf/${name}/rp_filter`, RP_FILTER_LOOSE, applied);
     }
@@ -167,32 +170,31 @@ export class DecapHost {
     // Without IFF_UP the kernel refuses every write. Up last: whoever waits for the device to be up
     // (the unit's ExecStartPost, then dsrlb-realserver's check) finds it complete.
     await this.runner(['ip', 'link', 'set', 'dev', name, 'up']);
-    this.log.info('decap tun device up', { tun: name, addresses: this.added, changedSysctls: applied });
+    this.log.info('decap tun device up', { tun: name, addedAddresses: addresses, changedSysctls: applied });
     return this.tun;
   }
 
   /**
-   * Closes the TUN device, which removes it with everything set on it; a persistent device that
-   * outlives decap loses the addresses setUp added.
+   * Closes the TUN device, which removes it with everything set on it. A persistent device (made
+   * with `ip tuntap add`) outlives decap: it loses the address setUp added, and keeps the sysctls
+   * (rp_filter 2 and IPv6 on are what a device decapsulating into it needs anyway).
    */
   async tearDown(): Promise<void> {
     if (this.tun === undefined) return;
     const { fd, name } = this.tun;
     this.tun = undefined;
     this.tunOpener.close(fd);
-    const added = this.added.splice(0);
-    const outlived = added.length > 0 && (await this.runner(['ip', '-o', 'link', 'show', 'dev', name]).then(() => true, () => false));
-    if (outlived) {
-      for (const address of added) {
-        await this.runner(['ip', 'addr', 'del', address, 'dev', name]).catch((err: Error) =>
-          this.log.warn('cannot remove an address decap added to its TUN device', { tun: name, address, error: err.message }),
-        );
-      }
+    const added = this.addedDummy;
+    this.addedDummy = false;
+    if (added && (await this.runner(['ip', '-o', 'link', 'show', 'dev', name]).then(() => true, () => false))) {
+      await this.runner(['ip', 'addr', 'del', DUMMY_ADDRESS, 'dev', name]).catch((err: Error) =>
+        this.log.warn('cannot remove the address decap added to its TUN device', { tun: name, address: DUMMY_ADDRESS, error: err.message }),
+      );
     }
     this.log.info('decap tun device removed', { tun: name });
   }
 
-  /** Sets a sysctl of the device (it goes with the device: nothing to record or undo). */
+  /** Sets a sysctl of the device (it lives and goes with the device: nothing to record or undo). */
   private setDevice(key: string, value: string, applied: string[]): void {
     const previous = this.sysctl.read(key);
     if (previous === undefined) throw new Error(`sysctl ${key.replaceAll('/', '.')} does not exist`);

@@ -568,10 +568,10 @@ describe('install.sh --root', () => {
         expect(log).toContain('"interface":"eth0"');
         expect(log).toContain('"vips":["203.0.113.10","2001:db8::10"]');
         const rp = async (dev: string): Promise<string> => (await mustRun('ip', ['netns', 'exec', ns, 'cat', `/proc/sys/net/ipv4/conf/${dev}/rp_filter`])).trim();
-        // The operator's strict all.rp_filter stays; the TUN device is loose and holds the IPv4 VIP.
+        // The operator's strict all.rp_filter stays; the TUN device is loose and holds the dummy address 192.0.0.8.
         expect(await rp('all')).toBe('1');
         expect(await rp('dsrlb-decap0')).toBe('2');
-        expect(await mustRun('ip', ['-n', ns, '-4', '-o', 'addr', 'show', 'dev', 'dsrlb-decap0'])).toContain('inet 203.0.113.10/32 scope host');
+        expect(await mustRun('ip', ['-n', ns, '-4', '-o', 'addr', 'show', 'dev', 'dsrlb-decap0'])).toContain('inet 192.0.0.8/32 scope host');
         child.kill('SIGTERM');
         expect(await exited).toBe(0);
         expect(await rp('all')).toBe('1');

@@ -58,10 +58,10 @@ describe("an earlier decap's run-state record", () => {
     ]);
     const f = fakes(sysctls, runDir);
     await f.host.restoreDeadDecapRecord();
-    await f.host.setUp('dc0', false, ['192.0.2.10']);
+    await f.host.setUp('dc0', false, true);
     expect(Object.fromEntries(sysctls)).toEqual({ [ALL]: '1', [DEV]: '2' });
     expect(readdirSync(runDir)).toEqual([]);
-    expect(f.logged).toEqual([{ level: 'info', msg: 'decap tun device up', fields: { tun: 'dc0', addresses: ['192.0.2.10/32'], changedSysctls: ['net.ipv4.conf.dc0.rp_filter=2 (was 0)'] } }]);
+    expect(f.logged).toEqual([{ level: 'info', msg: 'decap tun device up', fields: { tun: 'dc0', addedAddresses: ['192.0.0.8/32'], changedSysctls: ['net.ipv4.conf.dc0.rp_filter=2 (was 0)'] } }]);
   });
 
   it("puts the operator's all.rp_filter back at start (the 0 the killed one left) and removes the record", async () => {
@@ -83,7 +83,7 @@ describe("an earlier decap's run-state record", () => {
       },
     ]);
     // And setUp does not take it away again.
-    await f.host.setUp('dc0', false, ['192.0.2.10']);
+    await f.host.setUp('dc0', false, true);
     expect(sysctls.get(ALL)).toBe('2');
   });
 

@@ -252,20 +252,16 @@ describe('DecapHost', () => {
     return { sysctls, commands, closed, host: new DecapHost(silent, runner, sysctl, tun, runDir) };
   }
 
-  it("brings the device up with each IPv4 VIP on it as /32 scope host and its own rp_filter loose, and never touches all's", async () => {
+  it("brings the device up with the IPv4 dummy address 192.0.0.8 on it (scope host) and its own rp_filter loose, and never touches all's", async () => {
     const f = fakes({
       'net/ipv4/conf/all/rp_filter': '1',
       'net/ipv4/conf/dc0/rp_filter': '1',
       'net/ipv6/conf/dc0/disable_ipv6': '1',
     });
-    expect(await f.host.setUp('dc0', true, ['192.0.2.10', '192.0.2.11'])).toEqual({ fd: 42, name: 'dc0' });
-    // Up last: one that waits for the device to be up finds its addresses there.
-    expect(f.commands).toEqual([
-      'ip -4 -o addr show dev dc0',
-      'ip addr add 192.0.2.10/32 dev dc0 scope host',
-      'ip addr add 192.0.2.11/32 dev dc0 scope host',
-      'ip link set dev dc0 up',
-    ]);
+    expect(await f.host.setUp('dc0', true, true)).toEqual({ fd: 42, name: 'dc0' });
+    // Not a VIP (decap must not make one a local address); up last: one that waits for the device
+    // to be up finds its address there.
+    expect(f.commands).toEqual(['ip -4 -o addr show dev dc0', 'ip addr add 192.0.0.8/32 dev dc0 scope host', 'ip link set dev dc0 up']);
     // max(all 1, dev 2) = 2: loose, which passes on a device with an address.
     expect(Object.fromEntries(f.sysctls)).toEqual({
       'net/ipv4/conf/all/rp_filter': '1',
@@ -275,7 +271,7 @@ describe('DecapHost', () => {
     await f.host.tearDown();
     expect(f.closed).toEqual([42]);
     // The device went with its fd, and its addresses with it: nothing to delete.
-    expect(f.commands.slice(4)).toEqual(['ip -o link show dev dc0']);
+    expect(f.commands.slice(3)).toEqual(['ip -o link show dev dc0']);
     await f.host.tearDown(); // idempotent
     expect(f.closed).toEqual([42]);
     expect(f.sysctls.get('net/ipv4/conf/all/rp_filter')).toBe('1');
@@ -283,7 +279,7 @@ describe('DecapHost', () => {
 
   it('with IPv6 VIPs only, adds no address and leaves rp_filter alone (rp_filter is IPv4 only)', async () => {
     const f = fakes({ 'net/ipv4/conf/all/rp_filter': '1', 'net/ipv4/conf/dc0/rp_filter': '1', 'net/ipv6/conf/dc0/disable_ipv6': '1' });
-    await f.host.setUp('dc0', true, []);
+    await f.host.setUp('dc0', true, false);
     expect(f.commands).toEqual(['ip link set dev dc0 up']);
     expect(f.sysctls.get('net/ipv4/conf/dc0/rp_filter')).toBe('1');
     expect(f.sysctls.get('net/ipv6/conf/dc0/disable_ipv6')).toBe('0');
@@ -291,12 +287,19 @@ describe('DecapHost', () => {
     expect(f.commands).toEqual(['ip link set dev dc0 up']);
   });
 
-  it('on a persistent TUN device that outlives it, adds only the addresses missing and deletes only those at tearDown', async () => {
-    const f = fakes({ 'net/ipv4/conf/all/rp_filter': '0', 'net/ipv4/conf/dc0/rp_filter': '2' }, { addresses: ['192.0.2.10/32', '10.0.0.1/24'], persistent: true });
-    await f.host.setUp('dc0', false, ['192.0.2.10', '192.0.2.11']);
-    expect(f.commands).toEqual(['ip -4 -o addr show dev dc0', 'ip addr add 192.0.2.11/32 dev dc0 scope host', 'ip link set dev dc0 up']);
+  it('on a persistent TUN device with an address of its own adds none (any will do) and deletes none at tearDown', async () => {
+    const f = fakes({ 'net/ipv4/conf/all/rp_filter': '0', 'net/ipv4/conf/dc0/rp_filter': '1' }, { addresses: ['10.0.0.1/24'], persistent: true });
+    await f.host.setUp('dc0', false, true);
+    expect(f.commands).toEqual(['ip -4 -o addr show dev dc0', 'ip link set dev dc0 up']);
     expect(f.sysctls.get('net/ipv4/conf/dc0/rp_filter')).toBe('2');
     await f.host.tearDown();
-    expect(f.commands.slice(3)).toEqual(['ip -o link show dev dc0', 'ip addr del 192.0.2.11/32 dev dc0']);
+    expect(f.commands.slice(2)).toEqual([]);
+  });
+
+  it('on a persistent TUN device without an address, adds the dummy address and takes it off again when the device outlives it', async () => {
+    const f = fakes({ 'net/ipv4/conf/all/rp_filter': '0', 'net/ipv4/conf/dc0/rp_filter': '2' }, { persistent: true });
+    await f.host.setUp('dc0', false, true);
+    await f.host.tearDown();
+    expect(f.commands.slice(3)).toEqual(['ip -o link show dev dc0', 'ip addr del 192.0.0.8/32 dev dc0']);
   });
 });
