@@ -4,9 +4,11 @@
 // package) drops the ancillary data, so the outer ECN mark that RFC 6040 asks the decapsulator to
 // carry inside was lost. An IPv4 raw socket hands over the whole datagram, header included.
 // Syscalls, readiness and lifetimes only; every packet decision is made in TypeScript (src/decap).
-#include <errno.h>
 #include <arpa/inet.h>
+#include <errno.h>
+#include <linux/filter.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <node_api.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -85,12 +87,14 @@ static void on_external_finalize(napi_env env, void* data, void* hint) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// openTunnelSocket(family, protocol, ifname, receiveBufferBytes, callback[, peer]) -> handle: a raw
-// socket (non-blocking, close-on-exec), bound to ifname unless it is null, IPV6_RECVTCLASS on for
-// IPv6, connected to address `peer` when one is given (it then takes datagrams, and the kernel hands
-// it ICMP errors, about that peer only), and callback(errno) called on the loop thread whenever it
-// is readable (errno 0) or after a socket error (errno > 0, cleared; polling goes on). The handle
-// holds { fd }.
+// openTunnelSocket(family, protocol, ifname, receiveBufferBytes, callback[, options]) -> handle: a
+// raw socket (non-blocking, close-on-exec), bound to ifname unless it is null, IPV6_RECVTCLASS on
+// for IPv6, and callback(errno) called on the loop thread whenever it is readable (errno 0) or
+// after a socket error (errno > 0, cleared; polling goes on). options: { source, peer, dropAll }:
+// bound to local address `source` and connected to `peer` when given (the kernel then hands it
+// datagrams and ICMP errors between exactly those two), and with `dropAll` a socket filter that
+// takes no datagram (for a socket held open only for the ICMP errors the kernel handles for it).
+// The handle holds { fd }.
 
 static napi_value open_tunnel_socket(napi_env env, napi_callback_info info) {
   size_t argc = 6;
@@ -98,7 +102,7 @@ static napi_value open_tunnel_socket(napi_env env, napi_callback_info info) {
   int32_t family, protocol, rcvbuf;
   napi_valuetype type;
   char ifname[16] = "";
-  char peer[64] = "";
+  char address_text[64] = "";
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
   if (argc < 5 || napi_get_value_int32(env, argv[0], &family) != napi_ok || napi_get_value_int32(env, argv[1], &protocol) != napi_ok ||
       napi_get_value_int32(env, argv[3], &rcvbuf) != napi_ok || (family != 4 && family != 6)) {
@@ -122,24 +126,38 @@ static napi_value open_tunnel_socket(napi_env env, napi_callback_info info) {
     napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "callback must be a function");
     return NULL;
   }
-  struct sockaddr_storage peer_address;
-  socklen_t peer_length = 0;
-  memset(&peer_address, 0, sizeof peer_address);
-  if (argc >= 6 && napi_typeof(env, argv[5], &type) == napi_ok && type == napi_string) {
-    size_t length = 0;
-    napi_get_value_string_utf8(env, argv[5], peer, sizeof peer, &length);
-    struct sockaddr_in* in4 = (struct sockaddr_in*)&peer_address;
-    struct sockaddr_in6* in6 = (struct sockaddr_in6*)&peer_address;
-    if (family == 4 && inet_pton(AF_INET, peer, &in4->sin_addr) == 1) {
-      in4->sin_family = AF_INET;
-      peer_length = sizeof *in4;
-    } else if (family == 6 && inet_pton(AF_INET6, peer, &in6->sin6_addr) == 1) {
-      in6->sin6_family = AF_INET6;
-      peer_length = sizeof *in6;
-    } else {
-      napi_throw_type_error(env, "ERR_INVALID_ARG_VALUE", "peer must be an address of the socket's family");
-      return NULL;
+  // options: each address parsed before the socket exists, so a bad one leaves nothing behind.
+  struct sockaddr_storage addresses[2];  // [0] source, [1] peer
+  socklen_t address_lengths[2] = {0, 0};
+  bool drop_all = false;
+  memset(addresses, 0, sizeof addresses);
+  if (argc >= 6 && napi_typeof(env, argv[5], &type) == napi_ok && type == napi_object) {
+    static const char* const keys[2] = {"source", "peer"};
+    for (int i = 0; i < 2; i++) {
+      napi_value value;
+      if (napi_get_named_property(env, argv[5], keys[i], &value) != napi_ok || napi_typeof(env, value, &type) != napi_ok) return NULL;
+      if (type == napi_undefined || type == napi_null) continue;
+      size_t length = 0;
+      if (type != napi_string || napi_get_value_string_utf8(env, value, address_text, sizeof address_text, &length) != napi_ok) {
+        napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "options.source and options.peer must be address strings");
+        return NULL;
+      }
+      struct sockaddr_in* in4 = (struct sockaddr_in*)&addresses[i];
+      struct sockaddr_in6* in6 = (struct sockaddr_in6*)&addresses[i];
+      if (family == 4 && inet_pton(AF_INET, address_text, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        address_lengths[i] = sizeof *in4;
+      } else if (family == 6 && inet_pton(AF_INET6, address_text, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        address_lengths[i] = sizeof *in6;
+      } else {
+        napi_throw_type_error(env, "ERR_INVALID_ARG_VALUE", "options.source and options.peer must be addresses of the socket's family");
+        return NULL;
+      }
     }
+    napi_value value;
+    if (napi_get_named_property(env, argv[5], "dropAll", &value) != napi_ok || napi_typeof(env, value, &type) != napi_ok) return NULL;
+    if (type == napi_boolean) napi_get_value_bool(env, value, &drop_all);
   }
 
   int fd = socket(family == 4 ? AF_INET : AF_INET6, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
@@ -164,7 +182,24 @@ static napi_value open_tunnel_socket(napi_env env, napi_callback_info info) {
     dsrlb_throw_errno(env, "setsockopt(IPV6_RECVTCLASS)", err, NULL);
     return NULL;
   }
-  if (peer_length > 0 && connect(fd, (struct sockaddr*)&peer_address, peer_length) < 0) {
+  if (drop_all) {
+    // Classic BPF: one instruction, "return 0 bytes": every datagram is dropped before the queue.
+    struct sock_filter none[] = {{BPF_RET | BPF_K, 0, 0, 0}};
+    struct sock_fprog program = {1, none};
+    if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof program) < 0) {
+      int err = errno;
+      close(fd);
+      dsrlb_throw_errno(env, "setsockopt(SO_ATTACH_FILTER)", err, NULL);
+      return NULL;
+    }
+  }
+  if (address_lengths[0] > 0 && bind(fd, (struct sockaddr*)&addresses[0], address_lengths[0]) < 0) {
+    int err = errno;
+    close(fd);
+    dsrlb_throw_errno(env, "bind", err, NULL);
+    return NULL;
+  }
+  if (address_lengths[1] > 0 && connect(fd, (struct sockaddr*)&addresses[1], address_lengths[1]) < 0) {
     int err = errno;
     close(fd);
     dsrlb_throw_errno(env, "connect", err, NULL);

@@ -120,6 +120,12 @@ interface RealRuntime {
 
 /** How often the next hops of IPIP reals are asked again (one `ip -batch` of `route get` for all). */
 const ROUTE_REFRESH_MS = 10_000;
+/**
+ * The smallest path MTU toward an IPIP real taken from an ICMP error (a route exception): anyone
+ * who knows the LB's and a real's addresses can forge one, and the kernel takes down to 552
+ * (IPv6: 1280). IPv6 links carry 1280; an IPv4 underlay below it is configured (route mtu), not learned.
+ */
+const MIN_LEARNED_MTU = 1280;
 /** How long a loop may take to hand its flows over or take them (1M flows: about a second). */
 const HANDOFF_ASK_MS = 30_000;
 
@@ -197,7 +203,7 @@ export class Daemon {
   private announceBusy = false;
   private routesTimer: NodeJS.Timeout | null = null;
   /** Lets the kernel learn the path MTU toward IPIP reals, which the route refresh then reads (path-mtu-sockets.ts). */
-  pathMtu: PathMtuSockets;
+  private readonly pathMtu: PathMtuSockets;
   /** The start's VIP announcements on the link, waiting for the reals' MACs (announceStartOnLink). */
   private startLinkTimer: NodeJS.Timeout | null = null;
   private routesRefreshing = false;
@@ -334,7 +340,6 @@ export class Daemon {
     await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' });
     await this.startWorker();
     this.syncReals();
-    this.syncPathMtuSockets();
     // Before the first snapshot: no packet has made a flow entry yet.
     await this.adoptSavedFlows();
     // Removed services restored with their flows drain: the host owns their VIPs again.
@@ -342,6 +347,7 @@ export class Daemon {
     const tunnel = await this.resolveTunnelRoutes(this.config);
     this.tunnelRoutes = tunnel.routes;
     this.tunnelSources = tunnel.sources;
+    this.syncPathMtuSockets();
     this.neighbors.on('change', () => this.queueRebuild('neighbour change'));
     this.neighbors.setWanted(this.l2RealAddresses());
     this.neighbors.start();
@@ -674,7 +680,12 @@ export class Daemon {
       if (route.dev !== null && route.dev !== config.interface) {
         this.warnOnce(`dev ${address} ${route.dev}`, 'IPIP real is not reached through the forwarding interface', { real: address, dev: route.dev, interface: config.interface });
       }
-      hops.set(address, { nextHop: route.gateway ?? address, source, mtu: route.mtu });
+      let mtu = route.mtu;
+      if (route.mtuLearned && mtu !== null && mtu < MIN_LEARNED_MTU) {
+        this.warnOnce(`learned mtu ${address}`, 'ignored a path MTU toward an IPIP real below 1280 that the kernel learned from an ICMP error (a forged one shrinks every tunnel packet): configure a smaller path with a route mtu', { real: address, mtu });
+        mtu = null;
+      } else this.warned.delete(`learned mtu ${address}`);
+      hops.set(address, { nextHop: route.gateway ?? address, source, mtu });
       this.warned.delete(`route ${address}`); // a later loss of the route is said again
     }
     return { routes: hops, sources: { v4, v6 } };
@@ -718,6 +729,7 @@ export class Daemon {
       if (sourcesChanged) this.log.info('IPIP tunnel source changed', { previous: this.tunnelSources, now: tunnel.sources });
       this.tunnelRoutes = tunnel.routes;
       this.tunnelSources = tunnel.sources;
+      this.syncPathMtuSockets();
       this.neighbors.setWanted(this.l2RealAddresses());
       this.rebuild('IPIP route change');
     }).finally(() => {
@@ -725,9 +737,13 @@ export class Daemon {
     });
   }
 
-  /** The path-MTU raw sockets for the outer families of the IPIP reals, configured or removed and draining. */
+  /** The path-MTU raw sockets of the IPIP reals (configured, or removed and draining), each from its tunnel's source. */
   private syncPathMtuSockets(): void {
-    this.pathMtu.sync([...this.reals.values()].filter((r) => r.forwarding === 'ipip').map((r) => normalizedAddress(r.address)));
+    this.pathMtu.sync(
+      [...this.reals.values()]
+        .filter((r) => r.forwarding === 'ipip')
+        .map((r) => ({ address: normalizedAddress(r.address), source: this.tunnelRoutes.get(r.address)?.source ?? null })),
+    );
   }
 
   /** Make this.reals match the config: new pairs get ids, vanished ones are marked removed (drained). */
@@ -1049,9 +1065,9 @@ export class Daemon {
     const pruned = this.pruneOverrides();
     this.send({ type: 'timeouts', timeouts: timeoutsOf(next) });
     this.syncReals();
-    this.syncPathMtuSockets();
     this.tunnelRoutes = tunnel.routes;
     this.tunnelSources = tunnel.sources;
+    this.syncPathMtuSockets();
     this.neighbors.setWanted(this.l2RealAddresses());
     this.rebuild('reload');
     this.metrics.reloadTaken();

@@ -4,84 +4,116 @@
 // and is dropped: the tunnel went on sending what the path cannot carry, and TCP through it stalled
 // on full-size segments (IPVS handles these itself in ip_vs_in_icmp). With a raw socket open for
 // the outer packet's protocol, the kernel hands the error to it (raw_err, rawv6_err), which records
-// the smaller MTU as a route exception toward the real (for net.ipv4.route.mtu_expires, 10 minutes;
-// IPv6 likewise). `ip route get REAL` reports it, and the daemon's route refresh (every 10 s) makes
-// it the real's tunnel MTU: from then on clients get fragmentation-needed (packet-too-big) from the
-// LB for what does not fit.
+// the smaller MTU as a route exception toward the real (for net.ipv4.route.mtu_expires or
+// net.ipv6.route.mtu_expires, 10 minutes). `ip route get REAL` reports it, and the daemon's route
+// refresh (every 10 s) makes it the real's tunnel MTU: from then on clients get
+// fragmentation-needed (packet-too-big) from the LB for what does not fit.
 //
-// IPv4 needs one socket for protocol 4, whatever the real. IPv6 takes the error only on a socket
-// that is connected (rawv6_err returns before the MTU update unless the socket is connected or has
-// IPV6_RECVERR, whose error queue would then have to be read): one socket per IPv6 real and
-// protocol, 41 (IPv6 inside) and 4 (an IPv4 VIP's packets to an IPv6 real). The sockets are not for
-// reading: what arrives on them (tunnel packets addressed to the LB itself) is drained and dropped.
+// One socket per real and protocol (4 inside IPv4; 41 and 4 inside IPv6, for IPv6 and IPv4 VIPs),
+// bound to the tunnel's outer source and connected to the real: the kernel then hands it only
+// errors quoting a packet from that source to that real (an unconnected one took errors about any
+// destination, so that anyone could shrink the LB's path MTU toward its BGP peer or anything else
+// for 10 minutes), and IPv6 takes errors only on a connected socket at all (rawv6_err). A socket
+// filter drops every datagram: these sockets are held for the errors, never read.
 
 import { IPPROTO_IPIP, IPPROTO_IPV6 } from '../decap/inner-packet.js';
-import { openTunnelSocket, type TunnelSocket, type TunnelSocketSpec } from '../decap/tunnel-sockets.js';
+import { loadNative } from '../io/native-binding.js';
 import type { Logger } from './logger.js';
 
-/** Enough for the odd datagram addressed to the LB itself; the kernel drops past it. */
-const SOCKET_BUFFER_BYTES = 64 << 10;
-
-/** One socket: its outer family and protocol, and the IPv6 real it is connected to (IPv4: none). */
-export interface PathMtuSocketSpec extends TunnelSocketSpec {
-  readonly peer: string | null;
+/** One socket: outer family and protocol, the real it is connected to and the source it is bound to. */
+export interface PathMtuSocketSpec {
+  readonly outerFamily: 4 | 6;
+  readonly protocol: number;
+  readonly peer: string;
+  /** The tunnel's outer source toward that real; null: the kernel's choice at connect. */
+  readonly source: string | null;
 }
 
-/** Opens one socket (the native raw socket in production; a fake in unit tests). */
-export type PathMtuSocketOpener = (spec: PathMtuSocketSpec, onError: (error: Error) => void) => TunnelSocket;
+/** An IPIP real and the outer source its tunnel packets leave from. */
+export interface TunnelPeer {
+  readonly address: string;
+  readonly source: string | null;
+}
 
-const openDrained: PathMtuSocketOpener = (spec, onError) =>
-  openTunnelSocket(spec, undefined, () => {}, onError, { socketBufferBytes: SOCKET_BUFFER_BYTES, ...(spec.peer !== null ? { peer: spec.peer } : {}) });
+export interface OpenSocket {
+  close(): void;
+}
 
-/** The sockets IPIP reals at these addresses need (see the top of this file). */
-export function pathMtuSpecs(realAddresses: Iterable<string>): PathMtuSocketSpec[] {
-  const specs: PathMtuSocketSpec[] = [];
-  let ipv4 = false;
-  for (const address of new Set(realAddresses)) {
-    if (!address.includes(':')) ipv4 = true;
-    else specs.push({ outerFamily: 6, protocol: IPPROTO_IPV6, peer: address }, { outerFamily: 6, protocol: IPPROTO_IPIP, peer: address });
+/** Opens one socket (the native raw socket in production; a fake in unit tests). Throws when it cannot. */
+export type PathMtuSocketOpener = (spec: PathMtuSocketSpec) => OpenSocket;
+
+const openNative: PathMtuSocketOpener = (spec) => {
+  const native = loadNative();
+  // The callback sees only socket errors (each ICMP error about the real, cleared): nothing to do.
+  const handle = native.openTunnelSocket(spec.outerFamily, spec.protocol, null, 0, () => {}, { source: spec.source, peer: spec.peer, dropAll: true });
+  return { close: () => native.closeTunnelSocket(handle) };
+};
+
+/** The sockets these tunnels need (see the top of this file). */
+export function pathMtuSpecs(peers: Iterable<TunnelPeer>): PathMtuSocketSpec[] {
+  const specs = new Map<string, PathMtuSocketSpec>();
+  for (const { address, source } of peers) {
+    const outerFamily = address.includes(':') ? 6 : 4;
+    for (const protocol of outerFamily === 4 ? [IPPROTO_IPIP] : [IPPROTO_IPV6, IPPROTO_IPIP]) {
+      const spec = { outerFamily, protocol, peer: address, source } as const;
+      specs.set(keyOf(spec), spec);
+    }
   }
-  return ipv4 ? [{ outerFamily: 4, protocol: IPPROTO_IPIP, peer: null }, ...specs] : specs;
+  return [...specs.values()];
 }
 
-const keyOf = (spec: PathMtuSocketSpec): string => `${spec.outerFamily}/${spec.protocol}${spec.peer !== null ? ` ${spec.peer}` : ''}`;
+function keyOf(spec: PathMtuSocketSpec): string {
+  return `${spec.outerFamily}/${spec.protocol} ${spec.source ?? '*'} > ${spec.peer}`;
+}
 
 export class PathMtuSockets {
-  private readonly open = new Map<string, TunnelSocket>();
+  private readonly open = new Map<string, OpenSocket>();
   /** Sockets that could not be opened, warned about once until they open (or are no longer needed). */
   private readonly refused = new Set<string>();
 
   constructor(
     private readonly log: Pick<Logger, 'warn'>,
-    private readonly opener: PathMtuSocketOpener = openDrained,
+    private readonly opener: PathMtuSocketOpener = openNative,
   ) {}
 
-  /** Opens the sockets the IPIP reals at these addresses need and closes the others. Never throws. */
-  sync(ipipRealAddresses: Iterable<string>): void {
-    const wanted = new Map(pathMtuSpecs(ipipRealAddresses).map((s) => [keyOf(s), s]));
+  /**
+   * Opens the sockets these tunnels need and closes the others (a tunnel whose source changed gets
+   * a new one). Never throws: what cannot be opened (no CAP_NET_RAW; ENETUNREACH, no route to the
+   * real yet) is logged once, and tried again at the next sync.
+   */
+  sync(peers: Iterable<TunnelPeer>): void {
+    const wanted = new Map(pathMtuSpecs(peers).map((s) => [keyOf(s), s]));
     for (const [key, socket] of this.open) {
       if (wanted.has(key)) continue;
       socket.close();
       this.open.delete(key);
     }
     for (const key of [...this.refused]) if (!wanted.has(key)) this.refused.delete(key);
+    const failed: string[] = [];
+    let error = '';
     for (const [key, spec] of wanted) {
       if (this.open.has(key)) continue;
       try {
-        this.open.set(key, this.opener(spec, (error) => this.failed(key, error)));
+        this.open.set(key, this.opener(spec));
         this.refused.delete(key);
       } catch (err) {
         if (this.refused.has(key)) continue;
         this.refused.add(key);
-        this.log.warn("cannot open a raw socket that lets the kernel learn the path MTU toward IPIP reals: a router's fragmentation-needed about the tunnel is ignored", {
-          socket: key,
-          error: (err as Error).message,
-        });
+        failed.push(key);
+        error = (err as Error).message;
       }
+    }
+    if (failed.length > 0) {
+      // One line for all (without CAP_NET_RAW every socket fails alike).
+      this.log.warn("cannot open the raw sockets that let the kernel learn the path MTU toward IPIP reals: a router's fragmentation-needed about their tunnels is ignored", {
+        sockets: failed.slice(0, 5),
+        count: failed.length,
+        error,
+      });
     }
   }
 
-  /** The sockets open now, as "outer family/protocol[ peer]". */
+  /** The sockets open now, as "outer family/protocol source > peer". */
   get openSockets(): string[] {
     return [...this.open.keys()];
   }
@@ -90,11 +122,5 @@ export class PathMtuSockets {
     for (const socket of this.open.values()) socket.close();
     this.open.clear();
     this.refused.clear();
-  }
-
-  /** A socket that failed reading (it closed itself): the next sync opens it again. */
-  private failed(key: string, error: Error): void {
-    this.open.delete(key);
-    this.log.warn('a path-MTU raw socket failed; opened again at the next route refresh', { socket: key, error: error.message });
   }
 }

@@ -14,8 +14,14 @@ export interface Route {
   readonly dev: string | null;
   /** The source address the kernel would choose (what IPVS's tunnel uses), or null. */
   readonly prefsrc: string | null;
-  /** The route's MTU metric (`ip route ... mtu N`: a VPN or GRE underlay), or null without one. */
+  /**
+   * The route's MTU metric (`ip route ... mtu N`: a VPN or GRE underlay), or the path MTU the kernel
+   * learned from an ICMP error about a tunnel packet (a route exception, path-mtu-sockets.ts), or
+   * null without either.
+   */
   readonly mtu: number | null;
+  /** `mtu` is a learned one: the answer is a route exception (it has an expiry). */
+  readonly mtuLearned: boolean;
 }
 
 
@@ -27,7 +33,7 @@ export function parseRouteBatch(addresses: readonly string[], stdout: string, st
   const routes = new Map<string, Route>();
   for (const line of stdout.split('\n')) {
     if (!line.trim().startsWith('[')) continue;
-    let answer: { dst?: string; gateway?: string; dev?: string; prefsrc?: string; metrics?: { mtu?: number }[] }[];
+    let answer: { dst?: string; gateway?: string; dev?: string; prefsrc?: string; expires?: number; metrics?: { mtu?: number }[] }[];
     try {
       answer = JSON.parse(line) as typeof answer;
     } catch {
@@ -36,7 +42,7 @@ export function parseRouteBatch(addresses: readonly string[], stdout: string, st
     const r = answer[0];
     if (r?.dst === undefined) continue;
     const mtu = r.metrics?.find((m) => typeof m.mtu === 'number')?.mtu ?? null;
-    routes.set(normalizedAddress(r.dst), { gateway: r.gateway ?? null, dev: r.dev ?? null, prefsrc: r.prefsrc ?? null, mtu });
+    routes.set(normalizedAddress(r.dst), { gateway: r.gateway ?? null, dev: r.dev ?? null, prefsrc: r.prefsrc ?? null, mtu, mtuLearned: mtu !== null && r.expires !== undefined });
   }
   // stderr: the error's own line(s), then "Command failed -:N" naming the batch line.
   const failed = new Map<number, string>();

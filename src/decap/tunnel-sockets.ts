@@ -46,16 +46,14 @@ export interface TunnelSocket {
  * elsewhere are not read, and the kernel refuses them as before). `onPacket(buf, length, spec,
  * outerTrafficClass, source)` runs synchronously per datagram (the traffic class is -1 over IPv4,
  * whose header is in buf; source holds the outer source's bytes); buf and source are reused for
- * the next one. `opts.socketBufferBytes`: its SO_RCVBUF (default 4 MiB); `opts.peer`: the one
- * address it is connected to (datagrams and ICMP errors about others pass it by). Throws when the
- * socket cannot be opened (EPERM without CAP_NET_RAW, EAFNOSUPPORT without IPv6).
+ * the next one. Throws when the socket cannot be opened
+ * (EPERM without CAP_NET_RAW, EAFNOSUPPORT without IPv6).
  */
 export function openTunnelSocket(
   spec: TunnelSocketSpec,
   ifname: string | undefined,
   onPacket: (buf: Buffer, length: number, spec: TunnelSocketSpec, outerTrafficClass: number, source: Uint8Array) => void,
   onError: (error: Error, spec: TunnelSocketSpec) => void,
-  opts: { socketBufferBytes?: number; peer?: string } = {},
 ): TunnelSocket {
   const native = loadNative();
   const what = `raw IPv${spec.outerFamily} socket for protocol ${spec.protocol}`;
@@ -90,7 +88,7 @@ export function openTunnelSocket(
     }
   };
   try {
-    handle = native.openTunnelSocket(spec.outerFamily, spec.protocol, ifname ?? null, opts.socketBufferBytes ?? SOCKET_RCVBUF_BYTES, onReadable, opts.peer ?? null);
+    handle = native.openTunnelSocket(spec.outerFamily, spec.protocol, ifname ?? null, SOCKET_RCVBUF_BYTES, onReadable);
   } catch (err) {
     throw new Error(`${what}: ${(err as Error).message}`);
   }

@@ -182,9 +182,11 @@ export interface DsrlbNative {
   /**
    * A raw socket for tunnel protocol `protocol` over outer IPv4 or IPv6 (native/src/raw_tunnel.c):
    * non-blocking, close-on-exec, SO_RCVBUF(FORCE) `receiveBufferBytes`, bound to `ifname` unless
-   * null, IPV6_RECVTCLASS on for IPv6, connected to `peer` when given (datagrams and ICMP errors
-   * about that address only). `callback(0)` runs on the loop thread whenever it is readable,
-   * `callback(errno)` after a socket error (cleared; polling goes on). Throws a NativeSystemError.
+   * null, IPV6_RECVTCLASS on for IPv6. `callback(0)` runs on the loop thread whenever it is
+   * readable, `callback(errno)` after a socket error (cleared; polling goes on). `options.source` /
+   * `options.peer`: bound to that local address and connected to that one (datagrams and ICMP errors
+   * between exactly those two); `options.dropAll`: a socket filter that queues no datagram. Throws a
+   * NativeSystemError.
    */
   openTunnelSocket(
     family: 4 | 6,
@@ -192,7 +194,7 @@ export interface DsrlbNative {
     ifname: string | null,
     receiveBufferBytes: number,
     callback: (errno: number) => void,
-    peer?: string | null,
+    options?: { source?: string | null; peer?: string | null; dropAll?: boolean },
   ): TunnelSocketHandle;
   /**
    * One datagram into buf (recvmsg): its length, or -errno (-EAGAIN once drained). meta[0] = the

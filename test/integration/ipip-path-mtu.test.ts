@@ -4,9 +4,11 @@
 // (src/control/path-mtu-sockets.ts), so the LB's kernel takes the error and records the smaller
 // MTU toward the real; the daemon's route refresh makes it the real's tunnel MTU; a client's
 // full-size segments then get fragmentation-needed (packet-too-big) from the LB with the path MTU
-// less the outer header, and an upload through the tunnel completes. This lab has one segment: the
-// real's namespace sends the router's error (test/support/icmp-error-sender.mjs); everything after
-// that is the kernels' and dsrlb's own.
+// less the outer header, and an upload through the tunnel completes. The sockets are connected to
+// the reals and bound to the tunnel source (here a second IPv6 address, tunnel.sourceV6): an error
+// about another destination changes nothing, and a learned MTU below 1280 (what a forged error
+// brings) is ignored. This lab has one segment: the real's namespace sends the router's error
+// (test/support/icmp-error-sender.mjs); everything after that is the kernels' and dsrlb's own.
 
 import { createHash } from 'node:crypto';
 import type { ChildProcess } from 'node:child_process';
@@ -21,6 +23,8 @@ import { LabDaemon, metricValue, requireRoot, ROOT, sleep, stopProcess } from '.
 
 const PREFIX = `dsrt-pm-${process.pid}-`;
 const PATH_MTU = 1400;
+/** The LB's outer IPv6 source (tunnel.sourceV6), a second address on its eth0. */
+const SOURCE6 = 'fd77::99';
 let lab: Lab;
 let real: LabHost;
 let dir: string;
@@ -45,16 +49,16 @@ async function waitFor<T>(what: string, get: () => Promise<T>, ok: (v: T) => boo
   return v;
 }
 
-/** The router's error, sent from the real's namespace to the LB. */
-async function routerSaysTooBig(family: 4 | 6): Promise<void> {
+/** The router's error about a tunnel packet to `outerDst` (default: the real), sent from the real's namespace to the LB. */
+async function routerSaysTooBig(family: 4 | 6, mtu = PATH_MTU, outerDst?: string): Promise<void> {
   const v6 = family === 6;
   const r = await lab.exec(real, [
     process.execPath,
     join(ROOT, 'test', 'support', 'icmp-error-sender.mjs'),
     '--to', v6 ? lab.lb.ipv6! : lab.lb.ipv4,
-    '--mtu', String(PATH_MTU),
-    '--outer-src', v6 ? lab.lb.ipv6! : lab.lb.ipv4,
-    '--outer-dst', v6 ? real.ipv6! : real.ipv4,
+    '--mtu', String(mtu),
+    '--outer-src', v6 ? SOURCE6 : lab.lb.ipv4,
+    '--outer-dst', outerDst ?? (v6 ? real.ipv6! : real.ipv4),
     '--inner-src', v6 ? lab.client.ipv6! : lab.client.ipv4,
     '--inner-dst', v6 ? lab.vip6! : lab.vip,
   ]);
@@ -84,6 +88,7 @@ beforeAll(async () => {
     createInterface({ input: decap.stdout! }).on('line', (l) => l.includes('decap running') && resolve());
     decap.once('exit', (c) => reject(new Error(`decap exited ${c}`)));
   });
+  await lab.exec(lab.lb, ['ip', '-6', 'addr', 'add', `${SOURCE6}/64`, 'dev', 'eth0', 'nodad']);
   const config = join(dir, 'dsrlb.yaml');
   await writeFile(
     config,
@@ -91,6 +96,7 @@ beforeAll(async () => {
       'interface: eth0',
       'metrics: { listen: 127.0.0.1:9742 }',
       'admin: { listen: 127.0.0.1:9743 }',
+      `tunnel: { sourceV6: "${SOURCE6}" }`,
       'services:',
       ...[
         ['web', lab.vip, real.ipv4],
@@ -145,5 +151,26 @@ describe('IPIP path MTU learned from the underlay', () => {
     await upload(vip);
     expect(await routeMtu(lab.client, vip)).toBe(PATH_MTU - outerHeader);
     expect(metricValue(await daemon.metrics(), 'dsrlb_icmp_too_big_sent_total', '')).toBeGreaterThan(tooBigBefore);
+  }, 60_000);
+
+  it('takes no error about a destination that is not a real: the sockets are connected to the reals', async () => {
+    const other = '10.77.0.250';
+    await routerSaysTooBig(4, PATH_MTU, other);
+    await sleep(500);
+    expect(await routeMtu(lab.lb, other)).toBeNull();
+    expect(await routeMtu(lab.lb, real.ipv4)).toBe(PATH_MTU);
+  });
+
+  it('ignores a learned path MTU below 1280 (as a forged error brings), with a warning, and falls back to the interface MTU', async () => {
+    await routerSaysTooBig(4, 600);
+    await waitFor('the LB kernel to record 600', () => routeMtu(lab.lb, real.ipv4), (m) => m === 600, 3000);
+    await waitFor(
+      'the daemon to ignore it',
+      async () => daemon.logs.some((l) => l.includes('ignored a path MTU toward an IPIP real below 1280') && l.includes(`"real":"${real.ipv4}"`) && l.includes('"mtu":600')),
+      (seen) => seen,
+      15_000,
+    );
+    expect(daemon.logs.some((l) => l.includes('IPIP real route changed') && l.includes(`"real":"${real.ipv4}"`) && l.includes('"mtu":null'))).toBe(true);
+    await upload(lab.vip);
   }, 60_000);
 });

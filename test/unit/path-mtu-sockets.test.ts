@@ -1,70 +1,72 @@
 // PathMtuSockets: which raw sockets the LB keeps open so that its kernel takes a router's
-// fragmentation-needed / packet-too-big about the tunnel (fake opener; the kernel side is in
-// test/integration/ipip-path-mtu.test.ts).
+// fragmentation-needed / packet-too-big about a tunnel (fake opener; the kernel side, with the
+// native sockets, is in test/integration/ipip-path-mtu.test.ts).
 import { describe, expect, it } from 'vitest';
 import { PathMtuSockets, pathMtuSpecs, type PathMtuSocketOpener, type PathMtuSocketSpec } from '../../src/control/path-mtu-sockets.js';
 
+const key = (s: PathMtuSocketSpec): string => `${s.outerFamily}/${s.protocol} ${s.source ?? '*'} > ${s.peer}`;
+
 function fakes(refuse: (spec: PathMtuSocketSpec) => boolean = () => false) {
   const events: string[] = [];
-  const warned: { msg: string; fields: Record<string, unknown> | undefined }[] = [];
-  const failers = new Map<string, (error: Error) => void>();
-  const opener: PathMtuSocketOpener = (spec, onError) => {
-    const key = `${spec.outerFamily}/${spec.protocol}${spec.peer !== null ? ` ${spec.peer}` : ''}`;
+  const warned: Record<string, unknown>[] = [];
+  const opener: PathMtuSocketOpener = (spec) => {
     if (refuse(spec)) throw new Error('EPERM: operation not permitted');
-    events.push(`open ${key}`);
-    failers.set(key, onError);
-    return { spec, close: () => void events.push(`close ${key}`) };
+    events.push(`open ${key(spec)}`);
+    return { close: () => void events.push(`close ${key(spec)}`) };
   };
-  const sockets = new PathMtuSockets({ warn: (msg, fields) => void warned.push({ msg, fields }) }, opener);
-  return { sockets, events, warned, failers };
+  const sockets = new PathMtuSockets({ warn: (_msg, fields) => void warned.push(fields ?? {}) }, opener);
+  return { sockets, events, warned };
 }
 
+const R4 = { address: '192.0.2.1', source: '198.51.100.5' };
+const R6 = { address: '2001:db8::1', source: '2001:db8:5::5' };
+
 describe('PathMtuSockets', () => {
-  it('takes one unconnected socket for protocol 4 over IPv4, and per IPv6 real one connected socket each for 41 and 4', () => {
-    expect(pathMtuSpecs(['192.0.2.1', '192.0.2.2', '192.0.2.1'])).toEqual([{ outerFamily: 4, protocol: 4, peer: null }]);
-    expect(pathMtuSpecs(['2001:db8::1', '192.0.2.1'])).toEqual([
-      { outerFamily: 4, protocol: 4, peer: null },
-      { outerFamily: 6, protocol: 41, peer: '2001:db8::1' },
-      { outerFamily: 6, protocol: 4, peer: '2001:db8::1' },
+  it('takes per real one socket for protocol 4 over IPv4, 41 and 4 over IPv6, bound to its source and connected to it', () => {
+    expect(pathMtuSpecs([R4, R4])).toEqual([{ outerFamily: 4, protocol: 4, peer: '192.0.2.1', source: '198.51.100.5' }]);
+    expect(pathMtuSpecs([R6, { address: '192.0.2.2', source: null }])).toEqual([
+      { outerFamily: 6, protocol: 41, peer: '2001:db8::1', source: '2001:db8:5::5' },
+      { outerFamily: 6, protocol: 4, peer: '2001:db8::1', source: '2001:db8:5::5' },
+      { outerFamily: 4, protocol: 4, peer: '192.0.2.2', source: null },
     ]);
     expect(pathMtuSpecs([])).toEqual([]);
   });
 
-  it('opens what the IPIP reals need, once, and closes what they no longer need', () => {
+  it('opens what the tunnels need once, closes what they no longer need, and opens anew for a new source', () => {
     const f = fakes();
-    f.sockets.sync(['192.0.2.1']);
-    f.sockets.sync(['192.0.2.1', '192.0.2.2']);
-    expect(f.events).toEqual(['open 4/4']);
-    f.sockets.sync(['192.0.2.1', '2001:db8::1']);
-    expect(f.events.slice(1)).toEqual(['open 6/41 2001:db8::1', 'open 6/4 2001:db8::1']);
-    expect(f.sockets.openSockets).toEqual(['4/4', '6/41 2001:db8::1', '6/4 2001:db8::1']);
-    f.sockets.sync(['2001:db8::2']);
-    expect(f.events.slice(3)).toEqual(['close 4/4', 'close 6/41 2001:db8::1', 'close 6/4 2001:db8::1', 'open 6/41 2001:db8::2', 'open 6/4 2001:db8::2']);
+    f.sockets.sync([R4]);
+    f.sockets.sync([R4]);
+    expect(f.events).toEqual(['open 4/4 198.51.100.5 > 192.0.2.1']);
+    f.sockets.sync([R4, R6]);
+    expect(f.events.slice(1)).toEqual(['open 6/41 2001:db8:5::5 > 2001:db8::1', 'open 6/4 2001:db8:5::5 > 2001:db8::1']);
+    f.sockets.sync([{ ...R4, source: '198.51.100.6' }]);
+    expect(f.events.slice(3)).toEqual([
+      'close 4/4 198.51.100.5 > 192.0.2.1',
+      'close 6/41 2001:db8:5::5 > 2001:db8::1',
+      'close 6/4 2001:db8:5::5 > 2001:db8::1',
+      'open 4/4 198.51.100.6 > 192.0.2.1',
+    ]);
+    expect(f.sockets.openSockets).toEqual(['4/4 198.51.100.6 > 192.0.2.1']);
     f.sockets.close();
-    expect(f.events.slice(8)).toEqual(['close 6/41 2001:db8::2', 'close 6/4 2001:db8::2']);
+    expect(f.events.at(-1)).toBe('close 4/4 198.51.100.6 > 192.0.2.1');
     expect(f.sockets.openSockets).toEqual([]);
   });
 
-  it('a socket it cannot open (no CAP_NET_RAW) is warned about once, never thrown, and opened when it can be', () => {
+  it('sockets it cannot open (no CAP_NET_RAW) are one warning, never thrown, and opened when they can be', () => {
     let refusing = true;
     const f = fakes(() => refusing);
-    f.sockets.sync(['192.0.2.1']);
-    f.sockets.sync(['192.0.2.1']);
-    expect(f.warned).toHaveLength(1);
-    expect(f.warned[0]!.fields).toEqual({ socket: '4/4', error: 'EPERM: operation not permitted' });
+    f.sockets.sync([R4, R6]);
+    f.sockets.sync([R4, R6]);
+    expect(f.warned).toEqual([
+      {
+        sockets: ['4/4 198.51.100.5 > 192.0.2.1', '6/41 2001:db8:5::5 > 2001:db8::1', '6/4 2001:db8:5::5 > 2001:db8::1'],
+        count: 3,
+        error: 'EPERM: operation not permitted',
+      },
+    ]);
     refusing = false;
-    f.sockets.sync(['192.0.2.1']);
-    expect(f.sockets.openSockets).toEqual(['4/4']);
+    f.sockets.sync([R4, R6]);
+    expect(f.sockets.openSockets).toHaveLength(3);
     expect(f.warned).toHaveLength(1);
-  });
-
-  it('a socket that failed reading is logged and opened again at the next sync', () => {
-    const f = fakes();
-    f.sockets.sync(['192.0.2.1']);
-    f.failers.get('4/4')!(new Error('raw IPv4 socket for protocol 4: recvmsg failed (errno 5)'));
-    expect(f.sockets.openSockets).toEqual([]);
-    expect(f.warned.map((w) => w.fields)).toEqual([{ socket: '4/4', error: 'raw IPv4 socket for protocol 4: recvmsg failed (errno 5)' }]);
-    f.sockets.sync(['192.0.2.1']);
-    expect(f.events).toEqual(['open 4/4', 'open 4/4']);
   });
 });

@@ -20,9 +20,15 @@ describe('parseRouteBatch', () => {
     // iproute2 6.1, `ip route add 10.6.0.0/24 via 10.5.0.2 mtu 1400` (and `mtu lock 1380`: the same JSON).
     const withMtu = '[{"dst":"10.6.0.9","gateway":"10.5.0.2","dev":"a0","prefsrc":"10.5.0.1","flags":[],"uid":0,"cache":[],"metrics":[{"mtu":1400}]}]';
     const r = parseRouteBatch(['10.6.0.9', '192.0.2.7', '2001:db8::1'], `${withMtu}\n${connected}\n${v6}\n`, '');
-    expect(r.get('10.6.0.9')).toEqual({ gateway: '10.5.0.2', dev: 'a0', prefsrc: '10.5.0.1', mtu: 1400 });
-    expect(r.get('192.0.2.7')).toEqual({ gateway: null, dev: 'eth0', prefsrc: '192.0.2.2', mtu: null });
-    expect(r.get('2001:db8::1')).toEqual({ gateway: 'fe80::1', dev: 'eth0', prefsrc: null, mtu: null });
+    expect(r.get('10.6.0.9')).toEqual({ gateway: '10.5.0.2', dev: 'a0', prefsrc: '10.5.0.1', mtu: 1400, mtuLearned: false });
+    expect(r.get('192.0.2.7')).toEqual({ gateway: null, dev: 'eth0', prefsrc: '192.0.2.2', mtu: null, mtuLearned: false });
+    expect(r.get('2001:db8::1')).toEqual({ gateway: 'fe80::1', dev: 'eth0', prefsrc: null, mtu: null, mtuLearned: false });
+  });
+
+  it('tells a path MTU the kernel learned from an ICMP error (a route exception, with an expiry) from a configured one', () => {
+    // iproute2 6.1 after a router's fragmentation-needed (MTU 1400) about a packet to 10.2.0.3.
+    const learned = '[{"dst":"10.2.0.3","gateway":"10.1.0.2","dev":"a0","prefsrc":"10.1.0.1","flags":[],"uid":0,"cache":[],"expires":599,"metrics":[{"mtu":1400}]}]';
+    expect(parseRouteBatch(['10.2.0.3'], `${learned}\n`, '').get('10.2.0.3')).toEqual({ gateway: '10.1.0.2', dev: 'a0', prefsrc: '10.1.0.1', mtu: 1400, mtuLearned: true });
   });
 
   it('gives a failed lookup its own error, and the lookups after it their own answers', () => {
