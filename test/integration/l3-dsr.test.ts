@@ -237,8 +237,10 @@ describe('L3 DSR (IPIP)', () => {
 
   it('dsrlb-realserver check --mode ipip names each broken piece (VIP, arp_ignore, rp_filter) and passes after setup', async () => {
     const script = (args: string[]) => lab.exec(ipipReal, ['sh', join(ROOT, 'deploy/linux/dsrlb-realserver'), ...args]);
-    // decap stands in for tunl0, and has set its TUN up as check wants it (its IPv4 VIP on it, rp_filter 2).
+    // decap stands in for tunl0, and has set its TUN up as check wants it: rp_filter 2 and the IPv4
+    // dummy address (RFC 7600) on it, never the VIP (a local address apart from lo).
     expect((await script(['check', '--vip', lab.vip, '--mode', 'ipip'])).code).toBe(0);
+    expect((await lab.exec(ipipReal, ['ip', '-o', '-4', 'addr', 'show', 'dev', 'dsrlb-decap0'])).stdout).toMatch(/^\S+ dsrlb-decap0\s+inet 192\.0\.0\.8\/32 scope host dsrlb-decap0\b[^\n]*\n$/);
     await lab.exec(ipipReal, ['ip', 'addr', 'del', `${lab.vip}/32`, 'dev', 'lo']);
     // The kernel takes the larger of all and the interface's arp_ignore: both must be low to open ARP.
     await lab.exec(ipipReal, ['sysctl', '-qw', 'net.ipv4.conf.eth0.arp_ignore=0']);

@@ -2,9 +2,10 @@
 // piece-by-piece reports of a broken host (ARP sysctls as the kernel reads them: max(all, dev)),
 // addresses it must refuse or leave alone, ipip with stand-in tunnel devices (this kernel has no
 // ipip/ip6_tunnel: TUN devices named tunl0/ip6tnl0/dsrlb-decap0 take their place), rp_filter on
-// the tunnel devices with all.rp_filter strict (checked against an echo written into a TUN), MSS
-// and MTU, remove restoring only what setup changed, state per network namespace, and --persist
-// under DSRLB_ROOT. Needs root, `ip netns`, nft, unshare, python3 and systemd-analyze; fails (never
+// the tunnel devices with all.rp_filter strict and the dummy address 192.0.0.8 on them (checked
+// against an echo written into a TUN), upgrades from what earlier versions left, MSS and MTU,
+// remove restoring only what setup changed, state per network namespace, and --persist under
+// DSRLB_ROOT. Needs root, `ip netns`, nft, unshare, python3 and systemd-analyze; fails (never
 // skips) without them.
 
 import { execFile, spawn } from 'node:child_process';
@@ -23,6 +24,9 @@ const VIP = '10.0.0.100';
 const VIP6 = 'fd00:77::100';
 const SBIN = '/usr/local/sbin/dsrlb-realserver';
 const ARP_RULE = "the kernel takes the larger of all and the interface's value";
+/** The IPv4 dummy address (RFC 7600) setup and dsrlb decap put on the tunnel devices for loose rp_filter. */
+const DUMMY = '192.0.0.8';
+const ADDED_DUMMY = (dev: string): string => `added ${DUMMY}/32 on ${dev} (scope host, the IPv4 dummy address: loose rp_filter needs an IPv4 address on the device)`;
 
 interface Result {
   stdout: string;
@@ -281,6 +285,7 @@ describe('dsrlb-realserver in a network namespace', () => {
       ['FE80::1', 'a link-local address'],
       ['febf::1', 'a link-local address'],
       ['255.255.255.255', 'the broadcast address'],
+      [DUMMY, 'the IPv4 dummy address (RFC 7600) setup puts on the tunnel devices'],
     ];
     for (const [address, what] of notVips) cases.push([['setup', '--vip', address], `--vip ${address}: ${what} cannot be a VIP`]);
     const addrsBefore = await loAddrs();
@@ -294,7 +299,7 @@ describe('dsrlb-realserver in a network namespace', () => {
     // 127.0.0.1/8 and ::1 are where they were.
     expect(await loAddrs()).toEqual(addrsBefore);
     // Neighbours of the refused ranges are VIPs like any other.
-    for (const ok of ['1.0.0.1', '126.255.255.255', '128.0.0.1', '169.253.0.1', '223.255.255.255', '240.0.0.1', 'fe7f::1', 'fec0::1', 'ff::1']) {
+    for (const ok of ['1.0.0.1', '192.0.0.9', '126.255.255.255', '128.0.0.1', '169.253.0.1', '223.255.255.255', '240.0.0.1', 'fe7f::1', 'fec0::1', 'ff::1']) {
       const r = await script(['check', '--vip', ok]);
       expect(r.stderr, ok).not.toContain('cannot be a VIP');
     }
@@ -475,7 +480,7 @@ describe('mode ipip', () => {
     });
   });
 
-  it("dsrlb decap's TUN stands in for tunl0: check says when it is down and how to bring it up, and all covers its ARP sysctls; its rp_filter and address are decap's, which check verifies", async () => {
+  it("dsrlb decap's TUN stands in for tunl0: check says when it is down and how to bring it up, and all covers its ARP sysctls; its rp_filter and dummy address are decap's, which check verifies", async () => {
     await withHost('ip1', async (h) => {
       await standIn(h, 'dsrlb-decap0');
       const setup = await h.script(['setup', '--vip', VIP, '--mode', 'ipip']);
@@ -502,7 +507,7 @@ describe('mode ipip', () => {
         'run: sysctl -w net.ipv4.conf.dsrlb-decap0.rp_filter=2 (or restart dsrlb decap, which sets it)';
       const noAddress = (eff: number): string =>
         `dsrlb-decap0 has no IPv4 address, so rp_filter (the larger of all and dsrlb-decap0's: ${eff}) drops every packet decapsulated on it: ` +
-        `run: ip addr add ${VIP}/32 dev dsrlb-decap0 scope host (or restart dsrlb decap, which adds its --vip)`;
+        `run: ip addr add ${DUMMY}/32 dev dsrlb-decap0 scope host (or restart dsrlb decap, which adds it)`;
       await h.sh('echo 1 > /proc/sys/net/ipv4/conf/dsrlb-decap0/rp_filter');
       const rp = await h.script(['check', '--vip', VIP]);
       expect([rp.code, lines(rp.stdout)]).toEqual([1, [strict, noAddress(1)]]);
@@ -515,19 +520,24 @@ describe('mode ipip', () => {
       expect(await h.sysctl('dsrlb-decap0', 'rp_filter')).toBe('1');
       await h.sh('echo 2 > /proc/sys/net/ipv4/conf/dsrlb-decap0/rp_filter');
       expect((await h.script(['check', '--vip', VIP])).stdout).toBe(`${noAddress(2)}\n`);
-      // As dsrlb decap leaves it: its IPv4 VIPs on the device as /32 scope host, which is no "VIP also on" either.
-      await h.sh(`ip addr add ${VIP}/32 dev dsrlb-decap0 scope host`);
+      // As dsrlb decap leaves it: the dummy address on the device as /32 scope host.
+      await h.sh(`ip addr add ${DUMMY}/32 dev dsrlb-decap0 scope host`);
       const decapLike = await h.script(['check', '--vip', VIP]);
       expect([decapLike.code, decapLike.stdout]).toEqual([0, `ok: VIPs ${VIP} on lo, ARP hidden on lo dsrlb-decap0 eth0 eth1 (mode ipip)\n`]);
       const same = await h.script(['setup', '--vip', VIP]);
       expect([same.code, lines(same.stdout).at(-1)]).toEqual([0, `setup ok, nothing to change (mode ipip, VIPs ${VIP})`]);
+      // The VIP itself on the TUN (as a decap before 2026-12 put it) is a local address apart from lo: reported as on any interface.
+      await h.sh(`ip addr add ${VIP}/32 dev dsrlb-decap0 scope host`);
+      const vipOnTun = await h.script(['check', '--vip', VIP]);
+      expect([vipOnTun.code, vipOnTun.stdout]).toEqual([1, `VIP ${VIP} is also on dsrlb-decap0 (this host would answer ARP/ND for it): run: ip addr del ${VIP}/32 dev dsrlb-decap0\n`]);
+      await h.sh(`ip addr del ${VIP}/32 dev dsrlb-decap0`);
       // remove takes off lo what setup added, never decap's address.
       expect((await h.script(['remove', '--vip', VIP])).code).toBe(0);
-      expect(await h.sh('ip -o -4 addr show dev dsrlb-decap0')).toContain(`inet ${VIP}/32 scope host dsrlb-decap0`);
+      expect(await tunnelAddrs(h, 'dsrlb-decap0')).toEqual([`${DUMMY}/32 host`]);
     });
   });
 
-  it('with tunl0 and ip6tnl0, setup puts ip6tnl0 in mode any (IPv4-in-IPv6) with the VIP on it and rp_filter 2; check and remove follow (ip6tnl ioctls stubbed)', async () => {
+  it('with tunl0 and ip6tnl0, setup puts ip6tnl0 in mode any (IPv4-in-IPv6) with the dummy address on it and rp_filter 2; check and remove follow (ip6tnl ioctls stubbed)', async () => {
     // This kernel has no ip6_tunnel: TUN devices stand in for the devices, and an `ip` wrapper
     // answers `ip -6 tunnel show|change ip6tnl0` from a file. What runs here is the script's
     // logic; the kernel's side (mode any really taking IPv4-in-IPv6) is untested.
@@ -569,7 +579,8 @@ describe('mode ipip', () => {
         expect(await h.sysctl('all', 'rp_filter')).toBe('1');
         for (const iface of ['tunl0', 'ip6tnl0']) expect(await h.sysctl(iface, 'rp_filter'), iface).toBe('2');
         expect(await h.state()).toContain('tunmode ip6tnl0 ip6ip6\n');
-        expect(await h.state()).toContain(`tunaddr tunl0 ${VIP}\ntunaddr ip6tnl0 ${VIP}\n`);
+        expect(await h.state()).toContain(`tunaddr tunl0 ${DUMMY}\ntunaddr ip6tnl0 ${DUMMY}\n`);
+        for (const dev of ['tunl0', 'ip6tnl0']) expect(await tunnelAddrs(h, dev), dev).toEqual([`${DUMMY}/32 host`]);
         expect((await h.script(['check', '--vip', VIP], env)).code).toBe(0);
         expect((await h.script(['setup', '--vip', VIP], env)).stdout).toContain('nothing to change');
 
@@ -773,67 +784,92 @@ describe('mode ipip', () => {
       expect(r.code).toBe(0);
       expect(lines(r.stdout)).toEqual([
         `removed ${VIP}/32 from lo`,
-        `removed ${VIP}/32 from tunl0`,
         'kept the sysctls: still set up for VIPs 10.0.0.101',
         'no ipip VIP left: undoing the tunnel settings',
         'brought tunl0 down',
+        `removed ${DUMMY}/32 from tunl0`,
         'restored net.ipv4.conf.tunl0.rp_filter=1',
         'remove ok',
       ]);
       expect(await h.sysctl('all', 'arp_ignore')).toBe('1');
       expect(await h.sysctl('all', 'rp_filter')).toBe('1');
+      expect(await tunnelAddrs(h, 'tunl0')).toEqual([]);
       expect(await h.state()).not.toMatch(/rp_filter|link tunl0|tunaddr/);
     });
   });
 
-  it('setup in mode l2 takes the VIP off the tunnel devices where setup put it; with the last ipip VIP, the tunnel settings go', async () => {
+  it('the dummy address stays while an IPv4 ipip VIP is left; setup in mode l2 of the last one takes it off with the rp_filter, and the links stay for the IPv6 ipip VIP', async () => {
     await withHost('ip9', async (h) => {
       await standIn(h, 'tunl0');
+      await standIn(h, 'ip6tnl0');
       const other = '10.0.0.101';
-      expect((await h.script(['setup', '--vip', `${VIP},${other}`, '--mode', 'ipip'])).code).toBe(0);
-      expect(await tunnelAddrs(h, 'tunl0')).toEqual([`${VIP}/32 host`, `${other}/32 host`]);
+      const vips = `${VIP},${other},${VIP6}`;
+      expect((await h.script(['setup', '--vip', vips, '--mode', 'ipip'])).code).toBe(0);
+      for (const dev of ['tunl0', 'ip6tnl0']) expect(await tunnelAddrs(h, dev), dev).toEqual([`${DUMMY}/32 host`]);
       const l2 = await h.script(['setup', '--vip', VIP, '--mode', 'l2']);
-      expect([l2.code, lines(l2.stdout)]).toEqual([0, [`removed ${VIP}/32 from tunl0`, `setup ok (mode l2, VIPs ${VIP})`]]);
-      expect(await tunnelAddrs(h, 'tunl0')).toEqual([`${other}/32 host`]);
+      // Only the record changes (the host is as mode l2 wants it).
+      expect([l2.code, lines(l2.stdout)]).toEqual([0, [`setup ok, nothing to change (mode l2, VIPs ${VIP})`]]);
+      expect(await tunnelAddrs(h, 'tunl0')).toEqual([`${DUMMY}/32 host`]);
       expect(await h.sysctl('tunl0', 'rp_filter')).toBe('2');
       const last = await h.script(['setup', '--vip', other, '--mode', 'l2']);
       expect([last.code, lines(last.stdout)]).toEqual([
         0,
-        [`removed ${other}/32 from tunl0`, 'no ipip VIP left: undoing the tunnel settings', 'restored net.ipv4.conf.tunl0.rp_filter=0', `setup ok (mode l2, VIPs ${other})`],
+        [
+          "no IPv4 ipip VIP left: undoing the tunnel devices' rp_filter and dummy address",
+          `removed ${DUMMY}/32 from tunl0`,
+          `removed ${DUMMY}/32 from ip6tnl0`,
+          'restored net.ipv4.conf.tunl0.rp_filter=0',
+          'restored net.ipv4.conf.ip6tnl0.rp_filter=0',
+          `setup ok (mode l2, VIPs ${other})`,
+        ],
       ]);
-      expect(await tunnelAddrs(h, 'tunl0')).toEqual([]);
+      for (const dev of ['tunl0', 'ip6tnl0']) expect(await tunnelAddrs(h, dev), dev).toEqual([]);
       expect(await h.state()).not.toMatch(/tunaddr|rp_filter/);
+      const v6 = await h.script(['check', '--vip', VIP6]);
+      expect([v6.code, v6.stdout]).toEqual([0, `ok: VIPs ${VIP6} on lo (IPv6: no ARP to hide; mode ipip)\n`]);
     });
   });
 
-  it('remove of the last ipip VIP puts back the all.rp_filter an older version set to 0 (its state file holds "sysctl all rp_filter 1 0"); setup never sets all', async () => {
+  it('setup puts back at once the all.rp_filter an older version set to 0 (its state holds "sysctl all rp_filter 1 0"), unless an IPv4 ipip VIP it set up waits for setup; the record for dsrlb decap\'s TUN is dropped', async () => {
     await withHost('ip5', async (h) => {
+      await routed(h); // a default route: loose rp_filter wants the source to have one
+      await h.sh('ip link set eth0 mtu 1600'); // room for the outer header: no MSS clamp needed
       await standIn(h, 'tunl0');
-      // As an older version left the host: all and tunl0 at 0, recorded with the operator's 1.
+      // As an older version left the host: all and tunl0 at 0 (tunl0 bare), recorded with the operator's 1.
       await h.sh(`ip addr add ${VIP}/32 dev lo && echo 0 > /proc/sys/net/ipv4/conf/all/rp_filter && echo 0 > /proc/sys/net/ipv4/conf/tunl0/rp_filter`);
       await mkdir(join(h.root, 'run/dsrlb-realserver'), { recursive: true });
       await writeFile(
         join(h.root, 'run/dsrlb-realserver', `netns-${h.ns}.state`),
-        `vip ${VIP} ipip - added\nsysctl all rp_filter 1 0\nsysctl tunl0 rp_filter 1 0\n`,
+        `vip ${VIP} ipip - added\nsysctl all rp_filter 1 0\nsysctl tunl0 rp_filter 1 0\nsysctl dsrlb-decap0 rp_filter 1 0\n`,
       );
-      // setup of this version: tunl0 loose with the VIP on it, its record keeps the operator's value; all is left.
+      // An l2 VIP first: the ipip VIP's tunl0 is still as the older setup left it, which needs all at 0.
+      const l2 = await h.script(['setup', '--vip', '10.0.0.101']);
+      expect([l2.code, l2.stderr]).toEqual([0, '']);
+      expect(lines(l2.stdout)).toContain(`left net.ipv4.conf.all.rp_filter=0, which an earlier setup set for ipip: setup of VIPs ${VIP} in mode ipip puts it back`);
+      expect(await h.sysctl('all', 'rp_filter')).toBe('0');
+      expect(await h.state()).toContain('sysctl all rp_filter 1 0\n');
+      expect(await h.state()).not.toContain('dsrlb-decap0');
+      // setup of the ipip VIP: tunl0 loose with the dummy address, its record keeps the operator's value, and all goes back.
       const setup = await h.script(['setup', '--vip', VIP]);
       expect([setup.code, setup.stderr]).toEqual([0, '']);
-      expect(lines(setup.stdout)).toEqual(expect.arrayContaining([`added ${VIP}/32 on tunl0 (scope host: loose rp_filter needs an address on the device)`, 'set net.ipv4.conf.tunl0.rp_filter=2 (was 0)']));
-      expect(setup.stdout).not.toContain('conf.all.rp_filter');
+      expect(lines(setup.stdout).filter((l) => l.includes('rp_filter'))).toEqual([
+        ADDED_DUMMY('tunl0'),
+        'set net.ipv4.conf.tunl0.rp_filter=2 (was 0)',
+        "restored net.ipv4.conf.all.rp_filter=1 (an earlier setup set it to 0; the tunnel devices' own loose rp_filter replaces it)",
+      ]);
+      expect(await h.sysctl('all', 'rp_filter')).toBe('1');
       const state = await h.state();
-      expect(state).toContain('sysctl all rp_filter 1 0\n');
+      expect(state).not.toMatch(/sysctl all rp_filter|sysctl tunl0 rp_filter 1 0/);
       expect(state).toContain('sysctl tunl0 rp_filter 1 2\n');
-      expect(state).not.toContain('sysctl tunl0 rp_filter 1 0\n');
-      expect((await h.script(['setup', '--vip', '10.0.0.101'])).code).toBe(0);
+      expect((await h.script(['check', '--vip', VIP])).code).toBe(0);
+      expect(await echoThroughTun(h, 'tunl0', '198.51.100.7', VIP)).toBe(true);
       const r = await h.script(['remove', '--vip', VIP]);
       expect([r.code, r.stderr]).toEqual([0, '']);
       expect(lines(r.stdout)).toEqual([
         `removed ${VIP}/32 from lo`,
-        `removed ${VIP}/32 from tunl0`,
         'kept the sysctls: still set up for VIPs 10.0.0.101',
         'no ipip VIP left: undoing the tunnel settings',
-        'restored net.ipv4.conf.all.rp_filter=1',
+        `removed ${DUMMY}/32 from tunl0`,
         'restored net.ipv4.conf.tunl0.rp_filter=1',
         'remove ok',
       ]);
@@ -841,42 +877,142 @@ describe('mode ipip', () => {
       expect(await h.sysctl('tunl0', 'rp_filter')).toBe('1');
     });
   });
+
+  it('an all.rp_filter changed since an older version set it to 0 is left as it is, and its record dropped', async () => {
+    await withHost('ip6', async (h) => {
+      await standIn(h, 'tunl0');
+      await h.sh('echo 2 > /proc/sys/net/ipv4/conf/all/rp_filter');
+      await mkdir(join(h.root, 'run/dsrlb-realserver'), { recursive: true });
+      await writeFile(join(h.root, 'run/dsrlb-realserver', `netns-${h.ns}.state`), 'sysctl all rp_filter 1 0\n');
+      const setup = await h.script(['setup', '--vip', VIP, '--mode', 'ipip']);
+      expect([setup.code, setup.stderr]).toEqual([0, '']);
+      expect(lines(setup.stdout)).toContain('left net.ipv4.conf.all.rp_filter=2 (changed since an earlier setup set it to 0)');
+      expect(await h.sysctl('all', 'rp_filter')).toBe('2');
+      expect(await h.state()).not.toContain('sysctl all rp_filter');
+    });
+  });
+
+  it('upgrade from the version that put each IPv4 ipip VIP on the tunnel devices ("tunaddr DEV VIP"): setup and remove take the VIPs off, the dummy address in their place where an IPv4 ipip VIP stays', async () => {
+    await withHost('ip7', async (h) => {
+      await standIn(h, 'tunl0');
+      await standIn(h, 'ip6tnl0');
+      const other = '10.0.0.101';
+      // As that version left the host: both VIPs on lo and, as /32 scope host, on both devices; rp_filter 2 there.
+      const oldHost = async (): Promise<void> => {
+        await h.sh(
+          'ip addr flush dev tunl0 && ip addr flush dev ip6tnl0 && ' +
+            [VIP, other].map((v) => `ip addr replace ${v}/32 dev lo && ip addr add ${v}/32 dev tunl0 scope host && ip addr add ${v}/32 dev ip6tnl0 scope host`).join(' && ') +
+            ' && echo 2 > /proc/sys/net/ipv4/conf/tunl0/rp_filter && echo 2 > /proc/sys/net/ipv4/conf/ip6tnl0/rp_filter',
+        );
+        await mkdir(join(h.root, 'run/dsrlb-realserver'), { recursive: true });
+        await writeFile(
+          join(h.root, 'run/dsrlb-realserver', `netns-${h.ns}.state`),
+          [
+            `vip ${VIP} ipip - added`,
+            `vip ${other} ipip - added`,
+            `tunaddr tunl0 ${VIP}`,
+            `tunaddr tunl0 ${other}`,
+            `tunaddr ip6tnl0 ${VIP}`,
+            `tunaddr ip6tnl0 ${other}`,
+            'sysctl tunl0 rp_filter 0 2',
+            'sysctl ip6tnl0 rp_filter 0 2',
+            '',
+          ].join('\n'),
+        );
+      };
+      const replaced = (v: string, dev: string): string =>
+        `removed ${v}/32 from ${dev}: an earlier setup put the VIP there, a local address apart from lo that the host answers ARP for wherever arp_ignore is 0`;
+      await oldHost();
+      // check reports the VIP on a tunnel device as on any interface but lo.
+      const before = await h.script(['check', '--vip', VIP]);
+      expect(before.code).toBe(1);
+      expect(lines(before.stdout)).toEqual(
+        expect.arrayContaining([
+          `VIP ${VIP} is also on tunl0 (this host would answer ARP/ND for it): run: ip addr del ${VIP}/32 dev tunl0`,
+          `VIP ${VIP} is also on ip6tnl0 (this host would answer ARP/ND for it): run: ip addr del ${VIP}/32 dev ip6tnl0`,
+        ]),
+      );
+      // setup takes them off (no "also on" warning for what the record says it put there), the dummy address first.
+      const setup = await h.script(['setup', '--vip', VIP]);
+      expect([setup.code, setup.stderr]).toEqual([0, '']);
+      expect(lines(setup.stdout).slice(0, 6)).toEqual([
+        ADDED_DUMMY('tunl0'),
+        replaced(VIP, 'tunl0'),
+        replaced(other, 'tunl0'),
+        ADDED_DUMMY('ip6tnl0'),
+        replaced(VIP, 'ip6tnl0'),
+        replaced(other, 'ip6tnl0'),
+      ]);
+      for (const dev of ['tunl0', 'ip6tnl0']) expect(await tunnelAddrs(h, dev), dev).toEqual([`${DUMMY}/32 host`]);
+      expect(lines(await h.state()).filter((l) => l.startsWith('tunaddr '))).toEqual([`tunaddr tunl0 ${DUMMY}`, `tunaddr ip6tnl0 ${DUMMY}`]);
+      const check = await h.script(['check', '--vip', `${VIP},${other}`]);
+      expect([check.code, check.stderr]).toEqual([0, '']);
+      const again = await h.script(['setup', '--vip', `${VIP},${other}`]);
+      expect([again.code, lines(again.stdout)]).toEqual([0, [`setup ok, nothing to change (mode ipip, VIPs ${VIP},${other})`]]);
+
+      // remove from the same old state: the other IPv4 ipip VIP stays, so the dummy address takes the VIPs' place.
+      await oldHost();
+      const one = await h.script(['remove', '--vip', VIP]);
+      expect([one.code, one.stderr]).toEqual([0, '']);
+      expect(lines(one.stdout)).toEqual([
+        ADDED_DUMMY('tunl0'),
+        replaced(VIP, 'tunl0'),
+        replaced(other, 'tunl0'),
+        ADDED_DUMMY('ip6tnl0'),
+        replaced(VIP, 'ip6tnl0'),
+        replaced(other, 'ip6tnl0'),
+        `removed ${VIP}/32 from lo`,
+        `kept the sysctls: still set up for VIPs ${other}`,
+        'remove ok',
+      ]);
+      for (const dev of ['tunl0', 'ip6tnl0']) expect(await tunnelAddrs(h, dev), dev).toEqual([`${DUMMY}/32 host`]);
+      expect((await h.script(['check', '--vip', other])).code).toBe(0);
+      // The last one: off lo, and the tunnels' dummy address and rp_filter go.
+      const last = await h.script(['remove', '--vip', other]);
+      expect([last.code, last.stderr]).toEqual([0, '']);
+      expect(lines(last.stdout)).toEqual(
+        expect.arrayContaining([`removed ${DUMMY}/32 from tunl0`, `removed ${DUMMY}/32 from ip6tnl0`, 'restored net.ipv4.conf.tunl0.rp_filter=0', 'restored net.ipv4.conf.ip6tnl0.rp_filter=0']),
+      );
+      for (const dev of ['tunl0', 'ip6tnl0']) expect(await tunnelAddrs(h, dev), dev).toEqual([]);
+      await expect(h.state()).rejects.toThrow(/ENOENT/);
+
+      // remove of the only IPv4 ipip VIP from the old state: nothing needs the dummy address.
+      await h.sh(`ip addr add ${VIP}/32 dev lo && ip addr add ${VIP}/32 dev tunl0 scope host && echo 2 > /proc/sys/net/ipv4/conf/tunl0/rp_filter`);
+      await writeFile(join(h.root, 'run/dsrlb-realserver', `netns-${h.ns}.state`), `vip ${VIP} ipip - added\ntunaddr tunl0 ${VIP}\nsysctl tunl0 rp_filter 0 2\n`);
+      const only = await h.script(['remove', '--vip', VIP]);
+      expect([only.code, only.stderr]).toEqual([0, '']);
+      expect(lines(only.stdout)).toEqual([replaced(VIP, 'tunl0'), `removed ${VIP}/32 from lo`, 'restored net.ipv4.conf.tunl0.rp_filter=0', 'remove ok']);
+      expect(await tunnelAddrs(h, 'tunl0')).toEqual([]);
+    });
+  });
 });
 
 describe('ipip rp_filter on a hardened host (all.rp_filter=1)', () => {
   const other = '10.0.0.101';
 
-  it('setup leaves all at 1, puts each IPv4 ipip VIP on tunl0 and ip6tnl0 as /32 scope host and their rp_filter at 2; again changes nothing; check is ok; remove undoes only that', async () => {
+  it('setup leaves all at 1, puts the dummy address on tunl0 and ip6tnl0 where they have no IPv4 address and their rp_filter at 2; again changes nothing; check is ok; remove of the last IPv4 ipip VIP undoes only that', async () => {
     await withHost('rp0', async (h) => {
       await standIn(h, 'tunl0');
       await standIn(h, 'ip6tnl0');
-      // The operator's own: all strict, the devices 1 and 0, an address on tunl0, and one VIP already on ip6tnl0.
-      await h.sh(
-        'cd /proc/sys/net/ipv4/conf && echo 1 > all/rp_filter && echo 1 > tunl0/rp_filter && echo 0 > ip6tnl0/rp_filter && ' +
-          `ip addr add 192.0.2.9/32 dev tunl0 && ip addr add ${other}/32 dev ip6tnl0 scope host`,
-      );
+      // The operator's own: all strict, the devices 1 and 0, and an address on tunl0 (any will do for loose rp_filter).
+      await h.sh('cd /proc/sys/net/ipv4/conf && echo 1 > all/rp_filter && echo 1 > tunl0/rp_filter && echo 0 > ip6tnl0/rp_filter && ip addr add 192.0.2.9/32 dev tunl0');
       const vips = `${VIP},${other},${VIP6}`;
       const setup = await h.script(['setup', '--vip', vips, '--mode', 'ipip']);
       expect([setup.code, setup.stderr]).toEqual([0, '']);
       expect(lines(setup.stdout).filter((l) => /rp_filter| on (tunl0|ip6tnl0)/.test(l))).toEqual([
-        `added ${VIP}/32 on tunl0 (scope host: loose rp_filter needs an address on the device)`,
-        `added ${other}/32 on tunl0 (scope host: loose rp_filter needs an address on the device)`,
-        `added ${VIP}/32 on ip6tnl0 (scope host: loose rp_filter needs an address on the device)`,
+        ADDED_DUMMY('ip6tnl0'),
         'set net.ipv4.conf.tunl0.rp_filter=2 (was 1)',
         'set net.ipv4.conf.ip6tnl0.rp_filter=2 (was 0)',
       ]);
       expect(await h.sysctl('all', 'rp_filter')).toBe('1');
       for (const dev of ['tunl0', 'ip6tnl0']) expect(await h.sysctl(dev, 'rp_filter'), dev).toBe('2');
-      expect(await tunnelAddrs(h, 'tunl0')).toEqual([`${VIP}/32 host`, `${other}/32 host`, '192.0.2.9/32 global']);
-      expect(await tunnelAddrs(h, 'ip6tnl0')).toEqual([`${VIP}/32 host`, `${other}/32 host`]);
-      // The IPv6 VIP only on lo.
-      expect(await tunnelAddrs(h, 'tunl0', 'inet6')).not.toContain(`${VIP6}/128 host`);
-      expect(await tunnelAddrs(h, 'ip6tnl0', 'inet6')).not.toContain(`${VIP6}/128 host`);
+      // No VIP on a tunnel device: the operator's address on tunl0 alone, the dummy address on ip6tnl0.
+      expect(await tunnelAddrs(h, 'tunl0')).toEqual(['192.0.2.9/32 global']);
+      expect(await tunnelAddrs(h, 'ip6tnl0')).toEqual([`${DUMMY}/32 host`]);
+      for (const dev of ['tunl0', 'ip6tnl0']) expect(await tunnelAddrs(h, dev, 'inet6'), dev).not.toContain(`${VIP6}/128 host`);
       const state = await h.state();
       expect(lines(state).filter((l) => l.startsWith('tunaddr ') || l.includes('rp_filter'))).toEqual([
-        `tunaddr tunl0 ${VIP}`,
-        `tunaddr tunl0 ${other}`,
-        `tunaddr ip6tnl0 ${VIP}`,
+        `tunaddr ip6tnl0 ${DUMMY}`,
         'sysctl tunl0 rp_filter 1 2',
         'sysctl ip6tnl0 rp_filter 0 2',
       ]);
@@ -887,22 +1023,30 @@ describe('ipip rp_filter on a hardened host (all.rp_filter=1)', () => {
       const check = await h.script(['check', '--vip', vips]);
       expect([check.code, check.stdout, check.stderr]).toEqual([0, `ok: VIPs ${vips} on lo, ARP hidden on lo eth0 eth1 ip6tnl0 tunl0 (mode ipip)\n`, '']);
 
-      // One VIP goes: off lo and the devices setup put it on; the rest stays loose.
+      // One IPv4 VIP goes: off lo only; the tunnels stay as they are for the other.
       const one = await h.script(['remove', '--vip', VIP]);
-      expect([one.code, lines(one.stdout)]).toEqual([
-        0,
-        [`removed ${VIP}/32 from lo`, `removed ${VIP}/32 from tunl0`, `removed ${VIP}/32 from ip6tnl0`, `kept the sysctls: still set up for VIPs ${other},${VIP6}`, 'remove ok'],
-      ]);
+      expect([one.code, lines(one.stdout)]).toEqual([0, [`removed ${VIP}/32 from lo`, `kept the sysctls: still set up for VIPs ${other},${VIP6}`, 'remove ok']]);
+      expect(await tunnelAddrs(h, 'ip6tnl0')).toEqual([`${DUMMY}/32 host`]);
       expect(await h.sysctl('tunl0', 'rp_filter')).toBe('2');
-      const rest = await h.script(['remove', '--vip', `${other},${VIP6}`]);
-      expect([rest.code, rest.stderr]).toEqual([0, '']);
-      expect(lines(rest.stdout)).toEqual(
-        expect.arrayContaining([`removed ${other}/32 from tunl0`, 'restored net.ipv4.conf.tunl0.rp_filter=1', 'restored net.ipv4.conf.ip6tnl0.rp_filter=0']),
-      );
-      expect(rest.stdout).not.toContain(`from ip6tnl0`);
+      // The last IPv4 ipip VIP goes: the dummy address setup added and rp_filter go, the operator's address stays.
+      const last = await h.script(['remove', '--vip', other]);
+      expect([last.code, last.stderr]).toEqual([0, '']);
+      expect(lines(last.stdout)).toEqual([
+        `removed ${other}/32 from lo`,
+        `kept the sysctls: still set up for VIPs ${VIP6}`,
+        "no IPv4 ipip VIP left: undoing the tunnel devices' rp_filter and dummy address",
+        `removed ${DUMMY}/32 from ip6tnl0`,
+        'restored net.ipv4.conf.tunl0.rp_filter=1',
+        'restored net.ipv4.conf.ip6tnl0.rp_filter=0',
+        'remove ok',
+      ]);
       expect(await h.sysctl('all', 'rp_filter')).toBe('1');
       expect(await tunnelAddrs(h, 'tunl0')).toEqual(['192.0.2.9/32 global']);
-      expect(await tunnelAddrs(h, 'ip6tnl0')).toEqual([`${other}/32 host`]);
+      expect(await tunnelAddrs(h, 'ip6tnl0')).toEqual([]);
+      const rest = await h.script(['remove', '--vip', VIP6]);
+      expect([rest.code, rest.stderr]).toEqual([0, '']);
+      expect(await tunnelAddrs(h, 'tunl0')).toEqual(['192.0.2.9/32 global']);
+      await expect(h.state()).rejects.toThrow(/ENOENT/);
     });
   });
 
@@ -918,7 +1062,7 @@ describe('ipip rp_filter on a hardened host (all.rp_filter=1)', () => {
         `net.ipv4.conf.${dev}.rp_filter is ${d}, want 2 (loose): with all at ${all} the kernel takes the larger, 1 (strict), which drops the packets decapsulated on ${dev}: ` +
         `run: sysctl -w net.ipv4.conf.${dev}.rp_filter=2`;
       const noAddress = (dev: string, eff: number): string =>
-        `${dev} has no IPv4 address, so rp_filter (the larger of all and ${dev}'s: ${eff}) drops every packet decapsulated on it: run: ip addr add ${VIP}/32 dev ${dev} scope host`;
+        `${dev} has no IPv4 address, so rp_filter (the larger of all and ${dev}'s: ${eff}) drops every packet decapsulated on it: run: ip addr add ${DUMMY}/32 dev ${dev} scope host`;
       const cases: [all: number, dev: number, address: boolean, problems: string[]][] = [
         [1, 2, true, []],
         [1, 0, true, [strict('tunl0', 0, 1)]],
@@ -933,7 +1077,7 @@ describe('ipip rp_filter on a hardened host (all.rp_filter=1)', () => {
         const what = `all ${all}, tunl0 ${dev}, ${address ? 'with' : 'without'} an address`;
         await h.sh(
           `echo ${all} > /proc/sys/net/ipv4/conf/all/rp_filter && echo ${dev} > /proc/sys/net/ipv4/conf/tunl0/rp_filter && ` +
-            (address ? `ip addr replace ${VIP}/32 dev tunl0 scope host` : `ip addr flush dev tunl0`),
+            (address ? `ip addr replace ${DUMMY}/32 dev tunl0 scope host` : `ip addr flush dev tunl0`),
         );
         const check = await h.script(['check', '--vip', VIP]);
         expect([check.code, problems.length === 0 ? check.stdout : lines(check.stdout)], what).toEqual(
@@ -941,11 +1085,13 @@ describe('ipip rp_filter on a hardened host (all.rp_filter=1)', () => {
         );
         expect(await echoThroughTun(h, 'tunl0', '198.51.100.7', VIP), what).toBe(problems.length === 0);
       }
-      // A VIP on a tunnel in another form than /32 scope host is reported as on any interface.
-      await h.sh(`ip addr add ${VIP}/24 dev ip6tnl0`);
-      expect((await h.script(['check', '--vip', VIP])).stdout).toBe(
-        `VIP ${VIP} is also on ip6tnl0 (this host would answer ARP/ND for it): run: ip addr del ${VIP}/24 dev ip6tnl0\n`,
-      );
+      // The VIP on a tunnel device, in any form, is reported as on any interface but lo: a local address apart from lo.
+      for (const form of [`${VIP}/32 dev ip6tnl0 scope host`, `${VIP}/24 dev ip6tnl0`]) {
+        await h.sh(`ip addr flush dev ip6tnl0 && ip addr add ${DUMMY}/32 dev ip6tnl0 scope host && ip addr add ${form}`);
+        expect((await h.script(['check', '--vip', VIP])).stdout, form).toBe(
+          `VIP ${VIP} is also on ip6tnl0 (this host would answer ARP/ND for it): run: ip addr del ${form.split(' ')[0]} dev ip6tnl0\n`,
+        );
+      }
     });
   });
 });
@@ -1288,7 +1434,7 @@ describe('--persist', () => {
     });
   });
 
-  it('setup --persist over the file an older version wrote (all.rp_filter = 0) writes the tunnels\' rp_filter 2 alone, and remove --persist puts all and tunl0 back to the values that file recorded', async () => {
+  it('setup --persist over the file an older version wrote (all.rp_filter = 0) writes the tunnels\' rp_filter 2 alone and puts all back at once, and remove --persist puts tunl0 back, to the values that file recorded', async () => {
     await withHost('p4', async (h) => {
       const confPath = join(h.root, 'etc/sysctl.d/90-dsrlb-realserver.conf');
       await standIn(h, 'tunl0');
@@ -1316,15 +1462,17 @@ describe('--persist', () => {
         'net.ipv4.conf.ip6tnl0.rp_filter = 2',
         '# before setup: net.ipv4.conf.tunl0.rp_filter = 1',
       ]);
-      // all is left at 0 until remove; both keep the operator's value in setup's records.
-      expect(await h.sysctl('all', 'rp_filter')).toBe('0');
+      // all goes back at once to the value the file recorded (nothing needs it at 0); tunl0's record keeps the operator's value.
+      expect(lines(setup.stdout)).toContain("restored net.ipv4.conf.all.rp_filter=1 (an earlier setup set it to 0; the tunnel devices' own loose rp_filter replaces it)");
+      expect(await h.sysctl('all', 'rp_filter')).toBe('1');
       const state = await h.state();
       expect(state).toContain('sysctl tunl0 rp_filter 1 2\n');
-      expect(state).toContain('sysctl all rp_filter 1 0\n');
+      expect(state).not.toContain('sysctl all rp_filter');
       expect((await h.script(['check', '--vip', VIP, '--persist'])).code).toBe(0);
       const removed = await h.script(['remove', '--vip', VIP, '--persist']);
       expect([removed.code, removed.stderr]).toEqual([0, '']);
-      expect(lines(removed.stdout)).toEqual(expect.arrayContaining(['restored net.ipv4.conf.all.rp_filter=1', 'restored net.ipv4.conf.tunl0.rp_filter=1', `removed ${confPath}`]));
+      expect(lines(removed.stdout)).toEqual(expect.arrayContaining([`removed ${DUMMY}/32 from tunl0`, 'restored net.ipv4.conf.tunl0.rp_filter=1', `removed ${confPath}`]));
+      expect(removed.stdout).not.toContain('conf.all.rp_filter');
       expect(await h.sysctl('all', 'rp_filter')).toBe('1');
       expect(await h.sysctl('tunl0', 'rp_filter')).toBe('1');
     });
@@ -1348,7 +1496,7 @@ describe('--persist', () => {
       expect(unit).toContain('After=network-pre.target systemd-sysctl.service dsrlb-decap@eth0.service\n');
       expect(unit).toContain('Wants=network-pre.target dsrlb-decap@eth0.service\n');
       expect(unit).toContain(`ExecStart=${SBIN} setup --vip ${VIP},${VIP6} --mode ipip\n`);
-      // The kernel tunnels' own rp_filter, loose (setup at boot adds the addresses); never all, nor decap's TUN.
+      // The kernel tunnels' own rp_filter, loose (setup at boot adds the dummy address); never all, nor decap's TUN.
       expect(lines(await readFile(join(h.root, 'etc/sysctl.d/90-dsrlb-realserver.conf'), 'utf8')).filter((l) => l.startsWith('net.') && l.includes('rp_filter'))).toEqual([
         'net.ipv4.conf.tunl0.rp_filter = 2',
         'net.ipv4.conf.ip6tnl0.rp_filter = 2',
