@@ -664,7 +664,7 @@ export class Daemon {
     const reals: Pick<RealConfig, 'address' | 'forwarding'>[] = [...config.services.flatMap((s) => s.reals), ...this.reals.values()];
     // Once per address (it is in the config and in this.reals), all in one `ip` run.
     const asked = [...new Set(reals.filter((r) => r.forwarding === 'ipip').map((r) => r.address))];
-    const routes = await lookupRoutes(asked, COMMAND_TIMEOUT_MS);
+    const routes = await lookupRoutes(asked, COMMAND_TIMEOUT_MS, (a) => (a.includes(':') ? config.tunnel.sourceV6 : config.tunnel.sourceV4));
     for (const address of asked) {
       const route = routes.get(address);
       if (route === undefined || route instanceof Error) {

@@ -63,8 +63,13 @@ export function parseRouteBatch(addresses: readonly string[], stdout: string, st
   return out;
 }
 
-/** Routes to `addresses` from one `ip` run; an `ip` that fails whole (missing, killed) fails every address. */
-export function lookupRoutes(addresses: readonly string[], timeoutMs: number): Promise<Map<string, Route | Error>> {
+/**
+ * Routes to `addresses` from one `ip` run; an `ip` that fails whole (missing, killed) fails every
+ * address. `sourceOf(address)`: the source the packets to it leave from, when it is configured
+ * (tunnel.sourceV4/V6): asked `from` it, so that source-based policy routing (`ip rule from ...`)
+ * answers with the route they take, and the path MTU the kernel learned on it.
+ */
+export function lookupRoutes(addresses: readonly string[], timeoutMs: number, sourceOf: (address: string) => string | null = () => null): Promise<Map<string, Route | Error>> {
   if (addresses.length === 0) return Promise.resolve(new Map());
   return new Promise((resolve) => {
     const child = execFile('ip', ['-j', '-force', '-batch', '-'], { timeout: timeoutMs, killSignal: 'SIGKILL' }, (err, stdout, stderr) => {
@@ -76,6 +81,13 @@ export function lookupRoutes(addresses: readonly string[], timeoutMs: number): P
       }
       resolve(parseRouteBatch(addresses, stdout, stderr));
     });
-    child.stdin!.end(addresses.map((a) => `route get ${a}\n`).join(''));
+    child.stdin!.end(
+      addresses
+        .map((a) => {
+          const from = sourceOf(a);
+          return from === null ? `route get ${a}\n` : `route get ${a} from ${from}\n`;
+        })
+        .join(''),
+    );
   });
 }

@@ -63,6 +63,12 @@ describe('lookupRoutes', () => {
     expect(r.get('127.0.0.2')).toMatchObject({ gateway: null, dev: 'lo' });
   });
 
+  it('asks from the given source where there is one', async () => {
+    const r = await lookupRoutes(['127.0.0.1', '127.0.0.2'], 10_000, (a) => (a === '127.0.0.2' ? '127.0.0.1' : null));
+    expect(r.get('127.0.0.1')).toMatchObject({ gateway: null, dev: 'lo' });
+    expect(r.get('127.0.0.2')).toMatchObject({ gateway: null, dev: 'lo' });
+  });
+
   it('asks nothing for no address', async () => {
     expect((await lookupRoutes([], 10_000)).size).toBe(0);
   });
