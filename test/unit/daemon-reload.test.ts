@@ -218,7 +218,7 @@ describe('IPIP routes: outer source and MTU', () => {
       join(bin, 'ip'),
       `#!/bin/sh
 if [ "$2" = addr ]; then echo '[{"addr_info":[{"family":"inet","local":"10.99.0.100","scope":"global"},{"family":"inet","local":"192.0.2.2","scope":"global"}]}]'; exit 0; fi
-while read -r _ _ a; do
+while read -r _ _ a _; do
 if [ "$a" = 10.93.0.1 ]; then echo '[{"dst":"'$a'","gateway":"192.0.2.13","dev":"eth0","prefsrc":"192.0.2.50","metrics":[{"mtu":1400}]}]'
 else echo '[{"dst":"'$a'","gateway":"192.0.2.13","dev":"eth0","prefsrc":"10.99.0.100"}]'; fi
 done
@@ -256,7 +256,7 @@ describe('IPIP next hops: a lookup that fails once', () => {
     // as ip does (its error, then the batch line) while the flag file exists.
     writeFileSync(
       join(bin, 'ip'),
-      `#!/bin/sh\nn=0; rc=0\nwhile read -r _ _ a; do n=$((n+1))\nif [ -e ${flag} ]; then echo 'RTNETLINK answers: Network is unreachable' >&2; echo "Command failed -:$n" >&2; rc=1\nelse echo '[{"dst":"'$a'","gateway":"192.0.2.13","dev":"eth0"}]'; fi\ndone\nexit $rc\n`,
+      `#!/bin/sh\nn=0; rc=0\nwhile read -r line; do echo "$line" >> ${join(dir, 'asked')}; set -- $line; a=$3; n=$((n+1))\nif [ -e ${flag} ]; then echo 'RTNETLINK answers: Network is unreachable' >&2; echo "Command failed -:$n" >&2; rc=1\nelse echo '[{"dst":"'$a'","gateway":"192.0.2.13","dev":"eth0"}]'; fi\ndone\nexit $rc\n`,
     );
     chmodSync(join(bin, 'ip'), 0o755);
     const oldPath = process.env.PATH;
@@ -268,6 +268,8 @@ describe('IPIP next hops: a lookup that fails once', () => {
       const refresh = () => (d.inside.refreshTunnelRoutes as () => Promise<void>).call(d.daemon);
       await refresh();
       expect(wanted.at(-1)).toEqual(['192.0.2.13']);
+      // Asked from the configured tunnel.sourceV4, where source-based policy routing keeps the route.
+      expect(readFileSync(join(dir, 'asked'), 'utf8').split('\n').filter(Boolean).sort()).toEqual(['route get 10.93.0.1 from 10.93.255.1', 'route get 10.93.0.2 from 10.93.255.1']);
       writeFileSync(flag, '');
       await refresh();
       expect(wanted.at(-1)).toEqual(['192.0.2.13']);
