@@ -67,9 +67,20 @@ export function parseRouteBatch(addresses: readonly string[], stdout: string, st
  * Routes to `addresses` from one `ip` run; an `ip` that fails whole (missing, killed) fails every
  * address. `sourceOf(address)`: the source the packets to it leave from, when it is configured
  * (tunnel.sourceV4/V6): asked `from` it, so that source-based policy routing (`ip rule from ...`)
- * answers with the route they take, and the path MTU the kernel learned on it.
+ * answers with the route they take, and the path MTU the kernel learned on it. A lookup from a
+ * source that is not an address of this host fails (the kernel routes only its own sources): such
+ * an address is asked again without it, in a second run, as before sources were asked.
  */
-export function lookupRoutes(addresses: readonly string[], timeoutMs: number, sourceOf: (address: string) => string | null = () => null): Promise<Map<string, Route | Error>> {
+export async function lookupRoutes(addresses: readonly string[], timeoutMs: number, sourceOf: (address: string) => string | null = () => null): Promise<Map<string, Route | Error>> {
+  const first = await routeBatch(addresses, timeoutMs, sourceOf);
+  const again = addresses.filter((a) => first.get(a) instanceof Error && sourceOf(a) !== null);
+  if (again.length === 0) return first;
+  const second = await routeBatch(again, timeoutMs, () => null);
+  for (const a of again) first.set(a, second.get(a)!);
+  return first;
+}
+
+function routeBatch(addresses: readonly string[], timeoutMs: number, sourceOf: (address: string) => string | null): Promise<Map<string, Route | Error>> {
   if (addresses.length === 0) return Promise.resolve(new Map());
   return new Promise((resolve) => {
     const child = execFile('ip', ['-j', '-force', '-batch', '-'], { timeout: timeoutMs, killSignal: 'SIGKILL' }, (err, stdout, stderr) => {

@@ -63,10 +63,12 @@ describe('lookupRoutes', () => {
     expect(r.get('127.0.0.2')).toMatchObject({ gateway: null, dev: 'lo' });
   });
 
-  it('asks from the given source where there is one', async () => {
-    const r = await lookupRoutes(['127.0.0.1', '127.0.0.2'], 10_000, (a) => (a === '127.0.0.2' ? '127.0.0.1' : null));
+  it('asks from the given source where there is one, and again without it where that source is not local (the kernel refuses the lookup)', async () => {
+    const sources: Record<string, string> = { '127.0.0.2': '127.0.0.1', '127.0.0.3': '192.0.2.201' };
+    const r = await lookupRoutes(['127.0.0.1', '127.0.0.2', '127.0.0.3'], 10_000, (a) => sources[a] ?? null);
     expect(r.get('127.0.0.1')).toMatchObject({ gateway: null, dev: 'lo' });
     expect(r.get('127.0.0.2')).toMatchObject({ gateway: null, dev: 'lo' });
+    expect(r.get('127.0.0.3')).toMatchObject({ gateway: null, dev: 'lo' });
   });
 
   it('asks nothing for no address', async () => {
