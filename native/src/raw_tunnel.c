@@ -131,7 +131,11 @@ static napi_value open_tunnel_socket(napi_env env, napi_callback_info info) {
   socklen_t address_lengths[2] = {0, 0};
   bool drop_all = false;
   memset(addresses, 0, sizeof addresses);
-  if (argc >= 6 && napi_typeof(env, argv[5], &type) == napi_ok && type == napi_object) {
+  if (argc >= 6 && (napi_typeof(env, argv[5], &type) != napi_ok || (type != napi_object && type != napi_undefined && type != napi_null))) {
+    napi_throw_type_error(env, "ERR_INVALID_ARG_TYPE", "options must be an object { source, peer, dropAll }");
+    return NULL;
+  }
+  if (argc >= 6 && type == napi_object) {
     static const char* const keys[2] = {"source", "peer"};
     for (int i = 0; i < 2; i++) {
       napi_value value;
@@ -204,6 +208,13 @@ static napi_value open_tunnel_socket(napi_env env, napi_callback_info info) {
     close(fd);
     dsrlb_throw_errno(env, "connect", err, NULL);
     return NULL;
+  }
+  if (drop_all) {
+    // What arrived before the filter was attached: read it now, or the level-triggered poll below
+    // would wake the loop for it again and again (nothing reads a dropAll socket).
+    char scrap[1];
+    while (recv(fd, scrap, sizeof scrap, MSG_DONTWAIT | MSG_TRUNC) >= 0) {
+    }
   }
 
   tunnel_socket* t = calloc(1, sizeof *t);

@@ -682,8 +682,8 @@ export class Daemon {
       }
       let mtu = route.mtu;
       if (route.mtuLearned && mtu !== null && mtu < MIN_LEARNED_MTU) {
-        this.warnOnce(`learned mtu ${address}`, 'ignored a path MTU toward an IPIP real below 1280 that the kernel learned from an ICMP error (a forged one shrinks every tunnel packet): configure a smaller path with a route mtu', { real: address, mtu });
-        mtu = null;
+        this.warnOnce(`learned mtu ${address}`, 'ignored a path MTU toward an IPIP real below 1280 that the kernel learned from an ICMP error (a forged one shrinks every tunnel packet): configure a smaller path with a route mtu', { real: address, mtu, routeMtu: route.routeMtu });
+        mtu = route.routeMtu;
       } else this.warned.delete(`learned mtu ${address}`);
       hops.set(address, { nextHop: route.gateway ?? address, source, mtu });
       this.warned.delete(`route ${address}`); // a later loss of the route is said again

@@ -3,7 +3,10 @@
 // the daemon 5 times a second with 50 IPIP reals. With -force ip carries on past a lookup that
 // fails (no route) and reports it on stderr by line number ("Command failed -:N"); the answers
 // are matched to addresses by their `dst`, so a failure that is not reported by line cannot
-// shift the others.
+// shift the others. An answer that is a route exception (a path MTU learned from an ICMP error, a
+// redirect) is checked against the route itself (`route get fibmatch`): anyone who knows the LB's
+// and a real's addresses can forge those errors, so the next hop is never taken from a redirect,
+// and the route's own MTU stays at hand for when a learned one is not believed.
 
 import { execFile } from 'node:child_process';
 import { normalizedAddress } from './addresses.js';
@@ -22,7 +25,25 @@ export interface Route {
   readonly mtu: number | null;
   /** `mtu` is a learned one: the answer is a route exception (it has an expiry). */
   readonly mtuLearned: boolean;
+  /** The route's own MTU metric (the configured one), whatever was learned; null without one. */
+  readonly routeMtu: number | null;
+  /** The kernel answered from a route exception (a learned MTU, a redirect): lookupRoutes then reads the route itself. */
+  readonly exception: boolean;
 }
+
+interface RouteAnswer {
+  dst?: string;
+  gateway?: string;
+  dev?: string;
+  prefsrc?: string;
+  expires?: number;
+  cache?: string[];
+  metrics?: { mtu?: number }[];
+}
+
+const mtuOf = (r: RouteAnswer): number | null => r.metrics?.find((m) => typeof m.mtu === 'number')?.mtu ?? null;
+/** The kernel answered from a route exception: a learned MTU or a redirect (`cache expires ...`, `cache <redirected>`). */
+const isException = (r: RouteAnswer): boolean => r.expires !== undefined || (r.cache ?? []).includes('redirected');
 
 
 /**
@@ -33,7 +54,7 @@ export function parseRouteBatch(addresses: readonly string[], stdout: string, st
   const routes = new Map<string, Route>();
   for (const line of stdout.split('\n')) {
     if (!line.trim().startsWith('[')) continue;
-    let answer: { dst?: string; gateway?: string; dev?: string; prefsrc?: string; expires?: number; metrics?: { mtu?: number }[] }[];
+    let answer: RouteAnswer[];
     try {
       answer = JSON.parse(line) as typeof answer;
     } catch {
@@ -41,8 +62,16 @@ export function parseRouteBatch(addresses: readonly string[], stdout: string, st
     }
     const r = answer[0];
     if (r?.dst === undefined) continue;
-    const mtu = r.metrics?.find((m) => typeof m.mtu === 'number')?.mtu ?? null;
-    routes.set(normalizedAddress(r.dst), { gateway: r.gateway ?? null, dev: r.dev ?? null, prefsrc: r.prefsrc ?? null, mtu, mtuLearned: mtu !== null && r.expires !== undefined });
+    const mtu = mtuOf(r);
+    routes.set(normalizedAddress(r.dst), {
+      gateway: r.gateway ?? null,
+      dev: r.dev ?? null,
+      prefsrc: r.prefsrc ?? null,
+      mtu,
+      mtuLearned: mtu !== null && r.expires !== undefined,
+      routeMtu: mtu,
+      exception: isException(r),
+    });
   }
   // stderr: the error's own line(s), then "Command failed -:N" naming the batch line.
   const failed = new Map<number, string>();
@@ -72,12 +101,43 @@ export function parseRouteBatch(addresses: readonly string[], stdout: string, st
  * an address is asked again without it, in a second run, as before sources were asked.
  */
 export async function lookupRoutes(addresses: readonly string[], timeoutMs: number, sourceOf: (address: string) => string | null = () => null): Promise<Map<string, Route | Error>> {
-  const first = await routeBatch(addresses, timeoutMs, sourceOf);
-  const again = addresses.filter((a) => first.get(a) instanceof Error && sourceOf(a) !== null);
-  if (again.length === 0) return first;
-  const second = await routeBatch(again, timeoutMs, () => null);
-  for (const a of again) first.set(a, second.get(a)!);
-  return first;
+  const routes = await routeBatch(addresses, timeoutMs, sourceOf);
+  const again = addresses.filter((a) => routes.get(a) instanceof Error && sourceOf(a) !== null);
+  if (again.length > 0) {
+    const second = await routeBatch(again, timeoutMs, () => null);
+    for (const a of again) routes.set(a, second.get(a)!);
+  }
+  // Route exceptions, one lookup each (rare: after an ICMP error about that real).
+  for (const a of addresses) {
+    const r = routes.get(a);
+    if (r instanceof Error || r === undefined || !r.exception) continue;
+    const from = again.includes(a) ? null : sourceOf(a);
+    routes.set(a, withRoute(r, await fibRoute(a, from, timeoutMs)));
+  }
+  return routes;
+}
+
+/**
+ * An exception's answer with the route's own next hop, device and MTU metric (a redirect's gateway
+ * is not taken); the exception's MTU stays the learned one. Unchanged when the route cannot be read.
+ */
+export function withRoute(answer: Route, route: RouteAnswer | null): Route {
+  if (route === null) return answer;
+  return { ...answer, gateway: route.gateway ?? null, dev: route.dev ?? answer.dev, routeMtu: mtuOf(route) };
+}
+
+/** `ip -j route get fibmatch A [from S]`: the route itself (no exception), or null when ip fails. */
+function fibRoute(address: string, from: string | null, timeoutMs: number): Promise<RouteAnswer | null> {
+  return new Promise((resolve) => {
+    execFile('ip', ['-j', 'route', 'get', 'fibmatch', address, ...(from === null ? [] : ['from', from])], { timeout: timeoutMs, killSignal: 'SIGKILL' }, (err, stdout) => {
+      if (err) return resolve(null);
+      try {
+        resolve((JSON.parse(stdout) as RouteAnswer[])[0] ?? null);
+      } catch {
+        resolve(null);
+      }
+    });
+  });
 }
 
 function routeBatch(addresses: readonly string[], timeoutMs: number, sourceOf: (address: string) => string | null): Promise<Map<string, Route | Error>> {

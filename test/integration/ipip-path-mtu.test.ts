@@ -172,16 +172,27 @@ describe('IPIP path MTU learned from the underlay', () => {
     expect(await routeMtu(lab.lb, real.ipv4)).toBe(PATH_MTU);
   });
 
-  it('ignores a learned path MTU below 1280 (as a forged error brings), with a warning, and falls back to the interface MTU', async () => {
+  it("ignores a learned path MTU below 1280 (as a forged error brings), with a warning, and keeps the route's own MTU", async () => {
+    // The operator's route toward the real, with an MTU of its own (a VPN underlay).
+    const route = await lab.exec(lab.lb, ['ip', 'route', 'add', `${real.ipv4}/32`, 'dev', 'eth0', 'mtu', '1450']);
+    expect(route.code, route.stderr).toBe(0);
+    const changedTo = (mtu: number | null) =>
+      daemon.logs.filter((l) => l.includes('IPIP real route changed') && l.includes(`"real":"${real.ipv4}"`) && new RegExp(`"now":\\{[^}]*"mtu":${mtu}\\}`).test(l));
+    await waitFor('the daemon to take the route MTU', async () => changedTo(1450).length, (n) => n > 0, 15_000);
     await routerSaysTooBig(4, 600);
     await waitFor('the LB kernel to record 600', () => routeMtu(lab.lb, real.ipv4), (m) => m === 600, 3000);
     await waitFor(
       'the daemon to ignore it',
-      async () => daemon.logs.some((l) => l.includes('ignored a path MTU toward an IPIP real below 1280') && l.includes(`"real":"${real.ipv4}"`) && l.includes('"mtu":600')),
+      async () => daemon.logs.some((l) => l.includes('ignored a path MTU toward an IPIP real below 1280') && l.includes(`"real":"${real.ipv4}"`) && l.includes('"mtu":600') && l.includes('"routeMtu":1450')),
       (seen) => seen,
       15_000,
     );
-    expect(daemon.logs.some((l) => l.includes('IPIP real route changed') && l.includes(`"real":"${real.ipv4}"`) && l.includes('"mtu":null'))).toBe(true);
+    // One more refresh: the tunnel MTU stayed the route's.
+    await sleep(11_000);
+    expect(changedTo(1450)).toHaveLength(1);
+    expect(changedTo(null)).toHaveLength(0);
+    expect(changedTo(600)).toHaveLength(0);
     await upload(lab.vip);
+    await lab.exec(lab.lb, ['ip', 'route', 'del', `${real.ipv4}/32`]);
   }, 60_000);
 });
