@@ -335,7 +335,10 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
           : 'no real is left to take them: their packets are dropped and their connections break';
     if (liveFlowImpact !== null && disabledNow > 0) {
       const n = disabledNow;
-      warn('LIVE_FLOWS_BREAK', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'is' : 'are'} on reals this change disables; ${fate} (drain instead to keep them)`);
+      // keep -> reschedule: the flows of reals that are down move too, which no drain keeps.
+      const downMoves = cfg0?.onRealDown === 'keep' && cfg1?.onRealDown === 'reschedule';
+      const where = downMoves ? 'on reals that are down (onRealDown keep -> reschedule moves their flows) or that this change disables' : 'on reals this change disables';
+      warn('LIVE_FLOWS_BREAK', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'is' : 'are'} ${where}; ${fate}${downMoves ? '' : ' (drain instead to keep them)'}`);
     } else if (liveFlows === undefined && cfg0 !== null) {
       // --against two files: the flows are not known, the reals this change disables are.
       const disabled = diff.realsChanged.filter((r) => r.before.state !== 'disabled' && r.after.state === 'disabled').map((r) => r.address);

@@ -701,6 +701,21 @@ describe('plan against the daemon view: the intent and health in force', () => {
     expect(codes(off)).toEqual([]);
   });
 
+  it('onRealDown keep -> reschedule: the flows kept on a down real change real now, and the warning says why (no drain keeps them)', () => {
+    const keep = config({ reals: four() }).services[0]!;
+    const cfg: Config = { ...config({ reals: four() }), services: [{ ...keep, onRealDown: 'keep' }] };
+    const a = lb(snapshotOf(cfg));
+    for (let f = 0; f < 200; f++) a.send(f, SYN);
+    const flows = a.liveFlows();
+    const onFirst = flows.get(WEB)!.realAddresses.filter((x) => x === ADDRS[0]).length;
+    const view = [live(ADDRS[0]!, 'active', 100, false), ...fourUp().slice(1)];
+    const report = planChange(cfg, config({ reals: four() }), flows, view);
+    expect(web(report).liveFlows!.changingRealNow).toBe(onFirst);
+    expect(report.warnings.find((w) => w.code === 'LIVE_FLOWS_BREAK')!.message).toBe(
+      `${onFirst} live flows of web are on reals that are down (onRealDown keep -> reschedule moves their flows) or that this change disables; they move to other reals and their connections break`,
+    );
+  });
+
   it('counts as changing real now only the flows this change moves, not those on a real already down', () => {
     const cfg = config({ reals: four() });
     const a = lb(snapshotOf(cfg));
