@@ -115,7 +115,9 @@ export function explainWhy(d: Record<string, unknown>): string {
   // Why a new flow has no real, or gets one that is down: the service's state (as status shows it).
   const notes: string[] = [];
   if (d.panic === true) notes.push('failOpen: no real is up, every wanted real takes new flows');
-  if (d.real !== null && d.realHealth === 'down') notes.push(`${String(d.real)} is down`);
+  // A flow-table hit on a down real outside a panic: the service keeps a down real's flows.
+  const kept = d.reason === 'flow-table' && d.panic !== true ? ' (its flows stay: onRealDown keep)' : '';
+  if (d.real !== null && d.realHealth === 'down') notes.push(`${String(d.real)} is down${kept}`);
   const also = notes.length > 0 ? `; ${notes.join('; ')}` : '';
   if (d.reason === 'flow-table') return `flow-table hit${state ? `, ${state}` : ''}${also}`;
   if (d.real === null && d.dropping === true) return `new flows dropped: ${String(d.droppingReason)}`;

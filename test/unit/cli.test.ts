@@ -174,6 +174,12 @@ describe('dsrlb CLI', () => {
     expect(explainWhy({ ...base, real: '10.77.0.12' })).toBe('scheduler: maglev slot 43050, replacing a fin entry');
   });
 
+  it('explain of a flow kept on a down real says why it is still there', () => {
+    const base = { service: 'web', reason: 'flow-table', flowState: 'established', panic: false, dropping: false, real: '10.77.0.11', realHealth: 'down' };
+    expect(explainWhy(base)).toBe('flow-table hit, established; 10.77.0.11 is down (its flows stay: onRealDown keep)');
+    expect(explainWhy({ ...base, panic: true })).toBe('flow-table hit, established; failOpen: no real is up, every wanted real takes new flows; 10.77.0.11 is down');
+  });
+
   it('refuses a demo request count that is not a whole number 1..10000 before building anything', async () => {
     for (const n of ['abc', '0', '1.5', '-3', '20000']) {
       const r = await dsrlb(['demo', '--requests', n]);
