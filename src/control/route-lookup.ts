@@ -9,6 +9,7 @@
 // and the route's own MTU stays at hand for when a learned one is not believed.
 
 import { execFile } from 'node:child_process';
+import { networkInterfaces } from 'node:os';
 import { normalizedAddress } from './addresses.js';
 
 export interface Route {
@@ -98,11 +99,15 @@ export function parseRouteBatch(addresses: readonly string[], stdout: string, st
  * (tunnel.sourceV4/V6): asked `from` it, so that source-based policy routing (`ip rule from ...`)
  * answers with the route they take, and the path MTU the kernel learned on it. A lookup from a
  * source that is not an address of this host fails (the kernel routes only its own sources): such
- * an address is asked again without it, in a second run, as before sources were asked.
+ * an address is asked again without it, in a second run, as before sources were asked. One from a
+ * local source that fails (a policy rule's unreachable) stays failed.
  */
 export async function lookupRoutes(addresses: readonly string[], timeoutMs: number, sourceOf: (address: string) => string | null = () => null): Promise<Map<string, Route | Error>> {
   const routes = await routeBatch(addresses, timeoutMs, sourceOf);
-  const again = addresses.filter((a) => routes.get(a) instanceof Error && sourceOf(a) !== null);
+  const again = addresses.filter((a) => {
+    const from = sourceOf(a);
+    return routes.get(a) instanceof Error && from !== null && !isLocalAddress(from);
+  });
   if (again.length > 0) {
     const second = await routeBatch(again, timeoutMs, () => null);
     for (const a of again) routes.set(a, second.get(a)!);
@@ -115,6 +120,12 @@ export async function lookupRoutes(addresses: readonly string[], timeoutMs: numb
     routes.set(a, withRoute(r, await fibRoute(a, from, timeoutMs)));
   }
   return routes;
+}
+
+/** An address of one of this network namespace's interfaces. */
+function isLocalAddress(address: string): boolean {
+  const wanted = normalizedAddress(address);
+  return Object.values(networkInterfaces()).some((list) => list?.some((i) => normalizedAddress(i.address) === wanted) === true);
 }
 
 /**

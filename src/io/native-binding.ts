@@ -181,7 +181,7 @@ export interface DsrlbNative {
   linkSetUp(name: string, up: boolean): void;
   /**
    * A raw socket for tunnel protocol `protocol` over outer IPv4 or IPv6 (native/src/raw_tunnel.c):
-   * non-blocking, close-on-exec, SO_RCVBUF(FORCE) `receiveBufferBytes`, bound to `ifname` unless
+   * non-blocking, close-on-exec, SO_RCVBUF(FORCE) `receiveBufferBytes` (0: the default), bound to `ifname` unless
    * null, IPV6_RECVTCLASS on for IPv6. `callback(0)` runs on the loop thread whenever it is
    * readable, `callback(errno)` after a socket error (cleared; polling goes on). `options.source` /
    * `options.peer`: bound to that local address and connected to that one (datagrams and ICMP errors
