@@ -928,8 +928,8 @@ describe('mode ipip', () => {
       expect(before.code).toBe(1);
       expect(lines(before.stdout)).toEqual(
         expect.arrayContaining([
-          `VIP ${VIP} is also on tunl0 (this host would answer ARP/ND for it): run: ip addr del ${VIP}/32 dev tunl0`,
-          `VIP ${VIP} is also on ip6tnl0 (this host would answer ARP/ND for it): run: ip addr del ${VIP}/32 dev ip6tnl0`,
+          `VIP ${VIP} is also on tunl0, where an earlier version of dsrlb-realserver put it (this host would answer ARP/ND for it): run: dsrlb-realserver setup --vip ${VIP}`,
+          `VIP ${VIP} is also on ip6tnl0, where an earlier version of dsrlb-realserver put it (this host would answer ARP/ND for it): run: dsrlb-realserver setup --vip ${VIP}`,
         ]),
       );
       // setup takes them off (no "also on" warning for what the record says it put there), the dummy address first.
