@@ -76,7 +76,7 @@ function isRecordedSysctl(entry: unknown): entry is ChangedSysctl {
 /** Loose reverse-path filtering: passes any source with a route, on a device with an IPv4 address. */
 const RP_FILTER_LOOSE = '2';
 /** The IPv4 dummy address (RFC 7600), scope host: the address loose rp_filter needs on the device. */
-export const DUMMY_ADDRESS = '192.0.0.8/32';
+const DUMMY_ADDRESS = '192.0.0.8/32';
 
 export class DecapHost {
   private tun: { fd: number; name: string } | undefined;

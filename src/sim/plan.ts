@@ -687,8 +687,9 @@ function settingText(key: string, value: SettingValue): string {
   if (value === null) return 'unset';
   if (Array.isArray(value)) return `[${value.join(', ')}]`;
   if (typeof value === 'number' && key.endsWith('Ms')) return formatDurationMs(value);
-  // Free text (a path, a command, a payload) in quotes, so spaces and empty strings show.
-  if (typeof value === 'string' && !['type', 'name', 'whenAllDown', 'onRealDown'].includes(key)) return JSON.stringify(value);
+  // Free text (a path, a command, a payload) in quotes, so spaces and empty strings show. (name,
+  // whenAllDown and onRealDown have lines of their own in settingLines and never come here.)
+  if (typeof value === 'string' && key !== 'type') return JSON.stringify(value);
   return String(value);
 }
 
