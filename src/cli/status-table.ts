@@ -31,6 +31,9 @@ interface ServiceStatus {
   port: number;
   scheduler: string;
   forwarding: string;
+  /** `client` with client persistence, and its prefix length; absent from older daemons. */
+  persistence?: string;
+  persistencePrefix?: number;
   panic: boolean;
   dropping: boolean;
   droppingReason?: string | null;
@@ -65,6 +68,13 @@ function overridden(r: RealStatus): { state: boolean; weight: boolean; config: s
   return { state, weight, config: [state ? c.state : '', weight ? `weight ${c.weight}` : ''].filter(Boolean).join(', ') };
 }
 
+/** As ipvsadm -Ln writes a persistent service after its scheduler: " persistent", with " /N" for a client prefix shorter than the address. */
+function persistentText(s: ServiceStatus): string {
+  if (s.persistence !== 'client') return '';
+  const whole = s.vip.includes(':') ? 128 : 32;
+  return s.persistencePrefix !== undefined && s.persistencePrefix < whole ? ` persistent /${s.persistencePrefix}` : ' persistent';
+}
+
 export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopStatus }, now = Date.now()): string {
   // The first column (service or real address) is shared, so both kinds' other columns start at the
   // same place; the rest are aligned within their kind, each under its own header line.
@@ -78,7 +88,7 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
     // A removed service drops new flows by definition: REMOVED says it all.
     const flags = s.removed ? 'REMOVED(draining)' : [s.panic ? 'PANIC(failOpen)' : '', s.dropping ? 'DROPPING' : ''].filter(Boolean).join(' ');
     if (s.dropping && s.droppingReason && !s.removed) notes.push(`${s.name}: dropping: ${s.droppingReason}`);
-    const row = [`${s.protocol.toUpperCase().padEnd(4)} ${vip}:${s.port}`, s.scheduler, s.forwarding, s.name, flags];
+    const row = [`${s.protocol.toUpperCase().padEnd(4)} ${vip}:${s.port}`, `${s.scheduler}${persistentText(s)}`, s.forwarding, s.name, flags];
     serviceRows.push(row);
     order.push({ kind: 'service', row });
     for (const r of s.reals) {

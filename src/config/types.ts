@@ -9,6 +9,8 @@ export type RealIntent = 'active' | 'drain' | 'disabled';
 export type WhenAllDown = 'failOpen' | 'drop';
 /** What a real marked down by its health check does with its flows: they move (reschedule), or stay on it (keep). */
 export type OnRealDown = 'reschedule' | 'keep';
+/** none: each connection placed by its own 5-tuple; client: every connection of a client address (cut to persistencePrefix) to one real. */
+export type Persistence = 'none' | 'client';
 export type IoKind = 'afpacket' | 'pcap';
 /** AF_PACKET ring: v2 hands each frame over as it arrives, v3 a block at a time (up to 1 ms later). */
 export type RingKind = 'v2' | 'v3';
@@ -54,6 +56,9 @@ export interface ServiceConfig {
   readonly forwarding: ForwardingMode; // default l2
   readonly whenAllDown: WhenAllDown; // default failOpen
   readonly onRealDown: OnRealDown; // default reschedule
+  readonly persistence: Persistence; // default none
+  /** With persistence client: the client address's prefix length that counts; default 32 (IPv4) / 128 (IPv6). */
+  readonly persistencePrefix: number;
   readonly tableSize: number; // Maglev table size, a prime; default 65537
   readonly healthCheck: HealthCheckConfig; // default type none
   /** Announce this service's VIP through BIRD when announce.enabled (default true). */

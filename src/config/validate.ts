@@ -21,6 +21,7 @@ import type {
   RingKind,
   ListenAddress,
   OnRealDown,
+  Persistence,
   Protocol,
   RealConfig,
   RealIntent,
@@ -58,6 +59,7 @@ const FORWARDINGS: readonly ForwardingMode[] = ['l2', 'ipip'];
 const INTENTS: readonly RealIntent[] = ['active', 'drain', 'disabled'];
 const WHEN_ALL_DOWN: readonly WhenAllDown[] = ['failOpen', 'drop'];
 const ON_REAL_DOWN: readonly OnRealDown[] = ['reschedule', 'keep'];
+const PERSISTENCES: readonly Persistence[] = ['none', 'client'];
 const IO_KINDS: readonly IoKind[] = ['afpacket', 'pcap'];
 const RING_KINDS: readonly RingKind[] = ['v2', 'v3'];
 const CHECK_TYPES: readonly HealthCheckType[] = ['tcp', 'http', 'https', 'udp', 'icmp', 'exec', 'none'];
@@ -71,7 +73,7 @@ const TCP_TIMEOUT_KEYS = ['syn', 'established', 'fin'];
 const TUNNEL_KEYS = ['sourceV4', 'sourceV6'];
 const METRICS_KEYS = ['listen'];
 const ADMIN_KEYS = ['listen', 'tokenFile'];
-const SERVICE_KEYS = ['name', 'vip', 'port', 'protocol', 'scheduler', 'forwarding', 'whenAllDown', 'onRealDown', 'tableSize', 'healthCheck', 'announce', 'reals'];
+const SERVICE_KEYS = ['name', 'vip', 'port', 'protocol', 'scheduler', 'forwarding', 'whenAllDown', 'onRealDown', 'persistence', 'persistencePrefix', 'tableSize', 'healthCheck', 'announce', 'reals'];
 const CHECK_KEYS = ['type', 'port', 'path', 'host', 'expectStatus', 'expectBody', 'payload', 'expectPayload', 'command', 'interval', 'timeout', 'rise', 'fall'];
 const REAL_KEYS = ['address', 'weight', 'state', 'forwarding'];
 // Keys written one level off, and where they belong.
@@ -688,6 +690,8 @@ function serviceEntry(p: ProblemList, item: unknown, path: string, vipOwners: Vi
   const forwarding = oneOf(p, item, 'forwarding', path, FORWARDINGS, 'l2');
   const whenAllDown = oneOf(p, item, 'whenAllDown', path, WHEN_ALL_DOWN, 'failOpen');
   const onRealDown = oneOf(p, item, 'onRealDown', path, ON_REAL_DOWN, 'reschedule');
+  const persistence = oneOf(p, item, 'persistence', path, PERSISTENCES, 'none');
+  const persistencePrefix = persistencePrefixField(p, item, path, persistence, scheduler, vip?.family);
   const tableSize = tableSizeField(p, item, path, scheduler);
   const healthCheck = healthCheckSection(p, item, path, port);
   const announce = flag(p, item, 'announce', path, true);
@@ -713,12 +717,34 @@ function serviceEntry(p: ProblemList, item: unknown, path: string, vipOwners: Vi
     forwarding: forwarding as ForwardingMode,
     whenAllDown: whenAllDown as WhenAllDown,
     onRealDown: onRealDown as OnRealDown,
+    persistence: persistence as Persistence,
+    persistencePrefix: persistencePrefix as number,
     tableSize: tableSize ?? DEFAULT_TABLE_SIZE,
     healthCheck: healthCheck as HealthCheckConfig,
     announce: announce as boolean,
     reals: reals as RealConfig[],
   };
   return { service, explicitName };
+}
+
+/**
+ * `persistencePrefix` (a prefix length of the VIP's family; default the whole address), checked
+ * with `persistence` and `scheduler`: client persistence hashes the client address, which wlc
+ * does not place by. Without a VIP family the prefix is not checked (the VIP has its own problem).
+ */
+function persistencePrefixField(p: ProblemList, item: Raw, path: string, persistence: string | undefined, scheduler: string | undefined, family: AddressFamily | undefined): number | undefined {
+  if (persistence === 'client' && scheduler === 'wlc') {
+    p.add(join2(path, 'persistence'), 'client persistence needs scheduler maglev or rendezvous: wlc places each connection by load, so a client\'s connections would go to different reals');
+  }
+  const bits = family === 6 ? 128 : 32;
+  const value = item['persistencePrefix'];
+  if (value === undefined || value === null) return bits;
+  if (persistence !== 'client') {
+    p.add(join2(path, 'persistencePrefix'), `${describe(value)} is set but persistence is ${persistence ?? 'not valid'}; add persistence: client, or leave persistencePrefix out`);
+    return undefined;
+  }
+  if (family === undefined) return undefined;
+  return integer(p, item, 'persistencePrefix', path, 1, bits, `a prefix length of an IPv${family} client address`, bits);
 }
 
 function serviceName(p: ProblemList, item: Raw, path: string): string | null {

@@ -13,6 +13,13 @@ export function addressWords(text: string): Uint32Array {
   return w;
 }
 
+/** The network of `address` at `prefix` bits as CIDR text ("10.1.2.0/24"): the clients client persistence treats as one. */
+export function clientPrefixText(address: string, prefix: number): string {
+  const a = ipaddr.parse(address);
+  const network = a.kind() === 'ipv4' ? ipaddr.IPv4.networkAddressFromCIDR(`${address}/${prefix}`) : ipaddr.IPv6.networkAddressFromCIDR(`${address}/${prefix}`);
+  return `${network.toString()}/${prefix}`;
+}
+
 /** Words (as in ParsedPacket.addr) back to canonical text. */
 export function wordsToAddress(words: Uint32Array, offset: number, family: number): string {
   if (family === 4) {

@@ -26,7 +26,7 @@ import type { LoopEvent, LoopRequest } from '../dataplane/loop-runner.js';
 import { LoopGroup } from './loop-group.js';
 import { isWanted, type HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
-import { addressWords, formatMac, normalizedAddress } from './addresses.js';
+import { addressWords, clientPrefixText, formatMac, normalizedAddress } from './addresses.js';
 import { COMMAND_TIMEOUT_MS, HostSetup, RUN_DIR, systemRunner, writeFileAside } from './host-setup.js';
 import { moveFlowsFile, movedStateFile, recordStateFile } from './state-file-record.js';
 import { checkHostBeforeChanges } from './start-checks.js';
@@ -1436,6 +1436,8 @@ export class Daemon {
       real: real?.address ?? null,
       reason: e.placement,
       scheduler: s.scheduler,
+      // Client persistence: the prefix whose connections all go where this one does.
+      persistentClient: s.persistence === 'client' ? clientPrefixText(ip.address, s.persistencePrefix) : null,
       slot: e.slot >= 0 ? e.slot : null,
       flowState: FLOW_STATE_NAMES[e.flowState] ?? null,
       // A fin/closed entry: where that closing connection's packets still go until a new SYN.
@@ -1694,6 +1696,8 @@ export class Daemon {
           scheduler: v.config.scheduler,
           forwarding: v.config.forwarding,
           whenAllDown: v.config.whenAllDown,
+          persistence: v.config.persistence,
+          persistencePrefix: v.config.persistencePrefix,
           panic: report !== undefined && inPanic(report),
           dropping: report?.dropping ?? false,
           droppingReason: report?.dropping ? droppingReason(v) : null,

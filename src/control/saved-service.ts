@@ -40,6 +40,9 @@ const SERVICE_FIELDS: Record<Exclude<keyof ServiceConfig, 'vip' | 'healthCheck' 
   whenAllDown: oneOf(['failOpen', 'drop']),
   // Absent from a state file an earlier release wrote: reschedule, as it did.
   onRealDown: (v) => v === undefined || oneOf(['reschedule', 'keep'])(v),
+  // Absent before client persistence: none (the prefix is then the whole address, checked below).
+  persistence: (v) => v === undefined || oneOf(['none', 'client'])(v),
+  persistencePrefix: (v) => v === undefined || int(1, 128)(v),
   tableSize: int(MIN_TABLE_SIZE, MAX_TABLE_SIZE),
   announce: (v) => typeof v === 'boolean',
 };
@@ -49,6 +52,7 @@ export function serviceConfigProblem(v: unknown): string | null {
   if (!isObject(v)) return 'not an object';
   for (const [field, ok] of Object.entries(SERVICE_FIELDS)) if (!ok(v[field])) return field;
   if (!address(v['vip'], v['family'])) return 'vip';
+  if (typeof v['persistencePrefix'] === 'number' && v['persistencePrefix'] > (v['family'] === 4 ? 32 : 128)) return 'persistencePrefix';
   const check = v['healthCheck'];
   if (!isObject(check)) return 'healthCheck';
   for (const [field, ok] of Object.entries(CHECK_FIELDS)) if (!ok(check[field])) return `healthCheck.${field}`;
@@ -64,8 +68,13 @@ export function serviceConfigProblem(v: unknown): string | null {
 export function savedServiceConfig(v: unknown): ServiceConfig {
   const problem = serviceConfigProblem(v);
   if (problem !== null) throw new Error(`not a service: ${problem}`);
-  const saved = v as Omit<ServiceConfig, 'onRealDown'> & { onRealDown?: ServiceConfig['onRealDown'] };
-  const s: ServiceConfig = { ...saved, onRealDown: saved.onRealDown ?? 'reschedule' };
+  const saved = v as Omit<ServiceConfig, 'onRealDown' | 'persistence' | 'persistencePrefix'> & Partial<Pick<ServiceConfig, 'onRealDown' | 'persistence' | 'persistencePrefix'>>;
+  const s: ServiceConfig = {
+    ...saved,
+    onRealDown: saved.onRealDown ?? 'reschedule',
+    persistence: saved.persistence ?? 'none',
+    persistencePrefix: saved.persistencePrefix ?? (saved.family === 4 ? 32 : 128),
+  };
   return Object.freeze({ ...s, healthCheck: Object.freeze({ ...s.healthCheck, expectStatus: Object.freeze([...s.healthCheck.expectStatus]) }), reals: Object.freeze(s.reals.map((r) => Object.freeze({ ...r }))) });
 }
 

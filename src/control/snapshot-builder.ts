@@ -17,6 +17,7 @@ import {
 } from '../dataplane/forwarding-snapshot.js';
 import { DropReason } from '../dataplane/drop-reasons.js';
 import { stringHash } from '../dataplane/flow-hash.js';
+import { writeClientMask } from '../dataplane/client-persistence.js';
 import { buildMaglevTable, countMovedSlots, gcd, type MaglevReal } from '../dataplane/maglev-table.js';
 import { eligibility, isWanted, type HealthFact } from '../health/eligibility.js';
 import { TUNNEL_TEMPLATE_BYTES, writeTunnelTemplate } from '../encap/ipip.js';
@@ -109,6 +110,8 @@ export class SnapshotBuilder {
     const svcPort = sharedArray(Uint16Array, n);
     const svcVip = sharedArray(Uint32Array, n * 4);
     const svcScheduler = sharedArray(Uint8Array, n);
+    const svcPersistent = sharedArray(Uint8Array, n);
+    const svcClientMask = sharedArray(Int32Array, n * 4);
     const svcDropAll = sharedArray(Uint8Array, n);
     const svcDropReason = sharedArray(Uint8Array, n);
     const svcTables: Int32Array[] = [];
@@ -156,6 +159,10 @@ export class SnapshotBuilder {
       svcVip.set(addressWords(cfg.vip), si * 4);
       if (!vips.some((v) => v.text === cfg.vip)) vips.push({ family: cfg.family, words: addressWords(cfg.vip), text: cfg.vip });
       svcScheduler[si] = cfg.scheduler === 'wlc' ? SCHED_WLC : cfg.scheduler === 'rendezvous' ? SCHED_RENDEZVOUS : SCHED_MAGLEV;
+      if (cfg.persistence === 'client') {
+        svcPersistent[si] = 1;
+        writeClientMask(cfg.family, cfg.persistencePrefix, svcClientMask, si * 4);
+      }
 
       // A real whose MAC (or next hop's) is not known yet takes no new flows: they would be dropped,
       // and an LB whose every real is unresolved (just started) must not be announced yet.
@@ -250,6 +257,8 @@ export class SnapshotBuilder {
       svcPort,
       svcVip,
       svcScheduler,
+      svcPersistent,
+      svcClientMask,
       svcDropAll,
       svcDropReason,
       svcTables,

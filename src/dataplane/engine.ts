@@ -9,7 +9,8 @@ import { Counter, REAL_BASE, REAL_STRIDE, RealCounter } from './counters.js';
 import { completePartialChecksum } from './checksum.js';
 import { FragmentTable } from './fragment-table.js';
 import { DropReason } from './drop-reasons.js';
-import { flowHashInt32, tunnelFlowLabel } from './flow-hash.js';
+import { tunnelFlowLabel } from './flow-hash.js';
+import { clientKeyScratch, placementHash } from './client-persistence.js';
 import { FlowState, FlowTable, type FlowTimeouts } from './flow-table.js';
 import {
   FWD_L2,
@@ -108,6 +109,8 @@ export class Engine {
    */
   private readonly segOut = new Int32Array(2 * EXTRA_FRAMES);
   private readonly icmpAddr = new Uint32Array(8);
+  /** The masked key of clientPlacementHash. */
+  private readonly clientKey = clientKeyScratch();
   /** Write position in the current batch's extra buffer. */
   private extraPos = 0;
   /**
@@ -496,7 +499,7 @@ export class Engine {
     const entry = flows.lookup(flows.indexHash(), nowMs);
     let real = entry >= 0 ? flows.realOf(entry) : -1;
     // As place() checks: the entry's real may have been freed and its id given to another service's.
-    if (real < 0 || real >= snap.realIdLimit || snap.realKeepExisting[real] !== 1 || snap.realService[real] !== svc) real = midStreamPick(snap, svc, flowHashInt32(key, this.hashSeed));
+    if (real < 0 || real >= snap.realIdLimit || snap.realKeepExisting[real] !== 1 || snap.realService[real] !== svc) real = midStreamPick(snap, svc, this.placementHash(svc));
     if (real < 0) return -snap.svcDropReason[svc]!;
     return this.forward(batch, i, buf, off, len, flags, real, nowMs);
   }
@@ -518,12 +521,12 @@ export class Engine {
   }
 
   /**
-   * The flow hash of the scratch key (int32), which every LB with the same config computes alike:
-   * what schedulers and the consistent hash place flows by. Not needed for a flow-table hit, which
-   * goes by the table's own bucket hash.
+   * The placement hash of the scratch key for service svc (int32), which every LB with the same
+   * config computes alike (client-persistence.ts). Not needed for a flow-table hit, which goes by
+   * the table's own bucket hash.
    */
-  private flowHashOfKey(): number {
-    return flowHashInt32(this.flows.key, this.hashSeed);
+  private placementHash(svc: number): number {
+    return placementHash(this.snap, svc, this.flows.key, this.clientKey, this.hashSeed);
   }
 
   /**
@@ -556,7 +559,7 @@ export class Engine {
   private placeExisting(svc: number, entry: number, current: number, reused: boolean, flags: number, nowMs: number): number {
     const snap = this.snap;
     const flows = this.flows;
-    const hash = this.flowHashOfKey();
+    const hash = this.placementHash(svc);
     if (reused) {
       const real = this.schedule(svc, hash);
       if (real < 0) return -1;
@@ -586,7 +589,7 @@ export class Engine {
    * `bucketHash` is the flow table's indexHash() of the key.
    */
   private placeNew(svc: number, pkt: ParsedPacket, bucketHash: number, nowMs: number): number {
-    const hash = this.flowHashOfKey();
+    const hash = this.placementHash(svc);
     const isTcp = pkt.ipProtocol === IPPROTO_TCP;
     const flags = pkt.tcpFlags;
     const opensConnection = isTcp ? (flags & (TCP_SYN | TCP_ACK | TCP_RST)) === TCP_SYN : true;
@@ -653,7 +656,7 @@ export class Engine {
     const svc = findService(snap, pkt.family, pkt.ipProtocol, pkt.addr, pkt.dstPort);
     if (svc < 0) return -2;
     this.keyFromPacket(pkt);
-    const hash = this.flowHashOfKey();
+    const hash = this.placementHash(svc);
     const entry = this.flows.lookup(this.flows.indexHash(), nowMs);
     const slot = snap.svcScheduler[svc] === SCHED_RENDEZVOUS || snap.svcDropAll[svc] === 1 ? -1 : (hash >>> 0) % snap.svcTableSize[svc]!;
     if (entry >= 0) {

@@ -40,6 +40,13 @@ export interface ForwardingSnapshot {
   readonly svcPort: Uint16Array; // 0 = every port
   readonly svcVip: Uint32Array; // 4 words per service, IPv4 in word 0
   readonly svcScheduler: Uint8Array; // SCHED_*
+  /**
+   * Client persistence: 1 when new connections of service s are placed by the client's address
+   * (cut to the service's prefix by svcClientMask, words 4s..4s+3, one bit per address bit as
+   * ParsedPacket.addr holds it) instead of their whole 5-tuple (clientPlacementHash).
+   */
+  readonly svcPersistent: Uint8Array;
+  readonly svcClientMask: Int32Array;
   /** 1 when no real may take new flows and the service says whenAllDown: drop. */
   readonly svcDropAll: Uint8Array;
   /** The DropReason counted when the service places a packet on no real: neighborUnknown when MACs are what is missing. */
@@ -160,6 +167,8 @@ export function emptySnapshot(): ForwardingSnapshot {
     svcPort: new Uint16Array(0),
     svcVip: new Uint32Array(0),
     svcScheduler: new Uint8Array(0),
+    svcPersistent: new Uint8Array(0),
+    svcClientMask: new Int32Array(0),
     svcDropAll: new Uint8Array(0),
     svcDropReason: new Uint8Array(0),
     svcTables: [],

@@ -1,6 +1,7 @@
 // A test and demo HTTP client run inside a lab namespace. Two modes:
 //   --count N: N requests, each on a new TCP connection (so each from a distinct source port);
 //              prints {"ok","failed","byReal","distinctPorts","errors"} as JSON.
+//   --source ADDR: connect from this local address (a client namespace holding several).
 //   --keepalive N: opens N keep-alive connections and, for every line read on stdin, sends one
 //              request on each and prints {"round","answers":[{"port","real"} | {"port","error"}]}.
 // The real that answered is read from the X-Real header (src/lab/real-http-server.ts).
@@ -18,6 +19,7 @@ const { values } = parseArgs({
     keepalive: { type: 'string' },
     concurrency: { type: 'string', default: '10' },
     timeout: { type: 'string', default: '5000' },
+    source: { type: 'string' },
   },
 });
 const host = values.host!;
@@ -64,7 +66,7 @@ function readResponse(sock: Socket): Promise<Answer> {
 
 function open(): Promise<Socket> {
   return new Promise((resolve, reject) => {
-    const sock = connect({ host, port });
+    const sock = connect({ host, port, ...(values.source === undefined ? {} : { localAddress: values.source }) });
     const timer = setTimeout(() => {
       sock.destroy();
       reject(new Error('connect timeout'));
@@ -146,6 +148,6 @@ async function keepAliveMode(n: number): Promise<void> {
 if (values.count) await countMode(Number(values.count));
 else if (values.keepalive) await keepAliveMode(Number(values.keepalive));
 else {
-  process.stderr.write('usage: http-client --host H [--port P] (--count N | --keepalive N)\n');
+  process.stderr.write('usage: http-client --host H [--port P] [--source ADDR] (--count N | --keepalive N)\n');
   process.exitCode = 1;
 }

@@ -18,7 +18,8 @@ import { MAX_REAL_IDS } from '../dataplane/counters.js';
 
 /** Real ids a plan may hand out: the current side's and the candidate's, MAX_REAL_IDS each at most. */
 const PLAN_REAL_IDS = 2 * MAX_REAL_IDS + 1;
-import { FLOW_KEY_WORDS, flowHash, mix32 } from '../dataplane/flow-hash.js';
+import { FLOW_KEY_WORDS, mix32 } from '../dataplane/flow-hash.js';
+import { clientKeyScratch, placementHash } from '../dataplane/client-persistence.js';
 import { flowKeyOf, prepareTuple } from './frames.js';
 import { diffService, isEmptyDiff, probeChanges, type AddedReal, type HealthOnApply, type RealChange, type SettingChange, type SettingValue } from './service-diff.js';
 import { initialServiceStates, serviceIdentity, viewsOf, type ServiceState } from './service-views.js';
@@ -248,7 +249,9 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
     let hashSpaceMoved: HashSpaceMove | null = null;
     if (cfg0 !== null && cfg1 !== null) {
       // Slots compare only between two Maglev tables (maglev and wlc both use one) of one size and seed.
-      const comparable = cfg0.tableSize === cfg1.tableSize && !seedChanged && cfg0.scheduler !== 'rendezvous' && cfg1.scheduler !== 'rendezvous';
+      // A persistence change keeps the table but changes the hash that indexes it: sampled too.
+      const sameHash = !seedChanged && cfg0.persistence === cfg1.persistence && cfg0.persistencePrefix === cfg1.persistencePrefix;
+      const comparable = cfg0.tableSize === cfg1.tableSize && sameHash && cfg0.scheduler !== 'rendezvous' && cfg1.scheduler !== 'rendezvous';
       if (comparable) {
         const changed = report1!.movedSlots;
         hashSpaceMoved = { share: changed / cfg1.tableSize, method: 'slots', changedSlots: changed, tableSize: cfg1.tableSize, samples: null };
@@ -495,24 +498,28 @@ export { consistentPick };
 
 /**
  * Share of synthetic flows to the service whose consistent-hash real differs between the two
- * snapshots. Clients are spread over a /16 and all source ports by a fixed generator, so the
- * estimate is the same on every run; its standard error is below 0.2 points at 65536 samples.
+ * snapshots. Clients are spread over the whole address space (every prefix a client persistence
+ * may keep) and all source ports by a fixed generator, so the estimate is the same on every run;
+ * its standard error is below 0.2 points at 65536 samples.
  */
 function sampledShare(cfg: ServiceConfig, b0: BuildResult, i0: number, b1: BuildResult, i1: number): number {
   // The first key is built the way the table builds keys; the loop then varies only the client.
   const key = new Uint32Array(FLOW_KEY_WORDS);
   const vipPort = cfg.port === 0 ? 80 : cfg.port;
   flowKeyOf(prepareTuple({ family: cfg.family, protocol: cfg.protocol, clientAddress: cfg.family === 4 ? '198.18.0.0' : '2001:db8:5a::', clientPort: 1024, vip: cfg.vip, vipPort }), key);
-  const firstWord = key[1]!;
+  const scratch = clientKeyScratch();
   let moved = 0;
   for (let i = 0; i < PLAN_SAMPLES; i++) {
     const r = mix32(i ^ 0x5a17_c0de);
-    // IPv4: 198.18.0.0/16 (RFC 2544 benchmarking space); IPv6: 2001:db8:5a::/48, varied in the last word.
-    if (cfg.family === 4) key[1] = (firstWord | (r & 0xffff)) >>> 0;
-    else key[4] = r;
+    key[1] = r;
+    if (cfg.family === 6) {
+      key[2] = mix32(r ^ 1);
+      key[3] = mix32(r ^ 2);
+      key[4] = mix32(r ^ 3);
+    }
     key[9] = (((1024 + (mix32(r) % 64512)) << 16) | vipPort) >>> 0;
-    const before = consistentPick(b0.snapshot, i0, flowHash(key, b0.snapshot.hashSeed));
-    const after = consistentPick(b1.snapshot, i1, flowHash(key, b1.snapshot.hashSeed));
+    const before = consistentPick(b0.snapshot, i0, placementHash(b0.snapshot, i0, key, scratch, b0.snapshot.hashSeed | 0));
+    const after = consistentPick(b1.snapshot, i1, placementHash(b1.snapshot, i1, key, scratch, b1.snapshot.hashSeed | 0));
     // As the slot count: a flow with no real before (no eligible real) has nothing to move from.
     if (before !== -1 && before !== after) moved++;
   }
@@ -541,6 +548,7 @@ function liveImpact(
   let landingElsewhere = 0;
   let taken = 0;
   const addr = new Uint32Array(8);
+  const scratch = clientKeyScratch();
   for (let f = 0; f < total; f++) {
     const key = live.keys.subarray(f * FLOW_KEY_WORDS, (f + 1) * FLOW_KEY_WORDS);
     // The service the engine matches after the change: an exact port added beside a port-0
@@ -558,7 +566,7 @@ function liveImpact(
     if (keepsFlows(b0, i0, id) && !keepsFlows(b1, i1, id)) changingRealNow++;
     // Against the real the flow is on, not the old table's pick: a wlc flow, or one placed under an
     // older table, lands elsewhere without its entry even when this change moves no slot.
-    if (midStreamPick(snap1, i1, flowHash(key, seed1)) !== id) landingElsewhere++;
+    if (midStreamPick(snap1, i1, placementHash(snap1, i1, key, scratch, seed1 | 0)) !== id) landingElsewhere++;
   }
   return { total, changingRealNow, landingElsewhereWithoutEntry: landingElsewhere, takenByAnotherService: taken };
 }
@@ -661,6 +669,8 @@ function settingLines(s: ServicePlan): string[] {
     if (c.setting === 'name') lines.push(`  name: ${c.before} -> ${c.after} (metric labels and the name CLI commands take change)`);
     else if (c.setting === 'whenAllDown') lines.push(`  whenAllDown: ${c.before} -> ${c.after} (with no real up, ${c.after === 'drop' ? 'flows are dropped' : 'every active real with weight > 0 takes flows'})`);
     else if (c.setting === 'onRealDown') lines.push(`  onRealDown: ${c.before} -> ${c.after} (a real marked down ${c.after === 'keep' ? 'keeps its flows' : 'loses its flows to the others'})`);
+    else if (c.setting === 'persistence') lines.push(`  persistence: ${c.before} -> ${c.after} (${c.after === 'client' ? "a client's new connections all go to one real" : 'each new connection is placed on its own'}; live flows stay on their reals)`);
+    else if (c.setting === 'persistencePrefix') lines.push(`  persistencePrefix: ${c.before} -> ${c.after} (clients that share the first ${c.after} bits share a real)`);
     else if (!c.setting.startsWith('healthCheck.')) lines.push(`  ${c.setting}: ${settingText(c.setting, c.before)} -> ${settingText(c.setting, c.after)}`);
     else if (c === health[0]) lines.push(`  healthCheck: ${healthCheckParts(health).join(', ')} (${HEALTH_ON_APPLY_TEXT[s.healthOnApply ?? 'kept']})`);
   }
@@ -688,7 +698,7 @@ function settingText(key: string, value: SettingValue): string {
   if (Array.isArray(value)) return `[${value.join(', ')}]`;
   if (typeof value === 'number' && key.endsWith('Ms')) return formatDurationMs(value);
   // Free text (a path, a command, a payload) in quotes, so spaces and empty strings show. (name,
-  // whenAllDown and onRealDown have lines of their own in settingLines and never come here.)
+  // whenAllDown, onRealDown and persistence have lines of their own in settingLines and never come here.)
   if (typeof value === 'string' && key !== 'type') return JSON.stringify(value);
   return String(value);
 }

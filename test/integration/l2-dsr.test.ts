@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
-import { allMacsKnown, httpCount as countVia, labConfig, LabDaemon, metricValue, requireRoot, ROOT, sleep } from '../support/lab-daemon.js';
+import { allMacsKnown, captureVipSourced as captureVia, httpCount as countVia, labConfig, LabDaemon, metricValue, requireRoot, ROOT, sleep } from '../support/lab-daemon.js';
 import { ETH_IPV4, ETH_IPV6, ethernet, hex, ipv4, ipv6, ipv6Options, tcp } from '../support/packet-builder.js';
 
 const PREFIX = `dsrt-l2-${process.pid}-`;
@@ -30,23 +30,7 @@ async function threadCpus(pid: number): Promise<string[]> {
 }
 
 const httpCount = (n: number) => countVia(lab, n);
-
-/** Counts frames with source address VIP on the LB's interface (replies that crossed the LB). */
-function captureVipSourced(): { stop: () => Promise<number> } {
-  const p = lab.spawn(lab.lb, ['tcpdump', '-i', 'eth0', '-nn', '-l', '-q', '--immediate-mode', 'src', 'host', lab.vip], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let frames = 0;
-  createInterface({ input: p.stdout! }).on('line', (l) => {
-    if (l.includes(' IP')) frames++;
-  });
-  return {
-    stop: async () => {
-      await sleep(300);
-      p.kill('SIGTERM');
-      await new Promise((r) => p.once('exit', r));
-      return frames;
-    },
-  };
-}
+const captureVipSourced = () => captureVia(lab);
 
 beforeAll(async () => {
   requireRoot();

@@ -138,12 +138,30 @@ export interface CountResult {
   errors: Record<string, number>;
 }
 
-export async function httpCount(lab: Lab, n: number, opts: { timeoutMs?: number; host?: string } = {}): Promise<CountResult> {
+export async function httpCount(lab: Lab, n: number, opts: { timeoutMs?: number; host?: string; source?: string } = {}): Promise<CountResult> {
   const args = [process.execPath, join(ROOT, 'dist/lab/http-client.js'), '--host', opts.host ?? lab.vip, '--count', String(n)];
   if (opts.timeoutMs) args.push('--timeout', String(opts.timeoutMs));
+  if (opts.source) args.push('--source', opts.source);
   const r = await lab.exec(lab.client, args, { timeoutMs: 180_000 });
   if (r.code !== 0) throw new Error(`http-client: ${r.stderr}`);
   return JSON.parse(r.stdout.trim().split('\n').pop()!) as CountResult;
+}
+
+/** Counts frames with source address VIP on the LB's interface (replies that crossed the LB). */
+export function captureVipSourced(lab: Lab): { stop: () => Promise<number> } {
+  const p = lab.spawn(lab.lb, ['tcpdump', '-i', 'eth0', '-nn', '-l', '-q', '--immediate-mode', 'src', 'host', lab.vip], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let frames = 0;
+  createInterface({ input: p.stdout! }).on('line', (l) => {
+    if (l.includes(' IP')) frames++;
+  });
+  return {
+    stop: async () => {
+      await sleep(300);
+      p.kill('SIGTERM');
+      await new Promise((r) => p.once('exit', r));
+      return frames;
+    },
+  };
 }
 
 /** Starts (again) the lab HTTP server of one real; resolves when it listens. */

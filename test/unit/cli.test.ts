@@ -174,6 +174,12 @@ describe('dsrlb CLI', () => {
     expect(explainWhy({ ...base, real: '10.77.0.12' })).toBe('scheduler: maglev slot 43050, replacing a fin entry');
   });
 
+  it('explain of a service with client persistence names the client prefix the pick was hashed by', () => {
+    const base = { service: 'web', reason: 'scheduler', scheduler: 'maglev', slot: 812, flowState: null, panic: false, dropping: false, real: '10.77.0.12', realHealth: 'up' };
+    expect(explainWhy({ ...base, persistentClient: '192.0.2.0/24' })).toBe('scheduler: maglev slot 812 by client 192.0.2.0/24 (persistence)');
+    expect(explainWhy({ ...base, persistentClient: null })).toBe('scheduler: maglev slot 812');
+  });
+
   it('explain of a flow kept on a down real says why it is still there', () => {
     const base = { service: 'web', reason: 'flow-table', flowState: 'established', panic: false, dropping: false, real: '10.77.0.11', realHealth: 'down' };
     expect(explainWhy(base)).toBe('flow-table hit, established; 10.77.0.11 is down (its flows stay: onRealDown keep)');

@@ -128,6 +128,8 @@ describe('contract sample', () => {
           forwarding: 'l2',
           whenAllDown: 'failOpen',
           onRealDown: 'reschedule',
+          persistence: 'none',
+          persistencePrefix: 32,
           tableSize: 65537,
           healthCheck: {
             type: 'http',
@@ -173,6 +175,7 @@ describe('contract sample', () => {
     expect(service.forwarding).toBe('l2');
     expect(service.whenAllDown).toBe('failOpen');
     expect(service.onRealDown).toBe('reschedule');
+    expect([service.persistence, service.persistencePrefix]).toEqual(['none', 32]);
     expect(service.tableSize).toBe(65537);
     expect(service.healthCheck.type).toBe('none');
     expect(service.healthCheck.port).toBe(80);
@@ -418,6 +421,26 @@ describe('service rules', () => {
     ['forwarding', (s) => (s.forwarding = 'nat'), 'services[0].forwarding: "nat" is not l2 or ipip'],
     ['whenAllDown', (s) => (s.whenAllDown = 'failopen'), 'services[0].whenAllDown: "failopen" is not failOpen or drop (did you mean "failOpen"?)'],
     ['onRealDown', (s) => (s.onRealDown = 'move'), 'services[0].onRealDown: "move" is not reschedule or keep'],
+    ['persistence', (s) => (s.persistence = 'source'), 'services[0].persistence: "source" is not none or client'],
+    ['persistence client with wlc', (s) => {
+      s.persistence = 'client';
+      s.scheduler = 'wlc';
+    }, "services[0].persistence: client persistence needs scheduler maglev or rendezvous: wlc places each connection by load, so a client's connections would go to different reals"],
+    ['persistencePrefix without persistence', (s) => (s.persistencePrefix = 24), 'services[0].persistencePrefix: 24 is set but persistence is none; add persistence: client, or leave persistencePrefix out'],
+    ['persistencePrefix too long for IPv4', (s) => {
+      s.persistence = 'client';
+      s.persistencePrefix = 64;
+    }, 'services[0].persistencePrefix: 64 is not a prefix length of an IPv4 client address (1..32)'],
+    ['persistencePrefix too long for IPv6', (s) => {
+      s.vip = '2001:db8::10';
+      s.reals = [{ address: '2001:db8::11' }];
+      s.persistence = 'client';
+      s.persistencePrefix = 129;
+    }, 'services[0].persistencePrefix: 129 is not a prefix length of an IPv6 client address (1..128)'],
+    ['persistencePrefix 0', (s) => {
+      s.persistence = 'client';
+      s.persistencePrefix = 0;
+    }, 'services[0].persistencePrefix: 0 is not a prefix length of an IPv4 client address (1..32)'],
     ['name empty', (s) => (s.name = ''), 'services[0].name: "" is not a service name (non-empty, no leading or trailing spaces, no control characters)'],
     ['name ..', (s) => (s.name = '..'), `services[0].name: ".." is not a service name: the admin API's paths cannot carry it`],
     ['name .', (s) => (s.name = '.'), `services[0].name: "." is not a service name: the admin API's paths cannot carry it`],
@@ -438,6 +461,20 @@ describe('service rules', () => {
     ['reals not a list', (s) => (s.reals = '10.0.1.11'), 'services[0].reals: expected a list of reals, got "10.0.1.11"'],
   ])('%s', (_name, change, expected) => {
     expect(problemsWith((doc) => change(doc.services[0]))).toEqual([expected]);
+  });
+
+  it('client persistence: the prefix defaults to the whole client address of the VIP\'s family', () => {
+    const with_ = (extra: Doc): Doc => {
+      const d = minimal();
+      Object.assign(d.services[0], extra);
+      return d;
+    };
+    const v4 = configOf(with_({ persistence: 'client' })).services[0]!;
+    expect([v4.persistence, v4.persistencePrefix]).toEqual(['client', 32]);
+    const six = { vip: '2001:db8::10', persistence: 'client', reals: [{ address: '2001:db8::11' }] };
+    const v6 = configOf(with_(six)).services[0]!;
+    expect([v6.persistence, v6.persistencePrefix]).toEqual(['client', 128]);
+    expect(configOf(with_({ ...six, persistencePrefix: 48 })).services[0]!.persistencePrefix).toBe(48);
   });
 
   it('a service entry that is not a mapping', () => {

@@ -347,7 +347,7 @@ describe('plan: warnings for risky edits', () => {
       {
         code: 'TABLE_SIZE_CHANGED',
         service: 'web',
-        message: 'tableSize of web 65537 -> 251 builds a new Maglev table: 75.1% of its consistent-hash picks move (about (N-1)/N with N equal reals); every LB of a group must change it together',
+        message: 'tableSize of web 65537 -> 251 builds a new Maglev table: 75.2% of its consistent-hash picks move (about (N-1)/N with N equal reals); every LB of a group must change it together',
       },
     ]);
     expect(web(resized).hashSpaceMoved!.share).toBeGreaterThan(0.6);
@@ -404,6 +404,24 @@ describe('plan: what else an edit changes, one line each', () => {
     const after = services(`  - { name: web, vip: ${VIP}, port: 80, onRealDown: keep, reals: [ { address: 10.0.1.1 } ] }\n`);
     expect(formatPlanText(planChange(before, after))).toContain('  onRealDown: reschedule -> keep (a real marked down keeps its flows)\n');
     expect(formatPlanText(planChange(after, before))).toContain('  onRealDown: keep -> reschedule (a real marked down loses its flows to the others)\n');
+  });
+
+  it('lists a persistence change, and estimates the new connections it moves by sampling (the table stays, the hash changes)', () => {
+    const reals = '[ { address: 10.0.1.1 }, { address: 10.0.1.2 }, { address: 10.0.1.3 } ]';
+    const before = services(`  - { name: web, vip: ${VIP}, port: 80, reals: ${reals} }\n`);
+    const client = services(`  - { name: web, vip: ${VIP}, port: 80, persistence: client, reals: ${reals} }\n`);
+    const slash24 = services(`  - { name: web, vip: ${VIP}, port: 80, persistence: client, persistencePrefix: 24, reals: ${reals} }\n`);
+    const on = planChange(before, client);
+    expect(formatPlanText(on)).toContain("  persistence: none -> client (a client's new connections all go to one real; live flows stay on their reals)\n");
+    // A new hash over the same three reals: about two thirds of new connections land elsewhere.
+    expect(web(on).hashSpaceMoved!.method).toBe('sampled');
+    expect(Math.abs(web(on).hashSpaceMoved!.share - 2 / 3)).toBeLessThan(0.02);
+    const narrower = planChange(client, slash24);
+    expect(formatPlanText(narrower)).toContain('  persistencePrefix: 32 -> 24 (clients that share the first 24 bits share a real)\n');
+    expect(Math.abs(web(narrower).hashSpaceMoved!.share - 2 / 3)).toBeLessThan(0.02);
+    expect(formatPlanText(planChange(client, before))).toContain('  persistence: client -> none (each new connection is placed on its own; live flows stay on their reals)\n');
+    // Unchanged persistence: the slots compare as before.
+    expect(web(planChange(client, client)).hashSpaceMoved).toMatchObject({ method: 'slots', share: 0 });
   });
 
   it('lists a forwarding switch with the reals that keep their own, a health check switched on and whenAllDown, and warns on the first two', () => {
@@ -546,7 +564,7 @@ warnings:
     expect(formatPlanText(report)).toBe(`udp://[2001:db8::10]:53 (rendezvous): changed
   real +2001:db8::3: active, weight 100
   reals taking new flows: 2 -> 3
-  hash space moving: 33.4% (estimated over 65536 synthetic flows)
+  hash space moving: 33.3% (estimated over 65536 synthetic flows)
 udp://[2001:db8::11]:53 (maglev): removed
 live flows: not known (no running daemon asked)
 warnings:
@@ -562,11 +580,11 @@ warnings:
         code: 'HASH_SEED_CHANGED',
         service: null,
         message:
-          'hashSeed 0 -> 9 re-hashes every flow: a consistent-hash pick stays on its real only by chance, so about (N-1)/N of them move with N equal reals (measured here: 49.6% of picks move); every LB of a group must change it together, and the daemon takes it only on a restart',
+          'hashSeed 0 -> 9 re-hashes every flow: a consistent-hash pick stays on its real only by chance, so about (N-1)/N of them move with N equal reals (measured here: 50.3% of picks move); every LB of a group must change it together, and the daemon takes it only on a restart',
       },
     ]);
     expect(formatPlanText(report)).toBe(`web (tcp://203.0.113.10:80, maglev): changed
-  hash space moving: 49.6% (estimated over 65536 synthetic flows)
+  hash space moving: 50.3% (estimated over 65536 synthetic flows)
 live flows: not known (no running daemon asked)
 warnings:
   HASH_SEED_CHANGED: ${report.warnings[0]!.message}

@@ -47,6 +47,21 @@ function table(text: string): Record<string, string>[] {
 }
 
 describe('status table', () => {
+  it('writes a persistent service as ipvsadm -Ln does, after its scheduler, with the client prefix when it is not the whole address', () => {
+    const text = formatStatus(
+      {
+        services: [
+          service('web', { persistence: 'client', persistencePrefix: 32 }),
+          service('net', { port: 443, persistence: 'client', persistencePrefix: 24 }),
+          service('six', { vip: '2001:db8::10', persistence: 'client', persistencePrefix: 128, reals: [] }),
+          service('plain', { port: 8080, persistence: 'none', persistencePrefix: 32 }),
+        ],
+      },
+      now,
+    );
+    expect(table(text).filter((r) => 'Scheduler' in r).map((r) => r.Scheduler)).toEqual(['maglev persistent', 'maglev persistent /24', 'maglev persistent', 'maglev']);
+  });
+
   it('has a header line for services and one for reals, as ipvsadm -Ln, and every value sits under its own header', () => {
     const text = formatStatus({ services: [service('web', {}), service('dns', { protocol: 'udp', vip: '2001:db8::53', port: 53, scheduler: 'wlc', reals: [real('2001:db8::11', 'up')] })] }, now);
     const lines = text.split('\n');
