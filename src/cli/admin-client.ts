@@ -162,8 +162,10 @@ function tokenHint(target: AdminTarget, path: string): string {
  * daemon started (a restart-only key), and the daemon still answers at the old address.
  */
 function movedHint(target: AdminTarget): string {
-  if (target.configFile === undefined) return '';
-  return ` (the address is admin.listen in ${target.configFile}; if that was edited since the daemon started, the daemon still listens at the old address: use --admin URL)`;
+  // Nothing listens there: most often no daemon runs at all.
+  const running = 'is the daemon running? (systemctl status dsrlb)';
+  if (target.configFile === undefined) return ` (${running})`;
+  return ` (${running}; the address is admin.listen in ${target.configFile}; if that was edited since the daemon started, the daemon still listens at the old address: use --admin URL)`;
 }
 
 /** The status and body text of one HTTP(S) exchange; rejects on a network error or after `timeoutMs` for the whole answer. */

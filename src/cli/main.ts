@@ -72,7 +72,8 @@ async function intent(argv: { config?: string; admin?: string; tokenFile?: strin
 function intentLine(data: Record<string, unknown>, service: string, real: string): string {
   const after = data.after as { state: string; weight: number };
   const before = data.before as { state: string; weight: number } | undefined;
-  const unchanged = before !== undefined && before.state === after.state && before.weight === after.weight ? ' (already so: nothing changed)' : '';
+  const same = before !== undefined && before.state === after.state && before.weight === after.weight;
+  const unchanged = typeof data.note === 'string' ? ` (${data.note})` : same ? ' (already so: nothing changed)' : '';
   return `${String(data.service ?? service)} ${String(data.real ?? real)}: ${after.state}, weight ${after.weight}${unchanged}`;
 }
 
@@ -218,6 +219,9 @@ export async function main(args: string[]): Promise<number> {
             const file = typeof data.configPath === 'string' ? ` (config ${data.configPath})` : '';
             if (data.result === 'taken') {
               print(`reload taken${file}`);
+              // Taken, but worth knowing (intent the config file overrode, a state file it cannot write); absent from older daemons.
+              const warnings = Array.isArray(data.warnings) ? (data.warnings as string[]) : [];
+              if (warnings.length > 0) process.stderr.write(warnings.map((w) => `warning: ${w}\n`).join(''));
               return 0;
             }
             process.stderr.write([`reload refused${file}:`, ...problems].join('\n') + '\n');
@@ -281,7 +285,11 @@ export async function main(args: string[]): Promise<number> {
     .command(
       'explain <service> <client>',
       'which real a flow from CLIENT_IP:PORT gets, and why',
-      (y) => adminOptions(y).positional('service', { type: 'string', demandOption: true, describe: SERVICE_HELP }).positional('client', { type: 'string', demandOption: true, describe: 'CLIENT_IP:PORT, [V6]:PORT for IPv6' }),
+      (y) =>
+        adminOptions(y)
+          .positional('service', { type: 'string', demandOption: true, describe: SERVICE_HELP })
+          .positional('client', { type: 'string', demandOption: true, describe: 'CLIENT_IP:PORT, [V6]:PORT for IPv6' })
+          .option('json', { type: 'boolean', default: false, describe: 'print the daemon\'s answer as JSON' }),
       (a) =>
         setExit(
           (async () => {
@@ -290,7 +298,13 @@ export async function main(args: string[]): Promise<number> {
             if ('error' in endpoint) throw new CliError(endpoint.error, 1);
             const q = `/explain?service=${encodeURIComponent(a.service)}&client=${encodeURIComponent(a.client)}`;
             const { data } = await adminRequest(await resolveAdminTarget(a), 'GET', q);
-            print(`${data.service} ${data.client} -> ${data.real ?? 'no real'} (${explainWhy(data)})`);
+            if (a.json) {
+              print(JSON.stringify(data, null, 2));
+              return 0;
+            }
+            // A port-0 service answers for the port asked about: name it.
+            const port = data.servicePort === 0 && typeof data.port === 'number' ? ` port ${data.port}` : '';
+            print(`${data.service}${port} ${data.client} -> ${data.real ?? 'no real'} (${explainWhy(data)})`);
             return 0;
           })(),
         ),
@@ -309,7 +323,10 @@ export async function main(args: string[]): Promise<number> {
     .command(
       'simulate <scenario>',
       'replay a scenario of flows and real changes through the real scheduler and flow table (no privileges, no network)',
-      (y) => y.positional('scenario', { type: 'string', demandOption: true, describe: 'scenario file (YAML or JSON)' }),
+      (y) =>
+        y
+          .positional('scenario', { type: 'string', demandOption: true, describe: 'scenario file (YAML or JSON)' })
+          .epilog('A scenario: description, config (inline or a file), events: [{ at: 1s, ACTION: {...} }] with ACTION one of flow, addReal, removeReal, weight, intent, health (README, "Simulation and change preview"; examples/simulate-operations.yaml uses them all).'),
       (a) =>
         setExit(
           import('../sim/simulate.js').then((m) => {

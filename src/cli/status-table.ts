@@ -75,7 +75,7 @@ function persistentText(s: ServiceStatus): string {
   return s.persistencePrefix !== undefined && s.persistencePrefix < whole ? ` persistent /${s.persistencePrefix}` : ' persistent';
 }
 
-export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopStatus }, now = Date.now()): string {
+export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopStatus; stateFileProblem?: string | null }, now = Date.now()): string {
   // The first column (service or real address) is shared, so both kinds' other columns start at the
   // same place; the rest are aligned within their kind, each under its own header line.
   const serviceRows: string[][] = [SERVICE_HEADER];
@@ -122,6 +122,7 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
   }
   // The loops are not a service's: said after the table, only when something is wrong or was.
   const loop = status.loop;
+  if (typeof status.stateFileProblem === 'string') notes.push(status.stateFileProblem);
   if (loop !== undefined && !loop.healthy) notes.push("packet loops: NOT HEALTHY (ended or stalled; the daemon's log says why)");
   if (loop !== undefined && (loop.restarts ?? 0) > 0) notes.push(`packet loops: started again ${loop.restarts} time${loop.restarts === 1 ? '' : 's'} after they ended (a crash, or their interface made again: the daemon's log says which)`);
   const first = Math.max(...[...serviceRows, ...realRows].map((r) => r[0]!.length));

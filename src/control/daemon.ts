@@ -70,10 +70,13 @@ export interface IntentResult {
   real: string;
   before: { state: RealIntent; weight: number };
   after: { state: RealIntent; weight: number };
+  /** Why nothing changed, when the verb asked for less than the real has (a drain of a disabled real). */
+  note?: string;
 }
 
 /** A reload's outcome; a refusal names its problems and whether the config or the system refused. */
-export type ReloadResult = { ok: true; problems: readonly ConfigProblem[] } | { ok: false; problems: readonly ConfigProblem[]; refusedBy: 'config' | 'system' };
+/** `warnings`: what a taken reload did that the operator should know (intent it dropped, a state file it cannot write). */
+export type ReloadResult = { ok: true; problems: readonly ConfigProblem[]; warnings: readonly string[] } | { ok: false; problems: readonly ConfigProblem[]; refusedBy: 'config' | 'system' };
 
 /** An intent verb: the state or weight to set; `from`: only a real in that state changes. */
 export interface IntentChange {
@@ -210,6 +213,8 @@ export class Daemon {
   private readonly warned = new Set<string>();
   /** A reload queued behind another change and not started yet: later reloads join it. */
   private waitingReload: Promise<ReloadResult> | null = null;
+  /** Why the configured state file cannot be written (checked at start and each reload), or null. */
+  private stateFileProblem: string | null = null;
   /** The announcing a reload started in the background, chained (see reloadNow). */
   private announcing: Promise<void> = Promise.resolve();
   /** Set when stop begins: announcing must not come back after its withdrawal. */
@@ -257,7 +262,9 @@ export class Daemon {
       activeFlows: (id) => this.loops.active(id),
       inactiveFlows: (id) => this.loops.inactive(id),
       flowTableCapacity: () => this.flowTableCapacity(),
-      panic: () => this.lastReports.map((r) => ({ service: r.name, panic: inPanic(r) })),
+      // No series for a removed service that drains: it takes no new flows by design, and a 0
+      // there fired DsrlbServiceAllRealsDown (its reals are drained) for every routine removal.
+      panic: () => this.lastReports.filter((r) => this.config.services.some((x) => x.name === r.name)).map((r) => ({ service: r.name, panic: inPanic(r) })),
       services: () =>
         this.lastReports.map((r) => {
           const s = this.config.services.find((x) => x.name === r.name);
@@ -317,7 +324,7 @@ export class Daemon {
     await this.removeStaleTempFiles();
     const stateFileBefore = await this.stateFileBefore();
     await this.loadOverrides(stateFileBefore ?? this.config.stateFile);
-    const pruned = this.pruneOverrides();
+    const pruned = this.pruneOverrides().length > 0;
     // The new path is recorded only once it holds the intent: else the next start looks at the old one again.
     if (stateFileBefore !== null) {
       const saved = await this.saveState(this.overrides, this.withdrawn).then(
@@ -1062,7 +1069,7 @@ export class Daemon {
     this.config = next;
     this.configText = text!;
     this.adminToken = token;
-    const pruned = this.pruneOverrides();
+    const dropped = this.pruneOverrides();
     this.send({ type: 'timeouts', timeouts: timeoutsOf(next) });
     this.syncReals();
     this.tunnelRoutes = tunnel.routes;
@@ -1074,15 +1081,16 @@ export class Daemon {
     this.log.info('reload taken', { services: next.services.map((s) => s.name) });
     this.announceOnLink(this.vips().filter((v) => !vipsBefore.has(v)), 'reload');
     // Taken: what follows only follows the new config, and says so in the log when it cannot.
-    if (pruned) await this.saveStateOrWarn();
+    if (dropped.length > 0) await this.saveStateOrWarn();
     if (stateFileMoved) await this.recordStateFile();
+    const stateFileProblem = await this.checkStateFileWritable();
     // Announcing follows the new config without holding the answer (a BIRD that did not answer
     // made a reload already taken look failed), chained so that a reload turning it off and the
     // next turning it on again never run their syncs at once. The 200 ms check retries failures.
     this.announcing = this.announcing
       .then(() => (this.config.announce.enabled ? this.startAnnouncing() : this.stopAnnouncing()))
       .catch((err: Error) => this.log.error('announcement update failed', { error: err.message }));
-    return { ok: true, problems: [] };
+    return { ok: true, problems: [], warnings: stateFileProblem === null ? dropped : [...dropped, stateFileProblem] };
   }
 
   /** A refused reload puts the host back as the config in force wants it (best effort). */
@@ -1151,8 +1159,28 @@ export class Daemon {
 
   /** UNKNOWN_SERVICE, with the ways a service can be named. */
   private unknownService(ref: string): DaemonError {
+    const removed = this.findRemovedService(ref);
+    if (removed !== null) {
+      return new DaemonError(
+        'REMOVED_SERVICE',
+        `service "${removed.name}" was removed from the config by a reload: its flows drain on their reals (dsrlb status lists them) and it takes no new ones; its reals' intent cannot be changed (put it back in the config to manage it)`,
+      );
+    }
     const names = firstFew(this.config.services.map((s) => s.name));
     return new DaemonError('UNKNOWN_SERVICE', `unknown service "${ref}": name it (${names || 'none configured'}) or give its address, VIP:PORT or tcp://VIP:PORT`);
+  }
+
+  /** The removed service that drains (a reload took it out) `ref` names by name or address, or null. */
+  private findRemovedService(ref: string): ServiceConfig | null {
+    const byName = [...this.removedServices.values()].find((s) => s.name === ref);
+    if (byName) return byName;
+    const a = parseServiceRef(ref);
+    return a === null ? null : (this.removedAt(a, a.port)[0] ?? null);
+  }
+
+  /** As servicesAt, among the removed services that drain. */
+  private removedAt(a: { protocol: string | null; vip: string }, port: number): ServiceConfig[] {
+    return [...this.removedServices.values()].filter((s) => (a.protocol === null || s.protocol === a.protocol) && s.vip === a.vip && s.port === port);
   }
 
   /**
@@ -1168,10 +1196,17 @@ export class Daemon {
       const any = this.servicesAt(a, 0);
       if (any.length > 1) throw new DaemonError('AMBIGUOUS_SERVICE', `"${ref}" is served by ${any.map((c) => `${c.name} (${c.protocol})`).join(' and ')}: write tcp:// or udp://`);
       if (any.length === 1) return { s: any[0]!, dstPort: a.port };
+      // A removed port-0 service of that VIP, as packets to that port still find it while it drains.
+      const removedAny = any.length === 0 && s === null ? this.removedAt(a, 0) : [];
+      if (removedAny.length === 1) return { s: removedAny[0]!, dstPort: a.port };
     }
-    if (s !== null) {
-      const vip = s.family === 6 ? `[${s.vip}]` : s.vip;
-      throw new DaemonError('BAD_SERVICE', `service "${s.name}" serves every port of ${vip}: name the port, e.g. ${s.protocol}://${vip}:443`);
+    // A removed service that drains is still in the loops' snapshots: where do its flows go?
+    const removed = s === null ? this.findRemovedService(ref) : null;
+    if (removed !== null && removed.port !== 0) return { s: removed, dstPort: removed.port };
+    const portless = s ?? removed;
+    if (portless !== null) {
+      const vip = portless.family === 6 ? `[${portless.vip}]` : portless.vip;
+      throw new DaemonError('BAD_SERVICE', `service "${portless.name}" serves every port of ${vip}: name the port, e.g. ${portless.protocol}://${vip}:443`);
     }
     throw this.unknownService(ref);
   }
@@ -1209,6 +1244,11 @@ export class Daemon {
       if (before.state === change.state) return { service: s.name, real: r.address, before, after: before };
       throw new DaemonError('WRONG_STATE', `${s.name} ${r.address} is ${before.state === 'disabled' ? 'disabled' : 'draining'}, not ${from === 'disabled' ? 'disabled' : 'draining'}: ${before.state === 'disabled' ? 'enable' : 'undrain'} it instead`);
     }
+    // A drain of a disabled real would loosen it (and an undrain after it make the real active,
+    // lifting another operator's disable): disabled already takes no new flows, so it stays.
+    if (change.state === 'drain' && before.state === 'disabled') {
+      return { service: s.name, real: r.address, before, after: before, note: 'disabled takes no flows at all, new ones included: left disabled; enable lifts it' };
+    }
     // Already so (a repeated drain): nothing to save, log or rebuild; the answer says so.
     if ((change.state === undefined || change.state === before.state) && (change.weight === undefined || change.weight === before.weight)) {
       return { service: s.name, real: r.address, before, after: before };
@@ -1232,24 +1272,34 @@ export class Daemon {
    * goes with its service's removal from the config, for the same reason. True when any went: the
    * caller saves the state file.
    */
-  private pruneOverrides(): boolean {
+  /** Drops the intent the config file overrode; returns a sentence for each (reload prints them). */
+  private pruneOverrides(): string[] {
     const configReals = realsByKey(this.config);
-    let pruned = false;
+    const dropped: string[] = [];
     for (const [key, o] of this.overrides) {
       const r = configReals.get(key);
       if (r && o.configState === r.state && o.configWeight === r.weight) continue;
       this.overrides.delete(key);
-      pruned = true;
       this.log.info('operator intent dropped: the config changed this real', { real: key, override: o });
+      const set = [o.state, o.weight === undefined ? undefined : `weight ${o.weight}`].filter((x) => x !== undefined).join(', ');
+      dropped.push(`operator intent on ${this.realName(key)} (${set}) dropped: the config file ${r ? `changed that real (now ${r.state}, weight ${r.weight})` : 'no longer has it'}`);
     }
     const services = new Set(this.config.services.map((s) => serviceIdentity(s)));
     for (const sid of this.withdrawn) {
       if (services.has(sid)) continue;
       this.withdrawn.delete(sid);
-      pruned = true;
       this.log.info('withdrawal dropped: the service left the config', { service: sid });
+      dropped.push(`withdrawal of ${sid} dropped: the service left the config file`);
     }
-    return pruned;
+    return dropped;
+  }
+
+  /** "web 10.0.0.2" for a real's registry key (service identity#address), by the config's service name when it has one. */
+  private realName(key: string): string {
+    const at = key.lastIndexOf('#');
+    const sid = key.slice(0, at);
+    const name = this.config.services.find((s) => serviceIdentity(s) === sid)?.name ?? sid;
+    return `${name} ${key.slice(at + 1)}`;
   }
 
   /**
@@ -1385,13 +1435,19 @@ export class Daemon {
     );
   }
 
-  /** Says at start, not at the first drain, that intent changes cannot be kept. */
-  private async checkStateFileWritable(): Promise<void> {
+  /**
+   * Says at start and at each reload, not at the first drain, that intent changes cannot be kept:
+   * logged, kept for status (stateFileProblem) and returned for the reload's answer.
+   */
+  private async checkStateFileWritable(): Promise<string | null> {
     const file = this.config.stateFile;
-    if (!file) return;
-    await access(dirname(file), constants.W_OK).catch((e: Error) =>
-      this.log.warn('the state file cannot be written: operator intent changes will be refused', { stateFile: file, error: e.message }),
-    );
+    this.stateFileProblem = null;
+    if (!file) return null;
+    await access(dirname(file), constants.W_OK).catch((e: Error) => {
+      this.log.warn('the state file cannot be written: operator intent changes will be refused', { stateFile: file, error: e.message });
+      this.stateFileProblem = `the state file ${file} cannot be written (${e.message}): drain, disable, weight and withdraw are refused, and flows are not kept across a restart`;
+    });
+    return this.stateFileProblem;
   }
 
   /** Writes the state file aside and renames it; throws STATE_NOT_SAVED (nothing changed) on failure. */
@@ -1432,6 +1488,9 @@ export class Daemon {
     const dropping = report?.dropping ?? false;
     return {
       service: s.name,
+      // The destination port asked about: a port-0 service's answer depends on it.
+      port: dstPort,
+      servicePort: s.port,
       client: ip.family === 6 ? `[${ip.address}]:${port}` : `${ip.address}:${port}`,
       real: real?.address ?? null,
       reason: e.placement,
@@ -1686,6 +1745,7 @@ export class Daemon {
       mac: formatMac(this.loops.localMac),
       loop: { running: this.loops.running, loops: this.loops.size, healthy: this.loopHealthy(), snapshotGeneration: counters[Counter.snapshotGeneration], restarts: this.loops.restarts },
       flowTable: { entries: counters[Counter.flowTableEntries], capacity: this.flowTableCapacity() },
+      stateFileProblem: this.stateFileProblem,
       services: views.map((v) => {
         const report = this.lastReports.find((r) => r.name === v.config.name);
         return {

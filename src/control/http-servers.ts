@@ -347,7 +347,7 @@ export async function startAdminServer(daemon: Daemon, limits: ListenerLimits = 
       const r = await daemon.reload();
       // The file read (absolute, as the daemon names it): the operator sees which config was taken or refused.
       const configPath = resolve(daemon.configPath);
-      json(res, r.ok ? 200 : 422, r.ok ? { result: 'taken', configPath, problems: [] } : { result: 'refused', refusedBy: r.refusedBy, configPath, problems: problemLines(r.problems) });
+      json(res, r.ok ? 200 : 422, r.ok ? { result: 'taken', configPath, problems: [], warnings: r.warnings } : { result: 'refused', refusedBy: r.refusedBy, configPath, problems: problemLines(r.problems) });
       return;
     }
     if (path === '/plan-input') {

@@ -139,7 +139,7 @@ export class DaemonMetrics {
     this.lastReloadSuccessful.set(1);
     new client.Gauge({
       name: 'dsrlb_service_panic',
-      help: '1 while no wanted real (active, weight > 0) is up and whenAllDown: failOpen sends new flows to all wanted reals.',
+      help: '1 while no wanted real (active, weight > 0) is up and whenAllDown: failOpen sends new flows to all wanted reals; no series for a removed service that drains.',
       labelNames: ['service'],
       registers: [registry],
       collect() {

@@ -546,10 +546,21 @@ function clientText(t: SimTuple): string {
   return t.family === 6 ? `[${t.clientAddress}]:${t.clientPort}` : `${t.clientAddress}:${t.clientPort}`;
 }
 
+/** The command line's intent verbs, as the state an intent event sets. */
+const INTENT_VERBS: Readonly<Record<string, RealIntent>> = { drain: 'drain', undrain: 'active', disable: 'disabled', enable: 'active' };
+
 function checkKeys(add: Add, obj: Raw, path: string, known: readonly string[]): void {
   for (const key of Object.keys(obj)) {
     const message = unknownKeyMessage(key, known);
-    if (message !== null) add(keyPath(path, key), message);
+    // The command line's REAL is the config's `address`, and so it is here; its verbs are intents.
+    const verb = INTENT_VERBS[key];
+    const hint =
+      key === 'real' && known.includes('address')
+        ? 'unknown key: a real is named by its address here, as in the config file (address: 10.0.1.11)'
+        : verb !== undefined && known.includes('intent')
+          ? `unknown key: dsrlb ${key} is an intent event here: intent: { service: web, address: 10.0.1.11, state: ${verb} }`
+          : message;
+    if (hint !== null) add(keyPath(path, key), hint);
   }
 }
 

@@ -82,6 +82,9 @@ describe('persistence: client', () => {
     }
     // Eight clients are not all on one real of three.
     expect(used.size).toBeGreaterThan(1);
+    const json = JSON.parse((await daemon.cli(['explain', 'web', `${SOURCES[0]}:61001`, '--json'])).stdout) as Record<string, unknown>;
+    expect(json).toMatchObject({ service: 'web', port: 80, reason: 'scheduler', scheduler: 'maglev', persistentClient: `${SOURCES[0]}/32` });
+    expect(lab.reals.find((r) => r.ipv4 === json.real)?.name).toBe(Object.keys(served.get(SOURCES[0]!)!)[0]);
   }, 120_000);
 
   it('with persistencePrefix 16, the eight addresses of one /16 share a real', async () => {

@@ -96,7 +96,7 @@ describe('dsrlb CLI', () => {
     await writeFile(own, 'interface: eth0\nservices: []\n');
     let reloads = 0;
     // The real admin API over a stand-in daemon that runs `own`.
-    const fake = { config: { admin: { listen: { host: '127.0.0.1', port: 0 } } }, adminToken: null, configPath: own, reload: async () => (reloads++, { ok: true, problems: [] }) };
+    const fake = { config: { admin: { listen: { host: '127.0.0.1', port: 0 } } }, adminToken: null, configPath: own, reload: async (): Promise<object> => (reloads++, { ok: true, problems: [] }) };
     const server = await startAdminServer(fake as unknown as Daemon);
     const admin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
     try {
@@ -124,6 +124,32 @@ describe('dsrlb CLI', () => {
       // Without -c: whatever file the daemon runs (as SIGHUP), named.
       expect((await dsrlb(['reload', '--admin', admin])).stdout).toBe(`reload taken (config ${own})\n`);
       expect(reloads).toBe(3);
+      // Taken with warnings (intent the file overrode, a state file it cannot write): each on stderr, exit 0.
+      fake.reload = async () => (reloads++, { ok: true, problems: [], warnings: ['operator intent on web 10.0.1.2 (drain) dropped: the config file changed that real (now active, weight 5)'] });
+      const warned = await dsrlb(['reload', '--admin', admin]);
+      expect([warned.code, warned.stdout, warned.stderr]).toEqual([
+        0,
+        `reload taken (config ${own})\n`,
+        'warning: operator intent on web 10.0.1.2 (drain) dropped: the config file changed that real (now active, weight 5)\n',
+      ]);
+    } finally {
+      server.close();
+    }
+  });
+
+  it('explain names the port of a port-0 service it answered for, and --json prints the daemon\'s answer', async () => {
+    const answer = { service: 'allports', port: 8080, servicePort: 0, client: '10.0.0.1:4000', real: '10.0.1.13', reason: 'scheduler', scheduler: 'maglev', persistentClient: null, slot: 5, flowState: null, entryReal: null, generation: 3, realHealth: 'up', panic: false, dropping: false, droppingReason: null };
+    const fake = { config: { admin: { listen: { host: '127.0.0.1', port: 0 } } }, adminToken: null, explain: async () => answer };
+    const server = await startAdminServer(fake as unknown as Daemon);
+    const admin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      const text = await dsrlb(['explain', 'tcp://10.0.0.100:8080', '10.0.0.1:4000', '--admin', admin]);
+      expect([text.code, text.stdout]).toEqual([0, 'allports port 8080 10.0.0.1:4000 -> 10.0.1.13 (scheduler: maglev slot 5)\n']);
+      const json = await dsrlb(['explain', 'tcp://10.0.0.100:8080', '10.0.0.1:4000', '--admin', admin, '--json']);
+      expect([json.code, JSON.parse(json.stdout)]).toEqual([0, answer]);
+      answer.servicePort = 80;
+      answer.port = 80;
+      expect((await dsrlb(['explain', 'web', '10.0.0.1:4000', '--admin', admin])).stdout).toBe('allports 10.0.0.1:4000 -> 10.0.1.13 (scheduler: maglev slot 5)\n');
     } finally {
       server.close();
     }

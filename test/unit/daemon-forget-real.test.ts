@@ -90,3 +90,38 @@ describe('a real given the id of a forgotten one', () => {
     expect(r3.pps).toBe(0);
   });
 });
+
+describe('a removed service that drains', () => {
+  it('has no dsrlb_service_panic series, so the all-reals-down alert does not fire for a removal', async () => {
+    const file = join(dir, 'dsrlb.yaml');
+    const text = configText(service('web', '10.99.0.100', ['10.0.0.1']) + service('old', '10.99.0.101', ['10.0.1.1']));
+    // Every real holds flows: the removed service drains instead of being forgotten.
+    const { daemon, inside } = stubbedDaemon(file, text, { activeFlows: 3 });
+    const health = inside.health as HealthMonitor;
+    try {
+      (inside.syncReals as () => void).call(daemon);
+      daemon.rebuild('start');
+      expect(await daemon.metrics.text()).toMatch(/^dsrlb_service_panic\{service="old"\} [01]$/m);
+      writeFileSync(file, configText(service('web', '10.99.0.100', ['10.0.0.1'])));
+      expect((await daemon.reload()).ok).toBe(true);
+      const views = (inside.serviceViews as () => { config: { name: string }; removed?: boolean }[]).call(daemon);
+      expect(views.map((v) => [v.config.name, v.removed === true])).toEqual([['web', false], ['old', true]]);
+      const text2 = await daemon.metrics.text();
+      expect(text2).not.toMatch(/dsrlb_service_panic\{service="old"\}/);
+      expect(text2).toMatch(/^dsrlb_service_panic\{service="web"\} [01]$/m);
+      // Named by an operator: its reals' intent is refused with what it is, not as an unknown service...
+      for (const ref of ['old', 'tcp://10.99.0.101:80', '10.99.0.101:80']) {
+        await expect(daemon.setIntent(ref, '10.0.1.1', { state: 'disabled' })).rejects.toMatchObject({
+          code: 'REMOVED_SERVICE',
+          message: 'service "old" was removed from the config by a reload: its flows drain on their reals (dsrlb status lists them) and it takes no new ones; its reals\' intent cannot be changed (put it back in the config to manage it)',
+        });
+      }
+      // ... and explain asks the loops about it (its flows are in their tables, the service in their snapshot).
+      const explainTarget = inside.explainTarget as (ref: string) => { s: { name: string }; dstPort: number };
+      expect(explainTarget.call(daemon, 'old')).toMatchObject({ s: { name: 'old' }, dstPort: 80 });
+      await expect(daemon.setIntent('nosuch', '10.0.1.1', { state: 'disabled' })).rejects.toMatchObject({ code: 'UNKNOWN_SERVICE' });
+    } finally {
+      health.stop();
+    }
+  });
+});

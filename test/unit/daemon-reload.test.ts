@@ -360,7 +360,7 @@ describe('reload: announcing held up', () => {
     let syncs = 0;
     d.inside.announcer = { sync: () => (syncs++, new Promise(() => undefined)), setFiles: () => undefined, isAnnounced: () => false };
     const answered = await Promise.race([d.reload(configText({ announce: true, reals: 3 })), new Promise((r) => setTimeout(() => r('no answer'), 2000))]);
-    expect(answered).toEqual({ ok: true, problems: [] });
+    expect(answered).toEqual({ ok: true, problems: [], warnings: [] });
     expect(syncs).toBe(1);
     expect(d.daemon.config.services[0]!.reals).toHaveLength(3);
     d.daemon.health.stop();
@@ -456,9 +456,32 @@ describe('reload: the state file', () => {
     d.daemon.health.stop();
     // No intent in force, nothing to lose: taken, with a warning (as at start).
     const fresh = daemonRunning(configText());
-    expect((await fresh.reload(configText({ state: unwritable }))).ok).toBe(true);
+    const taken = await fresh.reload(configText({ state: unwritable }));
     expect(fresh.logs).toContainEqual(expect.objectContaining({ level: 'warn', msg: 'the state file cannot be written: operator intent changes will be refused' }));
+    // ... and in the reload's answer (dsrlb reload prints it) and in status, not only in the log.
+    const problem = expect.stringMatching(/^the state file \S*\/no-such-dir\/state\.json cannot be written \(.*ENOENT.*\): drain, disable, weight and withdraw are refused, and flows are not kept across a restart$/);
+    expect(taken).toEqual({ ok: true, problems: [], warnings: [problem] });
+    expect(fresh.inside.stateFileProblem).toEqual(problem);
+    expect((await fresh.reload(configText())).ok && fresh.inside.stateFileProblem).toBe(null);
     fresh.daemon.health.stop();
+  });
+
+  it('says in the reload\'s answer which operator intent the config file overrode', async () => {
+    const d = daemonRunning(configText());
+    await d.daemon.setIntent('web', '10.93.0.1', { state: 'drain' });
+    await d.daemon.setIntent('web', '10.93.0.2', { weight: 7 });
+    const result = await d.reload(configText({ weight: 5 }));
+    expect(result).toEqual({
+      ok: true,
+      problems: [],
+      warnings: [
+        'operator intent on web 10.93.0.1 (drain) dropped: the config file changed that real (now active, weight 5)',
+        'operator intent on web 10.93.0.2 (weight 7) dropped: the config file changed that real (now active, weight 5)',
+      ],
+    });
+    // Nothing left to drop: the next reload has nothing to say.
+    expect(await d.reload(configText({ weight: 5 }))).toEqual({ ok: true, problems: [], warnings: [] });
+    d.daemon.health.stop();
   });
 
   it('drops a withdrawal when its service leaves the config, so a later service of that name starts announced', async () => {
@@ -532,6 +555,29 @@ describe('operator intent asked for again', () => {
     expect(d.logs.filter((l) => l.msg === 'intent changed')).toHaveLength(1);
     expect(d.sent.filter((m) => m.type === 'snapshot')).toHaveLength(snapshots);
     expect(readFileSync(join(dir, 'state.json'), 'utf8')).toBe(saved);
+    d.daemon.health.stop();
+  });
+});
+
+describe('a drain of a disabled real', () => {
+  it('leaves it disabled and says why, so that an undrain after it (a deploy script) cannot lift another operator\'s disable', async () => {
+    const d = daemonRunning(configText());
+    await d.daemon.setIntent('web', '10.93.0.1', { state: 'disabled' });
+    const saved = readFileSync(join(dir, 'state.json'), 'utf8');
+    const drained = await d.daemon.setIntent('web', '10.93.0.1', { state: 'drain' });
+    expect(drained).toEqual({
+      service: 'web',
+      real: '10.93.0.1',
+      before: { state: 'disabled', weight: 1 },
+      after: { state: 'disabled', weight: 1 },
+      note: 'disabled takes no flows at all, new ones included: left disabled; enable lifts it',
+    });
+    expect(readFileSync(join(dir, 'state.json'), 'utf8')).toBe(saved);
+    // The script's undrain is refused (exit 1 in the CLI), the disable stays.
+    await expect(d.daemon.setIntent('web', '10.93.0.1', { state: 'active', from: 'drain' })).rejects.toThrow('web 10.93.0.1 is disabled, not draining: enable it instead');
+    // A disable of a draining real still makes it disabled (stricter).
+    await d.daemon.setIntent('web', '10.93.0.2', { state: 'drain' });
+    expect((await d.daemon.setIntent('web', '10.93.0.2', { state: 'disabled' })).after.state).toBe('disabled');
     d.daemon.health.stop();
   });
 });

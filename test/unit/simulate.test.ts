@@ -59,6 +59,39 @@ const startOf = (r: SimulationResult, flow: string): TraceRecord => recordsOf(r,
 const endOf = (r: SimulationResult, flow: string): TraceRecord => recordsOf(r, flow).find((x) => x['event'] === 'end')!;
 const packetsOf = (r: SimulationResult, flow: string): TraceRecord[] => recordsOf(r, flow).filter((x) => x['event'] === 'packet');
 
+describe('simulate: the operations example (every control event)', () => {
+  const result = (): SimulationResult => {
+    const loaded = loadScenarioFile(fileURLToPath(new URL('../../examples/simulate-operations.yaml', import.meta.url)));
+    if (!loaded.ok) throw new Error(formatProblems(loaded.problems));
+    return simulate(loaded.scenario);
+  };
+
+  it('keeps the drained real\'s flows, moves the failed and the disabled real\'s, and sends no new flow to a real that takes none', () => {
+    const r = result();
+    expect(r.trace.filter((x) => x['event'] !== 'start' && x['event'] !== 'end' && x['event'] !== 'packet').map((x) => x['event'])).toEqual(['intent', 'health', 'addReal', 'health', 'weight', 'removeReal', 'intent']);
+    const starts = r.trace.filter((x) => x['event'] === 'start');
+    const on = (address: string) => starts.filter((x) => x['real'] === address).map((x) => x['flow']);
+    // 10.0.1.12 takes flows until its drain at 5s, none after; they stay on it (no packet record moves them).
+    const drained = on('10.0.1.12');
+    expect(drained.length).toBeGreaterThan(0);
+    for (const f of drained) {
+      expect(Number(startOf(r, f as string)['t'])).toBeLessThan(5000);
+      expect(packetsOf(r, f as string)).toEqual([]);
+      expect(endOf(r, f as string)['real']).toBe('10.0.1.12');
+    }
+    // 10.0.1.13 is down from 10s to 20s: its flows move at their next packet, and it starts none then.
+    const moved = r.trace.filter((x) => x['event'] === 'packet' && x['reason'] === 'rescheduled');
+    expect(moved.filter((x) => x['t'] === 11000).length).toBeGreaterThan(0);
+    for (const f of starts.filter((x) => Number(x['t']) > 10000 && Number(x['t']) < 20000)) expect(f['real']).not.toBe('10.0.1.13');
+    // 10.0.1.14, disabled at 30s: its flow moves with its next packet, and the flow after goes elsewhere.
+    const disabledOnes = on('10.0.1.14');
+    expect(disabledOnes.length).toBeGreaterThan(0);
+    for (const f of disabledOnes) expect(moved.some((x) => x['flow'] === f && x['t'] === 31000)).toBe(true);
+    expect(startOf(r, 'f16')['real']).not.toBe('10.0.1.14');
+    expect(r.summary.packets.dropped).toBe(0);
+  });
+});
+
 describe('simulate: the wlc-vs-maglev example', () => {
   it('replays to the committed golden trace, byte for byte', () => {
     const output = runSimulateCommand({ scenario: EXAMPLE });
@@ -452,10 +485,17 @@ events:
       'events[0].flow.duration: missing; expected a duration such as 30s',
       'events[1]: has flow and addReal; one action per event',
       'events[2]: no action; expected one of flow, addReal, removeReal, weight, health, intent',
-      'events[3].drain: unknown key (expected one of at, flow, addReal, removeReal, weight, health, intent)',
+      'events[3].drain: unknown key: dsrlb drain is an intent event here: intent: { service: web, address: 10.0.1.11, state: drain }',
       'events[3]: no action; expected one of flow, addReal, removeReal, weight, health, intent',
       'events[4].at: missing; expected a time such as 0s, 1.5s or 250ms',
       'events[5].at: "soon" is not a time (e.g. 0s, 1.5s, 250ms, or a number of milliseconds)',
+    ]);
+  });
+
+  it('says that a real is named by its address, as in the config file', () => {
+    expect(problems(`${CONFIG}\nevents:\n  - { at: 0s, weight: { service: web, real: 10.0.0.11, weight: 5 } }\n`)).toEqual([
+      'events[0].weight.real: unknown key: a real is named by its address here, as in the config file (address: 10.0.1.11)',
+      "events[0].weight.address: missing; expected a real's address",
     ]);
   });
 

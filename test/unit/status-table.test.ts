@@ -47,6 +47,12 @@ function table(text: string): Record<string, string>[] {
 }
 
 describe('status table', () => {
+  it('ends with why the state file cannot be written, when the daemon says so', () => {
+    const problem = 'the state file /var/lib/dsrlb/typo/state.json cannot be written (ENOENT): drain, disable, weight and withdraw are refused, and flows are not kept across a restart';
+    expect(formatStatus({ services: [service('web', {})], stateFileProblem: problem }, now).split('\n')).toContain(problem);
+    expect(formatStatus({ services: [service('web', {})], stateFileProblem: null }, now)).not.toContain('state file');
+  });
+
   it('writes a persistent service as ipvsadm -Ln does, after its scheduler, with the client prefix when it is not the whole address', () => {
     const text = formatStatus(
       {
