@@ -33,6 +33,10 @@ export const DropReason = {
   ttlExceeded: 25,
   batchFull: 26, // the batch's extra frames or bytes (GSO segments, outer fragments) are used up: dropped whole
   badIpv4Checksum: 27, // the IPv4 header checksum does not verify (the kernel's ip_rcv drops these too)
+  // A partial checksum (virtio NEEDS_CSUM) the engine cannot finish, going where the kernel will not
+  // either (into a tunnel, an echo reply): its field is not the pseudo-header sum over the header's
+  // addresses (a source route: the sender summed the final destination), or ICMP over IPv4
+  badPartialChecksum: 28,
 } as const;
 
 export type DropReasonName = keyof typeof DropReason;

@@ -83,12 +83,15 @@ export const Placement = {
  * A partial L4 checksum (virtio NEEDS_CSUM) completed in place, and the frame's virtio_net_hdr
  * told so: before the engine rewrites what the checksum covers (an echo reply) or hides it from
  * the kernel's offload (a tunnel, outer fragments), since a virtual NIC (veth) hands
- * CHECKSUM_PARTIAL through to the receiver.
+ * CHECKSUM_PARTIAL through to the receiver. False when the frame is partial and its field is not
+ * the pseudo-header sum completePartialChecksum knows: the flag stays and the caller drops the
+ * frame (badPartialChecksum), which would otherwise leave with the sum where a checksum belongs.
  */
-function completeChecksum(buf: Uint8Array, pkt: ParsedPacket, flags: number): void {
-  if ((flags & FRAME_CSUM_PARTIAL) === 0) return;
-  completePartialChecksum(buf, pkt);
+function completeChecksum(buf: Uint8Array, pkt: ParsedPacket, flags: number): boolean {
+  if ((flags & FRAME_CSUM_PARTIAL) === 0) return true;
+  if (!completePartialChecksum(buf, pkt)) return false;
   if ((flags & FRAME_HAS_VNET_HDR) !== 0) buf[pkt.frameOffset - VNET_HDR_LEN] = 0;
+  return true;
 }
 
 export class Engine {
@@ -246,7 +249,8 @@ export class Engine {
       const real = frags.lookup(nowMs);
       // The real must still serve this VIP: its id may have been freed and reused meanwhile. Not
       // the service index, which a reload that reorders services changes under the fragment.
-      if (real < 0 || real >= snap.realIdLimit || !realServesVip(snap, real, pkt.family, pkt.addr)) return -DropReason.fragmentUnplaceable;
+      if (real < 0) return orphanFragmentVerdict(snap, pkt);
+      if (real >= snap.realIdLimit || !realServesVip(snap, real, pkt.family, pkt.addr)) return -DropReason.fragmentUnplaceable;
       return this.forward(batch, i, buf, off, len, flags, real, nowMs);
     }
     if (proto !== IPPROTO_TCP && proto !== IPPROTO_UDP) return VERDICT_PASS;
@@ -315,12 +319,12 @@ export class Engine {
       this.sendTooBig(batch, buf, overhead, mtu, nowMs);
       return -DropReason.packetTooBig;
     }
-    const id = this.nextFragmentId;
-    this.nextFragmentId = (id + 1) | 0;
     // Complete a partial checksum here: a virtual NIC (veth) hands CHECKSUM_PARTIAL through to the
     // receiver, and a real that decapsulates in user space (dsrlb decap) would see the inner
     // checksum unfinished; outer fragments carry no offload metadata either.
-    completeChecksum(buf, pkt, flags);
+    if (!completeChecksum(buf, pkt, flags)) return -DropReason.badPartialChecksum;
+    const id = this.nextFragmentId;
+    this.nextFragmentId = (id + 1) | 0;
     const plainFlags = flags & ~FRAME_CSUM_PARTIAL;
     const rc = encapsulate(buf, pkt, batch.headroom, plainFlags, templates, tpl, snap.realMac, real * 6, this.localMac, id & 0xffff, flowLabelOf(pkt, overhead), out);
     if (rc < 0) return rc;
@@ -385,9 +389,11 @@ export class Engine {
     const n = segmentGso(buf, pkt, gsoSize, scratch, this.extraPos, EXTRA_HEADROOM, this.seg, segOut);
     if (n < 0) return n;
     // All segments or none: they must all fit the batch's extra slots, and a failure half-way takes
-    // back the ones already queued (their bytes are then free for the next frame to reuse).
+    // back the ones already queued, and their bytes (pushExtra moved extraPos past them) for the
+    // next frame to reuse.
     if (n > batch.extraOffsets.length - batch.extraCount) return -DropReason.batchFull;
     const queuedBefore = batch.extraCount;
+    const posBefore = this.extraPos;
     const snap = this.snap;
     const tpl = real * TUNNEL_TEMPLATE_BYTES;
     const out = this.encapOut;
@@ -418,6 +424,7 @@ export class Engine {
       }
       if (rc < 0) {
         batch.extraCount = queuedBefore;
+        this.extraPos = posBefore;
         return rc;
       }
       for (let f = 0; f < pieces; f++) this.pushExtra(batch, frag[1 + 2 * f]!, frag[2 + 2 * f]!);
@@ -470,7 +477,7 @@ export class Engine {
     if ((v4 && type === ICMP_ECHO_REQUEST) || (!v4 && type === ICMPV6_ECHO_REQUEST)) {
       // The reply's checksum is updated from the request's, which must be whole: a partial one
       // (an ICMPv6 sender offloading it) holds the pseudo-header sum, not a checksum.
-      completeChecksum(buf, pkt, flags);
+      if (!completeChecksum(buf, pkt, flags)) return -DropReason.badPartialChecksum;
       const replyLength = buildEchoReply(buf, pkt);
       if (replyLength < 0) return replyLength;
       batch.txOffsets[i] = off;
@@ -681,6 +688,30 @@ export class Engine {
     // As placeNew for a new connection (a SYN, or any UDP datagram).
     return this.mayBeMidStream(svc, pkt.ipProtocol === IPPROTO_TCP, true) ? midStreamPick(snap, svc, hash) : this.schedule(svc, hash);
   }
+}
+
+/**
+ * A later fragment to a VIP with no record of its first fragment: passed to the kernel (whose
+ * nftables table drops IP to a VIP) when no service of the VIP serves its protocol, for then its
+ * first fragment was passed too (no service, or not TCP/UDP); counted as fragmentUnplaceable only
+ * when a service might have taken the first (lost, late, or its record replaced). An IPv6
+ * Fragment header naming an extension header the parser walks (destination options, AH, ...)
+ * hides the upper layer: unplaceable. A scan of the services, on this rare path only.
+ */
+function orphanFragmentVerdict(snap: ForwardingSnapshot, pkt: ParsedPacket): number {
+  const protocol = pkt.fragmentProtocol;
+  const family = pkt.family;
+  // Hop-by-hop, routing, fragment, AH, destination options: as packet-parser.ts walks them.
+  if (family === 6 && (protocol === 0 || protocol === 43 || protocol === 44 || protocol === 51 || protocol === 60)) return -DropReason.fragmentUnplaceable;
+  const a = pkt.addr;
+  const vip = snap.svcVip;
+  for (let svc = 0; svc < snap.serviceCount; svc++) {
+    const v = svc * 4;
+    if (snap.svcProtocol[svc] === protocol && snap.svcFamily[svc] === family && vip[v] === a[4] && vip[v + 1] === a[5] && vip[v + 2] === a[6] && vip[v + 3] === a[7]) {
+      return -DropReason.fragmentUnplaceable;
+    }
+  }
+  return VERDICT_PASS;
 }
 
 /**

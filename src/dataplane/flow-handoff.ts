@@ -162,8 +162,11 @@ export function dedupeFlows(batch: FlowBatch): FlowBatch {
  * least its timeout less the grace) and the entry more recent: that copy knows less.
  *
  * Adopting never evicts: when the table cannot hold every new flow, the longest idle are left
- * out. The flows go in oldest first, so that the table's last-seen lists stay in order. Returns
- * the batch's flows the table holds, on the batch's real, at the end.
+ * out. The adopted flows were last seen before the table's own (a running loop's) or were given
+ * the later of two times: the table's last-seen lists are put back in order at the end, or a
+ * sweep that stops at the first entry not yet due would never reach them (a grace copy behind a
+ * fresher entry lived for the established timeout, counted active on its real). Returns the
+ * batch's flows the table holds, on the batch's real, at the end.
  */
 export function adoptFlows(table: FlowTable, given: FlowBatch, nowMs: number, graceMs: number | null, maxRealIds: number): number {
   const batch = dedupeFlows(given);
@@ -218,5 +221,6 @@ export function adoptFlows(table: FlowTable, given: FlowBatch, nowMs: number, gr
     table.insert(hash, real, state, seen);
     held++;
   }
+  table.relinkInSeenOrder();
   return held;
 }

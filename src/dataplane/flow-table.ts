@@ -277,6 +277,8 @@ export class FlowTable {
    * Insert this.key (the caller guarantees it is absent) -> entry index. When full, an entry idle
    * past its timeout goes first (counted as an expiration), else victim()'s (an eviction). The initial state is the caller's to choose from the packet: syn for a SYN
    * and for tcp seen mid-stream (fin if it carries a FIN), udp for udp. `hash` as for lookup().
+   * The entry goes to the tail of its state's list, last seen at nowMs: a caller that gives a time
+   * before that list's tail (adoptFlows) calls relinkInSeenOrder() once it is done inserting.
    */
   insert(hash: number, realId: number, state: number, nowMs: number): number {
     this.checkReal(realId);
@@ -457,6 +459,98 @@ export class FlowTable {
       }
     }
     return removed;
+  }
+
+  /**
+   * Puts each state's list back in last-seen order after insert() was given last-seen times older
+   * than their list's tail (adoptFlows: flows of another loop, idle for a while, into a table that
+   * holds fresher ones). insert() appends at the tail, which the packet path's `now` keeps in order;
+   * expire(), oldestExpired() and victim() read only the heads and would never reach an older entry
+   * behind a fresher one. Off the packet path: a stable natural merge sort, one pass over a list
+   * already in order and linear in its length for a few ordered runs (the table's own entries,
+   * then the adopted ones); a list out of order gets scratch arrays of its length (24 bytes an entry).
+   */
+  relinkInSeenOrder(): void {
+    for (let state = FlowState.syn; state <= FlowState.udp; state++) this.relinkState(state);
+  }
+
+  private relinkState(state: number): void {
+    const rec = this.rec;
+    const seen = this.seen;
+    let n = 0;
+    let runs = 1;
+    let last = -Infinity;
+    for (let e = this.heads[state]!; e !== -1; e = rec[e * STRIDE + R_NEXT]!) {
+      const t = seen[e * SEEN_STRIDE + SEEN_OFFSET]!;
+      if (t < last) runs++;
+      last = t;
+      n++;
+    }
+    if (runs === 1) return;
+    let ids = new Int32Array(n);
+    let times = new Float64Array(n);
+    // bounds[r] is where run r starts; bounds[runs] = n.
+    const bounds = new Int32Array(runs + 1);
+    let i = 0;
+    let r = 0;
+    for (let e = this.heads[state]!; e !== -1; e = rec[e * STRIDE + R_NEXT]!, i++) {
+      ids[i] = e;
+      times[i] = seen[e * SEEN_STRIDE + SEEN_OFFSET]!;
+      if (i > 0 && times[i]! < times[i - 1]!) bounds[++r] = i;
+    }
+    bounds[runs] = n;
+    let ids2 = new Int32Array(n);
+    let times2 = new Float64Array(n);
+    while (runs > 1) {
+      // Merge runs 2w and 2w + 1 into run w of the other arrays; bounds[w] is rewritten in place
+      // (w <= 2w: no bound still to be read is overwritten).
+      let w = 0;
+      for (let k = 0; k < runs; k += 2) {
+        const lo = bounds[k]!;
+        const mid = bounds[k + 1]!;
+        const hi = k + 2 <= runs ? bounds[k + 2]! : mid;
+        let a = lo;
+        let b = mid;
+        let o = lo;
+        while (a < mid && b < hi) {
+          // `<=`: equal times keep their list order (stable).
+          if (times[a]! <= times[b]!) {
+            ids2[o] = ids[a]!;
+            times2[o++] = times[a++]!;
+          } else {
+            ids2[o] = ids[b]!;
+            times2[o++] = times[b++]!;
+          }
+        }
+        while (a < mid) {
+          ids2[o] = ids[a]!;
+          times2[o++] = times[a++]!;
+        }
+        while (b < hi) {
+          ids2[o] = ids[b]!;
+          times2[o++] = times[b++]!;
+        }
+        bounds[w++] = lo;
+      }
+      bounds[w] = n;
+      runs = w;
+      const ti = ids;
+      ids = ids2;
+      ids2 = ti;
+      const tt = times;
+      times = times2;
+      times2 = tt;
+    }
+    let prev = -1;
+    for (let k = 0; k < n; k++) {
+      const e = ids[k]!;
+      rec[e * STRIDE + R_PREV] = prev;
+      if (prev === -1) this.heads[state] = e;
+      else rec[prev * STRIDE + R_NEXT] = e;
+      prev = e;
+    }
+    rec[prev * STRIDE + R_NEXT] = -1;
+    this.tails[state] = prev;
   }
 
   /** Copy an entry's key into out (Uint32Array of 10 words); for explain/plan in the control plane. */

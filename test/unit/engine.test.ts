@@ -522,6 +522,11 @@ describe('drop reason labels', () => {
     expect(dropReasonLabels[DropReason.ipv6ExtensionHeaderLimit]).toBe('ipv6_extension_header_limit');
     expect(dropReasonLabels[DropReason.neighborUnknown]).toBe('neighbor_unknown');
     expect(dropReasonLabels[DropReason.badIpv4Checksum]).toBe('bad_ipv4_checksum');
+    expect(dropReasonLabels[DropReason.badPartialChecksum]).toBe('bad_partial_checksum');
+    // One slot per reason, each label unique and in Prometheus label style.
+    const names = Object.values(DropReason).map((slot) => dropReasonLabels[slot]!);
+    expect(new Set(names).size).toBe(names.length);
+    for (const name of names) expect(name).toMatch(/^[a-z][a-z0-9_]*$/);
   });
 });
 

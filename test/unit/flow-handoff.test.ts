@@ -222,6 +222,98 @@ describe('adoptFlows with a grace, into a table that holds flows (with several l
   });
 });
 
+/** For each state, whether next() (each state's last-seen list, head first) gives non-decreasing last-seen times. */
+function listsInSeenOrder(t: FlowTable): boolean {
+  let prev = -1;
+  for (let e = t.next(-1); e >= 0; e = t.next(e)) {
+    if (prev >= 0 && t.stateOf(prev) === t.stateOf(e) && t.lastSeenOf(e) < t.lastSeenOf(prev)) return false;
+    prev = e;
+  }
+  return true;
+}
+
+describe('adoptFlows keeps the table\'s last-seen lists in order (expire() reads each list only up to its first entry not due)', () => {
+  const NOW = 10_000_000;
+
+  it('lets the sweep remove grace copies adopted behind the loop\'s own fresher flows 60 s from now, not after the established timeout', () => {
+    // A running loop's own flows: established 10 s and 2 s ago on real 1, udp 1 s ago on real 1.
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 21);
+    put(t, 1, 1, FlowState.established, NOW - 10_000);
+    put(t, 2, 1, FlowState.established, NOW - 2_000);
+    put(t, 3, 1, FlowState.udp, NOW - 1_000);
+    // An ended loop's flows on real 2, handed to it with the 60 s grace (LoopGroup, workers > 1).
+    const given = {
+      count: 3,
+      keys: Uint32Array.from([...keyOf(11), ...keyOf(12), ...keyOf(13)]),
+      reals: Int32Array.from([2, 2, 2]),
+      states: Uint8Array.from([FlowState.established, FlowState.established, FlowState.udp]),
+      idleMs: Float64Array.from([5_000, 400_000, 20_000]),
+    };
+    expect(adoptFlows(t, given, NOW, 60_000, MAX_REALS)).toBe(3);
+    expect(listsInSeenOrder(t)).toBe(true);
+    expect([t.size, t.activeByReal[1], t.activeByReal[2]]).toEqual([6, 3, 3]);
+    // Only the sweep, no packet: the copies stay until their grace is over, then go together.
+    expect(t.expire(NOW + 59_999, 1000)).toBe(0);
+    expect(t.expire(NOW + 60_000, 1000)).toBe(3);
+    expect([t.size, t.activeByReal[1], t.activeByReal[2]]).toEqual([3, 3, 0]);
+    // The loop's own flows still live out their timeouts.
+    expect(t.expire(NOW + 298_999, 1000)).toBe(0);
+    expect(t.expire(NOW + 299_000, 1000)).toBe(1); // udp, seen 1 s before NOW
+    expect(t.expire(NOW + 890_000, 1000)).toBe(1); // established, seen 10 s before NOW
+    expect(t.expire(NOW + 898_000, 1000)).toBe(1);
+    expect(t.size).toBe(0);
+  });
+
+  it('keeps the order when a flow takes the later last-seen time of the entry it replaces (no grace: a start)', () => {
+    // Flow 9 was placed anew on real 5 a second ago; the batch says real 3, idle 100 s, and flow 10
+    // idle 50 s: flow 9 goes in first (the older) but with the entry's time, after flow 10's.
+    const t = new FlowTable(100, TIMEOUTS, MAX_REALS, 22);
+    put(t, 9, 5, FlowState.established, NOW - 1_000);
+    const given = {
+      count: 2,
+      keys: Uint32Array.from([...keyOf(9), ...keyOf(10)]),
+      reals: Int32Array.from([3, 3]),
+      states: Uint8Array.from([FlowState.established, FlowState.established]),
+      idleMs: Float64Array.from([100_000, 50_000]),
+    };
+    expect(adoptFlows(t, given, NOW, null, MAX_REALS)).toBe(2);
+    expect(listsInSeenOrder(t)).toBe(true);
+    expect(t.expire(NOW + 850_000, 1000)).toBe(1); // flow 10, seen 50 s before NOW
+    expect(t.activeByReal[3]).toBe(1);
+    expect(t.expire(NOW + 899_000, 1000)).toBe(1); // flow 9
+    expect(t.size).toBe(0);
+  });
+
+  it('puts 2,000 random flows adopted into a table of 2,000 fresher ones in order: the sweep removes each when it is due', () => {
+    const rand = mulberry32(23);
+    const t = new FlowTable(5000, TIMEOUTS, MAX_REALS, 24);
+    const states = [FlowState.syn, FlowState.established, FlowState.fin, FlowState.udp];
+    // The table's own flows, seen within the last 5 s, inserted in time order as packets make them.
+    const ownSeen = Array.from({ length: 2000 }, () => NOW - Math.floor(rand() * 5_000));
+    const order = ownSeen.map((_, id) => id).sort((a, b) => ownSeen[a]! - ownSeen[b]!);
+    for (const id of order) put(t, id, 1, states[id % 4]!, ownSeen[id]!);
+    const n = 2000;
+    const given = { count: n, keys: new Uint32Array(n * FLOW_KEY_WORDS), reals: new Int32Array(n).fill(2), states: new Uint8Array(n), idleMs: new Float64Array(n) };
+    for (let i = 0; i < n; i++) {
+      given.keys.set(keyOf(10_000 + i), i * FLOW_KEY_WORDS);
+      given.states[i] = states[i % 4]!;
+      given.idleMs[i] = Math.floor(rand() * 400_000);
+    }
+    adoptFlows(t, given, NOW, 60_000, MAX_REALS);
+    expect(listsInSeenOrder(t)).toBe(true);
+    // Each live entry's due time; the sweep alone (no packet) must remove exactly those due by each step.
+    const due: number[] = [];
+    for (let e = t.next(-1); e >= 0; e = t.next(e)) due.push(t.lastSeenOf(e) + t.timeoutOf(t.stateOf(e)));
+    expect(due.length).toBe(t.size);
+    expect(t.size).toBeGreaterThan(2000);
+    for (let at = NOW; at <= NOW + 1_000_000; at += 7_000) {
+      t.expire(at, 1e9);
+      expect(t.size).toBe(due.filter((d) => d > at).length);
+    }
+    expect(t.size).toBe(0);
+  });
+});
+
 describe('dedupeFlows', () => {
   it('keeps one row per key, the most recently active', () => {
     const b = {

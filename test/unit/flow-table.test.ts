@@ -633,6 +633,53 @@ describe('FlowTable iteration', () => {
   });
 });
 
+describe('FlowTable.relinkInSeenOrder (after inserts given past last-seen times, as adoptFlows does)', () => {
+  const timeouts: FlowTimeouts = { synMs: 1000, establishedMs: 5000, finMs: 2000, closeMs: 500, udpMs: 3000 };
+
+  it('orders every state\'s list by last-seen, equal times in insertion order, keeping every entry and count', () => {
+    const t = new FlowTable(3000, timeouts, 4);
+    const rand = mulberry32(31);
+    const states = [FlowState.syn, FlowState.established, FlowState.fin, FlowState.closed, FlowState.udp];
+    // Random times (many runs), a tenth of them equal (1000 ms).
+    const inserted: number[] = [];
+    for (let id = 0; id < 2500; id++) inserted.push(put(t, strongHash, id, id & 3, states[id % 5]!, rand() < 0.1 ? 1000 : Math.floor(rand() * 2000)));
+    t.relinkInSeenOrder();
+    const order = liveEntries(t);
+    expect(new Set(order)).toEqual(new Set(inserted));
+    const rank = new Map(inserted.map((e, i) => [e, i]));
+    for (let i = 1; i < order.length; i++) {
+      const [a, b] = [order[i - 1]!, order[i]!];
+      if (t.stateOf(a) !== t.stateOf(b)) continue;
+      expect(t.lastSeenOf(b)).toBeGreaterThanOrEqual(t.lastSeenOf(a));
+      if (t.lastSeenOf(b) === t.lastSeenOf(a)) expect(rank.get(b)!).toBeGreaterThan(rank.get(a)!);
+    }
+    expectCountsExact(t, 4);
+    // Removing, touching and expiring keep working on the relinked lists.
+    t.remove(order[0]!);
+    t.touch(order[1]!, TCP_ACK, 2500);
+    expect(liveEntries(t).length).toBe(2499);
+    expectCountsExact(t, 4);
+  });
+
+  it('lets expire() and a full table find the longest-idle entries once an old entry was inserted behind a fresh one', () => {
+    const t = new FlowTable(3, timeouts, 2);
+    put(t, strongHash, 1, 0, FlowState.established, 4000);
+    put(t, strongHash, 2, 1, FlowState.established, 100); // inserted later, seen earlier: due at 5100
+    t.relinkInSeenOrder();
+    expect(t.expire(5100, 100)).toBe(1); // without the relink the sweep stops at id 1 (due at 9000)
+    expect(find(t, strongHash, 2, 5100)).toBe(-1);
+    put(t, strongHash, 3, 0, FlowState.established, 5200);
+    put(t, strongHash, 4, 0, FlowState.established, 1000); // idle 4300 ms at 5300: not expired
+    t.relinkInSeenOrder();
+    // Full: a new flow evicts the longest idle established entry, id 4, not id 1.
+    put(t, strongHash, 5, 0, FlowState.established, 5300);
+    expect(t.evictions).toBe(1);
+    expect(find(t, strongHash, 4, 5300)).toBe(-1);
+    expect(find(t, strongHash, 1, 5300)).toBeGreaterThanOrEqual(0);
+    expectCountsExact(t, 2);
+  });
+});
+
 describe('FlowTable at capacity 1e6', () => {
   it('inserts and finds 1e6 keys within 128 MB of typed arrays', () => {
     const capacity = 1_000_000;
