@@ -9,6 +9,7 @@ import { formatProblems, parseClientEndpoint } from '../config/validate.js';
 import { loadConfigFile, parseConfigText } from '../config/load.js';
 import { adminRequest, CliError, DEFAULT_CONFIG_PATH, resolveAdminTarget } from './admin-client.js';
 import { formatStatus } from './status-table.js';
+import { formatFlows } from './flows-table.js';
 
 
 /** A string option given exactly once with a value: yargs makes an array of a repeated one. */
@@ -192,6 +193,30 @@ export async function main(args: string[]): Promise<number> {
           (async () => {
             const { data } = await adminRequest(await resolveAdminTarget(a), 'GET', '/status');
             print(a.json ? JSON.stringify(data, null, 2) : formatStatus(data as never));
+            return 0;
+          })(),
+        ),
+    )
+    .command(
+      'flows [service]',
+      'the connection table, as ipvsadm -Lnc shows it: each flow, its real, state and expiry',
+      (y) =>
+        adminOptions(y)
+          .positional('service', { type: 'string', describe: `only this service's flows (${SERVICE_HELP})` })
+          .option('real', { type: 'string', requiresArg: true, describe: 'only the flows on this real (an address; with SERVICE as REAL)' })
+          .option('client', { type: 'string', requiresArg: true, describe: 'only the flows from this client address' })
+          .option('limit', { type: 'string', requiresArg: true, default: '100', describe: 'list at most this many (0: all); the count of every match is printed' })
+          .option('json', { type: 'boolean', default: false, describe: 'print the flows as JSON' }),
+      (a) =>
+        setExit(
+          (async () => {
+            if (!/^\d{1,8}$/.test(a.limit)) throw new CliError(`--limit ${JSON.stringify(a.limit)} is not a whole number (0: every flow)`, 1);
+            const q = new URLSearchParams({ limit: a.limit });
+            if (a.service !== undefined) q.set('service', a.service);
+            if (a.real !== undefined) q.set('real', a.real);
+            if (a.client !== undefined) q.set('client', a.client);
+            const { data } = await adminRequest(await resolveAdminTarget(a), 'GET', `/flows?${q.toString()}`);
+            print(a.json ? JSON.stringify(data, null, 2) : formatFlows(data as never));
             return 0;
           })(),
         ),

@@ -12,7 +12,7 @@ import { locateProblems } from '../config/problem-positions.js';
 import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
 import { isRealIntent, isWeight, parseClientEndpoint, parseIpAddress, parseServiceRef, problemLines, serviceAddressName } from '../config/validate.js';
 import { withoutBom } from '../config/yaml-document.js';
-import { FlowState } from '../dataplane/flow-table.js';
+import { FlowState, timeoutsByState } from '../dataplane/flow-table.js';
 import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
 import { HANDOFF_GRACE_MS } from '../dataplane/flow-handoff.js';
 import { encodeLiveFlows, type LiveFlowsWire } from '../sim/live-flows-wire.js';
@@ -26,7 +26,7 @@ import type { LoopEvent, LoopRequest } from '../dataplane/loop-runner.js';
 import { LoopGroup } from './loop-group.js';
 import { isWanted, type HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
-import { addressWords, clientPrefixText, formatMac, normalizedAddress } from './addresses.js';
+import { addressWords, clientPrefixText, formatMac, normalizedAddress, wordsToAddress } from './addresses.js';
 import { COMMAND_TIMEOUT_MS, HostSetup, RUN_DIR, systemRunner, writeFileAside } from './host-setup.js';
 import { moveFlowsFile, movedStateFile, recordStateFile } from './state-file-record.js';
 import { checkHostBeforeChanges } from './start-checks.js';
@@ -53,6 +53,30 @@ const FLOW_STATE_NAMES: Record<number, string> = {
   [FlowState.closed]: 'closed',
   [FlowState.udp]: 'udp',
 };
+
+/** One row of dsrlb flows (GET /flows). */
+export interface FlowRow {
+  protocol: 'tcp' | 'udp';
+  client: string;
+  /** VIP:PORT the flow was sent to. */
+  vip: string;
+  service: string;
+  real: string;
+  state: string;
+  idleMs: number;
+  expiresInMs: number;
+}
+
+export interface FlowListing {
+  /** Flows that match, listed or not. */
+  total: number;
+  flows: FlowRow[];
+}
+
+/** IP:PORT, IPv6 in brackets. */
+function endpointText(address: string, port: number): string {
+  return address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`;
+}
 
 /** What withdraw/announce did: the VIP is what is (un)announced, shared by `sharedWith`. */
 export interface AnnounceResult {
@@ -1507,6 +1531,71 @@ export class Daemon {
       dropping,
       droppingReason: dropping ? droppingReason(this.serviceViews().find((v) => v.config.name === s.name)) : null,
     };
+  }
+
+  /**
+   * The connection table (dsrlb flows, as ipvsadm -Lnc): the live flows of every loop, read from
+   * their records without asking the loops, optionally of one service (configured, or removed and
+   * draining), one of its reals, one client address; at most `limit` rows (0: all), `total` the
+   * flows that match. Expiry as the loops judge it: the state's timeout less the idle time.
+   */
+  flows(q: { service?: string; real?: string; client?: string; limit: number }): FlowListing {
+    let identity: string | null = null;
+    let realAddress: string | null = null;
+    if (q.service !== undefined) {
+      const s = this.findService(q.service) ?? this.findRemovedService(q.service);
+      if (s === null) throw this.unknownService(q.service);
+      identity = serviceIdentity(s);
+      if (q.real !== undefined) realAddress = this.listedRealAddress(s, q.real);
+    } else if (q.real !== undefined) {
+      realAddress = parseIpAddress(q.real)?.address ?? null;
+      if (realAddress === null) throw new DaemonError('BAD_REAL', `"${q.real}" is not an IPv4 or IPv6 address`);
+    }
+    let client: Uint32Array | null = null;
+    let clientFamily = 0;
+    if (q.client !== undefined) {
+      const c = parseIpAddress(q.client);
+      if (c === null) throw new DaemonError('BAD_CLIENT', `client "${q.client}" is not an IPv4 or IPv6 address`);
+      client = addressWords(c.address);
+      clientFamily = c.family;
+    }
+    const byId = new Map([...this.reals.values()].map((r) => [r.id, r]));
+    const timeoutOf = timeoutsByState(timeoutsOf(this.config));
+    const batch = this.loops.flowsNow();
+    const rows: FlowRow[] = [];
+    let total = 0;
+    const W = FLOW_KEY_WORDS;
+    const keys = batch.keys;
+    for (let i = 0; i < batch.count; i++) {
+      const r = byId.get(batch.reals[i]!);
+      if (r === undefined) continue; // an id released meanwhile (its flow just ended)
+      if (identity !== null && r.service !== identity) continue;
+      if (realAddress !== null && r.address !== realAddress) continue;
+      const k = i * W;
+      const family = keys[k]! >>> 8;
+      if (client !== null && (family !== clientFamily || keys[k + 1] !== client[0] || keys[k + 2] !== client[1] || keys[k + 3] !== client[2] || keys[k + 4] !== client[3])) continue;
+      total++;
+      if (q.limit !== 0 && rows.length >= q.limit) continue;
+      const state = batch.states[i]!;
+      rows.push({
+        protocol: (keys[k]! & 0xff) === 6 ? 'tcp' : 'udp',
+        client: endpointText(wordsToAddress(keys, k + 1, family), keys[k + 9]! >>> 16),
+        vip: endpointText(wordsToAddress(keys, k + 5, family), keys[k + 9]! & 0xffff),
+        service: r.serviceName,
+        real: r.address,
+        state: FLOW_STATE_NAMES[state] ?? String(state),
+        idleMs: Math.round(batch.idleMs[i]!),
+        expiresInMs: Math.max(0, Math.round(timeoutOf[state]! - batch.idleMs[i]!)),
+      });
+    }
+    return { total, flows: rows };
+  }
+
+  /** The address of REAL in service s, as findReal reads it; also a real a reload removed that still drains. */
+  private listedRealAddress(s: ServiceConfig, real: string): string {
+    const address = parseIpAddress(real)?.address;
+    const draining = [...this.reals.values()].find((r) => r.removed && r.service === serviceIdentity(s) && r.address === address);
+    return draining?.address ?? this.findReal(s, real).address;
   }
 
   /**

@@ -355,6 +355,14 @@ export async function startAdminServer(daemon: Daemon, limits: ListenerLimits = 
       sendBytes(res, 200, 'application/json', await planInput());
       return;
     }
+    if (path === '/flows') {
+      only(req, 'GET');
+      const param = (name: string): string | undefined => url.searchParams.get(name) ?? undefined;
+      const limitText = param('limit') ?? '1000';
+      if (!/^\d{1,8}$/.test(limitText)) throw new DaemonError('BAD_QUERY', `limit "${limitText}" is not a whole number (0: every flow)`);
+      json(res, 200, daemon.flows({ service: param('service'), real: param('real'), client: param('client'), limit: Number(limitText) }));
+      return;
+    }
     if (path === '/explain') {
       only(req, 'GET');
       const service = url.searchParams.get('service');

@@ -596,6 +596,18 @@ export class LoopGroup {
     return [...running, ...taking];
   }
 
+  /**
+   * Every running loop's live flows now (dsrlb flows), read from their tables' records in shared
+   * memory on this thread: the loops are not asked, so no packet waits for the walk (about 10 ms at
+   * 1M entries). A record written at that instant may be read torn (one flow). With several loops,
+   * a flow held by two (a hand-over's grace copy) is listed once, its most recent copy.
+   */
+  flowsNow(): FlowBatch {
+    const atMs = monotonicMs();
+    const parts = this.loops.filter((l) => l.running && l.flowRecords !== null).map((l) => ({ batch: collectRecords(l.flowRecords!, this.lastTimeouts ?? l.settings.timeouts, atMs), atMs }));
+    return merged(parts, atMs);
+  }
+
   /** `carried` with every living loop's flows, for a loop that was not among them when they were carried. */
   private withLiving(carried: { batch: FlowBatch; atMs: number }, atMs: number, timeouts: FlowTimeouts): FlowBatch {
     return merged([carried, ...this.living(atMs, timeouts)], atMs);

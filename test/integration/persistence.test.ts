@@ -82,6 +82,15 @@ describe('persistence: client', () => {
     }
     // Eight clients are not all on one real of three.
     expect(used.size).toBeGreaterThan(1);
+    // The connection table (dsrlb flows, as ipvsadm -Lnc) holds that client's connections, closing, all on its real.
+    const listed = JSON.parse((await daemon.cli(['flows', 'web', '--client', SOURCES[0]!, '--limit', '0', '--json'])).stdout) as { total: number; flows: { client: string; real: string; state: string }[] };
+    const servedBy = lab.reals.find((r) => r.name === Object.keys(served.get(SOURCES[0]!)!)[0])!.ipv4;
+    expect(listed.total).toBeGreaterThan(0);
+    expect(listed.total).toBeLessThanOrEqual(PER_SOURCE);
+    for (const f of listed.flows) expect([f.client.split(':')[0], f.real]).toEqual([SOURCES[0], servedBy]);
+    const table = (await daemon.cli(['flows', '--client', SOURCES[0]!])).stdout;
+    expect(table.split('\n')[0]).toMatch(/^pro +expire +state +source +virtual +destination +service$/);
+    expect(table).toContain(`${listed.total} of ${listed.total} flow`);
     const json = JSON.parse((await daemon.cli(['explain', 'web', `${SOURCES[0]}:61001`, '--json'])).stdout) as Record<string, unknown>;
     expect(json).toMatchObject({ service: 'web', port: 80, reason: 'scheduler', scheduler: 'maglev', persistentClient: `${SOURCES[0]}/32` });
     expect(lab.reals.find((r) => r.ipv4 === json.real)?.name).toBe(Object.keys(served.get(SOURCES[0]!)!)[0]);

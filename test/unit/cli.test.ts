@@ -69,9 +69,14 @@ describe('dsrlb CLI', () => {
     expect(missing.code).toBe(1);
     const help = await dsrlb(['--help']);
     expect(help.code).toBe(0);
-    for (const cmd of ['run', 'validate', 'status', 'drain', 'weight', 'reload', 'explain', 'plan', 'simulate', 'demo', 'decap', 'announce', 'withdraw']) {
+    for (const cmd of ['run', 'validate', 'status', 'drain', 'weight', 'reload', 'explain', 'flows', 'plan', 'simulate', 'demo', 'decap', 'announce', 'withdraw']) {
       expect(help.stdout).toContain(`dsrlb ${cmd}`);
     }
+  });
+
+  it('flows refuses a --limit that is not a whole number before asking the daemon', async () => {
+    const r = await dsrlb(['flows', '--limit', '1e3', '--admin', 'http://127.0.0.1:9']);
+    expect([r.code, r.stderr.trim()]).toEqual([1, 'dsrlb: --limit "1e3" is not a whole number (0: every flow)']);
   });
 
   it('exits 2 when the daemon cannot be reached', async () => {
