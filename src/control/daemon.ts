@@ -1931,10 +1931,10 @@ export class Daemon {
    * clean run, only this process's own when start() (or what the caller starts after it) failed.
    */
   stop(opts: { startFailed?: boolean } = {}): Promise<void> {
-    return this.exclusive(() => this.stopNow(opts.startFailed === true || !this.started));
+    return this.exclusive(() => this.stopNow(opts.startFailed === true || !this.started, opts.startFailed === true));
   }
 
-  private async stopNow(ownOnly: boolean): Promise<void> {
+  private async stopNow(ownOnly: boolean, startFailed: boolean): Promise<void> {
     // From here nothing announces again: a reload's background announcing that ends later must
     // neither re-announce a withdrawn VIP nor start the 200 ms check anew.
     this.stopping = true;
@@ -1970,7 +1970,9 @@ export class Daemon {
     this.started = false;
     this.lock?.release();
     this.lock = null;
-    this.log.info('dsrlb stopped');
+    // A start that failed said so ("refusing to start"): what follows is its undo, not a stop.
+    if (startFailed) this.log.info('what the refused start changed is undone');
+    else this.log.info('dsrlb stopped');
   }
 }
 

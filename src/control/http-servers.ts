@@ -391,7 +391,11 @@ export async function startAdminServer(daemon: Daemon, limits: ListenerLimits = 
         } catch {
           throw new DaemonError('BAD_BODY', 'the body is not JSON: send {"weight": N}');
         }
-        const w = (body as { weight?: unknown } | null)?.weight;
+        if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new DaemonError('BAD_BODY', 'the body is not a JSON object: send {"weight": N}');
+        // As the config file: an unknown key is an error, not ignored ({"weigth": 0} must not pass as "no change").
+        const extra = Object.keys(body).filter((k) => k !== 'weight');
+        if (extra.length > 0) throw new DaemonError('BAD_BODY', `unknown key${extra.length === 1 ? '' : 's'} ${extra.map((k) => JSON.stringify(k)).join(', ')} in the body: send {"weight": N}`);
+        const w = (body as { weight?: unknown }).weight;
         if (w === undefined) throw new DaemonError('BAD_BODY', 'the body has no "weight": send {"weight": N}');
         if (!isWeight(w)) {
           throw new DaemonError('BAD_WEIGHT', `weight ${JSON.stringify(w)} is not an integer 0..65535`);

@@ -81,6 +81,16 @@ describe('admin API status codes', () => {
     const w = await fetch(`${base}/services/web/reals/10.0.0.11/weight`, { method: 'PUT', body: '{}' });
     expect(w.status).toBe(400);
     expect(((await w.json()) as { message: string }).message).toBe('the body has no "weight": send {"weight": N}');
+    // As the config file refuses unknown keys: a misspelt key is not "no change".
+    for (const [body, message] of [
+      ['{"weight": 5, "extra": 1}', 'unknown key "extra" in the body: send {"weight": N}'],
+      ['{"weigth": 0}', 'unknown key "weigth" in the body: send {"weight": N}'],
+      ['[5]', 'the body is not a JSON object: send {"weight": N}'],
+      ['5', 'the body is not a JSON object: send {"weight": N}'],
+    ]) {
+      const r = await fetch(`${base}/services/web/reals/10.0.0.11/weight`, { method: 'PUT', body });
+      expect([r.status, ((await r.json()) as { message: string }).message], body).toEqual([400, message]);
+    }
   });
 
   it('answers a path that is not valid percent-encoding with 400 BAD_PATH, not 500', async () => {

@@ -45,6 +45,9 @@ services:
       expect(refused!.message).toContain(`${record} was left by dsrlb running as user nobody (uid 65534), which did not stop cleanly`);
       expect(refused!.message).toContain('systemctl start dsrlb');
       await daemon.stop({ startFailed: true });
+      // Its log says the refused start was undone, not that a running daemon stopped.
+      expect(lines.map((l) => l.msg)).toContain('what the refused start changed is undone');
+      expect(lines.map((l) => l.msg)).not.toContain('dsrlb stopped');
       // The record is still there for its owner; the state file was not rewritten (its stale entry
       // would have been pruned); no state-file record was made.
       expect(await readdir(runDir)).toEqual(expect.arrayContaining([`host-${statSync('/proc/self/ns/net').ino}-lo.json`]));
