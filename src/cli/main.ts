@@ -127,7 +127,8 @@ export function explainWhy(d: Record<string, unknown>): string {
   const article = state !== null && /^[aeiou]/.test(state) ? 'an' : 'a';
   const closing = typeof d.entryReal === 'string' && d.entryReal !== d.real ? `; until a new SYN the closing connection's packets go to ${d.entryReal}` : '';
   const persistent = typeof d.persistentClient === 'string' ? ` by client ${d.persistentClient} (persistence)` : '';
-  return `${String(d.reason)}: ${String(d.scheduler)}${slot}${persistent}${state ? `, replacing ${article} ${state} entry` : ''}${closing}${also}`;
+  const ops = d.ops === true ? ', one-packet scheduling: every datagram placed alone, no flow entry' : '';
+  return `${String(d.reason)}: ${String(d.scheduler)}${slot}${persistent}${ops}${state ? `, replacing ${article} ${state} entry` : ''}${closing}${also}`;
 }
 
 /** WEIGHT as typed: decimal digits only, 0..65535 (no "", 0x10 or 1e3). */

@@ -34,6 +34,8 @@ interface ServiceStatus {
   /** `client` with client persistence, and its prefix length; absent from older daemons. */
   persistence?: string;
   persistencePrefix?: number;
+  /** One-packet scheduling; absent from older daemons. */
+  ops?: boolean;
   panic: boolean;
   dropping: boolean;
   droppingReason?: string | null;
@@ -68,11 +70,14 @@ function overridden(r: RealStatus): { state: boolean; weight: boolean; config: s
   return { state, weight, config: [state ? c.state : '', weight ? `weight ${c.weight}` : ''].filter(Boolean).join(', ') };
 }
 
-/** As ipvsadm -Ln writes a persistent service after its scheduler: " persistent", with " /N" for a client prefix shorter than the address. */
-function persistentText(s: ServiceStatus): string {
-  if (s.persistence !== 'client') return '';
+/**
+ * What ipvsadm -Ln writes after a service's scheduler: " persistent" (with " /N" for a client
+ * prefix shorter than the address) and " ops".
+ */
+function schedulerFlags(s: ServiceStatus): string {
   const whole = s.vip.includes(':') ? 128 : 32;
-  return s.persistencePrefix !== undefined && s.persistencePrefix < whole ? ` persistent /${s.persistencePrefix}` : ' persistent';
+  const persistent = s.persistence !== 'client' ? '' : s.persistencePrefix !== undefined && s.persistencePrefix < whole ? ` persistent /${s.persistencePrefix}` : ' persistent';
+  return `${persistent}${s.ops === true ? ' ops' : ''}`;
 }
 
 export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopStatus; stateFileProblem?: string | null }, now = Date.now()): string {
@@ -88,7 +93,7 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
     // A removed service drops new flows by definition: REMOVED says it all.
     const flags = s.removed ? 'REMOVED(draining)' : [s.panic ? 'PANIC(failOpen)' : '', s.dropping ? 'DROPPING' : ''].filter(Boolean).join(' ');
     if (s.dropping && s.droppingReason && !s.removed) notes.push(`${s.name}: dropping: ${s.droppingReason}`);
-    const row = [`${s.protocol.toUpperCase().padEnd(4)} ${vip}:${s.port}`, `${s.scheduler}${persistentText(s)}`, s.forwarding, s.name, flags];
+    const row = [`${s.protocol.toUpperCase().padEnd(4)} ${vip}:${s.port}`, `${s.scheduler}${schedulerFlags(s)}`, s.forwarding, s.name, flags];
     serviceRows.push(row);
     order.push({ kind: 'service', row });
     for (const r of s.reals) {

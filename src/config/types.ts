@@ -59,6 +59,8 @@ export interface ServiceConfig {
   readonly persistence: Persistence; // default none
   /** With persistence client: the client address's prefix length that counts; default 32 (IPv4) / 128 (IPv6). */
   readonly persistencePrefix: number;
+  /** One-packet scheduling (ipvsadm -o, Katran's LRU bypass): UDP only; no flow entries, every datagram placed on its own. Default false. */
+  readonly ops: boolean;
   readonly tableSize: number; // Maglev table size, a prime; default 65537
   readonly healthCheck: HealthCheckConfig; // default type none
   /** Announce this service's VIP through BIRD when announce.enabled (default true). */

@@ -73,7 +73,7 @@ const TCP_TIMEOUT_KEYS = ['syn', 'established', 'fin'];
 const TUNNEL_KEYS = ['sourceV4', 'sourceV6'];
 const METRICS_KEYS = ['listen'];
 const ADMIN_KEYS = ['listen', 'tokenFile'];
-const SERVICE_KEYS = ['name', 'vip', 'port', 'protocol', 'scheduler', 'forwarding', 'whenAllDown', 'onRealDown', 'persistence', 'persistencePrefix', 'tableSize', 'healthCheck', 'announce', 'reals'];
+const SERVICE_KEYS = ['name', 'vip', 'port', 'protocol', 'scheduler', 'forwarding', 'whenAllDown', 'onRealDown', 'persistence', 'persistencePrefix', 'ops', 'tableSize', 'healthCheck', 'announce', 'reals'];
 const CHECK_KEYS = ['type', 'port', 'path', 'host', 'expectStatus', 'expectBody', 'payload', 'expectPayload', 'command', 'interval', 'timeout', 'rise', 'fall'];
 const REAL_KEYS = ['address', 'weight', 'state', 'forwarding'];
 // Keys written one level off, and where they belong.
@@ -692,6 +692,7 @@ function serviceEntry(p: ProblemList, item: unknown, path: string, vipOwners: Vi
   const onRealDown = oneOf(p, item, 'onRealDown', path, ON_REAL_DOWN, 'reschedule');
   const persistence = oneOf(p, item, 'persistence', path, PERSISTENCES, 'none');
   const persistencePrefix = persistencePrefixField(p, item, path, persistence, scheduler, vip?.family);
+  const ops = opsField(p, item, path, protocol, scheduler);
   const tableSize = tableSizeField(p, item, path, scheduler);
   const healthCheck = healthCheckSection(p, item, path, port);
   const announce = flag(p, item, 'announce', path, true);
@@ -719,6 +720,7 @@ function serviceEntry(p: ProblemList, item: unknown, path: string, vipOwners: Vi
     onRealDown: onRealDown as OnRealDown,
     persistence: persistence as Persistence,
     persistencePrefix: persistencePrefix as number,
+    ops: ops as boolean,
     tableSize: tableSize ?? DEFAULT_TABLE_SIZE,
     healthCheck: healthCheck as HealthCheckConfig,
     announce: announce as boolean,
@@ -745,6 +747,18 @@ function persistencePrefixField(p: ProblemList, item: Raw, path: string, persist
   }
   if (family === undefined) return undefined;
   return integer(p, item, 'persistencePrefix', path, 1, bits, `a prefix length of an IPv${family} client address`, bits);
+}
+
+/**
+ * `ops` (one-packet scheduling): UDP only, as IPVS has it (a TCP connection's packets must meet on
+ * one real), and a hashing scheduler (wlc places by the flow counts ops never makes).
+ */
+function opsField(p: ProblemList, item: Raw, path: string, protocol: string | undefined, scheduler: string | undefined): boolean | undefined {
+  const ops = flag(p, item, 'ops', path, false);
+  if (ops !== true) return ops;
+  if (protocol === 'tcp') p.add(join2(path, 'ops'), 'one-packet scheduling is for UDP services: the packets of a TCP connection must all reach one real');
+  else if (scheduler === 'wlc') p.add(join2(path, 'ops'), 'one-packet scheduling needs scheduler maglev or rendezvous: wlc places by the flow counts a service without flow entries never has');
+  return ops;
 }
 
 function serviceName(p: ProblemList, item: Raw, path: string): string | null {

@@ -1521,6 +1521,8 @@ export class Daemon {
       scheduler: s.scheduler,
       // Client persistence: the prefix whose connections all go where this one does.
       persistentClient: s.persistence === 'client' ? clientPrefixText(ip.address, s.persistencePrefix) : null,
+      // One-packet scheduling: no entry is ever made; every datagram goes as this one does.
+      ops: s.ops,
       slot: e.slot >= 0 ? e.slot : null,
       flowState: FLOW_STATE_NAMES[e.flowState] ?? null,
       // A fin/closed entry: where that closing connection's packets still go until a new SYN.
@@ -1847,6 +1849,7 @@ export class Daemon {
           whenAllDown: v.config.whenAllDown,
           persistence: v.config.persistence,
           persistencePrefix: v.config.persistencePrefix,
+          ops: v.config.ops,
           panic: report !== undefined && inPanic(report),
           dropping: report?.dropping ?? false,
           droppingReason: report?.dropping ? droppingReason(v) : null,

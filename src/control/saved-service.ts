@@ -43,6 +43,7 @@ const SERVICE_FIELDS: Record<Exclude<keyof ServiceConfig, 'vip' | 'healthCheck' 
   // Absent before client persistence: none (the prefix is then the whole address, checked below).
   persistence: (v) => v === undefined || oneOf(['none', 'client'])(v),
   persistencePrefix: (v) => v === undefined || int(1, 128)(v),
+  ops: (v) => v === undefined || typeof v === 'boolean',
   tableSize: int(MIN_TABLE_SIZE, MAX_TABLE_SIZE),
   announce: (v) => typeof v === 'boolean',
 };
@@ -68,12 +69,13 @@ export function serviceConfigProblem(v: unknown): string | null {
 export function savedServiceConfig(v: unknown): ServiceConfig {
   const problem = serviceConfigProblem(v);
   if (problem !== null) throw new Error(`not a service: ${problem}`);
-  const saved = v as Omit<ServiceConfig, 'onRealDown' | 'persistence' | 'persistencePrefix'> & Partial<Pick<ServiceConfig, 'onRealDown' | 'persistence' | 'persistencePrefix'>>;
+  const saved = v as Omit<ServiceConfig, 'onRealDown' | 'persistence' | 'persistencePrefix' | 'ops'> & Partial<Pick<ServiceConfig, 'onRealDown' | 'persistence' | 'persistencePrefix' | 'ops'>>;
   const s: ServiceConfig = {
     ...saved,
     onRealDown: saved.onRealDown ?? 'reschedule',
     persistence: saved.persistence ?? 'none',
     persistencePrefix: saved.persistencePrefix ?? (saved.family === 4 ? 32 : 128),
+    ops: saved.ops ?? false,
   };
   return Object.freeze({ ...s, healthCheck: Object.freeze({ ...s.healthCheck, expectStatus: Object.freeze([...s.healthCheck.expectStatus]) }), reals: Object.freeze(s.reals.map((r) => Object.freeze({ ...r }))) });
 }

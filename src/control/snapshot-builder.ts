@@ -112,6 +112,7 @@ export class SnapshotBuilder {
     const svcScheduler = sharedArray(Uint8Array, n);
     const svcPersistent = sharedArray(Uint8Array, n);
     const svcClientMask = sharedArray(Int32Array, n * 4);
+    const svcOps = sharedArray(Uint8Array, n);
     const svcDropAll = sharedArray(Uint8Array, n);
     const svcDropReason = sharedArray(Uint8Array, n);
     const svcTables: Int32Array[] = [];
@@ -159,6 +160,7 @@ export class SnapshotBuilder {
       svcVip.set(addressWords(cfg.vip), si * 4);
       if (!vips.some((v) => v.text === cfg.vip)) vips.push({ family: cfg.family, words: addressWords(cfg.vip), text: cfg.vip });
       svcScheduler[si] = cfg.scheduler === 'wlc' ? SCHED_WLC : cfg.scheduler === 'rendezvous' ? SCHED_RENDEZVOUS : SCHED_MAGLEV;
+      svcOps[si] = cfg.ops ? 1 : 0;
       if (cfg.persistence === 'client') {
         svcPersistent[si] = 1;
         writeClientMask(cfg.family, cfg.persistencePrefix, svcClientMask, si * 4);
@@ -259,6 +261,7 @@ export class SnapshotBuilder {
       svcScheduler,
       svcPersistent,
       svcClientMask,
+      svcOps,
       svcDropAll,
       svcDropReason,
       svcTables,

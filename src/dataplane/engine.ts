@@ -543,6 +543,7 @@ export class Engine {
   private place(svc: number, pkt: ParsedPacket, nowMs: number): number {
     const flows = this.flows;
     this.keyFromPacket(pkt);
+    if (this.snap.svcOps[svc] === 1) return this.placeOnePacket(svc);
     const bucketHash = flows.indexHash();
     const entry = flows.lookup(bucketHash, nowMs);
     if (entry < 0) return this.placeNew(svc, pkt, bucketHash, nowMs);
@@ -560,6 +561,16 @@ export class Engine {
       return current;
     }
     return this.placeExisting(svc, entry, current, reused, flags, nowMs);
+  }
+
+  /**
+   * place() for a service with one-packet scheduling: every datagram goes as one without an entry
+   * goes (midStreamPick: where every LB, and this one before, sent its 5-tuple), and none makes an
+   * entry, so a table of millions of one-query DNS flows never fills.
+   */
+  private placeOnePacket(svc: number): number {
+    this.lastPlacement = Placement.scheduled;
+    return midStreamPick(this.snap, svc, this.placementHash(svc));
   }
 
   /** place() for an entry on a reused port, or whose real may not keep it. */

@@ -47,6 +47,8 @@ export interface ForwardingSnapshot {
    */
   readonly svcPersistent: Uint8Array;
   readonly svcClientMask: Int32Array;
+  /** 1 for one-packet scheduling (`ops`): no flow entries; every datagram placed as one without an entry. */
+  readonly svcOps: Uint8Array;
   /** 1 when no real may take new flows and the service says whenAllDown: drop. */
   readonly svcDropAll: Uint8Array;
   /** The DropReason counted when the service places a packet on no real: neighborUnknown when MACs are what is missing. */
@@ -169,6 +171,7 @@ export function emptySnapshot(): ForwardingSnapshot {
     svcScheduler: new Uint8Array(0),
     svcPersistent: new Uint8Array(0),
     svcClientMask: new Int32Array(0),
+    svcOps: new Uint8Array(0),
     svcDropAll: new Uint8Array(0),
     svcDropReason: new Uint8Array(0),
     svcTables: [],

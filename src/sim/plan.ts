@@ -670,6 +670,7 @@ function settingLines(s: ServicePlan): string[] {
     else if (c.setting === 'whenAllDown') lines.push(`  whenAllDown: ${c.before} -> ${c.after} (with no real up, ${c.after === 'drop' ? 'flows are dropped' : 'every active real with weight > 0 takes flows'})`);
     else if (c.setting === 'onRealDown') lines.push(`  onRealDown: ${c.before} -> ${c.after} (a real marked down ${c.after === 'keep' ? 'keeps its flows' : 'loses its flows to the others'})`);
     else if (c.setting === 'persistence') lines.push(`  persistence: ${c.before} -> ${c.after} (${c.after === 'client' ? "a client's new connections all go to one real" : 'each new connection is placed on its own'}; live flows stay on their reals)`);
+    else if (c.setting === 'ops') lines.push(`  ops: ${c.before} -> ${c.after} (${c.after === true ? 'no flow entries: every datagram is placed alone, by the consistent hash of its 5-tuple' : 'datagrams make flow entries again'})`);
     else if (c.setting === 'persistencePrefix') lines.push(`  persistencePrefix: ${c.before} -> ${c.after} (clients that share the first ${c.after} bits share a real)`);
     else if (!c.setting.startsWith('healthCheck.')) lines.push(`  ${c.setting}: ${settingText(c.setting, c.before)} -> ${settingText(c.setting, c.after)}`);
     else if (c === health[0]) lines.push(`  healthCheck: ${healthCheckParts(health).join(', ')} (${HEALTH_ON_APPLY_TEXT[s.healthOnApply ?? 'kept']})`);
@@ -698,7 +699,7 @@ function settingText(key: string, value: SettingValue): string {
   if (Array.isArray(value)) return `[${value.join(', ')}]`;
   if (typeof value === 'number' && key.endsWith('Ms')) return formatDurationMs(value);
   // Free text (a path, a command, a payload) in quotes, so spaces and empty strings show. (name,
-  // whenAllDown, onRealDown and persistence have lines of their own in settingLines and never come here.)
+  // whenAllDown, onRealDown, persistence and ops have lines of their own in settingLines and never come here.)
   if (typeof value === 'string' && key !== 'type') return JSON.stringify(value);
   return String(value);
 }

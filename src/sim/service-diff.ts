@@ -53,7 +53,7 @@ export interface ServiceDiff {
 }
 
 /** Service settings compared one by one, in the order plan prints them. */
-const SERVICE_SETTINGS = ['name', 'whenAllDown', 'onRealDown', 'persistence', 'persistencePrefix', 'tableSize', 'announce'] as const;
+const SERVICE_SETTINGS = ['name', 'whenAllDown', 'onRealDown', 'persistence', 'persistencePrefix', 'ops', 'tableSize', 'announce'] as const;
 
 export function diffService(a: ServiceConfig, b: ServiceConfig): ServiceDiff {
   const settingsChanged: SettingChange[] = [];

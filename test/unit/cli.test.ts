@@ -209,6 +209,7 @@ describe('dsrlb CLI', () => {
     const base = { service: 'web', reason: 'scheduler', scheduler: 'maglev', slot: 812, flowState: null, panic: false, dropping: false, real: '10.77.0.12', realHealth: 'up' };
     expect(explainWhy({ ...base, persistentClient: '192.0.2.0/24' })).toBe('scheduler: maglev slot 812 by client 192.0.2.0/24 (persistence)');
     expect(explainWhy({ ...base, persistentClient: null })).toBe('scheduler: maglev slot 812');
+    expect(explainWhy({ ...base, ops: true })).toBe('scheduler: maglev slot 812, one-packet scheduling: every datagram placed alone, no flow entry');
   });
 
   it('explain of a flow kept on a down real says why it is still there', () => {

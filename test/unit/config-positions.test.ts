@@ -122,7 +122,7 @@ describe('a problem names the line and column of its node', () => {
     const text = 'interface: eth0\nadmin:\n  "tokenFile\\r\\n": /x\nservices:\n  - { vip: 203.0.113.10, port: 80, reals: [], "a.b": 1 }\n';
     expect(validateLines(text)).toEqual([
       'admin."tokenFile\\r\\n": unknown key (did you mean "tokenFile"?) (line 3, column 3)',
-      'services[0]."a.b": unknown key (expected one of name, vip, port, protocol, scheduler, forwarding, whenAllDown, onRealDown, persistence, persistencePrefix, tableSize, healthCheck, announce, reals) (line 5, column 47)',
+      'services[0]."a.b": unknown key (expected one of name, vip, port, protocol, scheduler, forwarding, whenAllDown, onRealDown, persistence, persistencePrefix, ops, tableSize, healthCheck, announce, reals) (line 5, column 47)',
     ]);
   });
 

@@ -130,6 +130,7 @@ describe('contract sample', () => {
           onRealDown: 'reschedule',
           persistence: 'none',
           persistencePrefix: 32,
+          ops: false,
           tableSize: 65537,
           healthCheck: {
             type: 'http',
@@ -175,7 +176,7 @@ describe('contract sample', () => {
     expect(service.forwarding).toBe('l2');
     expect(service.whenAllDown).toBe('failOpen');
     expect(service.onRealDown).toBe('reschedule');
-    expect([service.persistence, service.persistencePrefix]).toEqual(['none', 32]);
+    expect([service.persistence, service.persistencePrefix, service.ops]).toEqual(['none', 32, false]);
     expect(service.tableSize).toBe(65537);
     expect(service.healthCheck.type).toBe('none');
     expect(service.healthCheck.port).toBe(80);
@@ -437,6 +438,13 @@ describe('service rules', () => {
       s.persistence = 'client';
       s.persistencePrefix = 129;
     }, 'services[0].persistencePrefix: 129 is not a prefix length of an IPv6 client address (1..128)'],
+    ['ops on a TCP service', (s) => (s.ops = true), 'services[0].ops: one-packet scheduling is for UDP services: the packets of a TCP connection must all reach one real'],
+    ['ops with wlc', (s) => {
+      s.protocol = 'udp';
+      s.scheduler = 'wlc';
+      s.ops = true;
+    }, 'services[0].ops: one-packet scheduling needs scheduler maglev or rendezvous: wlc places by the flow counts a service without flow entries never has'],
+    ['ops not a flag', (s) => (s.ops = 'yes'), 'services[0].ops: "yes" is not true or false'],
     ['persistencePrefix 0', (s) => {
       s.persistence = 'client';
       s.persistencePrefix = 0;

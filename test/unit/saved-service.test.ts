@@ -24,8 +24,8 @@ describe('savedServiceConfig', () => {
   });
 
   it('takes a service an earlier release saved without persistence as none, its prefix the whole address', () => {
-    const { persistence: _p, persistencePrefix: _n, ...older } = JSON.parse(JSON.stringify(service)) as Record<string, unknown>;
-    expect(savedServiceConfig(older)).toEqual({ ...service, persistence: 'none', persistencePrefix: 32 });
+    const { persistence: _p, persistencePrefix: _n, ops: _o, ...older } = JSON.parse(JSON.stringify(service)) as Record<string, unknown>;
+    expect(savedServiceConfig(older)).toEqual({ ...service, persistence: 'none', persistencePrefix: 32, ops: false });
     const six = { ...older, vip: '2001:db8::10', family: 6, reals: [] };
     expect(savedServiceConfig(six).persistencePrefix).toBe(128);
   });
@@ -34,5 +34,6 @@ describe('savedServiceConfig', () => {
     expect(serviceConfigProblem({ ...JSON.parse(JSON.stringify(service)), persistence: 'source' })).toBe('persistence');
     expect(serviceConfigProblem({ ...JSON.parse(JSON.stringify(service)), persistencePrefix: 33 })).toBe('persistencePrefix');
     expect(serviceConfigProblem({ ...JSON.parse(JSON.stringify(service)), persistencePrefix: 0 })).toBe('persistencePrefix');
+    expect(serviceConfigProblem({ ...JSON.parse(JSON.stringify(service)), ops: 'yes' })).toBe('ops');
   });
 });

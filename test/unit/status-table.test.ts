@@ -61,11 +61,13 @@ describe('status table', () => {
           service('net', { port: 443, persistence: 'client', persistencePrefix: 24 }),
           service('six', { vip: '2001:db8::10', persistence: 'client', persistencePrefix: 128, reals: [] }),
           service('plain', { port: 8080, persistence: 'none', persistencePrefix: 32 }),
+          service('dns', { protocol: 'udp', port: 53, persistence: 'none', persistencePrefix: 32, ops: true }),
+          service('dns2', { protocol: 'udp', port: 5353, persistence: 'client', persistencePrefix: 32, ops: true }),
         ],
       },
       now,
     );
-    expect(table(text).filter((r) => 'Scheduler' in r).map((r) => r.Scheduler)).toEqual(['maglev persistent', 'maglev persistent /24', 'maglev persistent', 'maglev']);
+    expect(table(text).filter((r) => 'Scheduler' in r).map((r) => r.Scheduler)).toEqual(['maglev persistent', 'maglev persistent /24', 'maglev persistent', 'maglev', 'maglev ops', 'maglev persistent ops']);
   });
 
   it('has a header line for services and one for reals, as ipvsadm -Ln, and every value sits under its own header', () => {
