@@ -11,6 +11,8 @@ interface RealStatus {
   forwarding: string;
   weight: number;
   intent: string;
+  /** A backup real (new flows only while no other real can); absent from older daemons. */
+  backup?: boolean;
   removed: boolean;
   /** The config's intent, beside the one in force (`intent`, `weight`); null for a removed real. */
   configIntent?: ConfigIntent | null;
@@ -37,6 +39,8 @@ interface ServiceStatus {
   /** One-packet scheduling; absent from older daemons. */
   ops?: boolean;
   panic: boolean;
+  /** No real but the backups takes new flows; absent from older daemons. */
+  onBackups?: boolean;
   dropping: boolean;
   droppingReason?: string | null;
   /** Removed by a reload, its flows draining. */
@@ -91,7 +95,7 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
   for (const s of status.services) {
     const vip = s.vip.includes(':') ? `[${s.vip}]` : s.vip;
     // A removed service drops new flows by definition: REMOVED says it all.
-    const flags = s.removed ? 'REMOVED(draining)' : [s.panic ? 'PANIC(failOpen)' : '', s.dropping ? 'DROPPING' : ''].filter(Boolean).join(' ');
+    const flags = s.removed ? 'REMOVED(draining)' : [s.panic ? 'PANIC(failOpen)' : '', s.onBackups ? 'ON_BACKUPS' : '', s.dropping ? 'DROPPING' : ''].filter(Boolean).join(' ');
     if (s.dropping && s.droppingReason && !s.removed) notes.push(`${s.name}: dropping: ${s.droppingReason}`);
     const row = [`${s.protocol.toUpperCase().padEnd(4)} ${vip}:${s.port}`, `${s.scheduler}${schedulerFlags(s)}`, s.forwarding, s.name, flags];
     serviceRows.push(row);
@@ -113,7 +117,7 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
       const drained = r.intent === 'drain' || r.removed || (r.weight === 0 && o?.weight === true);
       if (r.drainFinished === true && drained) notes.push(`${s.name} ${r.address}: drain finished: no established flow left`);
       const weight = `${r.weight}${o?.weight ? '*' : ''}`;
-      const intent = r.removed ? 'removed' : `${r.intent}${o?.state ? '*' : ''}`;
+      const intent = r.removed ? 'removed' : `${r.intent}${o?.state ? '*' : ''}${r.backup === true ? ' backup' : ''}`;
       const realRow = [`  -> ${addr}:${s.port}`, r.forwarding, weight, intent, health, String(r.activeFlows), String(r.inactiveFlows), String(Math.round(r.pps)), String(Math.round(r.bytesPerSecond))];
       realRows.push(realRow);
       order.push({ kind: 'real', row: realRow });

@@ -44,6 +44,8 @@ export interface RealConfig {
   readonly weight: number; // 0..65535, default 100
   readonly state: RealIntent; // default active
   readonly forwarding: ForwardingMode; // resolved: the real's override or the service's mode
+  /** Takes new flows only while no other real of the service can (HAProxy's backup servers, keepalived's sorry_server); default false. */
+  readonly backup: boolean;
 }
 
 export interface ServiceConfig {

@@ -75,7 +75,7 @@ const METRICS_KEYS = ['listen'];
 const ADMIN_KEYS = ['listen', 'tokenFile'];
 const SERVICE_KEYS = ['name', 'vip', 'port', 'protocol', 'scheduler', 'forwarding', 'whenAllDown', 'onRealDown', 'persistence', 'persistencePrefix', 'ops', 'tableSize', 'healthCheck', 'announce', 'reals'];
 const CHECK_KEYS = ['type', 'port', 'path', 'host', 'expectStatus', 'expectBody', 'payload', 'expectPayload', 'command', 'interval', 'timeout', 'rise', 'fall'];
-const REAL_KEYS = ['address', 'weight', 'state', 'forwarding'];
+const REAL_KEYS = ['address', 'weight', 'state', 'forwarding', 'backup'];
 // Keys written one level off, and where they belong.
 const TOP_MISPLACED = belongsUnder([
   [SERVICE_KEYS, 'each service in services'],
@@ -990,6 +990,7 @@ function realList(
     const weight = integer(p, entry, 'weight', realPath, 0, MAX_WEIGHT, 'a weight', DEFAULT_WEIGHT);
     const state = oneOf(p, entry, 'state', realPath, INTENTS, 'active');
     const override = oneOf(p, entry, 'forwarding', realPath, FORWARDINGS, null);
+    const backup = flag(p, entry, 'backup', realPath, false);
     const forwarding = override ?? serviceForwarding;
     if (address !== null) {
       const first = firstByAddress.get(address.address);
@@ -1011,8 +1012,8 @@ function realList(
         }
       }
     }
-    if (address !== null && weight !== undefined && state !== undefined && forwarding !== undefined) {
-      reals.push({ address: address.address, family: address.family, weight, state, forwarding });
+    if (address !== null && weight !== undefined && state !== undefined && forwarding !== undefined && backup !== undefined) {
+      reals.push({ address: address.address, family: address.family, weight, state, forwarding, backup });
     }
   });
   return reals;

@@ -874,6 +874,7 @@ export class Daemon {
           health: this.healthOf(key),
           removed: false,
           mac: this.macOfReal(r),
+          backup: r.backup,
           ...this.tunnelOf(r),
         });
       }
@@ -936,6 +937,8 @@ export class Daemon {
       }
       const prev = previous.get(s.name);
       if (inPanic(s) && !(prev !== undefined && inPanic(prev))) this.log.warn('no real is up: failOpen, forwarding to all wanted reals', { service: s.name });
+      if (s.onBackups && !prev?.onBackups) this.log.warn('no real but the backups can take new flows: the backups take them', { service: s.name });
+      else if (!s.onBackups && prev?.onBackups === true) this.log.info('the backups take no new flows again', { service: s.name });
       const view = viewsByName.get(s.name);
       if (s.dropping && !prev?.dropping && view?.removed !== true) {
         const reason = droppingReason(view);
@@ -1851,6 +1854,7 @@ export class Daemon {
           persistencePrefix: v.config.persistencePrefix,
           ops: v.config.ops,
           panic: report !== undefined && inPanic(report),
+          onBackups: report?.onBackups ?? false,
           dropping: report?.dropping ?? false,
           droppingReason: report?.dropping ? droppingReason(v) : null,
           tableFingerprint: report?.tableFingerprint ?? null,
@@ -1866,6 +1870,7 @@ export class Daemon {
               forwarding: r.forwarding,
               weight: r.weight,
               intent: r.intent,
+              backup: r.backup === true,
               removed: r.removed,
               // Beside the intent in force: what the config file says (an operator override differs).
               configIntent: r.removed ? null : configIntentOf(configReals.get(RealRegistry.keyOf(serviceIdentity(v.config), r.address))),

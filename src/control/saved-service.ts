@@ -60,7 +60,7 @@ export function serviceConfigProblem(v: unknown): string | null {
   const reals = v['reals'];
   if (!Array.isArray(reals)) return 'reals';
   for (const [i, r] of reals.entries()) {
-    if (!isObject(r) || !address(r['address'], r['family']) || !isWeight(r['weight']) || !isRealIntent(r['state']) || !oneOf(['l2', 'ipip'])(r['forwarding'])) return `reals[${i}]`;
+    if (!isObject(r) || !address(r['address'], r['family']) || !isWeight(r['weight']) || !isRealIntent(r['state']) || !oneOf(['l2', 'ipip'])(r['forwarding']) || !(r['backup'] === undefined || typeof r['backup'] === 'boolean')) return `reals[${i}]`;
   }
   return null;
 }
@@ -77,7 +77,7 @@ export function savedServiceConfig(v: unknown): ServiceConfig {
     persistencePrefix: saved.persistencePrefix ?? (saved.family === 4 ? 32 : 128),
     ops: saved.ops ?? false,
   };
-  return Object.freeze({ ...s, healthCheck: Object.freeze({ ...s.healthCheck, expectStatus: Object.freeze([...s.healthCheck.expectStatus]) }), reals: Object.freeze(s.reals.map((r) => Object.freeze({ ...r }))) });
+  return Object.freeze({ ...s, healthCheck: Object.freeze({ ...s.healthCheck, expectStatus: Object.freeze([...s.healthCheck.expectStatus]) }), reals: Object.freeze(s.reals.map((r) => Object.freeze({ ...r, backup: r.backup ?? false }))) });
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {

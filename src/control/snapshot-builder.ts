@@ -39,6 +39,8 @@ export interface RealView {
   readonly tunnelSource?: string | null;
   /** IPIP: its route's MTU metric (else the interface's MTU; the smaller one counts). */
   readonly tunnelMtu?: number | null;
+  /** A backup real (RealConfig.backup): new flows only while no other real of the service takes them. */
+  readonly backup?: boolean;
 }
 
 /** Outer source addresses for IPIP (config tunnel.sourceV4/V6, else the interface's addresses). */
@@ -66,6 +68,8 @@ export interface ServiceBuildReport {
    * failing, so the daemon reports no panic (log, metric, status, announcement).
    */
   readonly unproven: boolean;
+  /** No real but backups can take new flows: the backups take them. */
+  readonly onBackups: boolean;
   /** No real can take new flows and the service drops. */
   readonly dropping: boolean;
   /**
@@ -169,12 +173,23 @@ export class SnapshotBuilder {
       // A real whose MAC (or next hop's) is not known yet takes no new flows: they would be dropped,
       // and an LB whose every real is unresolved (just started) must not be announced yet.
       const reachable = (r: RealView): boolean => r.mac !== null;
-      let candidates = sv.reals.filter((r) => eligibility(r) === 'new' && reachable(r));
+      // Backups take new flows only while no other real can (HAProxy's backup servers), and in a
+      // failOpen panic only when no other real is wanted: a sorry server must not take users at
+      // every start, while the reals are not proven up yet.
+      const takesNew = (r: RealView): boolean => eligibility(r) === 'new' && reachable(r);
+      let candidates = sv.reals.filter((r) => takesNew(r) && r.backup !== true);
+      const onBackups = candidates.length === 0 && sv.reals.some((r) => takesNew(r) && r.backup === true);
+      if (onBackups) candidates = sv.reals.filter((r) => takesNew(r) && r.backup === true);
       const panic = candidates.length === 0 && cfg.whenAllDown === 'failOpen' && sv.reals.some((r) => isWanted(r) && reachable(r));
-      if (panic) candidates = sv.reals.filter((r) => isWanted(r) && reachable(r));
+      if (panic) {
+        const wanted = sv.reals.filter((r) => isWanted(r) && reachable(r));
+        const primaries = wanted.filter((r) => r.backup !== true);
+        candidates = primaries.length > 0 ? primaries : wanted;
+      }
+      const inPanicSet = new Set(panic ? candidates : []);
       for (const r of sv.reals) {
         const e = eligibility(r, cfg.onRealDown);
-        realKeepExisting[r.id] = e !== 'none' || (panic && isWanted(r)) ? 1 : 0;
+        realKeepExisting[r.id] = e !== 'none' || inPanicSet.has(r) ? 1 : 0;
         realForwarding[r.id] = r.forwarding === 'ipip' ? FWD_IPIP : FWD_L2;
         realService[r.id] = si;
         if (r.forwarding === 'ipip') {
@@ -226,6 +241,7 @@ export class SnapshotBuilder {
         candidates: sorted.map((r) => r.id),
         panic,
         unproven: panic && sv.reals.every((r) => !isWanted(r) || !reachable(r) || r.health === 'unknown'),
+        onBackups,
         dropping: candidates.length === 0,
         // Every real out by the operator's intent (none by health), one of them drained and up.
         drained:

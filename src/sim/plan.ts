@@ -617,7 +617,7 @@ export function formatPlanText(report: PlanReport): string {
     for (const r of s.realsAdded) {
       const own = r.forwarding === s.forwarding.after ? '' : `, forwarding ${r.forwarding}`;
       const idle = r.state === 'disabled' ? ' (takes no flows)' : r.state === 'drain' || r.weight === 0 ? ' (takes no new flows)' : '';
-      lines.push(`  real +${r.address}: ${r.state}, weight ${r.weight}${own}${idle}`);
+      lines.push(`  real +${r.address}: ${r.state}, weight ${r.weight}${own}${r.backup ? ', backup' : ''}${idle}`);
     }
     for (const a of s.realsRemoved) lines.push(`  real -${a} (drains its flows)`);
     for (const d of s.intentDropped) lines.push(`  real ${d.address}: operator intent in force (${d.state}, weight ${d.weight}) is dropped: this change sets the real in the config`);
@@ -628,6 +628,7 @@ export function formatPlanText(report: PlanReport): string {
       // A real that only follows the service's new forwarding is told by the forwarding line.
       const followsService = c.before.forwarding === s.forwarding.before && c.after.forwarding === s.forwarding.after;
       if (c.before.forwarding !== c.after.forwarding && !followsService) parts.push(`forwarding ${c.before.forwarding} -> ${c.after.forwarding}`);
+      if (c.before.backup !== c.after.backup) parts.push(c.after.backup ? 'now a backup (new flows only while no other real can take them)' : 'no longer a backup');
       if (parts.length > 0) lines.push(`  real ${c.address}: ${parts.join(', ')}`);
     }
     if (s.eligibleReals.before !== null && s.eligibleReals.after !== null && s.eligibleReals.before !== s.eligibleReals.after) {

@@ -19,6 +19,7 @@ export interface RealSettings {
   readonly state: RealIntent;
   /** Resolved: the real's own forwarding, or else the service's. */
   readonly forwarding: ForwardingMode;
+  readonly backup: boolean;
 }
 
 export interface AddedReal extends RealSettings {
@@ -76,7 +77,7 @@ export function diffService(a: ServiceConfig, b: ServiceConfig): ServiceDiff {
   const realsChanged: RealChange[] = [];
   for (const r1 of b.reals) {
     const r0 = reals0.get(r1.address);
-    if (r0 !== undefined && (r0.weight !== r1.weight || r0.state !== r1.state || r0.forwarding !== r1.forwarding)) {
+    if (r0 !== undefined && (r0.weight !== r1.weight || r0.state !== r1.state || r0.forwarding !== r1.forwarding || r0.backup !== r1.backup)) {
       realsChanged.push({ address: r1.address, before: settingsOf(r0), after: settingsOf(r1) });
     }
   }
@@ -100,5 +101,5 @@ export function isEmptyDiff(d: ServiceDiff): boolean {
 }
 
 function settingsOf(r: RealConfig): RealSettings {
-  return { weight: r.weight, state: r.state, forwarding: r.forwarding };
+  return { weight: r.weight, state: r.state, forwarding: r.forwarding, backup: r.backup };
 }

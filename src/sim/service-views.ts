@@ -17,6 +17,8 @@ export interface RealState {
   health: HealthFact;
   /** Gone from the config but still draining its flows, as the daemon keeps it until idle. */
   removed: boolean;
+  /** RealConfig.backup (absent: false). */
+  backup?: boolean;
 }
 
 export interface ServiceState {
@@ -32,7 +34,7 @@ export function initialServiceStates(services: readonly ServiceConfig[]): Servic
   return services.map((config) => ({
     config,
     identity: serviceIdentity(config),
-    reals: config.reals.map((r) => ({ address: r.address, weight: r.weight, intent: r.state, forwarding: r.forwarding, health: 'up' as HealthFact, removed: false })),
+    reals: config.reals.map((r) => ({ address: r.address, weight: r.weight, intent: r.state, forwarding: r.forwarding, health: 'up' as HealthFact, removed: false, backup: r.backup })),
   }));
 }
 
@@ -61,6 +63,7 @@ export function viewsOf(states: readonly ServiceState[], registry: RealRegistry,
         health: r.health,
         removed: r.removed,
         mac: opts.macOf(id),
+        backup: r.backup === true,
       };
     });
     return { config: s.config, reals };

@@ -149,8 +149,8 @@ describe('contract sample', () => {
           },
           announce: true,
           reals: [
-            { address: '10.0.1.11', family: 4, weight: 100, state: 'active', forwarding: 'l2' },
-            { address: '10.0.1.12', family: 4, weight: 100, state: 'drain', forwarding: 'ipip' },
+            { address: '10.0.1.11', family: 4, weight: 100, state: 'active', forwarding: 'l2', backup: false },
+            { address: '10.0.1.12', family: 4, weight: 100, state: 'drain', forwarding: 'ipip', backup: false },
           ],
         },
       ],
@@ -180,7 +180,7 @@ describe('contract sample', () => {
     expect(service.tableSize).toBe(65537);
     expect(service.healthCheck.type).toBe('none');
     expect(service.healthCheck.port).toBe(80);
-    expect(service.reals[1]).toEqual({ address: '10.0.1.12', family: 4, weight: 100, state: 'active', forwarding: 'l2' });
+    expect(service.reals[1]).toEqual({ address: '10.0.1.12', family: 4, weight: 100, state: 'active', forwarding: 'l2', backup: false });
   });
 
   it('the shipped examples/dsrlb.yaml and deploy sample are valid', async () => {
@@ -189,7 +189,7 @@ describe('contract sample', () => {
       if (!result.ok) throw new Error(`${file}:\n${formatProblems(result.problems)}`);
       expect(result.config.services.map((service) => service.name)).toEqual(['web', 'udp://[2001:db8::10]:53', 'all-ports']);
       expect(result.config.services[1]!.healthCheck.timeoutMs).toBe(500);
-      expect(result.config.services[0]!.reals[2]).toEqual({ address: '2001:db8:1::13', family: 6, weight: 100, state: 'active', forwarding: 'ipip' });
+      expect(result.config.services[0]!.reals[2]).toEqual({ address: '2001:db8:1::13', family: 6, weight: 100, state: 'active', forwarding: 'ipip', backup: false });
     }
   });
 });
@@ -250,7 +250,7 @@ describe('normalisation', () => {
   it('lets an ipip real be IPv6 behind an IPv4 VIP', () => {
     const doc = minimal();
     doc.services[0].reals.push({ address: '2001:db8::11', forwarding: 'ipip' });
-    expect(configOf(doc).services[0]!.reals[2]).toEqual({ address: '2001:db8::11', family: 6, weight: 100, state: 'active', forwarding: 'ipip' });
+    expect(configOf(doc).services[0]!.reals[2]).toEqual({ address: '2001:db8::11', family: 6, weight: 100, state: 'active', forwarding: 'ipip', backup: false });
   });
 
   it('fills health-check defaults per type', () => {
@@ -711,8 +711,8 @@ describe('unknown keys', () => {
   });
 
   it('lists the known keys when nothing is close', () => {
-    expect(problemsWith((doc) => (doc.services[0].reals[0].backup = true))).toEqual([
-      'services[0].reals[0].backup: unknown key (expected one of address, weight, state, forwarding)',
+    expect(problemsWith((doc) => (doc.services[0].reals[0].sorry = true))).toEqual([
+      'services[0].reals[0].sorry: unknown key (expected one of address, weight, state, forwarding, backup)',
     ]);
   });
 

@@ -26,6 +26,11 @@ describe('savedServiceConfig', () => {
   it('takes a service an earlier release saved without persistence as none, its prefix the whole address', () => {
     const { persistence: _p, persistencePrefix: _n, ops: _o, ...older } = JSON.parse(JSON.stringify(service)) as Record<string, unknown>;
     expect(savedServiceConfig(older)).toEqual({ ...service, persistence: 'none', persistencePrefix: 32, ops: false });
+    // A real saved before backups: not one.
+    const realBefore = { ...(older.reals as Record<string, unknown>[])[0] };
+    delete realBefore.backup;
+    expect(savedServiceConfig({ ...older, reals: [realBefore] }).reals[0]!.backup).toBe(false);
+    expect(serviceConfigProblem({ ...older, reals: [{ ...realBefore, backup: 'no' }] })).toBe('reals[0]');
     const six = { ...older, vip: '2001:db8::10', family: 6, reals: [] };
     expect(savedServiceConfig(six).persistencePrefix).toBe(128);
   });
