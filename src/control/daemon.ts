@@ -12,7 +12,7 @@ import { locateProblems } from '../config/problem-positions.js';
 import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
 import { isRealIntent, isWeight, parseClientEndpoint, parseIpAddress, parseServiceRef, problemLines, serviceAddressName } from '../config/validate.js';
 import { withoutBom } from '../config/yaml-document.js';
-import { FlowState, timeoutsByState } from '../dataplane/flow-table.js';
+import { FLOW_RECORD, FlowState, timeoutsByState } from '../dataplane/flow-table.js';
 import { FLOW_KEY_WORDS } from '../dataplane/flow-hash.js';
 import { HANDOFF_GRACE_MS } from '../dataplane/flow-handoff.js';
 import { encodeLiveFlows, type LiveFlowsWire } from '../sim/live-flows-wire.js';
@@ -119,6 +119,9 @@ interface IntentOverride {
 
 /** How long queued rebuilds (health and neighbour changes) wait for more changes. */
 const QUEUED_REBUILD_MS = 100;
+
+/** Rows dsrlb flows lists at most (--limit 0): about 250 MB of JSON, under V8's largest string. */
+const FLOWS_LISTED_MOST = 1_000_000;
 
 /** Live flows sent to `dsrlb plan` at most (about 230 MB of JSON). */
 const LIVE_FLOWS_LIMIT = 4_000_000;
@@ -348,7 +351,7 @@ export class Daemon {
     await this.removeStaleTempFiles();
     const stateFileBefore = await this.stateFileBefore();
     await this.loadOverrides(stateFileBefore ?? this.config.stateFile);
-    const pruned = this.pruneOverrides().length > 0;
+    const pruned = this.pruneOverrides().changed;
     // The new path is recorded only once it holds the intent: else the next start looks at the old one again.
     if (stateFileBefore !== null) {
       const saved = await this.saveState(this.overrides, this.withdrawn).then(
@@ -1096,7 +1099,7 @@ export class Daemon {
     this.config = next;
     this.configText = text!;
     this.adminToken = token;
-    const dropped = this.pruneOverrides();
+    const { changed: pruned, dropped } = this.pruneOverrides();
     this.send({ type: 'timeouts', timeouts: timeoutsOf(next) });
     this.syncReals();
     this.tunnelRoutes = tunnel.routes;
@@ -1108,7 +1111,7 @@ export class Daemon {
     this.log.info('reload taken', { services: next.services.map((s) => s.name) });
     this.announceOnLink(this.vips().filter((v) => !vipsBefore.has(v)), 'reload');
     // Taken: what follows only follows the new config, and says so in the log when it cannot.
-    if (dropped.length > 0) await this.saveStateOrWarn();
+    if (pruned) await this.saveStateOrWarn();
     if (stateFileMoved) await this.recordStateFile();
     const stateFileProblem = await this.checkStateFileWritable();
     // Announcing follows the new config without holding the answer (a BIRD that did not answer
@@ -1189,8 +1192,8 @@ export class Daemon {
     const removed = this.findRemovedService(ref);
     if (removed !== null) {
       return new DaemonError(
-        'REMOVED_SERVICE',
-        `service "${removed.name}" was removed from the config by a reload: its flows drain on their reals (dsrlb status lists them) and it takes no new ones; its reals' intent cannot be changed (put it back in the config to manage it)`,
+        'UNKNOWN_SERVICE_REMOVED',
+        `service "${removed.name}" was removed from the config by a reload: its flows drain on their reals (dsrlb status and dsrlb flows list them) and it takes no new ones; it cannot be changed (put it back in the config to manage it)`,
       );
     }
     const names = firstFew(this.config.services.map((s) => s.name));
@@ -1299,34 +1302,42 @@ export class Daemon {
    * goes with its service's removal from the config, for the same reason. True when any went: the
    * caller saves the state file.
    */
-  /** Drops the intent the config file overrode; returns a sentence for each (reload prints them). */
-  private pruneOverrides(): string[] {
+  /**
+   * Drops the intent the config file overrode or no longer names: `changed` when anything went
+   * (the state file is written again), `dropped` a sentence for each real the file changed (reload
+   * prints them).
+   */
+  private pruneOverrides(): { changed: boolean; dropped: string[] } {
     const configReals = realsByKey(this.config);
     const dropped: string[] = [];
+    let changed = false;
     for (const [key, o] of this.overrides) {
       const r = configReals.get(key);
       if (r && o.configState === r.state && o.configWeight === r.weight) continue;
       this.overrides.delete(key);
+      changed = true;
       this.log.info('operator intent dropped: the config changed this real', { real: key, override: o });
+      // A real the file removes (the usual end of a drain) is no news; one it changed is.
+      if (!r) continue;
       const set = [o.state, o.weight === undefined ? undefined : `weight ${o.weight}`].filter((x) => x !== undefined).join(', ');
-      dropped.push(`operator intent on ${this.realName(key)} (${set}) dropped: the config file ${r ? `changed that real (now ${r.state}, weight ${r.weight})` : 'no longer has it'}`);
+      dropped.push(`operator intent on ${this.realName(key)} (${set}) dropped: the config file changed that real (now ${r.state}, weight ${r.weight})`);
     }
     const services = new Set(this.config.services.map((s) => serviceIdentity(s)));
     for (const sid of this.withdrawn) {
       if (services.has(sid)) continue;
       this.withdrawn.delete(sid);
       this.log.info('withdrawal dropped: the service left the config', { service: sid });
-      dropped.push(`withdrawal of ${sid} dropped: the service left the config file`);
+      changed = true;
     }
-    return dropped;
+    return { changed, dropped };
   }
 
-  /** "web 10.0.0.2" for a real's registry key (service identity#address), by the config's service name when it has one. */
+  /** "web 10.0.0.2" for a real's registry key (service identity#address) of a configured service. */
   private realName(key: string): string {
     const at = key.lastIndexOf('#');
     const sid = key.slice(0, at);
-    const name = this.config.services.find((s) => serviceIdentity(s) === sid)?.name ?? sid;
-    return `${name} ${key.slice(at + 1)}`;
+    const s = this.config.services.find((x) => serviceIdentity(x) === sid);
+    return `${s?.name ?? sid} ${key.slice(at + 1)}`;
   }
 
   /**
@@ -1541,20 +1552,35 @@ export class Daemon {
   /**
    * The connection table (dsrlb flows, as ipvsadm -Lnc): the live flows of every loop, read from
    * their records without asking the loops, optionally of one service (configured, or removed and
-   * draining), one of its reals, one client address; at most `limit` rows (0: all), `total` the
-   * flows that match. Expiry as the loops judge it: the state's timeout less the idle time.
+   * draining; `tcp://VIP:PORT` of a port-0 service: that port's flows), one of its reals, one
+   * client address; at most `limit` rows (0: FLOWS_LISTED_MOST), `total` the flows that match.
+   * The filter runs on each record's words, so only listed rows are built. Expiry as the loops
+   * judge it: the state's timeout less the idle time.
    */
   flows(q: { service?: string; real?: string; client?: string; limit: number }): FlowListing {
-    let identity: string | null = null;
-    let realAddress: string | null = null;
+    // Real ids to list (null: every one), and a VIP port of a port-0 service.
+    let ids: Uint8Array | null = null;
+    let vipPort = -1;
     if (q.service !== undefined) {
-      const s = this.findService(q.service) ?? this.findRemovedService(q.service);
+      let s = this.findService(q.service) ?? this.findRemovedService(q.service);
+      const a = parseServiceRef(q.service);
+      if (s === null && a !== null && a.port !== 0) {
+        const any = [...this.servicesAt(a, 0), ...this.removedAt(a, 0)];
+        if (any.length === 1) {
+          s = any[0]!;
+          vipPort = a.port;
+        }
+      }
       if (s === null) throw this.unknownService(q.service);
-      identity = serviceIdentity(s);
-      if (q.real !== undefined) realAddress = this.listedRealAddress(s, q.real);
+      const identity = serviceIdentity(s);
+      const address = q.real === undefined ? null : this.listedRealAddress(s, q.real);
+      ids = new Uint8Array(MAX_REAL_IDS);
+      for (const r of this.reals.values()) if (r.service === identity && (address === null || r.address === address)) ids[r.id] = 1;
     } else if (q.real !== undefined) {
-      realAddress = parseIpAddress(q.real)?.address ?? null;
-      if (realAddress === null) throw new DaemonError('BAD_REAL', `"${q.real}" is not an IPv4 or IPv6 address`);
+      const address = parseIpAddress(q.real)?.address;
+      if (address === undefined) throw new DaemonError('BAD_REAL', `"${q.real}" is not an IPv4 or IPv6 address`);
+      ids = new Uint8Array(MAX_REAL_IDS);
+      for (const r of this.reals.values()) if (r.address === address) ids[r.id] = 1;
     }
     let client: Uint32Array | null = null;
     let clientFamily = 0;
@@ -1564,23 +1590,31 @@ export class Daemon {
       client = addressWords(c.address);
       clientFamily = c.family;
     }
+    const realWord = FLOW_RECORD.real;
+    const keep =
+      ids === null && client === null && vipPort < 0
+        ? null
+        : (rec: Int32Array, base: number): boolean => {
+            if (ids !== null) {
+              const id = rec[base + realWord]!;
+              if (id < 0 || id >= MAX_REAL_IDS || ids[id] !== 1) return false;
+            }
+            if (vipPort >= 0 && (rec[base + 9]! & 0xffff) !== vipPort) return false;
+            if (client === null) return true;
+            return rec[base]! >>> 8 === clientFamily && rec[base + 1]! >>> 0 === client[0] && rec[base + 2]! >>> 0 === client[1] && rec[base + 3]! >>> 0 === client[2] && rec[base + 4]! >>> 0 === client[3];
+          };
+    const limit = q.limit === 0 ? FLOWS_LISTED_MOST : Math.min(q.limit, FLOWS_LISTED_MOST);
+    const { batch, matched } = this.loops.flowsNow(keep, limit);
     const byId = new Map([...this.reals.values()].map((r) => [r.id, r]));
     const timeoutOf = timeoutsByState(timeoutsOf(this.config));
-    const batch = this.loops.flowsNow();
     const rows: FlowRow[] = [];
-    let total = 0;
     const W = FLOW_KEY_WORDS;
     const keys = batch.keys;
-    for (let i = 0; i < batch.count; i++) {
+    for (let i = 0; i < batch.count && rows.length < limit; i++) {
       const r = byId.get(batch.reals[i]!);
       if (r === undefined) continue; // an id released meanwhile (its flow just ended)
-      if (identity !== null && r.service !== identity) continue;
-      if (realAddress !== null && r.address !== realAddress) continue;
       const k = i * W;
       const family = keys[k]! >>> 8;
-      if (client !== null && (family !== clientFamily || keys[k + 1] !== client[0] || keys[k + 2] !== client[1] || keys[k + 3] !== client[2] || keys[k + 4] !== client[3])) continue;
-      total++;
-      if (q.limit !== 0 && rows.length >= q.limit) continue;
       const state = batch.states[i]!;
       rows.push({
         protocol: (keys[k]! & 0xff) === 6 ? 'tcp' : 'udp',
@@ -1593,12 +1627,13 @@ export class Daemon {
         expiresInMs: Math.max(0, Math.round(timeoutOf[state]! - batch.idleMs[i]!)),
       });
     }
-    return { total, flows: rows };
+    return { total: matched, flows: rows };
   }
 
   /** The address of REAL in service s, as findReal reads it; also a real a reload removed that still drains. */
   private listedRealAddress(s: ServiceConfig, real: string): string {
-    const address = parseIpAddress(real)?.address;
+    const endpoint = parseClientEndpoint(real, 0);
+    const address = 'error' in endpoint ? parseIpAddress(real)?.address : endpoint.address;
     const draining = [...this.reals.values()].find((r) => r.removed && r.service === serviceIdentity(s) && r.address === address);
     return draining?.address ?? this.findReal(s, real).address;
   }

@@ -7,7 +7,7 @@ import { closeSync } from 'node:fs';
 import { setFlagsFromString } from 'node:v8';
 import { Worker } from 'node:worker_threads';
 import { COUNTER_SLOTS, Counter, createCounters } from '../dataplane/counters.js';
-import { collectRecords, concatFlows, dedupeFlows, HANDOFF_GRACE_MS, type FlowBatch } from '../dataplane/flow-handoff.js';
+import { collectRecords, scanRecords, concatFlows, dedupeFlows, HANDOFF_GRACE_MS, type FlowBatch } from '../dataplane/flow-handoff.js';
 import type { FlowTimeouts } from '../dataplane/flow-table.js';
 import type { ForwardingSnapshot } from '../dataplane/forwarding-snapshot.js';
 import { monotonicMs } from '../dataplane/monotonic-clock.js';
@@ -597,15 +597,23 @@ export class LoopGroup {
   }
 
   /**
-   * Every running loop's live flows now (dsrlb flows), read from their tables' records in shared
-   * memory on this thread: the loops are not asked, so no packet waits for the walk (about 10 ms at
-   * 1M entries). A record written at that instant may be read torn (one flow). With several loops,
-   * a flow held by two (a hand-over's grace copy) is listed once, its most recent copy.
+   * The running loops' live flows now that `keep` takes (dsrlb flows), read from their tables'
+   * records in shared memory on this thread: the loops are not asked. `matched` counts every one
+   * (a flow two loops hold for a minute after a hand-over counts twice), the batch holds at most
+   * `limit` per loop, a flow listed by two loops once (its most recent copy). A record written at
+   * that instant may be read torn (one flow).
    */
-  flowsNow(): FlowBatch {
+  flowsNow(keep: ((rec: Int32Array, base: number) => boolean) | null, limit: number): { batch: FlowBatch; matched: number } {
     const atMs = monotonicMs();
-    const parts = this.loops.filter((l) => l.running && l.flowRecords !== null).map((l) => ({ batch: collectRecords(l.flowRecords!, this.lastTimeouts ?? l.settings.timeouts, atMs), atMs }));
-    return merged(parts, atMs);
+    let matched = 0;
+    const parts: { batch: FlowBatch; atMs: number }[] = [];
+    for (const l of this.loops) {
+      if (!l.running || l.flowRecords === null) continue;
+      const r = scanRecords(l.flowRecords, this.lastTimeouts ?? l.settings.timeouts, atMs, keep, limit);
+      matched += r.matched;
+      parts.push({ batch: r.batch, atMs });
+    }
+    return { batch: merged(parts, atMs), matched };
   }
 
   /** `carried` with every living loop's flows, for a loop that was not among them when they were carried. */

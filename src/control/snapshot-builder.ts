@@ -251,7 +251,7 @@ export class SnapshotBuilder {
           sv.reals.some((r) => !r.removed && r.health === 'up' && r.intent !== 'disabled' && (r.intent === 'drain' || r.weight === 0)),
         movedSlots,
         tableSize: table.length,
-        tableFingerprint: hasTable ? this.tableFingerprint(identity, table, sv.reals, cfg.scheduler) : rendezvousFingerprint(identity, sorted, hashSeed),
+        tableFingerprint: hasTable ? this.tableFingerprint(identity, table, sv.reals, placementKind(cfg)) : rendezvousFingerprint(identity, sorted, hashSeed, placementKind(cfg)),
       });
     });
     this.tables = nextTables;
@@ -370,15 +370,24 @@ function tableFingerprint(identity: string, table: Int32Array, reals: readonly R
  * The weights divided by their greatest common divisor: scores scale with the weights, so 2:2 picks
  * as 1:1 does, and LBs that write them so agree.
  */
-function rendezvousFingerprint(identity: string, sorted: readonly RealView[], hashSeed: number): string {
+function rendezvousFingerprint(identity: string, sorted: readonly RealView[], hashSeed: number, kind: string): string {
   let divisor = 0;
   for (const r of sorted) divisor = gcd(divisor, r.weight);
-  let h = Math.imul(fingerprintBasis(identity, 'rendezvous') ^ (hashSeed >>> 0), 0x01000193) >>> 0;
+  let h = Math.imul(fingerprintBasis(identity, kind) ^ (hashSeed >>> 0), 0x01000193) >>> 0;
   for (const r of sorted) {
     h = Math.imul(h ^ stringHash(r.address, 0x5eed), 0x01000193) >>> 0;
     h = Math.imul(h ^ (divisor > 0 ? r.weight / divisor : r.weight), 0x01000193) >>> 0;
   }
   return h.toString(16).padStart(8, '0');
+}
+
+/**
+ * What decides the picks besides the table or the candidates: the scheduler, and client
+ * persistence with its prefix (the same table indexed by another hash). Without persistence just
+ * the scheduler, so the fingerprints of such services are those of releases before it.
+ */
+function placementKind(cfg: ServiceConfig): string {
+  return cfg.persistence === 'client' ? `${cfg.scheduler}|client/${cfg.persistencePrefix}` : cfg.scheduler;
 }
 
 /** Where a fingerprint starts: the same reals pick differently under another scheduler (and wlc is local). */

@@ -56,17 +56,42 @@ export function collectFlows(table: FlowTable, nowMs: number, limit: number): Fl
  * left out here or by adoptFlows.
  */
 export function collectRecords(records: SharedArrayBuffer, timeouts: FlowTimeouts, nowMs: number): FlowBatch {
+  return scanRecords(records, timeouts, nowMs, null, Number.POSITIVE_INFINITY).batch;
+}
+
+/**
+ * collectRecords of the live flows `keep` takes (given the records as int32 words and a record's
+ * first word; null: every one): `matched` counts them all, the batch holds the first `limit`.
+ * Each record's state and last-seen time are read once, so a flow freed meanwhile is either left
+ * out or listed whole with the state it was read with.
+ */
+export function scanRecords(
+  records: SharedArrayBuffer,
+  timeouts: FlowTimeouts,
+  nowMs: number,
+  keep: ((rec: Int32Array, base: number) => boolean) | null,
+  limit: number,
+): { batch: FlowBatch; matched: number } {
   const rec = new Int32Array(records);
   const seen = new Float64Array(records);
   const timeoutOf = timeoutsByState(timeouts);
   const n = Math.floor(rec.length / FLOW_RECORD.words);
   const live: number[] = [];
+  const liveState: number[] = [];
+  const liveIdle: number[] = [];
+  let matched = 0;
   for (let e = 0; e < n; e++) {
-    const state = rec[e * FLOW_RECORD.words + FLOW_RECORD.state]!;
+    const base = e * FLOW_RECORD.words;
+    const state = rec[base + FLOW_RECORD.state]!;
     if (state < FlowState.syn || state > FlowState.udp || state === FlowState.closed) continue;
-    const idle = nowMs - seen[(e * FLOW_RECORD.words + FLOW_RECORD.seenWord) / 2]!;
+    const idle = nowMs - seen[(base + FLOW_RECORD.seenWord) / 2]!;
     if (!(idle < timeoutOf[state]!)) continue;
+    if (keep !== null && !keep(rec, base)) continue;
+    matched++;
+    if (live.length >= limit) continue;
     live.push(e);
+    liveState.push(state);
+    liveIdle.push(Math.max(0, idle));
   }
   const keys = new Uint32Array(live.length * FLOW_KEY_WORDS);
   const reals = new Int32Array(live.length);
@@ -76,10 +101,10 @@ export function collectRecords(records: SharedArrayBuffer, timeouts: FlowTimeout
     const base = e * FLOW_RECORD.words;
     keys.set(rec.subarray(base, base + FLOW_KEY_WORDS), i * FLOW_KEY_WORDS);
     reals[i] = rec[base + FLOW_RECORD.real]!;
-    states[i] = rec[base + FLOW_RECORD.state]!;
-    idleMs[i] = Math.max(0, nowMs - seen[(base + FLOW_RECORD.seenWord) / 2]!);
+    states[i] = liveState[i]!;
+    idleMs[i] = liveIdle[i]!;
   });
-  return { count: live.length, keys, reals, states, idleMs };
+  return { batch: { count: live.length, keys, reals, states, idleMs }, matched };
 }
 
 /** Batches taken at different times as one, as if all were taken at `atMs` (each flow's idle time grows by the difference). */

@@ -672,6 +672,8 @@ function settingLines(s: ServicePlan): string[] {
     else if (c.setting === 'onRealDown') lines.push(`  onRealDown: ${c.before} -> ${c.after} (a real marked down ${c.after === 'keep' ? 'keeps its flows' : 'loses its flows to the others'})`);
     else if (c.setting === 'persistence') lines.push(`  persistence: ${c.before} -> ${c.after} (${c.after === 'client' ? "a client's new connections all go to one real" : 'each new connection is placed on its own'}; live flows stay on their reals)`);
     else if (c.setting === 'ops') lines.push(`  ops: ${c.before} -> ${c.after} (${c.after === true ? 'no flow entries: every datagram is placed alone, by the consistent hash of its 5-tuple' : 'datagrams make flow entries again'})`);
+    // A prefix going with persistence itself (client /24 -> none: back to the default) says nothing more.
+    else if (c.setting === 'persistencePrefix' && s.settingsChanged.some((x) => x.setting === 'persistence')) continue;
     else if (c.setting === 'persistencePrefix') lines.push(`  persistencePrefix: ${c.before} -> ${c.after} (clients that share the first ${c.after} bits share a real)`);
     else if (!c.setting.startsWith('healthCheck.')) lines.push(`  ${c.setting}: ${settingText(c.setting, c.before)} -> ${settingText(c.setting, c.after)}`);
     else if (c === health[0]) lines.push(`  healthCheck: ${healthCheckParts(health).join(', ')} (${HEALTH_ON_APPLY_TEXT[s.healthOnApply ?? 'kept']})`);

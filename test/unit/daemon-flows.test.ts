@@ -11,7 +11,7 @@ import { addressWords } from '../../src/control/addresses.js';
 import { RealRegistry } from '../../src/control/real-registry.js';
 import type { FlowBatch } from '../../src/dataplane/flow-handoff.js';
 import { FLOW_KEY_WORDS } from '../../src/dataplane/flow-hash.js';
-import { FlowState } from '../../src/dataplane/flow-table.js';
+import { FLOW_RECORD, FlowState } from '../../src/dataplane/flow-table.js';
 import type { HealthMonitor } from '../../src/health/health-monitor.js';
 import { stubbedDaemon } from '../support/stubbed-daemon.js';
 
@@ -39,6 +39,23 @@ interface Flow {
   real: number;
   state: number;
   idleMs: number;
+}
+
+/**
+ * A stand-in for LoopGroup.flowsNow over `flows`: each flow as a record (the key's words, its real
+ * at FLOW_RECORD.real) offered to `keep`, the first `limit` kept in the batch, all counted.
+ */
+function flowsNowOf(flows: Flow[]) {
+  return (keep: ((rec: Int32Array, base: number) => boolean) | null, limit: number): { batch: FlowBatch; matched: number } => {
+    const kept = flows.filter((f) => {
+      const one = batchOf([f]);
+      const rec = new Int32Array(FLOW_RECORD.words);
+      rec.set(new Int32Array(one.keys.buffer), 0);
+      rec[FLOW_RECORD.real] = f.real;
+      return keep === null || keep(rec, 0);
+    });
+    return { batch: batchOf(kept.slice(0, limit)), matched: kept.length };
+  };
 }
 
 function batchOf(flows: Flow[]): FlowBatch {
@@ -75,7 +92,7 @@ describe('dsrlb flows', () => {
         { proto: 6, family: 4, client: '198.51.100.8', cport: 40002, vip: '10.99.0.100', vport: 80, real: web1, state: FlowState.syn, idleMs: 0 },
         { proto: 17, family: 6, client: '2001:db8::7', cport: 5353, vip: 'fd00::53', vport: 53, real: dns, state: FlowState.udp, idleMs: 60_000 },
       ];
-      d.inside.loops = { ...(d.inside.loops as object), flowsNow: () => batchOf(flows) };
+      d.inside.loops = { ...(d.inside.loops as object), flowsNow: flowsNowOf(flows) };
       const all = d.daemon.flows({ limit: 0 });
       expect(all.total).toBe(4);
       expect(all.flows[0]).toEqual({ protocol: 'tcp', client: '198.51.100.7:40000', vip: '10.99.0.100:80', service: 'web', real: '10.0.0.1', state: 'established', idleMs: 1500, expiresInMs: 898_500 });
@@ -84,6 +101,10 @@ describe('dsrlb flows', () => {
       expect(d.daemon.flows({ service: 'tcp://10.99.0.100:80', real: '10.0.0.1:80', limit: 0 }).flows.map((f) => f.client)).toEqual(['198.51.100.7:40000', '198.51.100.8:40002']);
       expect(d.daemon.flows({ client: '198.51.100.7', limit: 0 }).flows.map((f) => [f.real, f.state])).toEqual([['10.0.0.1', 'established'], ['10.0.0.2', 'fin']]);
       expect(d.daemon.flows({ real: 'fd00::11', limit: 0 }).total).toBe(1);
+      // A port-0 service named with a port, as explain takes it: that port's flows.
+      expect(d.daemon.flows({ service: 'udp://[fd00::53]:53', limit: 0 }).total).toBe(1);
+      expect(d.daemon.flows({ service: 'udp://[fd00::53]:54', limit: 0 }).total).toBe(0);
+      expect(d.daemon.flows({ client: '2001:db8::7', limit: 0 }).flows.map((f) => f.service)).toEqual(['dns6']);
       // A limit cuts the rows, not the count.
       const two = d.daemon.flows({ limit: 2 });
       expect([two.total, two.flows.length]).toEqual([4, 2]);
@@ -110,11 +131,11 @@ describe('dsrlb flows', () => {
     const d = daemonWith(CONFIG('  - { name: old, vip: 10.99.0.101, port: 80, reals: [{ address: 10.0.1.1 }] }\n'));
     try {
       const old = d.id('tcp|10.99.0.101|80', '10.0.1.1');
-      d.inside.loops = { ...(d.inside.loops as object), flowsNow: () => batchOf([{ proto: 6, family: 4, client: '198.51.100.9', cport: 41000, vip: '10.99.0.101', vport: 80, real: old, state: FlowState.established, idleMs: 0 }]) };
+      d.inside.loops = { ...(d.inside.loops as object), flowsNow: flowsNowOf([{ proto: 6, family: 4, client: '198.51.100.9', cport: 41000, vip: '10.99.0.101', vport: 80, real: old, state: FlowState.established, idleMs: 0 }]) };
       const { writeFileSync } = await import('node:fs');
       writeFileSync(join(dir, 'dsrlb.yaml'), CONFIG());
       expect((await d.daemon.reload()).ok).toBe(true);
-      expect(d.daemon.flows({ service: 'old', real: '10.0.1.1', limit: 0 }).flows).toEqual([
+      expect(d.daemon.flows({ service: 'old', real: '10.0.1.1:80', limit: 0 }).flows).toEqual([
         { protocol: 'tcp', client: '198.51.100.9:41000', vip: '10.99.0.101:80', service: 'old', real: '10.0.1.1', state: 'established', idleMs: 0, expiresInMs: 900_000 },
       ]);
     } finally {

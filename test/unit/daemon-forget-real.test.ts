@@ -112,8 +112,8 @@ describe('a removed service that drains', () => {
       // Named by an operator: its reals' intent is refused with what it is, not as an unknown service...
       for (const ref of ['old', 'tcp://10.99.0.101:80', '10.99.0.101:80']) {
         await expect(daemon.setIntent(ref, '10.0.1.1', { state: 'disabled' })).rejects.toMatchObject({
-          code: 'REMOVED_SERVICE',
-          message: 'service "old" was removed from the config by a reload: its flows drain on their reals (dsrlb status lists them) and it takes no new ones; its reals\' intent cannot be changed (put it back in the config to manage it)',
+          code: 'UNKNOWN_SERVICE_REMOVED',
+          message: 'service "old" was removed from the config by a reload: its flows drain on their reals (dsrlb status and dsrlb flows list them) and it takes no new ones; it cannot be changed (put it back in the config to manage it)',
         });
       }
       // ... and explain asks the loops about it (its flows are in their tables, the service in their snapshot).

@@ -481,6 +481,10 @@ describe('reload: the state file', () => {
     });
     // Nothing left to drop: the next reload has nothing to say.
     expect(await d.reload(configText({ weight: 5 }))).toEqual({ ok: true, problems: [], warnings: [] });
+    // A drained real the file then removes (the usual end of a drain): no warning, the intent goes quietly.
+    await d.daemon.setIntent('web', '10.93.0.2', { state: 'drain' });
+    expect(await d.reload(configText({ weight: 5, reals: 1 }))).toEqual({ ok: true, problems: [], warnings: [] });
+    expect(d.logs).toContainEqual(expect.objectContaining({ msg: 'operator intent dropped: the config changed this real' }));
     d.daemon.health.stop();
   });
 

@@ -4,10 +4,10 @@
 
 import { describe, expect, it } from 'vitest';
 import { decodeSavedFlows, encodeSavedFlows, type SavedFlows } from '../../src/control/flows-file.js';
-import { adoptFlows, collectFlows, collectRecords, concatFlows, dedupeFlows, type FlowBatch } from '../../src/dataplane/flow-handoff.js';
+import { adoptFlows, collectFlows, collectRecords, concatFlows, dedupeFlows, scanRecords, type FlowBatch } from '../../src/dataplane/flow-handoff.js';
 import { mulberry32 } from '../support/prng.js';
 import { FLOW_KEY_WORDS } from '../../src/dataplane/flow-hash.js';
-import { FlowState, FlowTable, type FlowTimeouts } from '../../src/dataplane/flow-table.js';
+import { FLOW_RECORD, FlowState, FlowTable, type FlowTimeouts } from '../../src/dataplane/flow-table.js';
 
 const TIMEOUTS: FlowTimeouts = { synMs: 10_000, establishedMs: 900_000, finMs: 30_000, closeMs: 5_000, udpMs: 300_000 };
 const MAX_REALS = 64;
@@ -353,6 +353,15 @@ describe('collectRecords: the flows of a table whose loop has ended, from its sh
     const fromRecords = collectRecords(t.records, TIMEOUTS, now);
     expect(fromRecords.count).toBeGreaterThan(500);
     expect(rows(fromRecords)).toEqual(rows(collectFlows(t, now, t.capacity)));
+    // scanRecords (dsrlb flows): the same flows through a filter on the record's words, all counted, the first `limit` kept.
+    const onReal7 = (rec: Int32Array, base: number) => rec[base + FLOW_RECORD.real] === 7;
+    const all7 = rows(fromRecords).filter((r) => r.split(' ')[1] === '7');
+    const scanned = scanRecords(t.records, TIMEOUTS, now, onReal7, 3);
+    expect(all7.length).toBeGreaterThan(3);
+    expect(scanned.matched).toBe(all7.length);
+    expect(scanned.batch.count).toBe(3);
+    for (const r of rows(scanned.batch)) expect(all7).toContain(r);
+    expect(rows(scanRecords(t.records, TIMEOUTS, now, onReal7, Infinity).batch)).toEqual(all7);
   });
 
   it('reads nothing from a new or cleared table', () => {

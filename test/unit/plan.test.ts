@@ -420,6 +420,8 @@ describe('plan: what else an edit changes, one line each', () => {
     expect(formatPlanText(narrower)).toContain('  persistencePrefix: 32 -> 24 (clients that share the first 24 bits share a real)\n');
     expect(Math.abs(web(narrower).hashSpaceMoved!.share - 2 / 3)).toBeLessThan(0.02);
     expect(formatPlanText(planChange(client, before))).toContain('  persistence: client -> none (each new connection is placed on its own; live flows stay on their reals)\n');
+    // Off again from /24: no line about a prefix that no longer means anything.
+    expect(formatPlanText(planChange(slash24, before))).not.toContain('persistencePrefix');
     const udp = (ops: string) => services(`  - { name: web, vip: ${VIP}, port: 53, protocol: udp${ops}, reals: ${reals} }\n`);
     expect(formatPlanText(planChange(udp(''), udp(', ops: true')))).toContain('  ops: false -> true (no flow entries: every datagram is placed alone, by the consistent hash of its 5-tuple)\n');
     expect(formatPlanText(planChange(udp(', ops: true'), udp('')))).toContain('  ops: true -> false (datagrams make flow entries again)\n');

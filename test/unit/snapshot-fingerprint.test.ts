@@ -6,10 +6,10 @@ import { parseConfigText } from '../../src/config/validate.js';
 import { SnapshotBuilder, type ServiceView } from '../../src/control/snapshot-builder.js';
 import { MAX_REAL_IDS } from '../../src/dataplane/counters.js';
 
-function fingerprint(scheduler: string, firstId = 0, address = { vip: '203.0.113.10', port: 80, protocol: 'tcp' }): string {
+function fingerprint(scheduler: string, firstId = 0, address = { vip: '203.0.113.10', port: 80, protocol: 'tcp' }, extra = ''): string {
   const parsed = parseConfigText(`interface: eth0
 services:
-  - { name: web, vip: ${address.vip}, port: ${address.port}, protocol: ${address.protocol}, scheduler: ${scheduler}, reals: [{ address: 10.0.1.11 }, { address: 10.0.1.12 }, { address: 10.0.1.13 }, { address: 10.0.1.14 }] }
+  - { name: web, vip: ${address.vip}, port: ${address.port}, protocol: ${address.protocol}, scheduler: ${scheduler}${extra}, reals: [{ address: 10.0.1.11 }, { address: 10.0.1.12 }, { address: 10.0.1.13 }, { address: 10.0.1.14 }] }
 `);
   if (!parsed.ok) throw new Error(JSON.stringify(parsed.problems));
   const s = parsed.config.services[0]!;
@@ -40,6 +40,19 @@ services:
 }
 
 describe('table fingerprint', () => {
+  it('differs with client persistence and its prefix (the same table, indexed by another hash), for maglev and rendezvous', () => {
+    const at = { vip: '203.0.113.10', port: 80, protocol: 'tcp' };
+    for (const s of ['maglev', 'rendezvous']) {
+      const none = fingerprint(s, 0, at);
+      const client = fingerprint(s, 0, at, ', persistence: client');
+      const slash24 = fingerprint(s, 0, at, ', persistence: client, persistencePrefix: 24');
+      expect(new Set([none, client, slash24]).size, s).toBe(3);
+      // Without persistence, as before it existed; with it, alike on every LB.
+      expect(fingerprint(s, 0, at, ', persistence: none')).toBe(none);
+      expect(fingerprint(s, 40, at, ', persistence: client, persistencePrefix: 24')).toBe(slash24);
+    }
+  });
+
   it('differs between schedulers over the same reals, and not with the LB-local real ids', () => {
     expect(fingerprint('maglev')).not.toBe(fingerprint('rendezvous'));
     expect(fingerprint('maglev')).not.toBe(fingerprint('wlc'));
