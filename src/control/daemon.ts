@@ -9,7 +9,7 @@ import { basename, dirname, join, resolve } from 'node:path';
 import { readConfigFile } from '../config/load.js';
 import { restartOnlyChanges } from '../config/restart-keys.js';
 import { locateProblems } from '../config/problem-positions.js';
-import type { Config, ConfigProblem, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
+import type { Config, ConfigProblem, Protocol, RealConfig, RealIntent, ServiceConfig } from '../config/types.js';
 import { isRealIntent, isWeight, parseClientEndpoint, parseIpAddress, parseServiceRef, problemLines, serviceAddressName } from '../config/validate.js';
 import { withoutBom } from '../config/yaml-document.js';
 import { FLOW_RECORD, FlowState, timeoutsByState } from '../dataplane/flow-table.js';
@@ -291,7 +291,7 @@ export class Daemon {
       flowTableCapacity: () => this.flowTableCapacity(),
       // No series for a removed service that drains: it takes no new flows by design, and a 0
       // there fired DsrlbServiceAllRealsDown (its reals are drained) for every routine removal.
-      panic: () => this.lastReports.filter((r) => this.config.services.some((x) => x.name === r.name)).map((r) => ({ service: r.name, panic: inPanic(r) })),
+      panic: () => this.lastReports.filter((r) => this.config.services.some((x) => x.name === r.name)).map((r) => ({ service: r.name, panic: inPanic(r), onBackups: r.onBackups })),
       services: () =>
         this.lastReports.map((r) => {
           const s = this.config.services.find((x) => x.name === r.name);
@@ -1317,8 +1317,16 @@ export class Daemon {
       this.overrides.delete(key);
       changed = true;
       this.log.info('operator intent dropped: the config changed this real', { real: key, override: o });
-      // A real the file removes (the usual end of a drain) is no news; one it changed is.
-      if (!r) continue;
+      // A real the file removes (the usual end of a drain) is no news; one it changed is, and so is
+      // one whose service the file no longer has (moved to another port, VIP or protocol).
+      if (!r) {
+        const sid = key.slice(0, key.lastIndexOf('#'));
+        if (this.config.services.some((x) => serviceIdentity(x) === sid)) continue;
+        const [protocol, vip, port] = sid.split('|');
+        const set = [o.state, o.weight === undefined ? undefined : `weight ${o.weight}`].filter((x) => x !== undefined).join(', ');
+        dropped.push(`operator intent on ${serviceAddressName(protocol as Protocol, vip!, Number(port))} ${key.slice(key.lastIndexOf('#') + 1)} (${set}) dropped: the config file has no service there any more (one moved to another VIP, port or protocol is a new service)`);
+        continue;
+      }
       const set = [o.state, o.weight === undefined ? undefined : `weight ${o.weight}`].filter((x) => x !== undefined).join(', ');
       dropped.push(`operator intent on ${this.realName(key)} (${set}) dropped: the config file changed that real (now ${r.state}, weight ${r.weight})`);
     }

@@ -29,7 +29,7 @@ export interface MetricsSource {
   activeFlows(id: number): number;
   inactiveFlows(id: number): number;
   flowTableCapacity(): number;
-  panic(): readonly { service: string; panic: boolean }[];
+  panic(): readonly { service: string; panic: boolean; onBackups: boolean }[];
   /** announced: null while announce.enabled is false (the gauge then has no series). */
   /** fingerprint: null (no series) for a removed service that drains. */
   services(): readonly { service: string; fingerprint: string | null; announced: boolean | null }[];
@@ -145,6 +145,16 @@ export class DaemonMetrics {
       collect() {
         this.reset();
         for (const p of src.panic()) this.set({ service: p.service }, p.panic ? 1 : 0);
+      },
+    });
+    new client.Gauge({
+      name: 'dsrlb_service_on_backups',
+      help: '1 while no real but the backup reals (backup: true) can take new flows, so the backups take them; no series for a removed service that drains.',
+      labelNames: ['service'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const p of src.panic()) this.set({ service: p.service }, p.onBackups ? 1 : 0);
       },
     });
     new client.Gauge({

@@ -186,10 +186,10 @@ export class SnapshotBuilder {
         const primaries = wanted.filter((r) => r.backup !== true);
         candidates = primaries.length > 0 ? primaries : wanted;
       }
-      const inPanicSet = new Set(panic ? candidates : []);
       for (const r of sv.reals) {
         const e = eligibility(r, cfg.onRealDown);
-        realKeepExisting[r.id] = e !== 'none' || inPanicSet.has(r) ? 1 : 0;
+        // In a panic every wanted real keeps its flows, backups too (the checks may be what is wrong).
+        realKeepExisting[r.id] = e !== 'none' || (panic && isWanted(r)) ? 1 : 0;
         realForwarding[r.id] = r.forwarding === 'ipip' ? FWD_IPIP : FWD_L2;
         realService[r.id] = si;
         if (r.forwarding === 'ipip') {
@@ -220,7 +220,9 @@ export class SnapshotBuilder {
       svcTables.push(table);
       svcTableSize[si] = table.length;
       // Mid-stream packets without an entry also reach the wanted reals not proven up or down yet.
-      const unproven = panic ? [] : sv.reals.filter((r) => r.health === 'unknown' && isWanted(r));
+      // A backup not proven yet only while the backups are what takes new flows (or all there is).
+      const primaryWanted = sv.reals.some((r) => r.backup !== true && isWanted(r));
+      const unproven = panic ? [] : sv.reals.filter((r) => r.health === 'unknown' && isWanted(r) && (r.backup !== true || onBackups || !primaryWanted));
       if (unproven.length === 0) {
         svcMidTables.push(table);
         svcMidCandStart[si] = svcCandStart[si]!;

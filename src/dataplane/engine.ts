@@ -503,7 +503,8 @@ export class Engine {
     const snap = this.snap;
     const svc = findService(snap, pkt.family, protocol, a, dstPort);
     if (svc < 0) return -DropReason.icmpToVip;
-    const entry = flows.lookup(flows.indexHash(), nowMs);
+    // One-packet scheduling: entries made before it was turned on are not where its datagrams go.
+    const entry = snap.svcOps[svc] === 1 ? -1 : flows.lookup(flows.indexHash(), nowMs);
     let real = entry >= 0 ? flows.realOf(entry) : -1;
     // As place() checks: the entry's real may have been freed and its id given to another service's.
     if (real < 0 || real >= snap.realIdLimit || snap.realKeepExisting[real] !== 1 || snap.realService[real] !== svc) real = midStreamPick(snap, svc, this.placementHash(svc));
@@ -675,7 +676,8 @@ export class Engine {
     if (svc < 0) return -2;
     this.keyFromPacket(pkt);
     const hash = this.placementHash(svc);
-    const entry = this.flows.lookup(this.flows.indexHash(), nowMs);
+    // One-packet scheduling looks up no entry (place()); one made before it was turned on is ignored.
+    const entry = snap.svcOps[svc] === 1 ? -1 : this.flows.lookup(this.flows.indexHash(), nowMs);
     const slot = snap.svcScheduler[svc] === SCHED_RENDEZVOUS || snap.svcDropAll[svc] === 1 ? -1 : (hash >>> 0) % snap.svcTableSize[svc]!;
     if (entry >= 0) {
       this.explainFlowState = this.flows.stateOf(entry);

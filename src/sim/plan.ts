@@ -315,13 +315,17 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       const already = eligibleBefore === 0 ? '; it has none now either' : '';
       // With every real assumed up (no daemon view) there is no panic: no candidate means no wanted real either.
       const what = liveReals === undefined ? 'removed, drained, disabled or at weight 0' : 'removed, drained, disabled, at weight 0 or down, by the intent and health in force';
-      const then = report1!.panic
-        ? 'whenAllDown failOpen sends new flows to the active reals that are down (panic)'
-        : 'new flows are dropped';
-      warn('NO_ELIGIBLE_REAL', name, `${name} is left with no real that takes new flows (every real is ${what}${already}): ${then}`);
+      const then = report1!.onBackups
+        ? `new flows go to its backup${report1!.candidates.length === 1 ? '' : 's'} (${report1!.candidates.map((id) => registryAddress(id, after[i1]!, registry)).join(', ')})`
+        : report1!.panic
+          ? 'whenAllDown failOpen sends new flows to the active reals that are down (panic)'
+          : 'new flows are dropped';
+      const which = report1!.onBackups ? 'no real but its backups' : 'no real';
+      warn('NO_ELIGIBLE_REAL', name, `${name} is left with ${which} that takes new flows (every ${report1!.onBackups ? 'other ' : ''}real is ${what}${already}): ${then}`);
     } else if (eligibleAfter === 1 && eligibleBefore !== 1) {
       const only = registryAddress(report1!.candidates[0]!, after[i1]!, registry);
-      warn('SINGLE_ELIGIBLE_REAL', name, `${name} is left with one real taking new flows (${only}); no peer takes over if it fails`);
+      const takesOver = cfg1.reals.some((r) => r.backup) ? 'only its backups take over if it fails' : 'no peer takes over if it fails';
+      warn('SINGLE_ELIGIBLE_REAL', name, `${name} is left with one real taking new flows (${only}); ${takesOver}`);
     }
     if (liveFlowImpact !== null && liveFlowImpact.takenByAnotherService > 0) {
       const n = liveFlowImpact.takenByAnotherService;
@@ -340,8 +344,14 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
       const n = disabledNow;
       // keep -> reschedule: the flows of reals that are down move too, which no drain keeps.
       const downMoves = cfg0?.onRealDown === 'keep' && cfg1?.onRealDown === 'reschedule';
-      const where = downMoves ? 'on reals that are down (onRealDown keep -> reschedule moves their flows) or that this change disables' : 'on reals this change disables';
-      warn('LIVE_FLOWS_BREAK', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'is' : 'are'} ${where}; ${fate}${downMoves ? '' : ' (drain instead to keep them)'}`);
+      const opsOn = cfg0?.ops === false && cfg1?.ops === true;
+      const where = opsOn
+        ? 'on reals their hash no longer picks, and ops false -> true looks up no flow entry'
+        : downMoves
+          ? 'on reals that are down (onRealDown keep -> reschedule moves their flows) or that this change disables'
+          : 'on reals this change disables';
+      const hint = opsOn ? ' (their next datagrams go where the consistent hash puts them)' : downMoves ? '' : ' (drain instead to keep them)';
+      warn('LIVE_FLOWS_BREAK', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'is' : 'are'} ${where}; ${fate}${hint}`);
     } else if (liveFlows === undefined && cfg0 !== null) {
       // --against two files: the flows are not known, the reals this change disables are.
       const disabled = diff.realsChanged.filter((r) => r.before.state !== 'disabled' && r.after.state === 'disabled').map((r) => r.address);
@@ -422,9 +432,9 @@ function forwardingWarning(name: string, vip: string, reals: readonly string[], 
   return `${head} by MAC rewrite, so ${one ? 'it' : 'each'} must be on the LB's segment with the VIP on lo (${check}), or those connections break`;
 }
 
-/** Reals that are up and take new flows; a failOpen panic (new flows onto down reals) is none. */
+/** Reals that are up and take new flows; a failOpen panic (new flows onto down reals) is none, and so are backups taking them. */
 function takingNew(report: ServiceBuildReport): number {
-  return report.panic ? 0 : report.candidates.length;
+  return report.panic || report.onBackups ? 0 : report.candidates.length;
 }
 
 /** The engine's test for an entry it finds (Engine.place): may the real keep flows, and is it still this service's? */
@@ -549,6 +559,7 @@ function liveImpact(
   let taken = 0;
   const addr = new Uint32Array(8);
   const scratch = clientKeyScratch();
+  const opsNow = snap1.svcOps[i1] === 1 && (i0 < 0 || b0.snapshot.svcOps[i0] !== 1);
   for (let f = 0; f < total; f++) {
     const key = live.keys.subarray(f * FLOW_KEY_WORDS, (f + 1) * FLOW_KEY_WORDS);
     // The service the engine matches after the change: an exact port added beside a port-0
@@ -564,6 +575,8 @@ function liveImpact(
     const id = registry.idFor(RealRegistry.keyOf(identity, live.realAddresses[f]!));
     // Only what this change does: flows the daemon already moves (a real down or disabled now) do not count.
     if (keepsFlows(b0, i0, id) && !keepsFlows(b1, i1, id)) changingRealNow++;
+    // One-packet scheduling turned on: no entry is looked up any more, every datagram goes by the hash.
+    else if (opsNow && keepsFlows(b0, i0, id) && midStreamPick(snap1, i1, placementHash(snap1, i1, key, scratch, seed1 | 0)) !== id) changingRealNow++;
     // Against the real the flow is on, not the old table's pick: a wlc flow, or one placed under an
     // older table, lands elsewhere without its entry even when this change moves no slot.
     if (midStreamPick(snap1, i1, placementHash(snap1, i1, key, scratch, seed1 | 0)) !== id) landingElsewhere++;

@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab, type LabHost } from '../../src/lab/netns-lab.js';
-import { allUp, httpCount, labConfig, LabDaemon, requireRoot, ROOT, startRealServer, stopProcess, type Status } from '../support/lab-daemon.js';
+import { allUp, httpCount, labConfig, LabDaemon, metricValue, requireRoot, ROOT, startRealServer, stopProcess, type Status } from '../support/lab-daemon.js';
 
 const PREFIX = `dsrt-bak-${process.pid}-`;
 let lab: Lab;
@@ -50,6 +50,7 @@ afterAll(async () => {
 
 describe('backup: true', () => {
   it('takes no new connection while another real is up, every one once they are down, and keeps its own when they come back', async () => {
+    expect(metricValue(await daemon.metrics(), 'dsrlb_service_on_backups', 'service="web"')).toBe(0);
     const before = await httpCount(lab, 30);
     expect(before.ok).toBe(30);
     expect(Object.keys(before.byReal).sort()).toEqual(['r1', 'r2']);
@@ -59,6 +60,7 @@ describe('backup: true', () => {
     await stopServer('r2');
     await daemon.waitFor('r1 and r2 down', (s) => health(s, 'r1') === 'down' && health(s, 'r2') === 'down', 10_000);
     expect((await daemon.cli(['status'])).stdout).toMatch(/web +ON_BACKUPS/);
+    expect(metricValue(await daemon.metrics(), 'dsrlb_service_on_backups', 'service="web"')).toBe(1);
     const onBackup = await httpCount(lab, 20);
     expect([onBackup.ok, onBackup.byReal]).toEqual([20, { r3: 20 }]);
 
@@ -74,6 +76,7 @@ describe('backup: true', () => {
       const after = await httpCount(lab, 20);
       expect([after.ok, after.byReal]).toEqual([20, { r1: 20 }]);
       expect((await daemon.cli(['status'])).stdout).not.toContain('ON_BACKUPS');
+      expect(metricValue(await daemon.metrics(), 'dsrlb_service_on_backups', 'service="web"')).toBe(0);
       client.stdin!.write('go\n');
       expect(JSON.parse((await lines.next()).value as string).answers[0].real).toBe('r3');
     } finally {

@@ -131,7 +131,7 @@ function fakeMetrics(): DaemonMetrics {
       { service: 'dns', fingerprint: '4e5f6a7b', announced: null },
     ],
     flowTableCapacity: () => 1000,
-    panic: () => [{ service: 'web', panic: false }],
+    panic: () => [{ service: 'web', panic: false, onBackups: false }],
   });
   m.reloads.inc({ result: 'success' });
   m.lastReloadSuccess.set(1_700_000_000);
@@ -629,7 +629,7 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
 
   it('promtool check rules passes', async () => {
     const out = await mustRun('promtool', ['check', 'rules', ALERTS]);
-    expect(out).toContain('SUCCESS: 12 rules found');
+    expect(out).toContain('SUCCESS: 13 rules found');
   });
 
   it('promtool check config passes, with the rule file found relative to it', async () => {
@@ -654,7 +654,7 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
     const all = rules();
     expect(all.map((r) => r.alert).sort()).toEqual([
       'DsrlbConfigReloadFailed', 'DsrlbDown', 'DsrlbDropsRising', 'DsrlbFlowTableEvicting',
-      'DsrlbFlowTableNearFull', 'DsrlbPacketLoopRestarted', 'DsrlbRealDown', 'DsrlbServiceAllRealsDown', 'DsrlbServiceMissingOnSomeLb', 'DsrlbServicePanic',
+      'DsrlbFlowTableNearFull', 'DsrlbPacketLoopRestarted', 'DsrlbRealDown', 'DsrlbServiceAllRealsDown', 'DsrlbServiceMissingOnSomeLb', 'DsrlbServiceOnBackups', 'DsrlbServicePanic',
       'DsrlbTableFingerprintMismatch', 'DsrlbVipNoLongerAnnounced',
     ]);
     for (const r of all) {
@@ -703,6 +703,8 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             { series: `dsrlb_real_state{${at}, service="dns", real="10.0.3.11", state="active"}`, values: '1x5' },
             { series: `dsrlb_real_weight{${at}, service="dns", real="10.0.3.11"}`, values: '1x5' },
             { series: `dsrlb_service_panic{${at}, service="dns"}`, values: '0x5' },
+            { series: `dsrlb_service_on_backups{${at}, service="dns"}`, values: '0x5' },
+            { series: `dsrlb_service_on_backups{${at}, service="web"}`, values: '0 0 1 1 1 1' },
             // shop drops (no panic): its only wanted real (.11, active, weight 1) goes down at 2m
             // while reals it sends no new flow to are up: .12 drained, .13 disabled, .14 active at
             // weight 0. It counts as all down on lb1; on lb2 its active real stays up (no alert).
@@ -766,6 +768,8 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
               ],
             },
             { eval_time: '4m', alertname: 'DsrlbServicePanic', exp_alerts: [alert({ severity: 'critical', service: 'api' })] },
+            { eval_time: '2m', alertname: 'DsrlbServiceOnBackups', exp_alerts: [] },
+            { eval_time: '4m', alertname: 'DsrlbServiceOnBackups', exp_alerts: [alert({ severity: 'warning', service: 'web' })] },
             { eval_time: '1m', alertname: 'DsrlbServiceAllRealsDown', exp_alerts: [alert({ severity: 'critical', service: 'dns' })] },
             {
               eval_time: '4m',

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import type { ServiceConfig } from '../../src/config/types.js';
 import { formatProblems, parseConfigText } from '../../src/config/validate.js';
 import { SnapshotBuilder, type ServiceView } from '../../src/control/snapshot-builder.js';
-import { consistentPick } from '../../src/dataplane/consistent-pick.js';
+import { consistentPick, midStreamPick } from '../../src/dataplane/consistent-pick.js';
 import { MAX_REAL_IDS } from '../../src/dataplane/counters.js';
 import { formatStatus } from '../../src/cli/status-table.js';
 import { formatPlanText, planChange } from '../../src/sim/plan.js';
@@ -23,7 +23,7 @@ function config(extra = '', sorry = `{ address: ${SORRY}, backup: true }`) {
   return parsed.config;
 }
 
-const ID: Record<string, number> = { [A]: 0, [B]: 1, [SORRY]: 2 };
+const ID: Record<string, number> = { [A]: 0, [B]: 1, [SORRY]: 2, '10.0.0.8': 3 };
 
 function build(cfg: ServiceConfig, health: (a: string) => HealthFact, intent: (a: string) => 'active' | 'drain' | 'disabled' = () => 'active') {
   const views: ServiceView[] = [
@@ -31,8 +31,12 @@ function build(cfg: ServiceConfig, health: (a: string) => HealthFact, intent: (a
   ];
   const r = new SnapshotBuilder().build(views, 0, MAX_REAL_IDS);
   const picks = new Set<number>();
-  for (let h = 0; h < 2000; h++) picks.add(consistentPick(r.snapshot, 0, Math.imul(h, 0x9e3779b1)));
-  return { report: r.services[0]!, picks: [...picks].sort(), keeps: (a: string) => r.snapshot.realKeepExisting[ID[a]!] === 1 };
+  const mid = new Set<number>();
+  for (let h = 0; h < 2000; h++) {
+    picks.add(consistentPick(r.snapshot, 0, Math.imul(h, 0x9e3779b1)));
+    mid.add(midStreamPick(r.snapshot, 0, Math.imul(h, 0x9e3779b1)));
+  }
+  return { report: r.services[0]!, picks: [...picks].sort(), mid: [...mid].sort(), keeps: (a: string) => r.snapshot.realKeepExisting[ID[a]!] === 1 };
 }
 
 describe('backup reals', () => {
@@ -58,12 +62,23 @@ describe('backup reals', () => {
     expect(drained.keeps(B)).toBe(false);
   });
 
+  it('not proven yet, take no packet without an entry (a UDP flow, a mid-stream TCP packet) while the others take new flows', () => {
+    // A backup added by a reload, or one that answers its first probe after the others at start.
+    const late = build(cfg, (a) => (a === SORRY ? 'unknown' : 'up'));
+    expect([late.picks, late.mid]).toEqual([[0, 1], [0, 1]]);
+    // While the backups are what takes new flows, an unproven one is among them, as any real.
+    const onBackups = build(config('', `{ address: ${SORRY}, backup: true }, { address: 10.0.0.8, backup: true }`).services[0]!, (a) => (a === SORRY ? 'unknown' : a === '10.0.0.8' ? 'up' : 'down'));
+    expect(onBackups.mid).toContain(2);
+  });
+
   it('in a failOpen panic (no real up, or none proven yet at start) are left out while another real is wanted', () => {
     const start = build(cfg, () => 'unknown');
     expect(start.picks).toEqual([0, 1]);
     expect(start.report.panic).toBe(true);
     const allDown = build(cfg, () => 'down');
     expect(allDown.picks).toEqual([0, 1]);
+    // As every wanted real in a panic, the backup keeps the flows it has (the checks may be what is wrong).
+    expect(allDown.keeps(SORRY)).toBe(true);
     // Only the backup wanted: it is the panic's only real.
     expect(build(cfg, () => 'down', (a) => (a === SORRY ? 'active' : 'disabled')).picks).toEqual([2]);
     // whenAllDown: drop and the backup down too: nothing takes new flows.
@@ -84,5 +99,12 @@ describe('backup reals', () => {
     const noSorry = parseConfigText(`interface: eth0\nservices:\n  - { name: web, vip: 203.0.113.10, port: 80, reals: [{ address: ${A} }, { address: ${B} }] }\n`);
     if (!noSorry.ok) throw new Error('config');
     expect(formatPlanText(planChange(noSorry.config, config()))).toContain(`  real +${SORRY}: active, weight 100, backup\n`);
+    // plan counts backups apart: every other real disabled, or one left.
+    const disabled = config('', `{ address: ${SORRY}, backup: true }`);
+    const bothOff = parseConfigText(`interface: eth0\nservices:\n  - { name: web, vip: 203.0.113.10, port: 80, reals: [{ address: ${A}, state: disabled }, { address: ${B}, state: disabled }, { address: ${SORRY}, backup: true }] }\n`);
+    const oneLeft = parseConfigText(`interface: eth0\nservices:\n  - { name: web, vip: 203.0.113.10, port: 80, reals: [{ address: ${A} }, { address: ${B}, state: disabled }, { address: ${SORRY}, backup: true }] }\n`);
+    if (!bothOff.ok || !oneLeft.ok) throw new Error('config');
+    expect(planChange(disabled, bothOff.config).warnings.map((w) => w.message)).toContainEqual(expect.stringMatching(/^web is left with no real but its backups that takes new flows \(every other real is .*\): new flows go to its backup \(10\.0\.0\.9\)$/));
+    expect(planChange(disabled, oneLeft.config).warnings.map((w) => w.message)).toContain('web is left with one real taking new flows (10.0.0.1); only its backups take over if it fails');
   });
 });

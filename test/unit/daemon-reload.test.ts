@@ -485,6 +485,13 @@ describe('reload: the state file', () => {
     await d.daemon.setIntent('web', '10.93.0.2', { state: 'drain' });
     expect(await d.reload(configText({ weight: 5, reals: 1 }))).toEqual({ ok: true, problems: [], warnings: [] });
     expect(d.logs).toContainEqual(expect.objectContaining({ msg: 'operator intent dropped: the config changed this real' }));
+    // The service moved to another port: a disable there is gone, and the answer says so.
+    await d.daemon.setIntent('web', '10.93.0.1', { state: 'disabled' });
+    expect(await d.reload(configText({ weight: 5, reals: 1, port: 8080 }))).toEqual({
+      ok: true,
+      problems: [],
+      warnings: ['operator intent on tcp://10.99.0.100:80 10.93.0.1 (disabled) dropped: the config file has no service there any more (one moved to another VIP, port or protocol is a new service)'],
+    });
     d.daemon.health.stop();
   });
 

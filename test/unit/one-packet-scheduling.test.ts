@@ -104,6 +104,22 @@ describe('one-packet scheduling (ops)', () => {
     }
   });
 
+  it('turned on with entries left from before: ignores them for datagrams, explain and ICMP errors alike', () => {
+    const e = lb(config(''));
+    const onTwelve: number[] = [];
+    for (let port = 20000; port < 20300; port++) if (e.send(dgram('198.51.100.7', port)) === 1) onTwelve.push(port);
+    expect(e.engine.flows.size).toBe(300);
+    e.apply(config('    ops: true'), (a) => (a === '10.0.0.12' ? 'drain' : 'active'));
+    for (const port of onTwelve.slice(0, 20)) {
+      expect(e.send(dgram('198.51.100.7', port))).not.toBe(1);
+      const pkt = { family: 4, ipProtocol: 17, srcPort: port, dstPort: 53, addr: Uint32Array.of(0xc6336407, 0, 0, 0, 0x0a000064, 0, 0, 0) };
+      expect(e.engine.explain(pkt as never, 1_000_000)).not.toBe(1);
+      const quoted = ipv4({ src: VIP, dst: '198.51.100.7', proto: 17 }, udp({ sport: 53, dport: port }, [9, 9], { src: VIP, dst: '198.51.100.7' }));
+      const msg = ethernet({ dst: LB_MAC, src: '02:00:00:00:00:0c', type: ETH_IPV4 }, ipv4({ src: '198.51.100.9', dst: VIP, proto: 1 }, icmp({ type: 3, code: 3 }, quoted.subarray(0, 28))));
+      expect(e.send(msg)).not.toBe(1);
+    }
+  });
+
   it('with client persistence, every datagram of a client goes to one real', () => {
     const e = lb(config('    ops: true\n    persistence: client'));
     const reals = new Set<number>();

@@ -739,6 +739,33 @@ describe('plan against the daemon view: the intent and health in force', () => {
     );
   });
 
+  it('ops false -> true: live flows whose hash picks another real change real now (no entry is looked up), and the warning says why', () => {
+    const udp = (ops: boolean): Config => {
+      const parsed = parseConfigText(`interface: eth0\nservices:\n  - { name: dns, vip: ${VIP}, port: 53, protocol: udp, ops: ${ops}, reals: [${ADDRS.slice(0, 3).map((a) => `{ address: ${a} }`).join(', ')}] }\n`);
+      if (!parsed.ok) throw new Error(formatProblems(parsed.problems));
+      return parsed.config;
+    };
+    // 300 live UDP flows, all on the first real (as placed before a reload that moved the others).
+    const keys = new Uint32Array(300 * FLOW_KEY_WORDS);
+    for (let f = 0; f < 300; f++) {
+      const k = f * FLOW_KEY_WORDS;
+      keys[k] = 17 | (4 << 8);
+      keys[k + 1] = (0xc6336400 + f) >>> 0;
+      keys[k + 5] = 0xcb00710a;
+      keys[k + 9] = ((20000 + f) << 16 | 53) >>> 0;
+    }
+    const flows: LiveFlows = new Map([[`udp|${VIP}|53`, { keys, realAddresses: Array.from({ length: 300 }, () => ADDRS[0]!) }]]);
+    const on = planChange(udp(false), udp(true), flows);
+    const moved = on.services[0]!.liveFlows!.changingRealNow;
+    expect(moved).toBeGreaterThan(100);
+    expect(moved).toBeLessThan(300);
+    expect(on.warnings.find((w) => w.code === 'LIVE_FLOWS_BREAK')!.message).toBe(
+      `${moved} live flows of dns are on reals their hash no longer picks, and ops false -> true looks up no flow entry; they move to other reals and their connections break (their next datagrams go where the consistent hash puts them)`,
+    );
+    // Without the switch their entries keep them: nothing changes real.
+    expect(planChange(udp(false), udp(false), flows).services[0]!.liveFlows!.changingRealNow).toBe(0);
+  });
+
   it('counts as changing real now only the flows this change moves, not those on a real already down', () => {
     const cfg = config({ reals: four() });
     const a = lb(snapshotOf(cfg));
