@@ -34,6 +34,8 @@ export interface AddRealEvent extends EventBase {
   readonly service: string;
   readonly address: string;
   readonly weight: number;
+  /** A backup real (RealConfig.backup). */
+  readonly backup: boolean;
 }
 
 export interface RemoveRealEvent extends EventBase {
@@ -93,7 +95,7 @@ type Action = (typeof ACTIONS)[number];
 const EVENT_KEYS = ['at', ...ACTIONS];
 const ACTION_KEYS: Readonly<Record<Action, readonly string[]>> = {
   flow: ['id', 'client', 'duration', 'protocol', 'service', 'port', 'packetsPerSecond'],
-  addReal: ['service', 'address', 'weight'],
+  addReal: ['service', 'address', 'weight', 'backup'],
   removeReal: ['service', 'address'],
   weight: ['service', 'address', 'weight'],
   health: ['service', 'address', 'state'],
@@ -359,6 +361,11 @@ function eventList(add: Add, problems: readonly ConfigProblem[], events: readonl
         weight = w;
       }
     }
+    let backup = false;
+    if (action === 'addReal' && body['backup'] !== undefined && body['backup'] !== null) {
+      if (typeof body['backup'] === 'boolean') backup = body['backup'];
+      else add(`${at}.backup`, `${describe(body['backup'])} is not true or false`);
+    }
     let state: string | null = null;
     if (action === 'health' || action === 'intent') {
       const allowed = action === 'health' ? ['up', 'down', 'unknown'] : ['active', 'drain', 'disabled'];
@@ -378,7 +385,7 @@ function eventList(add: Add, problems: readonly ConfigProblem[], events: readonl
       case 'addReal':
         presence.set(canonical, { removed: false });
         configured++;
-        out.push({ ...base, kind: 'addReal', weight });
+        out.push({ ...base, kind: 'addReal', weight, backup });
         break;
       case 'removeReal':
         presence.get(canonical)!.removed = true;

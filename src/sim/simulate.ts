@@ -194,8 +194,9 @@ class Simulation {
           existing.removed = false;
           existing.weight = event.weight;
           existing.intent = 'active';
+          existing.backup = event.backup;
         } else {
-          state.reals.push({ address: event.address, weight: event.weight, intent: 'active', forwarding: state.config.forwarding, health: 'up', removed: false });
+          state.reals.push({ address: event.address, weight: event.weight, intent: 'active', forwarding: state.config.forwarding, health: 'up', removed: false, backup: event.backup });
         }
         break;
       case 'removeReal':
@@ -215,6 +216,7 @@ class Simulation {
     const report = this.rebuild().find((r) => r.name === state.config.name)!;
     const record: Record<string, string | number | boolean | null> = { t: nowMs, event: event.kind, service: event.service, address: event.address };
     if (event.kind === 'addReal' || event.kind === 'weight') record['weight'] = event.weight;
+    if (event.kind === 'addReal' && event.backup) record['backup'] = true;
     if (event.kind === 'health' || event.kind === 'intent') record['state'] = event.state;
     if (event.kind !== 'addReal') record['flowEntries'] = entriesBefore;
     // Rendezvous has no table (tableSize 0): 0 would read as "nothing moved", so no figure at all.

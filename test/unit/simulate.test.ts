@@ -492,6 +492,23 @@ events:
     ]);
   });
 
+  it('adds a backup real: it takes no new flow while another real can, every one once they are down', () => {
+    const r = run(`${CONFIG}
+events:
+  - { at: 0s, addReal: { service: web, address: 10.0.0.19, backup: true } }
+${flows('a', 30, '1s', '1s')}
+  - { at: 3s, health: { service: web, address: 10.0.0.11, state: down } }
+  - { at: 3s, health: { service: web, address: 10.0.0.12, state: down } }
+  - { at: 3s, health: { service: web, address: 10.0.0.13, state: down } }
+${flows('b', 10, '4s', '1s')}
+`);
+    expect(r.trace.find((x) => x['event'] === 'addReal')).toMatchObject({ address: '10.0.0.19', backup: true });
+    const starts = r.trace.filter((x) => x['event'] === 'start');
+    expect(starts.filter((x) => String(x['flow']).startsWith('a')).map((x) => x['real'])).not.toContain('10.0.0.19');
+    expect(new Set(starts.filter((x) => String(x['flow']).startsWith('b')).map((x) => x['real']))).toEqual(new Set(['10.0.0.19']));
+    expect(problems(`${CONFIG}\nevents:\n  - { at: 0s, addReal: { service: web, address: 10.0.0.19, backup: 1 } }\n`)).toEqual(['events[0].addReal.backup: 1 is not true or false']);
+  });
+
   it('says that a real is named by its address, as in the config file', () => {
     expect(problems(`${CONFIG}\nevents:\n  - { at: 0s, weight: { service: web, real: 10.0.0.11, weight: 5 } }\n`)).toEqual([
       'events[0].weight.real: unknown key: a real is named by its address here, as in the config file (address: 10.0.1.11)',
