@@ -1182,9 +1182,12 @@ export class Daemon {
     return found[0] ?? null;
   }
 
-  /** The services on `port` of the VIP `a` names, of its protocol (either when it names none). */
-  private servicesAt(a: { protocol: string | null; vip: string }, port: number): ServiceConfig[] {
-    return this.config.services.filter((s) => (a.protocol === null || s.protocol === a.protocol) && s.vip === a.vip && s.port === port);
+  /**
+   * The services on `port` of the VIP `a` names, of its protocol (either when it names none): the
+   * configured ones, or those of `among` (the removed ones that drain).
+   */
+  private servicesAt(a: { protocol: string | null; vip: string }, port: number, among: Iterable<ServiceConfig> = this.config.services): ServiceConfig[] {
+    return [...among].filter((s) => (a.protocol === null || s.protocol === a.protocol) && s.vip === a.vip && s.port === port);
   }
 
   /** UNKNOWN_SERVICE, with the ways a service can be named. */
@@ -1205,12 +1208,7 @@ export class Daemon {
     const byName = [...this.removedServices.values()].find((s) => s.name === ref);
     if (byName) return byName;
     const a = parseServiceRef(ref);
-    return a === null ? null : (this.removedAt(a, a.port)[0] ?? null);
-  }
-
-  /** As servicesAt, among the removed services that drain. */
-  private removedAt(a: { protocol: string | null; vip: string }, port: number): ServiceConfig[] {
-    return [...this.removedServices.values()].filter((s) => (a.protocol === null || s.protocol === a.protocol) && s.vip === a.vip && s.port === port);
+    return a === null ? null : (this.servicesAt(a, a.port, this.removedServices.values())[0] ?? null);
   }
 
   /**
@@ -1227,7 +1225,7 @@ export class Daemon {
       if (any.length > 1) throw new DaemonError('AMBIGUOUS_SERVICE', `"${ref}" is served by ${any.map((c) => `${c.name} (${c.protocol})`).join(' and ')}: write tcp:// or udp://`);
       if (any.length === 1) return { s: any[0]!, dstPort: a.port };
       // A removed port-0 service of that VIP, as packets to that port still find it while it drains.
-      const removedAny = any.length === 0 && s === null ? this.removedAt(a, 0) : [];
+      const removedAny = any.length === 0 && s === null ? this.servicesAt(a, 0, this.removedServices.values()) : [];
       if (removedAny.length === 1) return { s: removedAny[0]!, dstPort: a.port };
     }
     // A removed service that drains is still in the loops' snapshots: where do its flows go?
@@ -1309,6 +1307,7 @@ export class Daemon {
    */
   private pruneOverrides(): { changed: boolean; dropped: string[] } {
     const configReals = realsByKey(this.config);
+    const services = new Map(this.config.services.map((s) => [serviceIdentity(s), s]));
     const dropped: string[] = [];
     let changed = false;
     for (const [key, o] of this.overrides) {
@@ -1319,18 +1318,19 @@ export class Daemon {
       this.log.info('operator intent dropped: the config changed this real', { real: key, override: o });
       // A real the file removes (the usual end of a drain) is no news; one it changed is, and so is
       // one whose service the file no longer has (moved to another port, VIP or protocol).
-      if (!r) {
-        const sid = key.slice(0, key.lastIndexOf('#'));
-        if (this.config.services.some((x) => serviceIdentity(x) === sid)) continue;
-        const [protocol, vip, port] = sid.split('|');
-        const set = [o.state, o.weight === undefined ? undefined : `weight ${o.weight}`].filter((x) => x !== undefined).join(', ');
-        dropped.push(`operator intent on ${serviceAddressName(protocol as Protocol, vip!, Number(port))} ${key.slice(key.lastIndexOf('#') + 1)} (${set}) dropped: the config file has no service there any more (one moved to another VIP, port or protocol is a new service)`);
-        continue;
-      }
+      const at = key.lastIndexOf('#');
+      const sid = key.slice(0, at);
+      const service = services.get(sid);
+      if (!r && service) continue;
       const set = [o.state, o.weight === undefined ? undefined : `weight ${o.weight}`].filter((x) => x !== undefined).join(', ');
-      dropped.push(`operator intent on ${this.realName(key)} (${set}) dropped: the config file changed that real (now ${r.state}, weight ${r.weight})`);
+      const real = key.slice(at + 1);
+      if (r && service) {
+        dropped.push(`operator intent on ${service.name} ${real} (${set}) dropped: the config file changed that real (now ${r.state}, weight ${r.weight})`);
+      } else {
+        const [protocol, vip, port] = sid.split('|');
+        dropped.push(`operator intent on ${serviceAddressName(protocol as Protocol, vip!, Number(port))} ${real} (${set}) dropped: the config file has no service there any more (one moved to another VIP, port or protocol is a new service)`);
+      }
     }
-    const services = new Set(this.config.services.map((s) => serviceIdentity(s)));
     for (const sid of this.withdrawn) {
       if (services.has(sid)) continue;
       this.withdrawn.delete(sid);
@@ -1338,14 +1338,6 @@ export class Daemon {
       changed = true;
     }
     return { changed, dropped };
-  }
-
-  /** "web 10.0.0.2" for a real's registry key (service identity#address) of a configured service. */
-  private realName(key: string): string {
-    const at = key.lastIndexOf('#');
-    const sid = key.slice(0, at);
-    const s = this.config.services.find((x) => serviceIdentity(x) === sid);
-    return `${s?.name ?? sid} ${key.slice(at + 1)}`;
   }
 
   /**
@@ -1573,7 +1565,7 @@ export class Daemon {
       let s = this.findService(q.service) ?? this.findRemovedService(q.service);
       const a = parseServiceRef(q.service);
       if (s === null && a !== null && a.port !== 0) {
-        const any = [...this.servicesAt(a, 0), ...this.removedAt(a, 0)];
+        const any = [...this.servicesAt(a, 0), ...this.servicesAt(a, 0, this.removedServices.values())];
         if (any.length === 1) {
           s = any[0]!;
           vipPort = a.port;

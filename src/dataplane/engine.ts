@@ -538,8 +538,7 @@ export class Engine {
     const snap = this.snap;
     const svc = findService(snap, pkt.family, protocol, a, dstPort);
     if (svc < 0) return -DropReason.icmpToVip;
-    // One-packet scheduling: entries made before it was turned on are not where its datagrams go.
-    const entry = snap.svcOps[svc] === 1 ? -1 : flows.lookup(flows.indexHash(), nowMs);
+    const entry = flows.lookup(flows.indexHash(), nowMs);
     let real = entry >= 0 ? flows.realOf(entry) : -1;
     // As place() checks: the entry's real may have been freed and its id given to another service's.
     if (real < 0 || real >= snap.realIdLimit || snap.realKeepExisting[real] !== 1 || snap.realService[real] !== svc) real = midStreamPick(snap, svc, this.placementHash(svc));
@@ -599,9 +598,10 @@ export class Engine {
   }
 
   /**
-   * place() for a service with one-packet scheduling: every datagram goes as one without an entry
-   * goes (midStreamPick: where every LB, and this one before, sent its 5-tuple), and none makes an
-   * entry, so a table of millions of one-query DNS flows never fills.
+   * placeNew() for a service with one-packet scheduling: a datagram goes where one without an
+   * entry goes (midStreamPick: where every LB, and this one before, sent its 5-tuple) and makes no
+   * entry, so a table of millions of one-query DNS flows never fills. Such a service has no entry
+   * to find (forgetOpsEntries), so explain and ICMP errors go by the same hash.
    */
   private placeOnePacket(svc: number): number {
     this.lastPlacement = Placement.scheduled;
@@ -714,8 +714,7 @@ export class Engine {
     if (svc < 0) return -2;
     this.keyFromPacket(pkt);
     const hash = this.placementHash(svc);
-    // One-packet scheduling looks up no entry (place()); one made before it was turned on is ignored.
-    const entry = snap.svcOps[svc] === 1 ? -1 : this.flows.lookup(this.flows.indexHash(), nowMs);
+    const entry = this.flows.lookup(this.flows.indexHash(), nowMs);
     const slot = snap.svcScheduler[svc] === SCHED_RENDEZVOUS || snap.svcDropAll[svc] === 1 ? -1 : (hash >>> 0) % snap.svcTableSize[svc]!;
     if (entry >= 0) {
       this.explainFlowState = this.flows.stateOf(entry);
