@@ -93,7 +93,8 @@ static void on_external_finalize(napi_env env, void* data, void* hint) {
 // after a socket error (errno > 0, cleared; polling goes on). options: { source, peer, dropAll }:
 // bound to local address `source` and connected to `peer` when given (the kernel then hands it
 // datagrams and ICMP errors between exactly those two), and with `dropAll` a socket filter that
-// takes no datagram (for a socket held open only for the ICMP errors the kernel handles for it).
+// takes no datagram (for a socket held open only for the ICMP errors the kernel handles for it;
+// path MTU discovery "do" as well, so that a too-big error about the peer reaches the callback).
 // The handle holds { fd }.
 
 static napi_value open_tunnel_socket(napi_env env, napi_callback_info info) {
@@ -194,6 +195,19 @@ static napi_value open_tunnel_socket(napi_env env, napi_callback_info info) {
       int err = errno;
       close(fd);
       dsrlb_throw_errno(env, "setsockopt(SO_ATTACH_FILTER)", err, NULL);
+      return NULL;
+    }
+    // Path MTU discovery "do" (the socket never sends, so it changes nothing else): a connected
+    // raw socket reports a too-big error about its peer as a socket error (EMSGSIZE) only as a
+    // hard error, which IPv6 makes it under IPV6_PMTUDISC_DO alone (rawv6_err; IPv4's default
+    // already does, raw_err). Without IP(V6)_RECVERR: no error queue to drain.
+    int level = family == 4 ? IPPROTO_IP : IPPROTO_IPV6;
+    int option = family == 4 ? IP_MTU_DISCOVER : IPV6_MTU_DISCOVER;
+    int mode = family == 4 ? IP_PMTUDISC_DO : IPV6_PMTUDISC_DO;
+    if (setsockopt(fd, level, option, &mode, sizeof mode) < 0) {
+      int err = errno;
+      close(fd);
+      dsrlb_throw_errno(env, family == 4 ? "setsockopt(IP_MTU_DISCOVER)" : "setsockopt(IPV6_MTU_DISCOVER)", err, NULL);
       return NULL;
     }
   }

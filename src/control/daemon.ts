@@ -150,6 +150,9 @@ interface RealRuntime {
 
 /** How often the next hops of IPIP reals are asked again (one `ip -batch` of `route get` for all). */
 const ROUTE_REFRESH_MS = 10_000;
+/** After a router's too-big error about a tunnel: how soon its route is asked again (the errors of a burst come together), and at most how often. */
+const TOO_BIG_REFRESH_DELAY_MS = 50;
+const TOO_BIG_REFRESH_GAP_MS = 1000;
 /**
  * The smallest path MTU toward an IPIP real taken from an ICMP error (a route exception): anyone
  * who knows the LB's and a real's addresses can forge one, and the kernel takes down to 552
@@ -237,6 +240,9 @@ export class Daemon {
   /** The start's VIP announcements on the link, waiting for the reals' MACs (announceStartOnLink). */
   private startLinkTimer: NodeJS.Timeout | null = null;
   private routesRefreshing = false;
+  /** A route refresh a router's too-big error asked for (tunnelTooBig), not run yet. */
+  private tooBigTimer: NodeJS.Timeout | null = null;
+  private tooBigRefreshAtMs = -Infinity;
   private readonly warned = new Set<string>();
   /** A reload queued behind another change and not started yet: later reloads join it. */
   private waitingReload: Promise<ReloadResult> | null = null;
@@ -269,7 +275,7 @@ export class Daemon {
     readonly log: Logger,
   ) {
     this.loops = new LoopGroup(log);
-    this.pathMtu = new PathMtuSockets(log);
+    this.pathMtu = new PathMtuSockets(log, undefined, (real) => this.tunnelTooBig(real));
     this.loops.onLost = (reason) => this.onLoopLost?.(reason);
     // A loop may have ended because its interface was made again, taking the addresses dsrlb put
     // on it (IPv6 VIPs): apply the host setup again (it adds only what is missing).
@@ -771,6 +777,31 @@ export class Daemon {
     });
   }
 
+  /**
+   * A router said a tunnel packet toward IPIP real `real` was too big (the path-MTU socket's
+   * error): the kernel has recorded the smaller MTU, so the routes are asked again now, not at the
+   * next ROUTE_REFRESH_MS, during which the clients' full-size segments were lost in the tunnel.
+   * At most once a second (a burst of errors, or forged ones, is one refresh); a refresh already
+   * under way may have read the route before the error, so this one waits for it.
+   */
+  private tunnelTooBig(real: string): void {
+    if (this.tooBigTimer !== null || this.stopping) return;
+    const waitMs = Math.max(TOO_BIG_REFRESH_DELAY_MS, this.tooBigRefreshAtMs + TOO_BIG_REFRESH_GAP_MS - monotonicMs());
+    this.tooBigTimer = setTimeout(() => {
+      this.tooBigTimer = null;
+      if (this.stopping) return;
+      if (this.routesRefreshing) {
+        this.tunnelTooBig(real);
+        return;
+      }
+      this.tooBigRefreshAtMs = monotonicMs();
+      // The sockets name the real in full (normalizedAddress); the log as the config writes it.
+      const address = [...this.reals.values()].find((r) => normalizedAddress(r.address) === real)?.address ?? real;
+      this.log.info('a router says a tunnel packet toward an IPIP real was too big: its route asked again now', { real: address });
+      void this.refreshTunnelRoutes();
+    }, waitMs);
+  }
+
   /** The path-MTU raw sockets of the IPIP reals (configured, or removed and draining), each from its tunnel's source. */
   private syncPathMtuSockets(): void {
     this.pathMtu.sync(
@@ -1268,9 +1299,14 @@ export class Daemon {
     const before = this.intentOf(key, r.state, r.weight);
     const { from, ...change } = request;
     if (from !== undefined && before.state !== from) {
-      // undrain lifts only a drain, enable only a disable (as HAProxy's drain and maintenance).
+      // undrain lifts only a drain, enable only a disable (as HAProxy's enable server leaves a
+      // drain): the other operator's state stays and the answer says so. Not an error: a deploy
+      // script's drain, work, undrain around another operator's disable would fail at its end.
       if (before.state === change.state) return { service: s.name, real: r.address, before, after: before };
-      throw new DaemonError('WRONG_STATE', `${s.name} ${r.address} is ${before.state === 'disabled' ? 'disabled' : 'draining'}, not ${from === 'disabled' ? 'disabled' : 'draining'}: ${before.state === 'disabled' ? 'enable' : 'undrain'} it instead`);
+      const note = before.state === 'disabled'
+        ? 'undrain lifts only a drain: left disabled; enable lifts it'
+        : 'enable lifts only a disable: left draining; undrain lifts it';
+      return { service: s.name, real: r.address, before, after: before, note };
     }
     // A drain of a disabled real would loosen it (and an undrain after it make the real active,
     // lifting another operator's disable): disabled already takes no new flows, so it stays.
@@ -1983,6 +2019,7 @@ export class Daemon {
     this.stopping = true;
     if (this.housekeeping) clearInterval(this.housekeeping);
     if (this.routesTimer) clearInterval(this.routesTimer);
+    if (this.tooBigTimer) clearTimeout(this.tooBigTimer);
     if (this.startLinkTimer) clearTimeout(this.startLinkTimer);
     if (this.announceTimer) clearInterval(this.announceTimer);
     this.announceTimer = null;

@@ -6,8 +6,10 @@
 // the outer packet's protocol, the kernel hands the error to it (raw_err, rawv6_err), which records
 // the smaller MTU as a route exception toward the real (for net.ipv4.route.mtu_expires or
 // net.ipv6.route.mtu_expires, 10 minutes). `ip route get REAL` reports it, and the daemon's route
-// refresh (every 10 s) makes it the real's tunnel MTU: from then on clients get
-// fragmentation-needed (packet-too-big) from the LB for what does not fit.
+// refresh makes it the real's tunnel MTU: from then on clients get fragmentation-needed
+// (packet-too-big) from the LB for what does not fit. The kernel also reports the error on the
+// socket (EMSGSIZE; for IPv6 because the socket is set to path MTU discovery "do"), which wakes
+// the daemon to ask that route again at once instead of at its next 10 s refresh.
 //
 // One socket per real and protocol (4 inside IPv4; 41 and 4 inside IPv6, for IPv6 and IPv4 VIPs),
 // bound to the tunnel's outer source and connected to the real: the kernel then hands it only
@@ -16,6 +18,7 @@
 // for 10 minutes), and IPv6 takes errors only on a connected socket at all (rawv6_err). A socket
 // filter drops every datagram: these sockets are held for the errors, never read.
 
+import { constants } from 'node:os';
 import { IPPROTO_IPIP, IPPROTO_IPV6 } from '../decap/inner-packet.js';
 import { loadNative } from '../io/native-binding.js';
 import type { Logger } from './logger.js';
@@ -39,13 +42,20 @@ export interface OpenSocket {
   close(): void;
 }
 
-/** Opens one socket (the native raw socket in production; a fake in unit tests). Throws when it cannot. */
-export type PathMtuSocketOpener = (spec: PathMtuSocketSpec) => OpenSocket;
+/**
+ * Opens one socket (the native raw socket in production; a fake in unit tests). Throws when it
+ * cannot. `tooBig` is called when the kernel reports a too-big error about the socket's peer.
+ */
+export type PathMtuSocketOpener = (spec: PathMtuSocketSpec, tooBig: () => void) => OpenSocket;
 
-const openNative: PathMtuSocketOpener = (spec) => {
+const openNative: PathMtuSocketOpener = (spec, tooBig) => {
   const native = loadNative();
-  // The callback sees only socket errors (each ICMP error about the real, cleared): nothing to do.
-  const handle = native.openTunnelSocket(spec.outerFamily, spec.protocol, null, 0, () => {}, { source: spec.source, peer: spec.peer, dropAll: true });
+  // The callback sees only socket errors (each ICMP error about the real, cleared): of those only a
+  // too-big one changes the route's MTU (unreachable and the like are the checks' business).
+  const onError = (errno: number): void => {
+    if (errno === constants.errno.EMSGSIZE) tooBig();
+  };
+  const handle = native.openTunnelSocket(spec.outerFamily, spec.protocol, null, 0, onError, { source: spec.source, peer: spec.peer, dropAll: true });
   return { close: () => native.closeTunnelSocket(handle) };
 };
 
@@ -71,9 +81,14 @@ export class PathMtuSockets {
   /** Sockets that could not be opened, warned about once until they open (or are no longer needed). */
   private readonly refused = new Set<string>();
 
+  /**
+   * @param onTooBig called with the real (peer) a router said a tunnel packet toward was too big
+   *   for its path: the kernel has recorded the smaller MTU, for the daemon to ask the route again.
+   */
   constructor(
     private readonly log: Pick<Logger, 'warn'>,
     private readonly opener: PathMtuSocketOpener = openNative,
+    private readonly onTooBig: (peer: string) => void = () => {},
   ) {}
 
   /**
@@ -94,7 +109,7 @@ export class PathMtuSockets {
     for (const [key, spec] of wanted) {
       if (this.open.has(key)) continue;
       try {
-        this.open.set(key, this.opener(spec));
+        this.open.set(key, this.opener(spec, () => this.onTooBig(spec.peer)));
         this.refused.delete(key);
       } catch (err) {
         if (this.refused.has(key)) continue;

@@ -2,7 +2,8 @@
 // answers a tunnel packet too big for its next link with ICMP fragmentation-needed (ICMPv6
 // packet-too-big) to the LB's outer source. dsrlb holds raw sockets for the tunnel protocols
 // (src/control/path-mtu-sockets.ts), so the LB's kernel takes the error and records the smaller
-// MTU toward the real; the daemon's route refresh makes it the real's tunnel MTU; a client's
+// MTU toward the real and reports the error on the socket, on which the daemon asks the route
+// again at once and makes that the real's tunnel MTU; a client's
 // full-size segments then get fragmentation-needed (packet-too-big) from the LB with the path MTU
 // less the outer header, and an upload through the tunnel completes. The sockets are connected to
 // the reals and bound to the tunnel source (here a second IPv6 address, tunnel.sourceV6, routed by
@@ -151,12 +152,20 @@ describe('IPIP path MTU learned from the underlay', () => {
     await waitFor('the LB kernel to record the path MTU', () => routeMtu(lab.lb, realAddress, lbSource), (m) => m === PATH_MTU, 3000);
     // IPv6: on the policy table's route, which the main table's answer does not show.
     if (v6) expect(await routeMtu(lab.lb, realAddress)).toBeNull();
-    // The route refresh (every 10 s) makes it the real's tunnel MTU.
+    // The kernel also reported the error on the socket, which makes the daemon ask the route
+    // again at once (not at its next refresh, up to 10 s later): the real's tunnel MTU.
+    // (At most one such refresh a second: the IPv6 case may wait for the IPv4 one's second.)
+    await waitFor(
+      'the daemon to hear of the error',
+      async () => daemon.logs.filter((l) => l.includes('a router says a tunnel packet toward an IPIP real was too big') && l.includes(`"real":"${realAddress}"`)).length,
+      (n) => n === 1,
+      1500,
+    );
     await waitFor(
       'the daemon to take the tunnel MTU',
       async () => daemon.logs.some((l) => l.includes('IPIP real route changed') && l.includes(`"real":"${realAddress}"`) && l.includes(`"mtu":${PATH_MTU}`)),
       (seen) => seen,
-      15_000,
+      1500,
     );
 
     await upload(vip);
@@ -169,6 +178,7 @@ describe('IPIP path MTU learned from the underlay', () => {
     await routerSaysTooBig(4, PATH_MTU, other);
     await sleep(500);
     expect(await routeMtu(lab.lb, other)).toBeNull();
+    expect(daemon.logs.some((l) => l.includes('was too big') && l.includes(other))).toBe(false);
     expect(await routeMtu(lab.lb, real.ipv4)).toBe(PATH_MTU);
   });
 

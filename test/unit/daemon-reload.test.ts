@@ -571,7 +571,7 @@ describe('operator intent asked for again', () => {
 });
 
 describe('a drain of a disabled real', () => {
-  it('leaves it disabled and says why, so that an undrain after it (a deploy script) cannot lift another operator\'s disable', async () => {
+  it('leaves it disabled and says why, so that an undrain after it (a deploy script) neither lifts another operator\'s disable nor fails', async () => {
     const d = daemonRunning(configText());
     await d.daemon.setIntent('web', '10.93.0.1', { state: 'disabled' });
     const saved = readFileSync(join(dir, 'state.json'), 'utf8');
@@ -584,8 +584,12 @@ describe('a drain of a disabled real', () => {
       note: 'disabled takes no flows at all, new ones included: left disabled; enable lifts it',
     });
     expect(readFileSync(join(dir, 'state.json'), 'utf8')).toBe(saved);
-    // The script's undrain is refused (exit 1 in the CLI), the disable stays.
-    await expect(d.daemon.setIntent('web', '10.93.0.1', { state: 'active', from: 'drain' })).rejects.toThrow('web 10.93.0.1 is disabled, not draining: enable it instead');
+    // The script's undrain leaves the disable and says so (exit 0 in the CLI: a set -e script
+    // does not fail at its end); nothing is saved.
+    const undrained = await d.daemon.setIntent('web', '10.93.0.1', { state: 'active', from: 'drain' });
+    expect(undrained.after).toEqual({ state: 'disabled', weight: 1 });
+    expect(undrained.note).toBe('undrain lifts only a drain: left disabled; enable lifts it');
+    expect(readFileSync(join(dir, 'state.json'), 'utf8')).toBe(saved);
     // A disable of a draining real still makes it disabled (stricter).
     await d.daemon.setIntent('web', '10.93.0.2', { state: 'drain' });
     expect((await d.daemon.setIntent('web', '10.93.0.2', { state: 'disabled' })).after.state).toBe('disabled');

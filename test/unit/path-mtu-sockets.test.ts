@@ -69,4 +69,17 @@ describe('PathMtuSockets', () => {
     expect(f.sockets.openSockets).toHaveLength(3);
     expect(f.warned).toHaveLength(1);
   });
+
+  it("names the real a socket's too-big error is about, for the daemon to ask its route again", () => {
+    const reported = new Map<string, () => void>();
+    const said: string[] = [];
+    const sockets = new PathMtuSockets({ warn: () => {} }, (spec, tooBig) => {
+      reported.set(key(spec), tooBig);
+      return { close: () => {} };
+    }, (peer) => void said.push(peer));
+    sockets.sync([R4, R6]);
+    reported.get('6/4 2001:db8:5::5 > 2001:db8::1')!();
+    reported.get('4/4 198.51.100.5 > 192.0.2.1')!();
+    expect(said).toEqual(['2001:db8::1', '192.0.2.1']);
+  });
 });
