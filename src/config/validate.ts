@@ -1016,6 +1016,10 @@ function realList(
       reals.push({ address: address.address, family: address.family, weight, state, forwarding, backup });
     }
   });
+  // Backups only would run the service on its backups for good, flagged and alerted as a fault.
+  if (reals.length > 0 && reals.length === value.length && reals.every((r) => r.backup)) {
+    p.add(at, `every real is a backup (backup: true): backups take new flows only while no other real can, so the service would always run on them (status ON_BACKUPS, alert DsrlbServiceOnBackups); make at least one a primary (backup: false)`);
+  }
   return reals;
 }
 

@@ -701,6 +701,22 @@ describe('real rules', () => {
   });
 });
 
+describe('backup reals', () => {
+  it('refuses a service whose reals are all backups (it would run on them for good), naming the list', () => {
+    expect(problemsWith((doc) => {
+      for (const r of doc.services[0].reals) r.backup = true;
+    })).toEqual([
+      'services[0].reals: every real is a backup (backup: true): backups take new flows only while no other real can, so the service would always run on them (status ON_BACKUPS, alert DsrlbServiceOnBackups); make at least one a primary (backup: false)',
+    ]);
+    // One primary is enough, a disabled one too (the backups then take over, as intended).
+    expect(problemsWith((doc) => {
+      for (const r of doc.services[0].reals) r.backup = true;
+      doc.services[0].reals[0].backup = false;
+      doc.services[0].reals[0].state = 'disabled';
+    })).toEqual([]);
+  });
+});
+
 describe('unknown keys', () => {
   it('hints at a near key', () => {
     expect(problemsWith((doc) => (doc.services[0].schedular = 'maglev'))).toEqual(['services[0].schedular: unknown key (did you mean "scheduler"?)']);
