@@ -1,5 +1,6 @@
 // `dsrlb status` as a table in the layout of `ipvsadm -Ln`: a header line for service rows and one
-// for real rows, each over what is under it; then notes (operator overrides, drops, the loops).
+// for real rows, each over what is under it; then notes (operator overrides, drops, failed checks,
+// the loops).
 
 /** A real's intent as the config file says it (GET /status `configIntent`); absent from older daemons. */
 interface ConfigIntent {
@@ -92,6 +93,7 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
   const order: { kind: 'service' | 'real'; row: string[] }[] = [];
   const overrides: string[] = [];
   const notes: string[] = [];
+  const checkNotes: string[] = [];
   for (const s of status.services) {
     const vip = s.vip.includes(':') ? `[${s.vip}]` : s.vip;
     // A removed service drops new flows by definition: REMOVED says it all.
@@ -102,7 +104,10 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
     order.push({ kind: 'service', row });
     for (const r of s.reals) {
       const addr = r.address.includes(':') ? `[${r.address}]` : r.address;
-      const health = `${r.health.state} ${since(r.health.since, now)}${r.health.lastError ? ` (${r.health.lastError})` : ''}`;
+      // The last failed check after the table: an error message in the cell widened the column
+      // for every row and pushed the counters off the screen.
+      const health = `${r.health.state} ${since(r.health.since, now)}`;
+      if (r.health.lastError) checkNotes.push(`${s.name} ${r.address}: last check failed: ${r.health.lastError}`);
       // An intent an operator set (this run, or restored from the state file at start) is marked:
       // the config file alone no longer tells what the real does.
       const o = overridden(r);
@@ -129,6 +134,7 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
       ...overrides,
     );
   }
+  notes.push(...checkNotes);
   // The loops are not a service's: said after the table, only when something is wrong or was.
   const loop = status.loop;
   if (typeof status.stateFileProblem === 'string') notes.push(status.stateFileProblem);

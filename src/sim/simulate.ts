@@ -224,6 +224,7 @@ class Simulation {
     record['candidates'] = report.candidates.length;
     if (report.dropping) record['dropping'] = true;
     if (report.panic) record['failOpen'] = true;
+    if (report.onBackups) record['onBackups'] = true;
     this.trace.push(record);
   }
 

@@ -506,6 +506,10 @@ ${flows('b', 10, '4s', '1s')}
     const starts = r.trace.filter((x) => x['event'] === 'start');
     expect(starts.filter((x) => String(x['flow']).startsWith('a')).map((x) => x['real'])).not.toContain('10.0.0.19');
     expect(new Set(starts.filter((x) => String(x['flow']).startsWith('b')).map((x) => x['real']))).toEqual(new Set(['10.0.0.19']));
+    // The trace says when the service runs on its backups, as status flags ON_BACKUPS.
+    const health = r.trace.filter((x) => x['event'] === 'health');
+    expect(health.map((x) => x['onBackups'] === true)).toEqual([false, false, true]);
+    expect(r.trace.find((x) => x['event'] === 'addReal')!['onBackups']).toBeUndefined();
     expect(problems(`${CONFIG}\nevents:\n  - { at: 0s, addReal: { service: web, address: 10.0.0.19, backup: 1 } }\n`)).toEqual(['events[0].addReal.backup: 1 is not true or false']);
   });
 

@@ -95,9 +95,15 @@ describe('status table', () => {
     );
     const rows = table(text);
     expect(rows[0]).toMatchObject({ Name: 'web', Flags: 'PANIC(failOpen)' });
-    expect(rows[1]).toMatchObject({ Health: 'down 30s (connect ECONNREFUSED)' });
+    expect(rows[1]).toMatchObject({ Health: 'down 30s' });
     expect(rows[2]).toMatchObject({ Name: 'api', Flags: 'DROPPING' });
-    expect(text.split('\n').at(-1)).toBe('api: dropping: no MAC known for 10.0.1.12 (ARP/neighbour discovery unanswered)');
+    expect(text.split('\n').slice(-2)).toEqual(['api: dropping: no MAC known for 10.0.1.12 (ARP/neighbour discovery unanswered)', 'web 10.0.1.11: last check failed: connect ECONNREFUSED']);
+  });
+
+  it("keeps the Health cell short: a real's last failed check is said after the table, an up one's too (it may be going down)", () => {
+    const text = formatStatus({ services: [service('web', { reals: [real('10.0.1.11', 'up', 'timeout: no answer within 1000 ms'), real('10.0.1.12', 'up')] })] }, now);
+    expect(table(text).slice(1).map((r) => r.Health)).toEqual(['up 30s', 'up 30s']);
+    expect(text.split('\n').filter((l) => l.includes('last check'))).toEqual(['web 10.0.1.11: last check failed: timeout: no answer within 1000 ms']);
   });
 
   it('says after the table which wanted real has no MAC: it takes no new flows though its health says up', () => {
