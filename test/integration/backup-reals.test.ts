@@ -2,29 +2,22 @@
 // connections never reach r3; once both are down, r3 takes every one (status ON_BACKUPS); once r1
 // is back, new connections go to r1 again while a keep-alive connection opened on r3 stays there.
 
-import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab, type LabHost } from '../../src/lab/netns-lab.js';
-import { allUp, httpCount, labConfig, LabDaemon, metricValue, requireRoot, ROOT, startRealServer, stopProcess, type Status } from '../support/lab-daemon.js';
+import { allUp, httpCount, labConfig, LabDaemon, metricValue, RealServers, requireRoot, ROOT, stopProcess, type Status } from '../support/lab-daemon.js';
 
 const PREFIX = `dsrt-bak-${process.pid}-`;
 let lab: Lab;
 let dir: string;
 let daemon: LabDaemon;
-const servers = new Map<string, ChildProcess>();
+const servers = new RealServers(() => lab);
 
 const real = (name: string): LabHost => lab.reals.find((r) => r.name === name)!;
 const health = (s: Status, name: string): string => s.services[0]!.reals.find((r) => r.address === real(name).ipv4)!.health.state;
-
-async function stopServer(name: string): Promise<void> {
-  const p = servers.get(name) ?? lab.httpServers.get(name);
-  if (p) await stopProcess(p);
-  servers.delete(name);
-}
 
 beforeAll(async () => {
   requireRoot();
@@ -43,7 +36,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   if (daemon) expect(await daemon.stop()).toBe(0);
-  for (const p of servers.values()) await stopProcess(p);
+  await servers.stopAll();
   await lab?.destroy();
   if (dir) await rm(dir, { recursive: true, force: true });
 }, 60_000);
@@ -56,8 +49,8 @@ describe('backup: true', () => {
     expect(Object.keys(before.byReal).sort()).toEqual(['r1', 'r2']);
     expect((await daemon.cli(['status'])).stdout).toMatch(/-> \S+ +l2 +100 +active backup +up/);
 
-    await stopServer('r1');
-    await stopServer('r2');
+    await servers.stop('r1');
+    await servers.stop('r2');
     await daemon.waitFor('r1 and r2 down', (s) => health(s, 'r1') === 'down' && health(s, 'r2') === 'down', 10_000);
     expect((await daemon.cli(['status'])).stdout).toMatch(/web +ON_BACKUPS/);
     expect(metricValue(await daemon.metrics(), 'dsrlb_service_on_backups', 'service="web"')).toBe(1);
@@ -71,7 +64,7 @@ describe('backup: true', () => {
       expect(JSON.parse((await lines.next()).value as string)).toMatchObject({ opened: 1 });
       client.stdin!.write('go\n');
       expect(JSON.parse((await lines.next()).value as string).answers[0].real).toBe('r3');
-      servers.set('r1', await startRealServer(lab, real('r1')));
+      await servers.start('r1');
       await daemon.waitFor('r1 up', (s) => health(s, 'r1') === 'up', 10_000);
       const after = await httpCount(lab, 20);
       expect([after.ok, after.byReal]).toEqual([20, { r1: 20 }]);

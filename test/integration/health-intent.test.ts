@@ -4,7 +4,6 @@
 // connections go elsewhere; failOpen vs drop when all are down; a 2 s blip with fall=3 is ignored;
 // intent survives a restart.
 
-import type { ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -12,7 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab, type LabHost } from '../../src/lab/netns-lab.js';
 import { patternBytes } from '../../src/lab/real-http-server.js';
-import { allUp, httpCount, labConfig, LabDaemon, metricValue, requireRoot, sleep, startRealServer, stopProcess, type Status } from '../support/lab-daemon.js';
+import { allUp, httpCount, labConfig, LabDaemon, metricValue, RealServers, requireRoot, sleep, type Status } from '../support/lab-daemon.js';
 
 const PREFIX = `dsrt-hc-${process.pid}-`;
 const INTERVAL_MS = 1000;
@@ -23,7 +22,7 @@ let lab: Lab;
 let dir: string;
 let daemon: LabDaemon;
 let configPath: string;
-const servers = new Map<string, ChildProcess>();
+const servers = new RealServers(() => lab);
 
 function configText(opts: { whenAllDown?: string; fall?: number; probeService?: boolean; name?: string; reals?: string[]; top?: string[] } = {}): string {
   const text = labConfig(lab, {
@@ -60,16 +59,6 @@ function probeService(): string[] {
 const realOf = (name: string): LabHost => lab.reals.find((r) => r.name === name)!;
 const statusOf = (s: Status, name: string) => s.services[0]!.reals.find((r) => r.address === realOf(name).ipv4)!;
 
-async function stopServer(name: string): Promise<void> {
-  const p = servers.get(name) ?? lab.httpServers.get(name);
-  if (p) await stopProcess(p);
-  servers.delete(name);
-}
-
-async function startServer(name: string): Promise<void> {
-  servers.set(name, await startRealServer(lab, realOf(name)));
-}
-
 async function reload(text: string): Promise<void> {
   await writeFile(configPath, text);
   const r = await daemon.cli(['reload']);
@@ -89,7 +78,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   if (daemon) expect(await daemon.stop()).toBe(0);
-  for (const p of servers.values()) await stopProcess(p);
+  await servers.stopAll();
   await lab?.destroy();
 }, 60_000);
 
@@ -102,7 +91,7 @@ describe('health checks and intent', () => {
   });
 
   it('takes a dead real out within fall x interval + timeout + 1 s and back after rise x interval', async () => {
-    await stopServer('r1');
+    await servers.stop('r1');
     await sleep(FALL * INTERVAL_MS + TIMEOUT_MS + 1000);
     const whileDown = await httpCount(lab, 60);
     expect(whileDown.ok).toBe(60);
@@ -111,7 +100,7 @@ describe('health checks and intent', () => {
     expect(statusOf(s, 'r1').health.state).toBe('down');
     expect(statusOf(s, 'r1').health.lastError).toMatch(/refused/);
 
-    await startServer('r1');
+    await servers.start('r1');
     const upAfterMs = await daemon.waitFor('r1 up', (st) => statusOf(st, 'r1').health.state === 'up', 10_000);
     expect(upAfterMs).toBeLessThanOrEqual((RISE + 1) * INTERVAL_MS + TIMEOUT_MS);
     const back = await httpCount(lab, 60);
@@ -188,7 +177,7 @@ describe('health checks and intent', () => {
   }, 60_000);
 
   it('with every real down: failOpen still sends to the wanted reals, drop refuses and counts', async () => {
-    for (const r of lab.reals) await stopServer(r.name);
+    for (const r of lab.reals) await servers.stop(r.name);
     await daemon.waitFor('panic', (s) => s.services[0]!.panic, 10_000);
     // explain says why a new flow goes to a down real.
     const explainPanic = await daemon.cli(['explain', 'web', `${lab.client.ipv4}:41000`]);
@@ -212,7 +201,7 @@ describe('health checks and intent', () => {
     expect(metricValue(after, 'dsrlb_dropped_packets_total', 'reason="no_real_available"') - metricValue(mid, 'dsrlb_dropped_packets_total', 'reason="no_real_available"')).toBeGreaterThanOrEqual(10);
     expect(forwarded(after)).toBe(forwarded(mid));
 
-    for (const r of lab.reals) await startServer(r.name);
+    for (const r of lab.reals) await servers.start(r.name);
     await reload(configText());
     await daemon.waitFor('all up', allUp, 10_000);
     expect((await httpCount(lab, 30)).ok).toBe(30);

@@ -177,6 +177,32 @@ export async function startRealServer(lab: Lab, real: LabHost): Promise<ChildPro
   return p;
 }
 
+/**
+ * The lab HTTP servers a test stops and starts again (a real's check fails while its server is
+ * down): the lab's own until a test starts one itself. stopAll in afterAll (the lab stops its own).
+ */
+export class RealServers {
+  private readonly started = new Map<string, ChildProcess>();
+
+  constructor(private readonly lab: () => Lab) {}
+
+  async stop(name: string): Promise<void> {
+    const p = this.started.get(name) ?? this.lab().httpServers.get(name);
+    if (p) await stopProcess(p);
+    this.started.delete(name);
+  }
+
+  async start(name: string): Promise<void> {
+    const lab = this.lab();
+    this.started.set(name, await startRealServer(lab, lab.reals.find((r) => r.name === name)!));
+  }
+
+  async stopAll(): Promise<void> {
+    for (const p of this.started.values()) await stopProcess(p);
+    this.started.clear();
+  }
+}
+
 export async function stopProcess(p: ChildProcess): Promise<void> {
   if (p.exitCode !== null || p.signalCode !== null) return;
   const exited = new Promise((r) => p.once('exit', r));
