@@ -107,7 +107,7 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
       // The last failed check after the table: an error message in the cell widened the column
       // for every row and pushed the counters off the screen.
       const health = `${r.health.state} ${since(r.health.since, now)}`;
-      if (r.health.lastError) checkNotes.push(`${s.name} ${r.address}: last check failed: ${r.health.lastError}`);
+      if (r.health.lastError) checkNotes.push(`${s.name} ${r.address}: last check failed${r.health.state === 'up' ? ' (still up)' : ''}: ${r.health.lastError}`);
       // An intent an operator set (this run, or restored from the state file at start) is marked:
       // the config file alone no longer tells what the real does.
       const o = overridden(r);

@@ -38,6 +38,7 @@ import { RealRegistry, serviceIdentity } from './real-registry.js';
 import { removalBlocker } from './service-removal.js';
 import { SnapshotBuilder, type RealView, type ServiceBuildReport, type ServiceView, type TunnelSources } from './snapshot-builder.js';
 import { PathMtuSockets } from './path-mtu-sockets.js';
+import { RouteRefreshTrigger } from './route-refresh-trigger.js';
 import { lookupRoutes } from './route-lookup.js';
 import { VipAnnouncer } from './announcer.js';
 import { announceVips, type AnnouncementRounds } from './vip-announcements.js';
@@ -150,9 +151,8 @@ interface RealRuntime {
 
 /** How often the next hops of IPIP reals are asked again (one `ip -batch` of `route get` for all). */
 const ROUTE_REFRESH_MS = 10_000;
-/** After a router's too-big error about a tunnel: how soon its route is asked again (the errors of a burst come together), and at most how often. */
-const TOO_BIG_REFRESH_DELAY_MS = 50;
-const TOO_BIG_REFRESH_GAP_MS = 1000;
+/** A real's too-big errors are logged at most once in this long. */
+const TOO_BIG_LOG_MS = 600_000;
 /**
  * The smallest path MTU toward an IPIP real taken from an ICMP error (a route exception): anyone
  * who knows the LB's and a real's addresses can forge one, and the kernel takes down to 552
@@ -240,9 +240,10 @@ export class Daemon {
   /** The start's VIP announcements on the link, waiting for the reals' MACs (announceStartOnLink). */
   private startLinkTimer: NodeJS.Timeout | null = null;
   private routesRefreshing = false;
-  /** A route refresh a router's too-big error asked for (tunnelTooBig), not run yet. */
-  private tooBigTimer: NodeJS.Timeout | null = null;
-  private tooBigRefreshAtMs = -Infinity;
+  /** Route refreshes that routers' too-big errors about tunnels ask for (refreshAfterTooBig). */
+  private readonly tooBigRefresh: RouteRefreshTrigger;
+  /** When each real's too-big error was last logged (monotonic ms). */
+  private readonly tooBigLoggedAt = new Map<string, number>();
   private readonly warned = new Set<string>();
   /** A reload queued behind another change and not started yet: later reloads join it. */
   private waitingReload: Promise<ReloadResult> | null = null;
@@ -275,7 +276,8 @@ export class Daemon {
     readonly log: Logger,
   ) {
     this.loops = new LoopGroup(log);
-    this.pathMtu = new PathMtuSockets(log, undefined, (real) => this.tunnelTooBig(real));
+    this.tooBigRefresh = new RouteRefreshTrigger({ ready: () => this.started && !this.routesRefreshing, refresh: (reals) => this.refreshAfterTooBig(reals), now: monotonicMs });
+    this.pathMtu = new PathMtuSockets(log, undefined, (real) => this.tooBigRefresh.tooBig(real));
     this.loops.onLost = (reason) => this.onLoopLost?.(reason);
     // A loop may have ended because its interface was made again, taking the addresses dsrlb put
     // on it (IPv6 VIPs): apply the host setup again (it adds only what is missing).
@@ -778,28 +780,23 @@ export class Daemon {
   }
 
   /**
-   * A router said a tunnel packet toward IPIP real `real` was too big (the path-MTU socket's
-   * error): the kernel has recorded the smaller MTU, so the routes are asked again now, not at the
-   * next ROUTE_REFRESH_MS, during which the clients' full-size segments were lost in the tunnel.
-   * At most once a second (a burst of errors, or forged ones, is one refresh); a refresh already
-   * under way may have read the route before the error, so this one waits for it.
+   * A router said tunnel packets toward these IPIP reals were too big (their path-MTU sockets'
+   * errors, gathered by tooBigRefresh): the kernel has recorded the smaller MTU, so the routes are
+   * asked again now, not at the next ROUTE_REFRESH_MS, during which the clients' full-size segments
+   * were lost in the tunnel. Logged once per real per TOO_BIG_LOG_MS (the kernel keeps a learned
+   * MTU 10 minutes; a flood of errors is not a flood of log lines).
    */
-  private tunnelTooBig(real: string): void {
-    if (this.tooBigTimer !== null || this.stopping) return;
-    const waitMs = Math.max(TOO_BIG_REFRESH_DELAY_MS, this.tooBigRefreshAtMs + TOO_BIG_REFRESH_GAP_MS - monotonicMs());
-    this.tooBigTimer = setTimeout(() => {
-      this.tooBigTimer = null;
-      if (this.stopping) return;
-      if (this.routesRefreshing) {
-        this.tunnelTooBig(real);
-        return;
-      }
-      this.tooBigRefreshAtMs = monotonicMs();
-      // The sockets name the real in full (normalizedAddress); the log as the config writes it.
-      const address = [...this.reals.values()].find((r) => normalizedAddress(r.address) === real)?.address ?? real;
-      this.log.info('a router says a tunnel packet toward an IPIP real was too big: its route asked again now', { real: address });
-      void this.refreshTunnelRoutes();
-    }, waitMs);
+  private refreshAfterTooBig(reals: readonly string[]): void {
+    const now = monotonicMs();
+    for (const [real, at] of this.tooBigLoggedAt) if (now - at >= TOO_BIG_LOG_MS) this.tooBigLoggedAt.delete(real);
+    // The sockets name a real in full (normalizedAddress); the log as the config writes it.
+    const fresh = reals.filter((r) => !this.tooBigLoggedAt.has(r));
+    for (const r of fresh) this.tooBigLoggedAt.set(r, now);
+    if (fresh.length > 0) {
+      const named = fresh.map((r) => [...this.reals.values()].find((x) => normalizedAddress(x.address) === r)?.address ?? r);
+      this.log.info('a router says tunnel packets toward IPIP reals were too big: the routes asked again now', { reals: named });
+    }
+    void this.refreshTunnelRoutes();
   }
 
   /** The path-MTU raw sockets of the IPIP reals (configured, or removed and draining), each from its tunnel's source. */
@@ -1306,11 +1303,13 @@ export class Daemon {
       const note = before.state === 'disabled'
         ? 'undrain lifts only a drain: left disabled; enable lifts it'
         : 'enable lifts only a disable: left draining; undrain lifts it';
+      this.log.info('intent left as it was', { service: s.name, real: r.address, asked: change.state, intent: before, note });
       return { service: s.name, real: r.address, before, after: before, note };
     }
     // A drain of a disabled real would loosen it (and an undrain after it make the real active,
     // lifting another operator's disable): disabled already takes no new flows, so it stays.
     if (change.state === 'drain' && before.state === 'disabled') {
+      this.log.info('intent left as it was', { service: s.name, real: r.address, asked: 'drain', intent: before });
       return { service: s.name, real: r.address, before, after: before, note: 'disabled takes no flows at all, new ones included: left disabled; enable lifts it' };
     }
     // Already so (a repeated drain): nothing to save, log or rebuild; the answer says so.
@@ -2019,7 +2018,7 @@ export class Daemon {
     this.stopping = true;
     if (this.housekeeping) clearInterval(this.housekeeping);
     if (this.routesTimer) clearInterval(this.routesTimer);
-    if (this.tooBigTimer) clearTimeout(this.tooBigTimer);
+    this.tooBigRefresh.stop();
     if (this.startLinkTimer) clearTimeout(this.startLinkTimer);
     if (this.announceTimer) clearInterval(this.announceTimer);
     this.announceTimer = null;

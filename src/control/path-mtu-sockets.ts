@@ -48,14 +48,20 @@ export interface OpenSocket {
  */
 export type PathMtuSocketOpener = (spec: PathMtuSocketSpec, tooBig: () => void) => OpenSocket;
 
-const openNative: PathMtuSocketOpener = (spec, tooBig) => {
-  const native = loadNative();
-  // The callback sees only socket errors (each ICMP error about the real, cleared): of those only a
-  // too-big one changes the route's MTU (unreachable and the like are the checks' business).
-  const onError = (errno: number): void => {
+/**
+ * The native socket's callback: it sees only socket errors (each ICMP error about the real, as an
+ * errno, cleared), of which only a too-big one (EMSGSIZE) changes the route's MTU; unreachable and
+ * the like are the health checks' business.
+ */
+export function onTooBigOnly(tooBig: () => void): (errno: number) => void {
+  return (errno) => {
     if (errno === constants.errno.EMSGSIZE) tooBig();
   };
-  const handle = native.openTunnelSocket(spec.outerFamily, spec.protocol, null, 0, onError, { source: spec.source, peer: spec.peer, dropAll: true });
+}
+
+const openNative: PathMtuSocketOpener = (spec, tooBig) => {
+  const native = loadNative();
+  const handle = native.openTunnelSocket(spec.outerFamily, spec.protocol, null, 0, onTooBigOnly(tooBig), { source: spec.source, peer: spec.peer, dropAll: true });
   return { close: () => native.closeTunnelSocket(handle) };
 };
 

@@ -103,7 +103,7 @@ describe('status table', () => {
   it("keeps the Health cell short: a real's last failed check is said after the table, an up one's too (it may be going down)", () => {
     const text = formatStatus({ services: [service('web', { reals: [real('10.0.1.11', 'up', 'timeout: no answer within 1000 ms'), real('10.0.1.12', 'up')] })] }, now);
     expect(table(text).slice(1).map((r) => r.Health)).toEqual(['up 30s', 'up 30s']);
-    expect(text.split('\n').filter((l) => l.includes('last check'))).toEqual(['web 10.0.1.11: last check failed: timeout: no answer within 1000 ms']);
+    expect(text.split('\n').filter((l) => l.includes('last check'))).toEqual(['web 10.0.1.11: last check failed (still up): timeout: no answer within 1000 ms']);
   });
 
   it('says after the table which wanted real has no MAC: it takes no new flows though its health says up', () => {
