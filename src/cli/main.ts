@@ -205,7 +205,7 @@ export async function main(args: string[]): Promise<number> {
         adminOptions(y)
           .positional('service', { type: 'string', describe: `only this service's flows (${SERVICE_HELP})` })
           .option('real', { type: 'string', requiresArg: true, describe: 'only the flows on this real (an address; with SERVICE as REAL)' })
-          .option('client', { type: 'string', requiresArg: true, describe: 'only the flows from this client address' })
+          .option('client', { type: 'string', requiresArg: true, describe: 'only the flows from this client: an address, or IP:PORT ([V6]:PORT) for one connection' })
           .option('limit', { type: 'string', requiresArg: true, default: '100', describe: 'list at most this many (0: all); the count of every match is printed' })
           .option('json', { type: 'boolean', default: false, describe: 'print the flows as JSON' }),
       (a) =>

@@ -1615,13 +1615,28 @@ export class Daemon {
       const address = parseIpAddress(q.real)?.address;
       if (address === undefined) throw new DaemonError('BAD_REAL', `"${q.real}" is not an IPv4 or IPv6 address`);
       ids = new Uint8Array(MAX_REAL_IDS);
-      for (const r of this.reals.values()) if (r.address === address) ids[r.id] = 1;
+      let any = false;
+      for (const r of this.reals.values()) {
+        if (r.address !== address) continue;
+        ids[r.id] = 1;
+        any = true;
+      }
+      // As drain and explain answer a real no service has (a typo listed nothing, exit 0).
+      if (!any) throw new DaemonError('UNKNOWN_REAL', `no service has a real "${q.real}"; reals: ${firstFew([...new Set([...this.reals.values()].map((r) => r.address))])}`);
     }
     let client: Uint32Array | null = null;
     let clientFamily = 0;
+    // A client port too when given (IP:PORT, [V6]:PORT, as ipvsadm -Lnc prints a source).
+    let clientPort = -1;
     if (q.client !== undefined) {
-      const c = parseIpAddress(q.client);
-      if (c === null) throw new DaemonError('BAD_CLIENT', `client "${q.client}" is not an IPv4 or IPv6 address`);
+      const bad = new DaemonError('BAD_CLIENT', `client "${q.client}" is not an IPv4 or IPv6 address, IP:PORT or [IPv6]:PORT`);
+      let c = parseIpAddress(q.client);
+      if (c === null) {
+        const endpoint = parseClientEndpoint(q.client, 0);
+        if ('error' in endpoint) throw bad;
+        c = endpoint;
+        clientPort = endpoint.port;
+      }
       client = addressWords(c.address);
       clientFamily = c.family;
     }
@@ -1636,6 +1651,7 @@ export class Daemon {
             }
             if (vipPort >= 0 && (rec[base + 9]! & 0xffff) !== vipPort) return false;
             if (client === null) return true;
+            if (clientPort >= 0 && rec[base + 9]! >>> 16 !== clientPort) return false;
             return rec[base]! >>> 8 === clientFamily && rec[base + 1]! >>> 0 === client[0] && rec[base + 2]! >>> 0 === client[1] && rec[base + 3]! >>> 0 === client[2] && rec[base + 4]! >>> 0 === client[3];
           };
     const limit = q.limit === 0 ? FLOWS_LISTED_MOST : Math.min(q.limit, FLOWS_LISTED_MOST);

@@ -609,7 +609,7 @@ export class LoopGroup {
     const parts: { batch: FlowBatch; atMs: number }[] = [];
     for (const l of this.loops) {
       if (!l.running || l.flowRecords === null) continue;
-      const r = scanRecords(l.flowRecords, this.lastTimeouts ?? l.settings.timeouts, atMs, keep, limit);
+      const r = scanRecords(l.flowRecords, this.lastTimeouts ?? l.settings.timeouts, atMs, keep, limit, true);
       matched += r.matched;
       parts.push({ batch: r.batch, atMs });
     }

@@ -63,7 +63,9 @@ export function collectRecords(records: SharedArrayBuffer, timeouts: FlowTimeout
  * collectRecords of the live flows `keep` takes (given the records as int32 words and a record's
  * first word; null: every one): `matched` counts them all, the batch holds the first `limit`.
  * Each record's state and last-seen time are read once, so a flow freed meanwhile is either left
- * out or listed whole with the state it was read with.
+ * out or listed whole with the state it was read with. `withClosed`: also the entries a RST
+ * closed, until their close timeout (dsrlb flows lists them as ipvsadm -Lnc does CLOSE, and the
+ * flow counts of status include them); a hand-over leaves them out (no connection to keep).
  */
 export function scanRecords(
   records: SharedArrayBuffer,
@@ -71,6 +73,7 @@ export function scanRecords(
   nowMs: number,
   keep: ((rec: Int32Array, base: number) => boolean) | null,
   limit: number,
+  withClosed = false,
 ): { batch: FlowBatch; matched: number } {
   const rec = new Int32Array(records);
   const seen = new Float64Array(records);
@@ -83,7 +86,7 @@ export function scanRecords(
   for (let e = 0; e < n; e++) {
     const base = e * FLOW_RECORD.words;
     const state = rec[base + FLOW_RECORD.state]!;
-    if (state < FlowState.syn || state > FlowState.udp || state === FlowState.closed) continue;
+    if (state < FlowState.syn || state > FlowState.udp || (state === FlowState.closed && !withClosed)) continue;
     const idle = nowMs - seen[(base + FLOW_RECORD.seenWord) / 2]!;
     if (!(idle < timeoutOf[state]!)) continue;
     if (keep !== null && !keep(rec, base)) continue;

@@ -111,7 +111,14 @@ describe('dsrlb flows', () => {
       // What cannot be found is said as for the other admin commands.
       expect(() => d.daemon.flows({ service: 'nosuch', limit: 0 })).toThrow(/unknown service "nosuch"/);
       expect(() => d.daemon.flows({ service: 'web', real: '10.0.0.9', limit: 0 })).toThrow(/service "web" has no real "10.0.0.9"/);
-      expect(() => d.daemon.flows({ client: 'nobody', limit: 0 })).toThrow('client "nobody" is not an IPv4 or IPv6 address');
+      expect(() => d.daemon.flows({ client: 'nobody', limit: 0 })).toThrow('client "nobody" is not an IPv4 or IPv6 address, IP:PORT or [IPv6]:PORT');
+      // A real no service has is an error, as drain answers it (it listed nothing, exit 0).
+      expect(() => d.daemon.flows({ real: '10.0.0.99', limit: 0 })).toThrow(/no service has a real "10.0.0.99"; reals: /);
+      // A client with its port (as ipvsadm -Lnc prints a source): that one connection.
+      expect(d.daemon.flows({ client: '198.51.100.7:40001', limit: 0 }).flows.map((f) => [f.client, f.real])).toEqual([['198.51.100.7:40001', '10.0.0.2']]);
+      expect(d.daemon.flows({ client: '[2001:db8::7]:5353', limit: 0 }).total).toBe(1);
+      expect(d.daemon.flows({ client: '[2001:db8::7]:5354', limit: 0 }).total).toBe(0);
+      expect(() => d.daemon.flows({ client: '198.51.100.7:70000', limit: 0 })).toThrow(/is not an IPv4 or IPv6 address, IP:PORT/);
       // As ipvsadm -Lnc prints them.
       expect(formatFlows(d.daemon.flows({ service: 'web', limit: 2 }))).toBe(
         [

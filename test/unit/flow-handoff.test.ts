@@ -362,6 +362,15 @@ describe('collectRecords: the flows of a table whose loop has ended, from its sh
     expect(scanned.batch.count).toBe(3);
     for (const r of rows(scanned.batch)) expect(all7).toContain(r);
     expect(rows(scanRecords(t.records, TIMEOUTS, now, onReal7, Infinity).batch)).toEqual(all7);
+    // With the closed entries (dsrlb flows, as ipvsadm -Lnc lists CLOSE): those within their close
+    // timeout besides, which collectRecords leaves out.
+    put(t, 4_000, 7, FlowState.closed, now - 1_000);
+    put(t, 4_001, 7, FlowState.closed, now - TIMEOUTS.closeMs - 1);
+    const withClosed = scanRecords(t.records, TIMEOUTS, now, null, Infinity, true).batch;
+    const closed = rows(withClosed).filter((r) => r.split(' ')[2] === String(FlowState.closed));
+    expect(closed).toEqual([`${[...keyOf(4_000)].join(',')} 7 ${FlowState.closed} 1000`]);
+    expect(rows(withClosed).filter((r) => r.split(' ')[2] !== String(FlowState.closed))).toEqual(rows(fromRecords));
+    expect(rows(collectRecords(t.records, TIMEOUTS, now))).toEqual(rows(fromRecords));
   });
 
   it('reads nothing from a new or cleared table', () => {
