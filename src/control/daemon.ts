@@ -219,6 +219,8 @@ export class Daemon {
   private readonly macMissing = new Map<number, { sinceMs: number; warned: boolean }>();
   /** Services whose view has settled since start, and when each was first seen (announceWanted). */
   private readonly settledServices = new Set<string>();
+  /** Services whose dropping has been warned of in this episode (by name, as the log names them). */
+  private readonly dropWarned = new Set<string>();
   private readonly firstSeenMs = new Map<string, number>();
   private rebuildQueued = false;
   private housekeeping: NodeJS.Timeout | null = null;
@@ -971,11 +973,20 @@ export class Daemon {
       if (s.onBackups && !prev?.onBackups) this.log.warn('no real but the backups can take new flows: the backups take them', { service: s.name });
       else if (!s.onBackups && prev?.onBackups === true) this.log.info('the backups take no new flows again', { service: s.name });
       const view = viewsByName.get(s.name);
-      if (s.dropping && !prev?.dropping && view?.removed !== true) {
-        const reason = droppingReason(view);
-        // At start no MAC is known for a few hundred ms: that is not worth a warning.
-        if (why === 'start' && reason.startsWith('no MAC')) this.log.info('waiting for the MACs of the reals before forwarding', { service: s.name });
-        else this.log.warn('no real can take new flows: dropping', { service: s.name, reason });
+      if (s.dropping && view?.removed !== true) {
+        // Once per dropping episode. A service still settling whose reals only wait for their MACs
+        // (a few hundred ms at start or after a reload) is worth no warning; if it then drops for
+        // another reason (its reals found down), the warning comes then.
+        if (!this.dropWarned.has(s.name)) {
+          if (cfg !== undefined && !this.settledServices.has(serviceIdentity(cfg)) && waitsForMacs(view)) {
+            if (!prev?.dropping) this.log.info('waiting for the MACs of the reals before forwarding', { service: s.name });
+          } else {
+            this.dropWarned.add(s.name);
+            this.log.warn('no real can take new flows: dropping', { service: s.name, reason: droppingReason(view) });
+          }
+        }
+      } else {
+        this.dropWarned.delete(s.name);
       }
     }
     this.lastReports = services;
@@ -2106,16 +2117,34 @@ function vipClashProblems(config: Config, holders: ReadonlyMap<string, string>):
   });
 }
 
-/** Why a service drops new flows: its wanted reals have no MAC yet, or none may take flows. */
+/**
+ * Why a service drops new flows, real by real, as HAProxy's "no server available" leaves the
+ * operator to find out: "10.0.1.14: down, no MAC known (ARP/neighbour discovery unanswered);
+ * 10.0.1.11, 10.0.1.13: draining; 10.0.1.12: disabled". A wanted real's health and MAC (failOpen
+ * sends to a down real, never to one without a MAC); the intent of the others.
+ */
 function droppingReason(view: ServiceView | undefined): string {
   if (view?.removed === true) return 'removed from the config: only its existing flows are forwarded';
-  const wanted = view?.reals.filter(isWanted) ?? [];
-  const unresolved = wanted.filter((r) => r.mac === null);
-  if (wanted.length > 0 && unresolved.length === wanted.length) {
-    return `no MAC known for ${unresolved.map((r) => r.address).join(', ')} (ARP/neighbour discovery unanswered)`;
+  const reals = view?.reals.filter((r) => !r.removed) ?? [];
+  if (reals.length === 0) return 'no reals';
+  const groups = new Map<string, string[]>();
+  for (const r of reals) {
+    let why: string;
+    if (isWanted(r)) {
+      const health = r.health === 'up' ? '' : r.health === 'down' ? 'down' : 'not checked yet';
+      why = [health, r.mac === null ? 'no MAC known (ARP/neighbour discovery unanswered)' : ''].filter(Boolean).join(', ') || 'up';
+    } else {
+      why = r.intent === 'drain' ? 'draining' : r.intent === 'disabled' ? 'disabled' : 'weight 0';
+    }
+    groups.set(why, [...(groups.get(why) ?? []), r.address]);
   }
-  if (wanted.length === 0) return 'no real is active with a weight above 0';
-  return 'no wanted real is up';
+  return [...groups].map(([why, addresses]) => `${addresses.join(', ')}: ${why}`).join('; ');
+}
+
+/** At start: every wanted real is there but for its MAC (not yet asked of ARP), which is not worth a warning. */
+function waitsForMacs(view: ServiceView | undefined): boolean {
+  const wanted = view?.reals.filter(isWanted) ?? [];
+  return wanted.length > 0 && wanted.every((r) => r.mac === null && r.health !== 'down');
 }
 
 /** A failOpen panic the daemon reports: not while no wanted real has been probed yet (ServiceBuildReport.unproven). */

@@ -194,7 +194,7 @@ describe('health checks and intent', () => {
     await reload(configText({ whenAllDown: 'drop' }));
     await daemon.waitFor('dropping', (s) => s.services[0]!.dropping && !s.services[0]!.panic, 5000);
     const explainDrop = await daemon.cli(['explain', 'web', `${lab.client.ipv4}:41000`]);
-    expect(explainDrop.stdout.trim()).toMatch(/-> no real \(new flows dropped: no wanted real is up\)$/);
+    expect(explainDrop.stdout.trim()).toMatch(/-> no real \(new flows dropped: 10\.77\.0\.11, 10\.77\.0\.12, 10\.77\.0\.13: down\)$/);
     const dropped = await httpCount(lab, 10, { timeoutMs: 1000 });
     expect(dropped.ok).toBe(0);
     const after = await daemon.metrics();
