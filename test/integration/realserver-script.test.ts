@@ -696,6 +696,41 @@ describe('mode ipip', () => {
     });
   });
 
+  it('says when it cannot tell the interface the tunnel arrives on (MSS unchecked), and takes the one a running dsrlb decap reads', async () => {
+    const vip = '203.0.113.34';
+    const unknown = `dsrlb-realserver: warning: cannot tell which interface the tunnel for ${vip} arrives on (no default route, and not exactly one other interface up, nor a dsrlb decap running): the TCP MSS is not checked against its MTU: give --interface IF\n`;
+    // No default route and two interfaces up: before, check said ok without a word. (setup sets
+    // what it can and leaves the saying to check.)
+    await withHost('ip10', async (h) => {
+      await h.sh('ip link set eth0 up && ip link set eth1 up && ip addr add 192.0.2.2/24 dev eth0');
+      await standIn(h, 'tunl0');
+      const setup = await h.script(['setup', '--vip', vip, '--mode', 'ipip']);
+      expect([setup.code, setup.stderr]).toEqual([0, '']);
+      expect(setup.stdout).not.toContain('clamped');
+      const check = await h.script(['check', '--vip', vip]);
+      expect([check.code, check.stdout, check.stderr]).toEqual([0, expect.stringMatching(/^ok: /), unknown]);
+      // --interface says it: the unclamped MSS does not fit eth0's 1500 bytes.
+      const named = await h.script(['check', '--vip', vip, '--interface', 'eth0']);
+      expect([named.code, named.stdout]).toEqual([1, expect.stringContaining(`TCP MSS from ${vip} not clamped, too large for ipip`)]);
+    });
+    // The same host with dsrlb decap reading eth0: that is where the tunnel arrives; setup clamps.
+    await withHost('ip11', async (h) => {
+      await h.sh('ip link set eth0 up && ip link set eth1 up && ip addr add 192.0.2.2/24 dev eth0');
+      const decap = spawn('ip', ['netns', 'exec', h.ns, process.execPath, DSRLB, 'decap', '--interface', 'eth0', '--vip', vip], { stdio: 'ignore' });
+      try {
+        for (let i = 0; i < 100 && (await run('ip', ['-n', h.ns, 'link', 'show', 'dev', 'dsrlb-decap0', 'up'])).stdout === ''; i++) await new Promise((r) => setTimeout(r, 100));
+        const setup = await h.script(['setup', '--vip', vip, '--mode', 'ipip']);
+        expect([setup.code, setup.stderr]).toEqual([0, '']);
+        expect(setup.stdout).toContain(`clamped the TCP MSS from ${vip} to 1440: the largest whose full segment fits ipip through eth0 (mtu 1500)`);
+        const check = await h.script(['check', '--vip', vip]);
+        expect([check.code, check.stderr]).toEqual([0, '']);
+      } finally {
+        decap.kill('SIGTERM');
+        await new Promise((r) => decap.once('exit', r));
+      }
+    });
+  });
+
   it('setup of an ipip VIP whose path cannot carry an unclamped MSS clamps it to the MSS check names, so its own check passes', async () => {
     await withHost('ip7', async (h) => {
       await routed(h);
@@ -945,8 +980,9 @@ describe('mode ipip', () => {
       ]);
       for (const dev of ['tunl0', 'ip6tnl0']) expect(await tunnelAddrs(h, dev), dev).toEqual([`${DUMMY}/32 host`]);
       expect(lines(await h.state()).filter((l) => l.startsWith('tunaddr '))).toEqual([`tunaddr tunl0 ${DUMMY}`, `tunaddr ip6tnl0 ${DUMMY}`]);
+      // No interface up here: the MSS is left unchecked, and said so.
       const check = await h.script(['check', '--vip', `${VIP},${other}`]);
-      expect([check.code, check.stderr]).toEqual([0, '']);
+      expect([check.code, lines(check.stderr).map((l) => l.replace(/ for \S+ arrives/, ' for VIP arrives'))]).toEqual([0, Array(2).fill(expect.stringMatching(/^dsrlb-realserver: warning: cannot tell which interface the tunnel for VIP arrives on/))]);
       const again = await h.script(['setup', '--vip', `${VIP},${other}`]);
       expect([again.code, lines(again.stdout)]).toEqual([0, [`setup ok, nothing to change (mode ipip, VIPs ${VIP},${other})`]]);
 
@@ -1020,8 +1056,10 @@ describe('ipip rp_filter on a hardened host (all.rp_filter=1)', () => {
       const again = await h.script(['setup', '--vip', vips]);
       expect([again.code, again.stdout]).toEqual([0, `setup ok, nothing to change (mode ipip, VIPs ${vips})\n`]);
       expect(await h.state()).toBe(state);
+      // No default route and no interface up: which one the tunnel arrives on is said, not guessed.
       const check = await h.script(['check', '--vip', vips]);
-      expect([check.code, check.stdout, check.stderr]).toEqual([0, `ok: VIPs ${vips} on lo, ARP hidden on lo eth0 eth1 ip6tnl0 tunl0 (mode ipip)\n`, '']);
+      const unchecked = vips.split(',').map((v) => `dsrlb-realserver: warning: cannot tell which interface the tunnel for ${v} arrives on (no default route, and not exactly one other interface up, nor a dsrlb decap running): the TCP MSS is not checked against its MTU: give --interface IF\n`);
+      expect([check.code, check.stdout, check.stderr]).toEqual([0, `ok: VIPs ${vips} on lo, ARP hidden on lo eth0 eth1 ip6tnl0 tunl0 (mode ipip)\n`, unchecked.join('')]);
 
       // One IPv4 VIP goes: off lo only; the tunnels stay as they are for the other.
       const one = await h.script(['remove', '--vip', VIP]);
