@@ -163,7 +163,7 @@ function tokenHint(target: AdminTarget, path: string): string {
  */
 function movedHint(target: AdminTarget): string {
   // Nothing listens there: most often no daemon runs at all.
-  const running = 'is the daemon running? see systemctl status dsrlb';
+  const running = 'is the daemon running? see systemctl status dsrlb (one in another network namespace, as the demo\'s: run the command there with ip netns exec)';
   if (target.configFile === undefined) return ` (${running})`;
   return ` (${running}; the address is admin.listen in ${target.configFile}; if that was edited since the daemon started, the daemon still listens at the old address: use --admin URL)`;
 }

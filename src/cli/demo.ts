@@ -256,9 +256,11 @@ async function runDemo(opts: { requests: number }, interrupted: () => string | n
 }
 
 export async function demoDown(opts: { quiet?: boolean } = {}): Promise<number> {
+  let daemon = false;
   try {
     const pid = Number(await readFile(`${RUN_DIR}/dsrlb.pid`, 'utf8'));
     if (pid > 0) {
+      daemon = true;
       try {
         process.kill(pid, 'SIGTERM');
         const deadline = Date.now() + 10_000;
@@ -273,8 +275,8 @@ export async function demoDown(opts: { quiet?: boolean } = {}): Promise<number> 
   } catch {
     // no demo daemon
   }
-  await destroyLabsWithPrefix(PREFIX);
+  const labs = await destroyLabsWithPrefix(PREFIX);
   await rm(RUN_DIR, { recursive: true, force: true });
-  if (!opts.quiet) say('dsrlb demo: removed');
+  if (!opts.quiet) say(labs > 0 || daemon ? 'dsrlb demo: removed' : 'dsrlb demo: nothing to remove (no demo lab)');
   return 0;
 }

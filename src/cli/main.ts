@@ -313,7 +313,7 @@ export async function main(args: string[]): Promise<number> {
       'which real a flow from CLIENT_IP:PORT gets, and why',
       (y) =>
         adminOptions(y)
-          .positional('service', { type: 'string', demandOption: true, describe: SERVICE_HELP })
+          .positional('service', { type: 'string', demandOption: true, describe: `${SERVICE_HELP} (for a service of every port, tcp://VIP:PORT names the port asked about)` })
           .positional('client', { type: 'string', demandOption: true, describe: 'CLIENT_IP:PORT, [V6]:PORT for IPv6' })
           .option('json', { type: 'boolean', default: false, describe: 'print the daemon\'s answer as JSON' }),
       (a) =>

@@ -205,7 +205,8 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
  * (SIGTERM, then SIGKILL after 3 s): a namespace with a live process outlives `ip netns del`.
  * Usable without a Lab object (`dsrlb demo --down`, a test's afterAll after a crash).
  */
-export async function destroyLabsWithPrefix(prefix: string): Promise<void> {
+/** Removes every lab namespace named `prefix...` with its processes; resolves to how many there were. */
+export async function destroyLabsWithPrefix(prefix: string): Promise<number> {
   checkPrefix(prefix);
   const names = await namespacesWithPrefix(prefix);
   for (const ns of names) for (const pid of await pidsIn(ns)) killQuietly(pid, 'SIGTERM');
@@ -225,6 +226,7 @@ export async function destroyLabsWithPrefix(prefix: string): Promise<void> {
   }
   await removeRealserverState(prefix);
   if (failures.length > 0) throw new LabError(`cannot delete namespaces: ${failures.join('; ')}`);
+  return names.length;
 }
 
 /**

@@ -84,8 +84,11 @@ describe('dsrlb demo', () => {
     // The lab stays up for poking.
     expect(leftovers()).toMatchObject({ namespaces: 6, runDir: true, daemons: 1 });
     const down = await demo(['--down']);
-    expect(down.code).toBe(0);
+    expect([down.code, down.stdout]).toEqual([0, 'dsrlb demo: removed\n']);
     expect(leftovers()).toEqual(none);
+    // Again: nothing is left, and it says so (it said "removed" as well).
+    const again = await demo(['--down']);
+    expect([again.code, again.stdout]).toEqual([0, 'dsrlb demo: nothing to remove (no demo lab)\n']);
   }, 120_000);
 
   it('removes a half-built lab on Ctrl-C and exits 130', async () => {

@@ -242,7 +242,7 @@ describe('adminRequest', () => {
     const port = await freePort();
     const err = await failure(adminRequest({ baseUrl: `http://127.0.0.1:${port}`, token: null }, 'GET', '/status'));
     expect(err.exitCode).toBe(2);
-    expect(err.message).toBe(`cannot reach the daemon at http://127.0.0.1:${port}: ECONNREFUSED (is the daemon running? see systemctl status dsrlb)`);
+    expect(err.message).toBe(`cannot reach the daemon at http://127.0.0.1:${port}: ECONNREFUSED (is the daemon running? see systemctl status dsrlb (one in another network namespace, as the demo\'s: run the command there with ip netns exec))`);
   });
 
   it('an https URL to a plain HTTP server is an unreachable daemon, not a crash', async () => {
@@ -268,7 +268,7 @@ describe('a refused connection to an address taken from the config file', () => 
     const err = await failure(resolveAdminTarget({ config: file }).then((target) => adminRequest(target, 'POST', '/reload')));
     expect(err.exitCode).toBe(2);
     expect(err.message).toBe(
-      `cannot reach the daemon at http://127.0.0.1:${port}: ECONNREFUSED (is the daemon running? see systemctl status dsrlb; the address is admin.listen in ${file}; ` +
+      `cannot reach the daemon at http://127.0.0.1:${port}: ECONNREFUSED (is the daemon running? see systemctl status dsrlb (one in another network namespace, as the demo\'s: run the command there with ip netns exec); the address is admin.listen in ${file}; ` +
         'if that was edited since the daemon started, the daemon still listens at the old address: use --admin URL)',
     );
   });
@@ -277,6 +277,6 @@ describe('a refused connection to an address taken from the config file', () => 
     const port = await freePort();
     const file = await scratch('dsrlb.yaml', 'admin: { listen: "127.0.0.1:19745" }\n');
     const err = await failure(resolveAdminTarget({ config: file, admin: `http://127.0.0.1:${port}` }).then((target) => adminRequest(target, 'GET', '/status')));
-    expect(err.message).toBe(`cannot reach the daemon at http://127.0.0.1:${port}: ECONNREFUSED (is the daemon running? see systemctl status dsrlb)`);
+    expect(err.message).toBe(`cannot reach the daemon at http://127.0.0.1:${port}: ECONNREFUSED (is the daemon running? see systemctl status dsrlb (one in another network namespace, as the demo\'s: run the command there with ip netns exec))`);
   });
 });
