@@ -8,6 +8,7 @@ import { parseDocument } from 'yaml';
 import { MAX_REAL_IDS } from '../dataplane/counters.js';
 import type { Config, ConfigProblem, Protocol, RealIntent, ServiceConfig, SourcePosition } from '../config/types.js';
 import { describe, isMapping, isWeight, listWords, parseConfigText, parseIpAddress, parseListenAddress, serviceAddressName, unicastProblem, validateConfig, keyPath, unknownKeyMessage, yamlProblem } from '../config/validate.js';
+import { locateProblems } from '../config/problem-positions.js';
 import type { SimTuple } from './frames.js';
 
 /** Events of a scenario are applied in file order; `at` never goes backwards. */
@@ -177,7 +178,9 @@ export function parseScenarioText(text: string, opts: ScenarioParseOptions = {})
   } catch (error) {
     return { ok: false, problems: [yamlProblem(error instanceof Error ? error.message : String(error), undefined)] };
   }
-  return validateScenario(raw, opts);
+  // Each problem with where the scenario writes it, as validate gives a config's.
+  const result = validateScenario(raw, opts);
+  return result.ok ? result : { ok: false, problems: locateProblems(body, result.problems) };
 }
 
 /** Validates an already parsed scenario document. */

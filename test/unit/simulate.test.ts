@@ -513,6 +513,15 @@ ${flows('b', 10, '4s', '1s')}
     expect(problems(`${CONFIG}\nevents:\n  - { at: 0s, addReal: { service: web, address: 10.0.0.19, backup: 1 } }\n`)).toEqual(['events[0].addReal.backup: 1 is not true or false']);
   });
 
+  it('gives each problem the line and column the scenario writes it at, as validate does for a config', () => {
+    const text = `${CONFIG}\nevents:\n  - { at: 2s, weight: { service: web, address: 10.0.0.11, weight: 5 } }\n  - { at: 1s, weight: { service: web, address: 10.0.0.11, weight: 7 } }\n`;
+    const parsed = parseScenarioText(text);
+    expect(parsed.ok).toBe(false);
+    if (parsed.ok) return;
+    const line = text.split('\n').findIndex((l) => l.includes('at: 1s')) + 1;
+    expect(parsed.problems.map((p) => [p.path, p.position?.line, p.position?.column])).toEqual([['events[1].at', line, 7]]);
+  });
+
   it('says that a real is named by its address, as in the config file', () => {
     expect(problems(`${CONFIG}\nevents:\n  - { at: 0s, weight: { service: web, real: 10.0.0.11, weight: 5 } }\n`)).toEqual([
       'events[0].weight.real: unknown key: a real is named by its address here, as in the config file (address: 10.0.1.11)',
@@ -582,7 +591,8 @@ describe('simulate: scenario files and the command', () => {
 
     const missing = runSimulateCommand({ scenario: join(dir, 'missing.yaml') });
     expect(missing.exitCode).toBe(1);
-    expect(missing.stderr).toBe('config: cannot read "nowhere.yaml": ENOENT: no such file or directory\n');
+    // Where the scenario names the file.
+    expect(missing.stderr).toBe('config: cannot read "nowhere.yaml": ENOENT: no such file or directory (line 1, column 1)\n');
 
     const none = runSimulateCommand({ scenario: join(dir, 'absent.yaml') });
     expect(none.exitCode).toBe(1);
