@@ -170,14 +170,24 @@ export async function main(args: string[]): Promise<number> {
       (a) => ((daemon = true), setExit(import('./run-command.js').then((m) => m.runDaemon(a.config)))),
     )
     .command(
-      'validate',
+      'validate [file]',
       'check a config file without touching the network',
-      (y) => configFileOption(y, 'config file'),
+      // -c FILE as the contract has it; FILE alone as well (nginx -t -c, but haproxy -c -f: both habits).
+      (y) =>
+        y
+          .positional('file', { type: 'string', describe: 'the config file, as -c FILE' })
+          .option('config', { alias: 'c', type: 'string', requiresArg: true, coerce: once('--config'), describe: 'config file' })
+          .check((a) => {
+            if (a.file === undefined && a.config === undefined) throw new CliError('Missing required argument: config (dsrlb validate -c FILE, or dsrlb validate FILE)', 1);
+            if (a.file !== undefined && a.config !== undefined && a.file !== a.config) throw new CliError(`two config files: -c ${a.config} and ${a.file}; give one`, 1);
+            return true;
+          }),
       (a) =>
         setExit(
-          loadConfigFile(a.config).then((r) => {
+          loadConfigFile((a.config ?? a.file)!).then((r) => {
+            const file = (a.config ?? a.file)!;
             if (r.ok) {
-              print(`${a.config}: ok (${r.config.services.length} service${r.config.services.length === 1 ? '' : 's'})`);
+              print(`${file}: ok (${r.config.services.length} service${r.config.services.length === 1 ? '' : 's'})`);
               return 0;
             }
             process.stderr.write(formatProblems(r.problems) + '\n');

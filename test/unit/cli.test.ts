@@ -59,6 +59,14 @@ describe('dsrlb CLI', () => {
       'services[0].schedular: unknown key (did you mean "scheduler"?) (line 5, column 5)',
       'services[0].reals[0].address: "10.0.1.300" is not an IPv4 or IPv6 address (line 7, column 9)',
     ]);
+    // The file without -c, as nginx -t and most checkers take it; one file only.
+    const plain = await dsrlb(['validate', good]);
+    expect([plain.code, plain.stdout]).toEqual([0, `${good}: ok (1 service)\n`]);
+    expect((await dsrlb(['validate', bad])).code).toBe(1);
+    const none = await dsrlb(['validate']);
+    expect([none.code, none.stderr]).toEqual([1, 'dsrlb: Missing required argument: config (dsrlb validate -c FILE, or dsrlb validate FILE)\n']);
+    const two = await dsrlb(['validate', '-c', good, bad]);
+    expect([two.code, two.stderr]).toEqual([1, `dsrlb: two config files: -c ${good} and ${bad}; give one\n`]);
   });
 
   it('exits 1 with one line for an unknown command or a missing argument, 0 for --help', async () => {
