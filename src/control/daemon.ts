@@ -219,7 +219,7 @@ export class Daemon {
   private readonly macMissing = new Map<number, { sinceMs: number; warned: boolean }>();
   /** Services whose view has settled since start, and when each was first seen (announceWanted). */
   private readonly settledServices = new Set<string>();
-  /** Services whose dropping has been warned of in this episode (by name, as the log names them). */
+  /** Services (by identity) whose dropping has been warned of in this episode. */
   private readonly dropWarned = new Set<string>();
   private readonly firstSeenMs = new Map<string, number>();
   private rebuildQueued = false;
@@ -550,6 +550,9 @@ export class Daemon {
     const waitedMs = Math.round(monotonicMs() - this.firstSeenMs.get(sid)!);
     if (unsettled.length > 0 && waitedMs < SETTLE_CAP_MS) return false;
     this.settledServices.add(sid);
+    // A service that drops while it settles is warned of by the next rebuild: ask for one, as
+    // nothing else may come (reals whose MACs never resolve).
+    if (this.lastReports.some((r) => r.name === s.name && r.dropping)) this.queueRebuild('settled while dropping');
     if (unsettled.length > 0) this.log.warn('settled before every real did (the wait is capped)', { service: s.name, unsettled, waitedMs });
     else this.log.info('health settled: every real proven up or down', { service: s.name });
     return true;
@@ -957,9 +960,10 @@ export class Daemon {
     // First wins, as find did: a draining removed service may share a configured one's name.
     const previous = new Map<string, ServiceBuildReport>();
     for (const p of this.lastReports) if (!previous.has(p.name)) previous.set(p.name, p);
-    const viewsByName = new Map<string, ServiceView>();
-    for (const v of views) if (!viewsByName.has(v.config.name)) viewsByName.set(v.config.name, v);
-    for (const s of services) {
+    const dropping = new Set<string>();
+    // The builder reports the services in the order of the views it was given.
+    for (const [i, s] of services.entries()) {
+      const view = views[i]!;
       const cfg = configs.get(s.name);
       // A service still settling (reals proving up, MACs arriving) has its table built, not moved.
       const wasSettled = cfg !== undefined && this.settledServices.has(serviceIdentity(cfg));
@@ -972,23 +976,24 @@ export class Daemon {
       if (inPanic(s) && !(prev !== undefined && inPanic(prev))) this.log.warn('no real is up: failOpen, forwarding to all wanted reals', { service: s.name });
       if (s.onBackups && !prev?.onBackups) this.log.warn('no real but the backups can take new flows: the backups take them', { service: s.name });
       else if (!s.onBackups && prev?.onBackups === true) this.log.info('the backups take no new flows again', { service: s.name });
-      const view = viewsByName.get(s.name);
-      if (s.dropping && view?.removed !== true) {
-        // Once per dropping episode. A service still settling whose reals only wait for their MACs
-        // (a few hundred ms at start or after a reload) is worth no warning; if it then drops for
-        // another reason (its reals found down), the warning comes then.
-        if (!this.dropWarned.has(s.name)) {
-          if (cfg !== undefined && !this.settledServices.has(serviceIdentity(cfg)) && waitsForMacs(view)) {
-            if (!prev?.dropping) this.log.info('waiting for the MACs of the reals before forwarding', { service: s.name });
+      // Once per dropping episode (a service by identity: a removed one draining may share the
+      // name). A service still settling whose wanted reals only wait for their first check or
+      // their MACs (a second or so at start or after a reload) is worth no warning; if it then
+      // drops for another reason (its reals found down, or settled without), the warning comes.
+      if (s.dropping && view.removed !== true) {
+        const sid = serviceIdentity(view.config);
+        dropping.add(sid);
+        if (!this.dropWarned.has(sid)) {
+          if (!this.settledServices.has(sid) && stillSettling(view)) {
+            if (!prev?.dropping) this.log.info("waiting for the reals' first checks and MACs before forwarding", { service: s.name });
           } else {
-            this.dropWarned.add(s.name);
+            this.dropWarned.add(sid);
             this.log.warn('no real can take new flows: dropping', { service: s.name, reason: droppingReason(view) });
           }
         }
-      } else {
-        this.dropWarned.delete(s.name);
       }
     }
+    for (const sid of this.dropWarned) if (!dropping.has(sid)) this.dropWarned.delete(sid);
     this.lastReports = services;
     this.send({ type: 'snapshot', snapshot });
   }
@@ -2131,7 +2136,7 @@ function droppingReason(view: ServiceView | undefined): string {
   for (const r of reals) {
     let why: string;
     if (isWanted(r)) {
-      const health = r.health === 'up' ? '' : r.health === 'down' ? 'down' : 'not checked yet';
+      const health = r.health === 'up' ? '' : r.health === 'down' ? 'down' : 'health not known yet';
       why = [health, r.mac === null ? 'no MAC known (ARP/neighbour discovery unanswered)' : ''].filter(Boolean).join(', ') || 'up';
     } else {
       why = r.intent === 'drain' ? 'draining' : r.intent === 'disabled' ? 'disabled' : 'weight 0';
@@ -2141,10 +2146,13 @@ function droppingReason(view: ServiceView | undefined): string {
   return [...groups].map(([why, addresses]) => `${addresses.join(', ')}: ${why}`).join('; ');
 }
 
-/** At start: every wanted real is there but for its MAC (not yet asked of ARP), which is not worth a warning. */
-function waitsForMacs(view: ServiceView | undefined): boolean {
-  const wanted = view?.reals.filter(isWanted) ?? [];
-  return wanted.length > 0 && wanted.every((r) => r.mac === null && r.health !== 'down');
+/**
+ * While a service settles: every wanted real waits only for its first check or its MAC (none seen
+ * down), which is not worth a warning yet.
+ */
+function stillSettling(view: ServiceView): boolean {
+  const wanted = view.reals.filter(isWanted);
+  return wanted.length > 0 && wanted.every((r) => r.health !== 'down' && (r.mac === null || r.health === 'unknown'));
 }
 
 /** A failOpen panic the daemon reports: not while no wanted real has been probed yet (ServiceBuildReport.unproven). */

@@ -203,9 +203,9 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 /**
  * Deletes every namespace whose name starts with `prefix`, first ending the processes inside
  * (SIGTERM, then SIGKILL after 3 s): a namespace with a live process outlives `ip netns del`.
- * Usable without a Lab object (`dsrlb demo --down`, a test's afterAll after a crash).
+ * Usable without a Lab object (`dsrlb demo --down`, a test's afterAll after a crash). Resolves to
+ * how many there were.
  */
-/** Removes every lab namespace named `prefix...` with its processes; resolves to how many there were. */
 export async function destroyLabsWithPrefix(prefix: string): Promise<number> {
   checkPrefix(prefix);
   const names = await namespacesWithPrefix(prefix);

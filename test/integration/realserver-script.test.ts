@@ -698,7 +698,7 @@ describe('mode ipip', () => {
 
   it('says when it cannot tell the interface the tunnel arrives on (MSS unchecked), and takes the one a running dsrlb decap reads', async () => {
     const vip = '203.0.113.34';
-    const unknown = `dsrlb-realserver: warning: cannot tell which interface the tunnel for ${vip} arrives on (no default route, and not exactly one other interface up, nor a dsrlb decap running): the TCP MSS is not checked against its MTU: give --interface IF\n`;
+    const unknown = `dsrlb-realserver: warning: cannot tell which interface the tunnel for ${vip} arrives on (no default route, and not exactly one other interface up, nor one dsrlb decap for it): the TCP MSS is not checked against its MTU: give --interface IF\n`;
     // No default route and two interfaces up: before, check said ok without a word. (setup sets
     // what it can and leaves the saying to check.)
     await withHost('ip10', async (h) => {
@@ -1058,7 +1058,7 @@ describe('ipip rp_filter on a hardened host (all.rp_filter=1)', () => {
       expect(await h.state()).toBe(state);
       // No default route and no interface up: which one the tunnel arrives on is said, not guessed.
       const check = await h.script(['check', '--vip', vips]);
-      const unchecked = vips.split(',').map((v) => `dsrlb-realserver: warning: cannot tell which interface the tunnel for ${v} arrives on (no default route, and not exactly one other interface up, nor a dsrlb decap running): the TCP MSS is not checked against its MTU: give --interface IF\n`);
+      const unchecked = vips.split(',').map((v) => `dsrlb-realserver: warning: cannot tell which interface the tunnel for ${v} arrives on (no default route, and not exactly one other interface up, nor one dsrlb decap for it): the TCP MSS is not checked against its MTU: give --interface IF\n`);
       expect([check.code, check.stdout, check.stderr]).toEqual([0, `ok: VIPs ${vips} on lo, ARP hidden on lo eth0 eth1 ip6tnl0 tunl0 (mode ipip)\n`, unchecked.join('')]);
 
       // One IPv4 VIP goes: off lo only; the tunnels stay as they are for the other.
