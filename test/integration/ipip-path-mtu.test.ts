@@ -157,18 +157,20 @@ describe('IPIP path MTU learned from the underlay', () => {
     if (v6) expect(await routeMtu(lab.lb, realAddress)).toBeNull();
     // The kernel also reported the error on the socket, which makes the daemon ask the route
     // again at once (not at its next refresh, up to 10 s later): the real's tunnel MTU.
-    // (At most one such refresh a second: the IPv6 case may wait for the IPv4 one's second.)
+    // (At most one such refresh a second: the IPv6 case may wait for the IPv4 one's second. 3 s
+    // leaves room for a loaded machine; the periodic refresh comes every 10 s, and the log line
+    // is the trigger's own.)
     await waitFor(
       'the daemon to hear of the error',
       async () => tooBigLogs().filter((l) => l.includes(`"${realAddress}"`)).length,
       (n) => n === 1,
-      1500,
+      3000,
     );
     await waitFor(
       'the daemon to take the tunnel MTU',
       async () => daemon.logs.some((l) => l.includes('IPIP real route changed') && l.includes(`"real":"${realAddress}"`) && l.includes(`"mtu":${PATH_MTU}`)),
       (seen) => seen,
-      1500,
+      3000,
     );
 
     await upload(vip);
