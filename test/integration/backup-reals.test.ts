@@ -51,7 +51,9 @@ describe('backup: true', () => {
 
     await servers.stop('r1');
     await servers.stop('r2');
-    await daemon.waitFor('r1 and r2 down', (s) => health(s, 'r1') === 'down' && health(s, 'r2') === 'down', 10_000);
+    // Health is the monitor's at once; the snapshot (and onBackups, its report) follows within
+    // the 100 ms a rebuild is queued for: traffic waits for the latter.
+    await daemon.waitFor('r1 and r2 down, on backups', (s) => health(s, 'r1') === 'down' && health(s, 'r2') === 'down' && s.services[0]!.onBackups, 10_000);
     expect((await daemon.cli(['status'])).stdout).toMatch(/web +ON_BACKUPS/);
     expect(metricValue(await daemon.metrics(), 'dsrlb_service_on_backups', 'service="web"')).toBe(1);
     const onBackup = await httpCount(lab, 20);
@@ -65,7 +67,7 @@ describe('backup: true', () => {
       client.stdin!.write('go\n');
       expect(JSON.parse((await lines.next()).value as string).answers[0].real).toBe('r3');
       await servers.start('r1');
-      await daemon.waitFor('r1 up', (s) => health(s, 'r1') === 'up', 10_000);
+      await daemon.waitFor('r1 up, off backups', (s) => health(s, 'r1') === 'up' && !s.services[0]!.onBackups, 10_000);
       const after = await httpCount(lab, 20);
       expect([after.ok, after.byReal]).toEqual([20, { r1: 20 }]);
       expect((await daemon.cli(['status'])).stdout).not.toContain('ON_BACKUPS');

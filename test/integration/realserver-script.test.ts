@@ -425,6 +425,23 @@ describe('dsrlb-realserver in a network namespace', () => {
     await host.sh('echo 0 > /proc/sys/net/ipv4/conf/eth1/arp_ignore');
   });
 
+  it('remove of the last IPv4 VIP undoes the ARP sysctls while an IPv6 VIP stays (IPv6 needs no ARP hiding); check of that VIP stays ok', async () => {
+    expect((await script(['setup', '--vip', `${VIP},${VIP6}`])).code).toBe(0);
+    expect(await host.sysctl('all', 'arp_ignore')).toBe('1');
+    const r = await script(['remove', '--vip', VIP]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain(`only IPv6 VIPs left (${VIP6}): undoing the ARP sysctls, which IPv6 does not use`);
+    expect(r.stdout).not.toContain('kept the sysctls');
+    for (const iface of ['all', 'lo', 'eth0', 'eth1']) {
+      expect(await host.sysctl(iface, 'arp_ignore'), iface).toBe('0');
+      expect(await host.sysctl(iface, 'arp_announce'), iface).toBe('0');
+    }
+    const check = await script(['check', '--vip', VIP6]);
+    expect([check.code, check.stdout]).toEqual([0, expect.stringMatching(/^ok: /)]);
+    expect((await script(['remove', '--vip', VIP6])).code).toBe(0);
+    expect(await loAddrs()).toEqual(['127.0.0.1/8', '::1/128']);
+  });
+
   it('runs the same under busybox sh', async () => {
     const bb = (args: string[]): Promise<Result> => run('ip', ['netns', 'exec', NS, 'busybox', 'sh', SCRIPT, ...args]);
     expect((await bb(['setup', '--vip', `${VIP},${VIP6}`])).code).toBe(0);
@@ -1071,7 +1088,9 @@ describe('ipip rp_filter on a hardened host (all.rp_filter=1)', () => {
       expect([last.code, last.stderr]).toEqual([0, '']);
       expect(lines(last.stdout)).toEqual([
         `removed ${other}/32 from lo`,
-        `kept the sysctls: still set up for VIPs ${VIP6}`,
+        // IPv6 needs no ARP hiding: with only an IPv6 VIP left the ARP sysctls go back.
+        `only IPv6 VIPs left (${VIP6}): undoing the ARP sysctls, which IPv6 does not use`,
+        ...['all', 'lo', 'eth0', 'eth1', 'ip6tnl0', 'tunl0'].flatMap((i) => [`restored net.ipv4.conf.${i}.arp_ignore=0`, `restored net.ipv4.conf.${i}.arp_announce=0`]),
         "no IPv4 ipip VIP left: undoing the tunnel devices' rp_filter and dummy address",
         `removed ${DUMMY}/32 from ip6tnl0`,
         'restored net.ipv4.conf.tunl0.rp_filter=1',

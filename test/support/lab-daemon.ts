@@ -26,7 +26,7 @@ export interface RealStatus {
   drainFinished: boolean;
 }
 export interface Status {
-  services: { name: string; panic: boolean; dropping: boolean; tableFingerprint: string; reals: RealStatus[] }[];
+  services: { name: string; panic: boolean; onBackups: boolean; dropping: boolean; tableFingerprint: string; reals: RealStatus[] }[];
 }
 
 export class LabDaemon {
