@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab, type LabHost } from '../../src/lab/netns-lab.js';
 import { patternBytes } from '../../src/lab/real-http-server.js';
-import { allUp, httpCount, labConfig, LabDaemon, metricValue, RealServers, requireRoot, sleep, type Status } from '../support/lab-daemon.js';
+import { allUp, httpCount, labConfig, LabDaemon, metricValue, RealServers, requireRoot, sleep, SNAPSHOT_LAG_MS, type Status } from '../support/lab-daemon.js';
 
 const PREFIX = `dsrt-hc-${process.pid}-`;
 const INTERVAL_MS = 1000;
@@ -103,6 +103,7 @@ describe('health checks and intent', () => {
     await servers.start('r1');
     const upAfterMs = await daemon.waitFor('r1 up', (st) => statusOf(st, 'r1').health.state === 'up', 10_000);
     expect(upAfterMs).toBeLessThanOrEqual((RISE + 1) * INTERVAL_MS + TIMEOUT_MS);
+    await sleep(SNAPSHOT_LAG_MS);
     const back = await httpCount(lab, 60);
     expect(back.ok).toBe(60);
     expect(back.byReal.r1 ?? 0).toBeGreaterThan(5);

@@ -12,7 +12,7 @@ import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab, type LabHost } from '../../src/lab/netns-lab.js';
 import { patternBytes } from '../../src/lab/real-http-server.js';
-import { allUp, httpCount, labConfig, LabDaemon, metricValue, requireRoot, ROOT, sleep, stopProcess, type Status } from '../support/lab-daemon.js';
+import { allUp, httpCount, labConfig, LabDaemon, metricValue, requireRoot, ROOT, sleep, SNAPSHOT_LAG_MS, stopProcess, type Status } from '../support/lab-daemon.js';
 
 const PREFIX = `dsrt-ord-${process.pid}-`;
 const CHECK_PORT = 8089;
@@ -61,6 +61,7 @@ async function downloadWhileItsRealGoesDown(): Promise<{ code: number; status: s
   if (real === undefined) throw new Error(`no X-Real header in time (${name})`);
   await stopProcess(checkServers.get(real.name)!);
   await daemon.waitFor(`${real.name} down`, (s) => healthOf(s, real) === 'down', 5000);
+  await sleep(SNAPSHOT_LAG_MS);
   // New connections go to the other real only, whatever onRealDown says.
   const newWhileDown = (await httpCount(lab, 20)).byReal;
   const r = await download;

@@ -29,6 +29,13 @@ export interface Status {
   services: { name: string; panic: boolean; onBackups: boolean; dropping: boolean; tableFingerprint: string; reals: RealStatus[] }[];
 }
 
+/**
+ * How long after status shows a health change the packet loops have it: the daemon gathers the
+ * changes of 100 ms into one rebuild (QUEUED_REBUILD_MS), then posts the snapshot. A test that
+ * sends traffic right after status shows a fact waits this long first.
+ */
+export const SNAPSHOT_LAG_MS = 300;
+
 export class LabDaemon {
   readonly logs: string[] = [];
   private token: string | null = null;
