@@ -80,11 +80,16 @@ const opts = {
   pcapRounds: quick ? 1 : 3,
   downloadRounds: quick ? 1 : 3,
   downloadObjects: Math.max(1, Math.round(Number(argv['download-mib'] ?? (quick ? 100 : 1000)) / 10)),
-  // Per offload setting, over two connections. With offloads on an object is about 90 ACKs: after
-  // 20 objects (1,800 ACKs, about 250 wake-ups) the packet loop's functions were still being
-  // compiled (TurboFan, on V8's threads) in the timed gigabyte, and after 100 the first packets of
-  // a new connection still had three functions compiled (--trace-opt); after 2 x 100 nothing is.
-  downloadWarmObjects: { off: quick ? 1 : 20, on: quick ? 10 : 200 },
+  // Per offload setting, over two connections, for dsrlb (JavaScript: V8 compiles the packet loop
+  // as it runs). With offloads on an object is about 90 ACKs: after 20 objects (1,800 ACKs, about
+  // 250 wake-ups) the loop's functions were still being compiled (TurboFan, on V8's threads) in the
+  // timed gigabyte; after 2 x 100 three of them still were in 2026-12 (--trace-opt --trace-deopt:
+  // readReady and onReadable tiered up, processFrame deoptimized on a branch first taken there and
+  // compiled again: 8-18 ms of a timed GB whose process time was 70-110 ms); after 2 x 300 nothing
+  // is (65-69 ms, five GBs in a row). With offloads off 2 x 10 left two rounds compiling, 2 x 40 one.
+  downloadWarmObjects: { off: quick ? 1 : 80, on: quick ? 10 : 600 },
+  // The paths without JavaScript (HAProxy, the C forwarder): ARP and the connection only.
+  downloadWarmObjectsNative: quick ? 1 : 10,
   pcap: !argv['no-pcap'],
   // The C reference forwarder (bench/trafgen/ringfwd.c): AF_PACKET ring + sendmmsg, no JavaScript.
   cref: !argv['no-cref'],
@@ -467,7 +472,7 @@ async function downloadSuite(bl, bins, dir) {
       const f = await startRingForwarder(bl, bins);
       return { pids: [f.pid], stop: async () => ({ forwarderCounts: (await f.stop()).result }) };
     } }] : []),
-    ...['v3', 'v2'].map((ring) => ({ name: ring === 'v3' ? 'dsrlb' : 'dsrlbV2', host: lab.vip, start: async () => {
+    ...['v3', 'v2'].map((ring) => ({ name: ring === 'v3' ? 'dsrlb' : 'dsrlbV2', host: lab.vip, jit: true, start: async () => {
       const d = await startDsrlb(bl, dir, 'afpacket', ring);
       return { pids: [d.pid], stop: async () => { const metrics = await dsrlbMetrics(bl); await stopProcess(d); return { metrics }; } };
     } })),
@@ -479,7 +484,7 @@ async function downloadSuite(bl, bins, dir) {
       if (lb && cpu) for (const pid of lb.pids) await pinProcess(pid, cpu.lb);
       // Warm the path outside the measurement: ARP, the HTTP server's JIT, and for dsrlb the JIT
       // of the packet loop and the collections after start-up (see downloadWarmObjects).
-      const warm = path.start ? warmObjects : 1;
+      const warm = path.jit ? warmObjects : path.start ? opts.downloadWarmObjectsNative : 1;
       await downloadRun(bl, { host: path.host, objects: Math.ceil(warm / 2), ...where });
       if (warm > 1) await downloadRun(bl, { host: path.host, objects: Math.floor(warm / 2), ...where });
       r = await fetch(path.host, lb ? lb.pids : []);
@@ -499,6 +504,9 @@ async function downloadSuite(bl, bins, dir) {
     const offloads = await setOffloads(bl, on);
     warmObjects = opts.downloadWarmObjects[on ? 'on' : 'off'];
     log(`download: offloads ${on ? 'on' : 'off'} (${JSON.stringify(offloads)}), ${objects} x 10 MiB, ${opts.downloadRounds} rounds`);
+    // The real's HTTP server (JavaScript too) warmed once, straight: the native paths' short warm-up
+    // must not leave its compiling to their timed GB.
+    await downloadRun(bl, { host: sink.ipv4, objects: warmObjects, ...where });
     // Rounds, for the reasons the packet runs have them: every path once per round, in a rotated
     // order; each LB path is charged its busy time minus the same round's direct download.
     const rounds = [];

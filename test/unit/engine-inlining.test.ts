@@ -21,7 +21,7 @@ const HOT = [
   'findService',
   // flow table: key, bucket hash, lookup, touch (a hit that is not its list's tail moves)
   'place', 'keyFromPacket', 'indexHash', 'flowIndexHash', 'isIpv4Key', 'ipv4IndexHash', 'lane', 'finishIndexHash',
-  'lookup', 'realOf', 'touch', 'checkLive', 'nextTcpState', 'unlink', 'linkTail',
+  'lookup', 'realOf', 'touch', 'checkLive', 'tcpNext', 'unlink', 'linkTail',
   'forward',
 ];
 

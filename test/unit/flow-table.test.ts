@@ -2,7 +2,7 @@
 // injected clock, the client->server TCP state machine, per-real counts, and a 1M-entry table.
 
 import { describe, expect, it } from 'vitest';
-import { FlowState, FlowTable, nextTcpState, type FlowTimeouts } from '../../src/dataplane/flow-table.js';
+import { FlowState, FlowTable, nextTcpState, tcpNext, type FlowTimeouts } from '../../src/dataplane/flow-table.js';
 import { flowHash, flowIndexHash } from '../../src/dataplane/flow-hash.js';
 import { IPPROTO_TCP, IPPROTO_UDP, TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN } from '../../src/dataplane/parsed-packet.js';
 import { mulberry32 } from '../support/prng.js';
@@ -489,6 +489,12 @@ describe('TCP state machine, client->server only', () => {
     expect(t.stateOf(e)).toBe(FlowState.closed);
     expect(t.isReusable(e)).toBe(true);
     expect([t.activeByReal[0], t.inactiveByReal[0]]).toEqual([0, 1]);
+  });
+
+  it('the packet path\'s table (tcpNext) agrees with nextTcpState for every tcp state and all 256 flag bytes', () => {
+    for (const s of [FlowState.syn, FlowState.established, FlowState.fin, FlowState.closed]) {
+      for (let flags = 0; flags < 256; flags++) expect(tcpNext(s, flags), `state ${s} flags ${flags}`).toBe(nextTcpState(s, flags));
+    }
   });
 
   it('FIN from syn goes to fin; bare segments change nothing; SYN wins over FIN as in IPVS', () => {
