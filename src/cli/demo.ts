@@ -82,7 +82,10 @@ export async function demoUp(opts: { requests: number }): Promise<number> {
   process.on('SIGINT', onInt);
   process.on('SIGTERM', onTerm);
   try {
-    return (await runDemo(opts, () => interrupted)).code;
+    const { code } = await runDemo(opts, () => interrupted);
+    // A signal after the last check (the requests done, the lab up): it said the lab is removed.
+    if (interrupted !== null) throw new Error('interrupted');
+    return code;
   } catch (err) {
     if (interrupted === null) process.stderr.write(`dsrlb demo: ${(err as Error).message}\n`);
     // An interrupt is no failure: the daemon's log would only look like one.

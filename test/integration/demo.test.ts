@@ -93,7 +93,9 @@ describe('dsrlb demo', () => {
 
   it('removes a half-built lab on Ctrl-C and exits 130', async () => {
     requireRoot();
-    const r = await demo([], { interruptAfterMs: 1500 });
+    // Early enough to land while the lab is built on a fast host (a whole demo can take 2 s), late
+    // enough for the handler to be there (node and the CLI load first).
+    const r = await demo([], { interruptAfterMs: 1000 });
     expect(r.code).toBe(130);
     expect(r.stderr).toContain('SIGINT: stopping, the lab is removed');
     // An interrupt is no failure: no daemon log dumped as if one.
