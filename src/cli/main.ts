@@ -182,10 +182,10 @@ export async function main(args: string[]): Promise<number> {
             if (a.file !== undefined && a.config !== undefined && a.file !== a.config) throw new CliError(`two config files: -c ${a.config} and ${a.file}; give one`, 1);
             return true;
           }),
-      (a) =>
-        setExit(
-          loadConfigFile((a.config ?? a.file)!).then((r) => {
-            const file = (a.config ?? a.file)!;
+      (a) => {
+        const file = (a.config ?? a.file)!;
+        return setExit(
+          loadConfigFile(file).then((r) => {
             if (r.ok) {
               print(`${file}: ok (${r.config.services.length} service${r.config.services.length === 1 ? '' : 's'})`);
               return 0;
@@ -193,7 +193,8 @@ export async function main(args: string[]): Promise<number> {
             process.stderr.write(formatProblems(r.problems) + '\n');
             return 1;
           }),
-        ),
+        );
+      },
     )
     .command(
       'status',

@@ -1645,11 +1645,10 @@ export class Daemon {
     // A client port too when given (IP:PORT, [V6]:PORT, as ipvsadm -Lnc prints a source).
     let clientPort = -1;
     if (q.client !== undefined) {
-      const bad = new DaemonError('BAD_CLIENT', `client "${q.client}" is not an IPv4 or IPv6 address, IP:PORT or [IPv6]:PORT`);
       let c = parseIpAddress(q.client);
       if (c === null) {
         const endpoint = parseClientEndpoint(q.client, 0);
-        if ('error' in endpoint) throw bad;
+        if ('error' in endpoint) throw new DaemonError('BAD_CLIENT', `client "${q.client}" is not an IPv4 or IPv6 address, IP:PORT or [IPv6]:PORT`);
         c = endpoint;
         clientPort = endpoint.port;
       }
@@ -2141,7 +2140,9 @@ function droppingReason(view: ServiceView | undefined): string {
     } else {
       why = r.intent === 'drain' ? 'draining' : r.intent === 'disabled' ? 'disabled' : 'weight 0';
     }
-    groups.set(why, [...(groups.get(why) ?? []), r.address]);
+    const group = groups.get(why);
+    if (group === undefined) groups.set(why, [r.address]);
+    else group.push(r.address);
   }
   return [...groups].map(([why, addresses]) => `${addresses.join(', ')}: ${why}`).join('; ');
 }
