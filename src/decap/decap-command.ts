@@ -54,8 +54,8 @@ function listItems(value: string | readonly string[] | undefined): string[] {
   return ([] as unknown[]).concat(value ?? []).flatMap((v) => String(v).split(',')).map((v) => v.trim()).filter((v) => v !== '');
 }
 
-/** Exit 1 with one stderr line per problem, or the parsed options. */
-function parseOptions(opts: DecapOptions): { vips: VipSet; ifname: string | undefined; tunName: string; sources: SourceFilter | null } | string[] {
+/** The command's options parsed, or its problems (runDecap prints one line each and exits 1). */
+export function parseDecapOptions(opts: DecapOptions): { vips: VipSet; ifname: string | undefined; tunName: string; sources: SourceFilter | null } | string[] {
   const problems: string[] = [];
   const texts = listItems(opts.vips);
   let vips: VipSet | undefined;
@@ -69,7 +69,9 @@ function parseOptions(opts: DecapOptions): { vips: VipSet; ifname: string | unde
     problems.push(`--interface: no such network interface ${JSON.stringify(ifname)}`);
   }
   const tunName = opts.tunName ?? DEFAULT_TUN_NAME;
-  if (!/^[A-Za-z0-9_.%-]{1,15}$/.test(tunName)) {
+  // No '%': the kernel would number a template (dsrlb%d) itself, and the name decap reports, the
+  // real-server script and the unit look for would not be the device's.
+  if (!/^[A-Za-z0-9_.-]{1,15}$/.test(tunName)) {
     problems.push(`--tun: ${JSON.stringify(tunName)} is not a usable interface name (1 to 15 letters, digits, "_.-")`);
   }
   const sourceTexts = listItems(opts.allowSources);
@@ -109,7 +111,7 @@ function nonLocalVips(vips: VipSet): string[] {
  * while they change, and on SIGHUP). Returns the exit code.
  */
 export async function runDecap(opts: DecapOptions, log: Logger = createLogger()): Promise<number> {
-  const parsed = parseOptions(opts);
+  const parsed = parseDecapOptions(opts);
   if (Array.isArray(parsed)) {
     parsed.forEach(problem);
     return EXIT_USER;

@@ -21,6 +21,7 @@ import {
   innerOfIpv6Outer,
 } from '../../src/decap/inner-packet.js';
 import { tunnelSocketSpecs } from '../../src/decap/tunnel-sockets.js';
+import { DEFAULT_TUN_NAME, parseDecapOptions } from '../../src/decap/decap-command.js';
 import { concat, ipv4, ipv6, patch, udp } from '../support/packet-builder.js';
 import { CLIENT4, CLIENT6, REAL4, REAL6, VIP4, VIP6 } from '../support/test-net.js';
 
@@ -301,5 +302,18 @@ describe('DecapHost', () => {
     await f.host.setUp('dc0', false, true);
     await f.host.tearDown();
     expect(f.commands.slice(3)).toEqual(['ip -o link show dev dc0', 'ip addr del 192.0.0.8/32 dev dc0']);
+  });
+});
+
+describe('decap options (--tun)', () => {
+  it('takes the default TUN name and any plain interface name, and refuses a kernel name template', () => {
+    const ok = parseDecapOptions({ vips: [VIP4] });
+    expect(Array.isArray(ok) ? ok : ok.tunName).toBe(DEFAULT_TUN_NAME);
+    const named = parseDecapOptions({ vips: [VIP4], tunName: 'dcx-1.a_b' });
+    expect(Array.isArray(named) ? named : named.tunName).toBe('dcx-1.a_b');
+    // '%d' would have the kernel pick the number: the device would not be the one decap names.
+    for (const bad of ['dsrlb%d', '', 'a'.repeat(16), 'a/b', 'a b']) {
+      expect(parseDecapOptions({ vips: [VIP4], tunName: bad })).toEqual([`--tun: ${JSON.stringify(bad)} is not a usable interface name (1 to 15 letters, digits, "_.-")`]);
+    }
   });
 });
