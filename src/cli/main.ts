@@ -159,6 +159,9 @@ export async function main(args: string[]): Promise<number> {
   const setExit = (p: Promise<number>): Promise<void> => p.then((c) => void (exitCode = c));
   const parser = yargs(args)
     .scriptName('dsrlb')
+    // Numbers stay as typed, for the commands' own strict parsing (decimal digits only: no 0x10,
+    // 1e3 or " 5"); so the numeric options declare no type, and help shows none rather than [string].
+    .parserConfiguration({ 'parse-numbers': false, 'parse-positional-numbers': false })
     .strict()
     .strictCommands()
     .recommendCommands()
@@ -217,7 +220,7 @@ export async function main(args: string[]): Promise<number> {
           .positional('service', { type: 'string', describe: `only this service's flows (${SERVICE_HELP})` })
           .option('real', { type: 'string', requiresArg: true, describe: 'only the flows on this real (an address; with SERVICE as REAL)' })
           .option('client', { type: 'string', requiresArg: true, describe: 'only the flows from this client: an address, or IP:PORT ([V6]:PORT) for one connection' })
-          .option('limit', { type: 'string', requiresArg: true, default: '100', describe: 'list at most this many (0: all); the count of every match is printed' })
+          .option('limit', { requiresArg: true, default: '100', defaultDescription: '100', describe: 'list at most this many (0: all); the count of every match is printed' })
           .option('json', { type: 'boolean', default: false, describe: 'print the flows as JSON' }),
       (a) =>
         setExit(
@@ -306,12 +309,12 @@ export async function main(args: string[]): Promise<number> {
         adminOptions(y)
           .positional('service', { type: 'string', demandOption: true, describe: SERVICE_HELP })
           .positional('real', { type: 'string', demandOption: true, describe: REAL_HELP })
-          // A string, checked here: as a number yargs turns "" (an unset shell variable) into 0.
-          .positional('weight', { type: 'string', demandOption: true, describe: '0..65535 (0: no new flows, as IPVS)' }),
+          // Left as typed and checked here: as a number yargs turns "" (an unset shell variable) into 0.
+          .positional('weight', { demandOption: true, describe: '0..65535 (0: no new flows, as IPVS)' }),
       (a) =>
         setExit(
           (async () => {
-            const weight = parseWeight(a.weight);
+            const weight = parseWeight(String(a.weight));
             const path = `/services/${encodeURIComponent(a.service)}/reals/${encodeURIComponent(a.real)}/weight`;
             const { data } = await adminRequest(await resolveAdminTarget(a), 'PUT', path, { weight });
             print(intentLine(data, a.service, a.real));
@@ -391,7 +394,7 @@ export async function main(args: string[]): Promise<number> {
       (y) =>
         y
           .option('down', { type: 'boolean', default: false, describe: 'remove the demo lab' })
-          .option('requests', { type: 'string', default: '60', coerce: parseRequestCount, defaultDescription: '60', describe: 'HTTP requests the demo client sends (1..10000)' }),
+          .option('requests', { requiresArg: true, default: '60', coerce: parseRequestCount, defaultDescription: '60', describe: 'HTTP requests the demo client sends (1..10000)' }),
       (a) => setExit(import('./demo.js').then((m) => (a.down ? m.demoDown() : m.demoUp({ requests: a.requests })))),
     )
     .fail((msg, err) => {

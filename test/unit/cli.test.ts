@@ -87,6 +87,20 @@ describe('dsrlb CLI', () => {
     expect([r.code, r.stderr.trim()]).toEqual([1, 'dsrlb: --limit "1e3" is not a whole number (0: every flow)']);
   });
 
+  it('help shows the numeric options and WEIGHT without a [string] type (they are taken as typed, digits only)', async () => {
+    const lineOf = (text: string, word: string): string => text.split('\n').find((l) => l.trimStart().startsWith(word)) ?? '';
+    const flows = (await dsrlb(['flows', '--help'])).stdout;
+    // --limit's text wraps: its type and default are on the line after it.
+    const limit = flows.slice(flows.indexOf('--limit'), flows.indexOf('--json'));
+    expect(limit).toContain('[default: 100]');
+    expect(limit).not.toContain('[string]');
+    expect(lineOf((await dsrlb(['weight', '--help'])).stdout, 'weight ')).not.toContain('[string]');
+    const requests = lineOf((await dsrlb(['demo', '--help'])).stdout, '--requests');
+    expect([requests.includes('[default: 60]'), requests.includes('[string]')]).toEqual([true, false]);
+    const bare = await dsrlb(['demo', '--requests']);
+    expect([bare.code, bare.stderr.trim()]).toEqual([1, 'dsrlb: Not enough arguments following: requests']);
+  });
+
   it('exits 2 when the daemon cannot be reached', async () => {
     const r = await dsrlb(['status', '--admin', 'http://127.0.0.1:9']);
     expect(r.code).toBe(2);
