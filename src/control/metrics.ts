@@ -200,7 +200,7 @@ export class DaemonMetrics {
     this.reals.observeProbe(service, real, seconds, failureReason);
   }
 
-  /** A reload (or the start) taken: counted, timestamped, and the last one marked successful. */
+  /** A reload taken: counted, timestamped, and the last one marked successful (the start sets the timestamp only; the gauge starts at 1). */
   reloadTaken(): void {
     this.reloads.inc({ result: 'success' });
     this.lastReloadSuccess.set(Date.now() / 1000);

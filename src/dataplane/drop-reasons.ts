@@ -20,7 +20,7 @@ export const DropReason = {
   badUdpLength: 14,
   truncatedIcmp: 15,
   // Capture and I/O
-  captureTruncated: 16, // snap length smaller than the frame (ring frame too small)
+  captureTruncated: 16, // cut short by the capture (snap length below the frame's, ring frame too small): never shown to the engine
   gsoUnsupported: 17, // a GSO super-frame the I/O backend cannot hand back to the kernel
   txFailed: 18,
   // Forwarding decisions (src/dataplane/engine.ts)
@@ -30,7 +30,7 @@ export const DropReason = {
   icmpToVip: 22, // ICMP to a VIP that is neither echo nor an error about a flow (isErrorAboutFlow)
   ipipUnsupported: 23, // an ipip real in a build that cannot encapsulate yet
   packetTooBig: 24, // encapsulated packet would exceed the MTU
-  ttlExceeded: 25,
+  // 25 unused: DSR forwards without touching the TTL (as IPVS DR), so nothing drops for it.
   batchFull: 26, // the batch's extra frames or bytes (GSO segments, outer fragments) are used up: dropped whole
   badIpv4Checksum: 27, // the IPv4 header checksum does not verify (the kernel's ip_rcv drops these too)
   // A partial checksum (virtio NEEDS_CSUM) the engine cannot finish, going where the kernel will not

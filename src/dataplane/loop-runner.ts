@@ -182,6 +182,8 @@ export class LoopRunner {
       const st = io.stats();
       c[Counter.rxKernelDrops] = st.rxKernelDrops;
       c[Counter.rxOtherHost] = st.rxOtherHost ?? 0;
+      // Dropped by the backend before the engine saw them: counted with the engine's drops.
+      c[Counter.dropBase + DropReason.captureTruncated] = st.rxTruncated ?? 0;
       // The engine counted these as sent when it chose to send them; the kernel refused them.
       c[Counter.dropBase + DropReason.txFailed] = st.txErrors;
       c[Counter.loopBusySeconds] = (st.busyMs ?? 0) / 1000;

@@ -91,6 +91,8 @@ export interface PacketIoStats {
   txErrors: number;
   /** Frames addressed to another host's MAC (promiscuous interface, flooding switch), ignored. */
   rxOtherHost?: number;
+  /** Frames the capture cut short (dsrlb_dropped_packets_total{reason="capture_truncated"}), when the backend can tell. */
+  rxTruncated?: number;
   /** Milliseconds spent handling wake-ups (ring, engine, send), when the backend measures it. */
   busyMs?: number;
 }

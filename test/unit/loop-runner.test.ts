@@ -1,5 +1,6 @@
 // The packet loop's housekeeping around its I/O, with an in-memory I/O standing in for the ring:
-// frames the kernel refused to send are counted as dropped (tx_failed), and an interface that is
+// frames the kernel refused to send are counted as dropped (tx_failed), frames the capture cut
+// short as capture_truncated, and an interface that is
 // gone or made again ends the loop with an error (a packet socket stays bound to the old index and
 // receives nothing for good) instead of leaving it running deaf.
 
@@ -11,13 +12,14 @@ import { MemoryIo } from '../../src/io/memory-io.js';
 
 class FakeIo extends MemoryIo {
   txErrors = 0;
+  rxTruncated = 0;
   lost: string | null = null;
   closed = false;
   constructor() {
     super({ localMac: Uint8Array.from([2, 0, 0, 0, 0, 1]) });
   }
   override stats() {
-    return { ...super.stats(), txErrors: this.txErrors };
+    return { ...super.stats(), txErrors: this.txErrors, rxTruncated: this.rxTruncated };
   }
   interfaceLost(): string | null {
     return this.lost;
@@ -63,6 +65,15 @@ describe('LoopRunner housekeeping', () => {
     io.txErrors = 7;
     await sleep(250);
     expect(counters[Counter.dropBase + DropReason.txFailed]).toBe(7);
+  });
+
+  it('counts frames the capture cut short (never shown to the engine) as dropped with reason capture_truncated', async () => {
+    const { io, counters } = await started();
+    await sleep(150);
+    expect(counters[Counter.dropBase + DropReason.captureTruncated]).toBe(0);
+    io.rxTruncated = 3;
+    await sleep(250);
+    expect(counters[Counter.dropBase + DropReason.captureTruncated]).toBe(3);
   });
 
   it('ends the loop with an error, its socket closed, once its interface is gone or made again', async () => {
