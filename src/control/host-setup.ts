@@ -314,6 +314,13 @@ export class HostSetup {
     // Before the IPv6 VIPs go on: a flap in between would take them away. Again on every apply: an
     // interface made again (a loop restart applies again) has its settings back at the defaults.
     if (holdsV6) await this.keepAddressesOnDown();
+    // The drop rule goes on before a VIP and comes off after it: a VIP the kernel holds without
+    // the rule is answered by the kernel itself, a RST to every connection the loop carries for
+    // it (a restart under traffic reset them all) and to every SYN. One removed by this apply
+    // keeps its rule until its address is gone.
+    const toRemove = this.state.addedAddresses.filter((cidr) => !wanted.has(cidr));
+    const withoutPrefix = (cidr: string): string => cidr.slice(0, cidr.lastIndexOf('/'));
+    await this.runner(['nft', '-f', '-'], nftRuleset([...vips, ...toRemove.map(withoutPrefix)]));
     // Recorded before they are added: a crash in between must not leave a VIP no record names.
     const toAdd = [...wanted].filter((cidr) => !present.has(cidr));
     // Added again (its interface was made again): recorded once.
@@ -335,15 +342,14 @@ export class HostSetup {
       this.ownAdded.add(cidr);
       this.log.info('added VIP', { address: cidr, dev: this.devFor(cidr) });
     }
-    for (const cidr of [...this.state.addedAddresses]) {
-      if (wanted.has(cidr)) continue;
+    for (const cidr of toRemove) {
       await this.runner(this.addressCommand('del', cidr)).catch(() => undefined);
       this.state.addedAddresses = this.state.addedAddresses.filter((a) => a !== cidr);
       this.ownAdded.delete(cidr);
       this.log.info('removed VIP', { address: cidr });
     }
     if (!holdsV6 && this.state.keepAddrOnDownBefore !== undefined) await this.restoreKeepAddrOnDown();
-    await this.runner(['nft', '-f', '-'], nftRuleset(vips));
+    if (toRemove.length > 0) await this.runner(['nft', '-f', '-'], nftRuleset(vips));
     if (opts.disableGro && !this.state.groDisabled) {
       // libpcap gives no GSO metadata: keep the kernel from merging frames beyond the MTU. What
       // was set before is recorded, so stop puts it back as it was (GRO off stays off).
@@ -368,10 +374,11 @@ export class HostSetup {
 
   /** Undo everything this daemon (or a crashed predecessor) added. */
   async undo(): Promise<void> {
-    await this.runner(['nft', 'delete', 'table', 'inet', NFT_TABLE]).catch(() => undefined);
+    // The addresses first, then their drop rule (see apply).
     for (const cidr of this.state.addedAddresses) {
       await this.runner(this.addressCommand('del', cidr)).catch(() => undefined);
     }
+    await this.runner(['nft', 'delete', 'table', 'inet', NFT_TABLE]).catch(() => undefined);
     if (this.state.groDisabled) await this.restoreOffloads(this.state.offloadsBefore);
     if (this.state.keepAddrOnDownBefore !== undefined) await this.restoreKeepAddrOnDown();
     this.log.info('host changes undone', { addresses: this.state.addedAddresses });

@@ -9,6 +9,7 @@ import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
 import { allMacsKnown, captureVipSourced as captureVia, httpCount as countVia, labConfig, LabDaemon, metricValue, requireRoot, ROOT, sleep } from '../support/lab-daemon.js';
+import { startConnectStream } from '../support/connect-stream.js';
 import { ETH_IPV4, ETH_IPV6, ethernet, hex, ipv4, ipv6, ipv6Options, tcp } from '../support/packet-builder.js';
 
 const PREFIX = `dsrt-l2-${process.pid}-`;
@@ -192,11 +193,18 @@ describe.each(['afpacket', 'pcap', 'afpacketx2', 'afpacket:v2x2'])('L2 DSR with 
       expect(drain.code, drain.stderr).toBe(0);
       try {
         expect(await round()).toEqual(first);
+        // New connections all through the restart: none may be refused or reset. The LB's kernel,
+        // holding the VIP a moment without the drop rule (taken off before the VIP at stop, put
+        // on after it at start), answered them, and every busy connection, with a RST.
+        const stream = await startConnectStream(lab, lab.client, lab.vip, 80);
         expect(await daemon.stop('SIGTERM')).toBe(0);
         expect(daemon.logs.some((l) => l.includes('flows kept for the next start'))).toBe(true);
         daemon = await LabDaemon.start(lab, configPath);
         // Without the hand-over the drained real's connections went to another real and were reset.
         expect(await round()).toEqual(first);
+        const counts = await stream.stop();
+        expect(counts.opened).toBeGreaterThan(50);
+        expect([counts.refused, counts.reset], JSON.stringify(counts)).toEqual([0, 0]);
         expect(daemon.logs.some((l) => l.includes('flows taken over from the daemon before'))).toBe(true);
         const fresh = await httpCount(60);
         expect(fresh.ok).toBe(60);

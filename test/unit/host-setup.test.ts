@@ -142,6 +142,26 @@ describe('HostSetup', () => {
     expect(await readdir(dir)).toEqual([]);
   });
 
+  it('never leaves the kernel a VIP without its drop rule: the rule before the address at start, the address before the rule at stop and on a reload', async () => {
+    // Without the rule the kernel, holding the VIP, answers the clients itself: a restart under
+    // traffic reset every connection the loop carried (the rule came off before the addresses).
+    const { dir } = await runDir(null);
+    const host = fakeHost([]);
+    const setup = new HostSetup('eth0', quiet, host.runner, dir);
+    await setup.adopt();
+    const lines = (from: number) => host.calls.slice(from).filter((c) => !c.startsWith('ip -j'));
+    await setup.apply(['198.51.100.1', '198.51.100.2'], { disableGro: false });
+    expect(lines(0)).toEqual(['nft -f - <<198.51.100.1, 198.51.100.2', 'ip addr add 198.51.100.1/32 dev lo', 'ip addr add 198.51.100.2/32 dev lo']);
+    // A reload: .3 comes in, .2 goes; .2 keeps its rule until its address is gone.
+    let at = host.calls.length;
+    await setup.apply(['198.51.100.1', '198.51.100.3'], { disableGro: false });
+    expect(lines(at)).toEqual(['nft -f - <<198.51.100.1, 198.51.100.3, 198.51.100.2', 'ip addr add 198.51.100.3/32 dev lo', 'ip addr del 198.51.100.2/32 dev lo', 'nft -f - <<198.51.100.1, 198.51.100.3']);
+    at = host.calls.length;
+    await setup.undo();
+    expect(lines(at)).toEqual(['ip addr del 198.51.100.1/32 dev lo', 'ip addr del 198.51.100.3/32 dev lo', 'nft delete table inet dsrlb']);
+    await rm(dir, { recursive: true, force: true });
+  });
+
   it('refuses to start, as root, over a record another user owns (the service user may write /run/dsrlb): its VIPs are neither removed nor forgotten', async () => {
     if (process.geteuid?.() !== 0) throw new Error('this test needs root (files of another uid)');
     for (const which of ['eth0', 'eth9']) {
