@@ -19,6 +19,7 @@ import {
   emptySnapshot,
   findService,
   isVip,
+  realServesKey,
   realServesVip,
   type ForwardingSnapshot,
 } from './forwarding-snapshot.js';
@@ -541,7 +542,7 @@ export class Engine {
     const entry = flows.lookup(flows.indexHash(), nowMs);
     let real = entry >= 0 ? flows.realOf(entry) : -1;
     // As place() checks: the entry's real may have been freed and its id given to another service's.
-    if (real < 0 || real >= snap.realIdLimit || snap.realKeepExisting[real] !== 1 || snap.realService[real] !== svc) real = midStreamPick(snap, svc, this.placementHash(svc));
+    if (real < 0 || !this.keepsEntry(real, svc)) real = midStreamPick(snap, svc, this.placementHash(svc));
     if (real < 0) return -snap.svcDropReason[svc]!;
     return this.forward(batch, i, buf, off, len, flags, real, nowMs);
   }
@@ -622,6 +623,14 @@ export class Engine {
       this.lastPlacement = Placement.scheduled;
       return real;
     }
+    // The entry of another service that takes this packet too (the VIP's port-0 service, before a
+    // reload added one on this exact port): the connection keeps its real, as IPVS looks up
+    // connections before services; new connections go to the new service.
+    if (this.keepsEntry(current, svc)) {
+      flows.touch(entry, flags, nowMs);
+      this.lastPlacement = Placement.flowTable;
+      return current;
+    }
     // Its real was disabled, failed or removed: the connection is broken anyway; move it. The new
     // real never saw the connection (it answers with a reset): a TCP entry starts again in syn, as
     // one placed mid-stream does, so that it is not counted active on its new real for the
@@ -692,6 +701,18 @@ export class Engine {
     return this.consistentPick(svc, hash);
   }
 
+  /**
+   * Whether a flow entry on real id `real` keeps it for a packet service `svc` matched (the flow
+   * table's scratch key holds the packet's): the real keeps existing flows and is `svc`'s, or
+   * another service's that takes the packet too (realServesKey). place() tests the common case
+   * inline; an id past the snapshot's (a real forgotten) keeps nothing.
+   */
+  private keepsEntry(real: number, svc: number): boolean {
+    const snap = this.snap;
+    if (real >= snap.realIdLimit || snap.realKeepExisting[real] !== 1) return false;
+    return snap.realService[real] === svc || realServesKey(snap, real, this.flows.key);
+  }
+
   private consistentPick(svc: number, hash: number): number {
     return consistentPick(this.snap, svc, hash);
   }
@@ -720,7 +741,7 @@ export class Engine {
       this.explainFlowState = this.flows.stateOf(entry);
       const current = this.flows.realOf(entry);
       const reused = pkt.ipProtocol === IPPROTO_TCP && this.flows.isReusable(entry);
-      if (!reused && current < snap.realIdLimit && snap.realKeepExisting[current] === 1 && snap.realService[current] === svc) {
+      if (!reused && this.keepsEntry(current, svc)) {
         this.lastPlacement = Placement.flowTable;
         return current;
       }
@@ -731,7 +752,7 @@ export class Engine {
       }
       // Where a packet of the closing connection goes, as placeExisting sends it: its real while
       // that real keeps flows, else the consistent hash's pick (a disabled or dead real's).
-      this.explainEntryReal = current < snap.realIdLimit && snap.realKeepExisting[current] === 1 && snap.realService[current] === svc ? current : this.consistentPick(svc, hash);
+      this.explainEntryReal = this.keepsEntry(current, svc) ? current : this.consistentPick(svc, hash);
     }
     this.lastPlacement = Placement.scheduled;
     if (snap.svcScheduler[svc] !== SCHED_WLC) this.explainSlot = slot;

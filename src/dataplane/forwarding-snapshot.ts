@@ -114,6 +114,28 @@ export function realServesVip(s: ForwardingSnapshot, real: number, family: numbe
   return svc >= 0 && serviceHasVip(s, svc, family, addr);
 }
 
+/**
+ * True when real id `real` belongs to a service that also matches the flow of `key` (a flow
+ * table key: family << 8 | protocol, source words 1..4, destination words 5..8, client port << 16
+ * | VIP port): its VIP, protocol, and port 0 or the key's port. So is the VIP's port-0 service
+ * for a connection it placed before a reload added a service on that exact port.
+ */
+export function realServesKey(s: ForwardingSnapshot, real: number, key: Uint32Array): boolean {
+  const svc = s.realService[real]!;
+  if (svc < 0) return false;
+  const port = s.svcPort[svc]!;
+  const v = svc * 4;
+  return (
+    s.svcFamily[svc] === key[0]! >>> 8 &&
+    s.svcProtocol[svc] === (key[0]! & 0xff) &&
+    (port === 0 || port === (key[9]! & 0xffff)) &&
+    s.svcVip[v] === key[5] &&
+    s.svcVip[v + 1] === key[6] &&
+    s.svcVip[v + 2] === key[7] &&
+    s.svcVip[v + 3] === key[8]
+  );
+}
+
 /** True when service `svc`'s VIP is the packet's destination (addr words 4..7) in `family`. */
 function serviceHasVip(s: ForwardingSnapshot, svc: number, family: number, addr: Uint32Array): boolean {
   const v = svc * 4;

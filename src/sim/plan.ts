@@ -94,8 +94,10 @@ export interface LiveFlowImpact {
    */
   readonly landingElsewhereWithoutEntry: number;
   /**
-   * Flows the engine matches to another service after the change (an exact port added beside the
-   * VIP's port-0 service takes that port's packets): counted in both figures above, and they break.
+   * Flows on a port another service takes after the change (an exact port added beside the VIP's
+   * port-0 service): the engine keeps them on their reals through their entries, as IPVS looks up
+   * connections before services, but without an entry they go to that service (counted in
+   * landingElsewhereWithoutEntry; in changingRealNow only when this change disables their real).
    */
   readonly takenByAnotherService: number;
 }
@@ -329,9 +331,9 @@ export function planChange(current: Config, candidate: Config, liveFlows?: LiveF
     }
     if (liveFlowImpact !== null && liveFlowImpact.takenByAnotherService > 0) {
       const n = liveFlowImpact.takenByAnotherService;
-      warn('LIVE_FLOWS_TAKEN', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'goes' : 'go'} to another service of ${cfg1!.vip} after this change (a service on their exact port takes precedence over the port-0 one): their packets go to that service's reals and their connections break`);
+      warn('LIVE_FLOWS_TAKEN', name, `${n} live flow${n === 1 ? '' : 's'} of ${name} ${n === 1 ? 'is' : 'are'} on a port that another service of ${cfg1!.vip} takes after this change (a service on the exact port takes precedence over the port-0 one): ${n === 1 ? 'it keeps its real' : 'they keep their reals'} through the flow table, but new connections to that port go to that service, and an LB without the flow entries (another LB after an ECMP change, this one after a crash) sends ${n === 1 ? 'it' : 'them'} there and ${n === 1 ? 'its connection breaks' : 'their connections break'}`);
     }
-    const disabledNow = liveFlowImpact === null ? 0 : liveFlowImpact.changingRealNow - liveFlowImpact.takenByAnotherService;
+    const disabledNow = liveFlowImpact === null ? 0 : liveFlowImpact.changingRealNow;
     // With no real taking new flows, the engine finds none to move them to either (failOpen's
     // down reals aside): their packets are dropped.
     const fate =
@@ -562,17 +564,18 @@ function liveImpact(
   const opsNow = snap1.svcOps[i1] === 1 && (i0 < 0 || b0.snapshot.svcOps[i0] !== 1);
   for (let f = 0; f < total; f++) {
     const key = live.keys.subarray(f * FLOW_KEY_WORDS, (f + 1) * FLOW_KEY_WORDS);
+    const id = registry.idFor(RealRegistry.keyOf(identity, live.realAddresses[f]!));
     // The service the engine matches after the change: an exact port added beside a port-0
-    // service takes that port's packets, flow entries or not (key: family << 8 | protocol, source
-    // and destination words, client port << 16 | VIP port).
+    // service takes that port's packets without an entry; with one, the flow stays on its real
+    // while the real keeps flows (the engine's keepsEntry). Key: family << 8 | protocol, source
+    // and destination words, client port << 16 | VIP port.
     addr.set(key.subarray(1, 9));
     if (findService(snap1, key[0]! >>> 8, key[0]! & 0xff, addr, key[9]! & 0xffff) !== i1) {
       taken++;
-      changingRealNow++;
       landingElsewhere++;
+      if (keepsFlows(b0, i0, id) && !keepsFlows(b1, i1, id)) changingRealNow++;
       continue;
     }
-    const id = registry.idFor(RealRegistry.keyOf(identity, live.realAddresses[f]!));
     // Only what this change does: flows the daemon already moves (a real down or disabled now) do not count.
     if (keepsFlows(b0, i0, id) && !keepsFlows(b1, i1, id)) changingRealNow++;
     // One-packet scheduling turned on: no entry is looked up any more, every datagram goes by the hash.

@@ -2,6 +2,8 @@
 // drains: the next daemon takes them back as removed and draining, so their keep-alive connections
 // still reach the real they were on (without it they were placed anew by the hash and reset, or
 // sent nowhere), new connections never go to them, and they are forgotten once drained.
+// Also: a reload adding a service on an exact port of a port-0 VIP leaves the port-0 service's
+// connections on their reals.
 
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -9,7 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLab, destroyLabsWithPrefix, type Lab } from '../../src/lab/netns-lab.js';
 import { KeepAliveClient } from '../support/keepalive-client.js';
-import { httpCount, labConfig, LabDaemon, requireRoot, type Status } from '../support/lab-daemon.js';
+import { httpCount, labConfig, LabDaemon, requireRoot, sleep, SNAPSHOT_LAG_MS, type Status } from '../support/lab-daemon.js';
 
 const PREFIX = `dsrt-frr-${process.pid}-`;
 /** A second service on a VIP of its own: the daemon keeps running when `web` is removed. */
@@ -184,6 +186,32 @@ describe('a stateFile edited before a restart (no reload)', () => {
       expect(fresh.byReal[removed.name] ?? 0).toBe(0);
       expect(daemon!.logs.some((l) => l.includes('stateFile changed since the daemon before') && l.includes(moved))).toBe(true);
       expect(JSON.parse(await readFile(moved, 'utf8'))).toMatchObject({ intent: { [`tcp|${lab.vip}|80#${removed.ipv4}`]: { state: 'drain' } } });
+    } finally {
+      await client.close();
+    }
+  }, 120_000);
+});
+
+describe('a reload that adds a service on an exact port of a port-0 VIP', () => {
+  it('leaves the port-0 service\'s keep-alive connections on their reals (as IPVS, connections before services); new connections go to the new service', async () => {
+    // The VIP's port-0 service on reals 0 and 1; then `web` on port 80 of the same VIP, on real 2.
+    const [r0, r1, r2] = lab.reals;
+    const anyPort = ['  - name: anyport', `    vip: ${lab.vip}`, '    port: 0', '    protocol: tcp', '    reals:', `      - address: ${r0!.ipv4}`, `      - address: ${r1!.ipv4}`];
+    const withoutWeb = (text: string) => text.replace(/ {2}- name: web\n(?: {4}.*\n| {6}.*\n)*/, '');
+    await reload(withoutWeb(labConfig(lab, { reals: [r2!.ipv4], top: [`stateFile: ${dir}/dsrlb.state.json`], after: anyPort })));
+    const { client, opened } = await KeepAliveClient.open(lab, lab.client.ns, lab.vip, 20);
+    try {
+      expect(opened).toBe(20);
+      const round = async () => (await client.round()).answers.map((a) => ('real' in a ? a.real : a.error));
+      const first = await round();
+      expect(new Set(first)).toEqual(new Set([r0!.name, r1!.name]));
+      await reload(labConfig(lab, { reals: [r2!.ipv4], top: [`stateFile: ${dir}/dsrlb.state.json`], after: anyPort }));
+      await sleep(SNAPSHOT_LAG_MS);
+      // Before, the exact port took their packets: sent to real 2, which reset every connection.
+      expect(await round()).toEqual(first);
+      const fresh = await httpCount(lab, 20);
+      expect([fresh.ok, fresh.byReal[r2!.name]]).toEqual([20, 20]);
+      expect(await round()).toEqual(first);
     } finally {
       await client.close();
     }

@@ -514,6 +514,61 @@ ${REALS.slice(0, 3).map((a) => `      - address: ${a}`).join('\n')}
   });
 });
 
+describe('engine: a service added on an exact port of a port-0 VIP', () => {
+  // IPVS looks up connections before services: a connection the port-0 service placed keeps its
+  // real when a reload adds a service on its port; only new connections go to the new service.
+  const anyPort = (state = 'active') => `
+interface: eth0
+services:
+  - name: any
+    vip: ${VIP}
+    port: 0
+    protocol: tcp
+    reals:
+      - { address: ${REALS[0]}, state: ${state} }
+`;
+  const alt = `  - name: alt
+    vip: ${VIP}
+    port: 8080
+    protocol: tcp
+    reals:
+      - address: ${REALS[3]}
+`;
+  const explainAt = (engine: Engine, sport: number, dport: number) => {
+    const p = new ParsedPacket();
+    p.reset();
+    p.family = 4;
+    p.ipProtocol = 6;
+    p.addr.set(addressWords('192.0.2.7'), 0);
+    p.addr.set(addressWords(VIP), 4);
+    p.srcPort = sport;
+    p.dstPort = dport;
+    return { real: engine.explain(p, 1_000_000), placement: engine.lastPlacement };
+  };
+
+  it('keeps the port-0 service\'s live connections on their real; new ones go to the new service; a disabled real\'s move there', () => {
+    const { engine, io, build, counters } = setup(config(anyPort()));
+    const [syn] = io.inject([tcpFrame(40000, SYN, [], 8080)]);
+    expect(realOf(syn!)).toBe(0);
+    io.inject([tcpFrame(40000, ACK, [], 8080)]);
+    build(config(anyPort() + alt));
+    const [ack] = io.inject([tcpFrame(40000, ACK, [1], 8080)]);
+    expect([realOf(ack!), engine.lastPlacement]).toEqual([0, Placement.flowTable]);
+    expect(explainAt(engine, 40000, 8080)).toEqual({ real: 0, placement: Placement.flowTable });
+    expect(counters[Counter.flowsRescheduled]).toBe(0);
+    const [fresh] = io.inject([tcpFrame(40001, SYN, [], 8080)]);
+    expect(realOf(fresh!)).toBe(3);
+    // Another port of the VIP is still the port-0 service's alone.
+    const [other] = io.inject([tcpFrame(40002, SYN, [], 9090)]);
+    expect(realOf(other!)).toBe(0);
+    // Its real disabled: the connection cannot stay, and the packet's service (alt) takes it.
+    build(config(anyPort('disabled') + alt));
+    const [moved] = io.inject([tcpFrame(40000, ACK, [2], 8080)]);
+    expect([realOf(moved!), engine.lastPlacement]).toEqual([3, Placement.rescheduled]);
+    expect(counters[Counter.flowsRescheduled]).toBe(1);
+  });
+});
+
 describe('drop reason labels', () => {
   it('are snake_case names of the reasons', async () => {
     const { dropReasonLabels } = await import('../../src/dataplane/drop-reasons.js');

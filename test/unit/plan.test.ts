@@ -226,7 +226,7 @@ describe('plan: live flows, checked against an engine holding them', () => {
     expect(impact).toEqual({ total: 200, changingRealNow: 0, landingElsewhereWithoutEntry: elsewhere, takenByAnotherService: 0 });
   });
 
-  it('counts the live flows of a port-0 service that an exact-port service added beside it takes (the engine matches the exact port first)', () => {
+  it('counts the live flows of a port-0 service on a port an exact-port service added beside it takes: they keep their reals through their entries, as in the engine', () => {
     const any = '  - { name: any, vip: 203.0.113.50, port: 0, reals: [ { address: 10.0.0.31 } ] }';
     const exact = '  - { name: alt, vip: 203.0.113.50, port: 8080, reals: [ { address: 10.0.0.32 } ] }';
     // Two live flows of the port-0 service: one to port 8080, one to port 9090.
@@ -236,14 +236,19 @@ describe('plan: live flows, checked against an engine holding them', () => {
     }
     const live: LiveFlows = new Map([['tcp|203.0.113.50|0', { keys, realAddresses: ['10.0.0.31', '10.0.0.31'] }]]);
     const report = planChange(config({ reals: four(), more: any }), config({ reals: four(), more: `${any}\n${exact}` }), live);
-    expect(report.services.find((s) => s.name === 'any')!.liveFlows).toEqual({ total: 2, changingRealNow: 1, landingElsewhereWithoutEntry: 1, takenByAnotherService: 1 });
+    expect(report.services.find((s) => s.name === 'any')!.liveFlows).toEqual({ total: 2, changingRealNow: 0, landingElsewhereWithoutEntry: 1, takenByAnotherService: 1 });
     expect(report.warnings.filter((w) => w.code.startsWith('LIVE_FLOWS'))).toEqual([
       {
         code: 'LIVE_FLOWS_TAKEN',
         service: 'any',
-        message: "1 live flow of any goes to another service of 203.0.113.50 after this change (a service on their exact port takes precedence over the port-0 one): their packets go to that service's reals and their connections break",
+        message:
+          '1 live flow of any is on a port that another service of 203.0.113.50 takes after this change (a service on the exact port takes precedence over the port-0 one): it keeps its real through the flow table, but new connections to that port go to that service, and an LB without the flow entries (another LB after an ECMP change, this one after a crash) sends it there and its connection breaks',
       },
     ]);
+    // The same change disabling the real: that flow moves (to the new service's real) and breaks.
+    const anyDisabled = '  - { name: any, vip: 203.0.113.50, port: 0, reals: [ { address: 10.0.0.31, state: disabled } ] }';
+    const moved = planChange(config({ reals: four(), more: any }), config({ reals: four(), more: `${anyDisabled}\n${exact}` }), live);
+    expect(moved.services.find((s) => s.name === 'any')!.liveFlows).toEqual({ total: 2, changingRealNow: 2, landingElsewhereWithoutEntry: 2, takenByAnotherService: 1 });
   });
 
   it('lets the live flows of a removed service drain, as the daemon does, unless a port-0 service of its VIP takes them', () => {
