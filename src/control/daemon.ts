@@ -1295,6 +1295,13 @@ export class Daemon {
     const canonical = 'error' in endpoint || !portFits ? parseIpAddress(address)?.address : endpoint.address;
     const found = canonical === undefined ? undefined : s.reals.find((r) => r.address === canonical);
     if (found !== undefined) return found;
+    const sid = serviceIdentity(s);
+    if (canonical !== undefined && [...this.reals.values()].some((r) => r.removed && r.service === sid && r.address === canonical)) {
+      throw new DaemonError(
+        'UNKNOWN_REAL_REMOVED',
+        `real ${canonical} was removed from service "${s.name}" by a reload: its flows drain on it (dsrlb status and dsrlb flows list them) and it takes no new ones; it cannot be changed (put it back in the config to manage it)`,
+      );
+    }
     const port = !('error' in endpoint) && !portFits ? ` (its reals take port ${s.port}: DSR does not change the port)` : '';
     throw new DaemonError('UNKNOWN_REAL', `service "${s.name}" has no real "${address}"${port}; its reals: ${firstFew(s.reals.map((r) => r.address))}`);
   }
@@ -1366,26 +1373,28 @@ export class Daemon {
       if (r && o.configState === r.state && o.configWeight === r.weight) continue;
       this.overrides.delete(key);
       changed = true;
-      this.log.info('operator intent dropped: the config changed this real', { real: key, override: o });
-      // A real the file removes (the usual end of a drain) is no news; one it changed is, and so is
-      // one whose service the file no longer has (moved to another port, VIP or protocol).
       const at = key.lastIndexOf('#');
       const sid = key.slice(0, at);
       const service = services.get(sid);
+      const real = key.slice(at + 1);
+      const [protocol, vip, port] = sid.split('|');
+      const serviceName = service?.name ?? serviceAddressName(protocol as Protocol, vip!, Number(port));
+      this.log.info('operator intent dropped: the config changed this real', { service: serviceName, real, override: o });
+      // A real the file removes (the usual end of a drain) is no news; one it changed is, and so is
+      // one whose service the file no longer has (moved to another port, VIP or protocol).
       if (!r && service) continue;
       const set = [o.state, o.weight === undefined ? undefined : `weight ${o.weight}`].filter((x) => x !== undefined).join(', ');
-      const real = key.slice(at + 1);
       if (r && service) {
-        dropped.push(`operator intent on ${service.name} ${real} (${set}) dropped: the config file changed that real (now ${r.state}, weight ${r.weight})`);
+        dropped.push(`operator intent on ${serviceName} ${real} (${set}) dropped: the config file changed that real (now ${r.state}, weight ${r.weight})`);
       } else {
-        const [protocol, vip, port] = sid.split('|');
-        dropped.push(`operator intent on ${serviceAddressName(protocol as Protocol, vip!, Number(port))} ${real} (${set}) dropped: the config file has no service there any more (one moved to another VIP, port or protocol is a new service)`);
+        dropped.push(`operator intent on ${serviceName} ${real} (${set}) dropped: the config file has no service there any more (one moved to another VIP, port or protocol is a new service)`);
       }
     }
     for (const sid of this.withdrawn) {
       if (services.has(sid)) continue;
       this.withdrawn.delete(sid);
-      this.log.info('withdrawal dropped: the service left the config', { service: sid });
+      const [protocol, vip, port] = sid.split('|');
+      this.log.info('withdrawal dropped: the service left the config', { service: serviceAddressName(protocol as Protocol, vip!, Number(port)) });
       changed = true;
     }
     return { changed, dropped };

@@ -125,3 +125,25 @@ describe('a removed service that drains', () => {
     }
   });
 });
+
+describe('a removed real that drains', () => {
+  it('is named as removed, not unknown, when an operator changes its intent', async () => {
+    const file = join(dir, 'dsrlb.yaml');
+    // Every real holds flows: the removed real drains instead of being forgotten.
+    const { daemon, inside } = stubbedDaemon(file, configText(service('web', '10.99.0.100', ['10.0.0.1', '10.0.0.2'])), { activeFlows: 3 });
+    const health = inside.health as HealthMonitor;
+    try {
+      (inside.syncReals as () => void).call(daemon);
+      daemon.rebuild('start');
+      writeFileSync(file, configText(service('web', '10.99.0.100', ['10.0.0.1'])));
+      expect((await daemon.reload()).ok).toBe(true);
+      await expect(daemon.setIntent('web', '10.0.0.2', { state: 'drain' })).rejects.toMatchObject({
+        code: 'UNKNOWN_REAL_REMOVED',
+        message: 'real 10.0.0.2 was removed from service "web" by a reload: its flows drain on it (dsrlb status and dsrlb flows list them) and it takes no new ones; it cannot be changed (put it back in the config to manage it)',
+      });
+      await expect(daemon.setIntent('web', '10.0.0.9', { state: 'drain' })).rejects.toMatchObject({ code: 'UNKNOWN_REAL' });
+    } finally {
+      health.stop();
+    }
+  });
+});
