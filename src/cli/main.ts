@@ -200,13 +200,17 @@ export async function main(args: string[]): Promise<number> {
       },
     )
     .command(
-      'status',
-      'services and reals, as ipvsadm -Ln shows them',
-      (y) => adminOptions(y).option('json', { type: 'boolean', default: false, describe: 'print the status as JSON' }),
+      'status [service]',
+      'services and reals, as ipvsadm -Ln shows them (one service, as ipvsadm -Ln -t VIP:PORT)',
+      (y) =>
+        adminOptions(y)
+          .positional('service', { type: 'string', describe: `only this service: ${SERVICE_HELP}` })
+          .option('json', { type: 'boolean', default: false, describe: 'print the status as JSON' }),
       (a) =>
         setExit(
           (async () => {
-            const { data } = await adminRequest(await resolveAdminTarget(a), 'GET', '/status');
+            const query = a.service === undefined ? '' : `?${new URLSearchParams({ service: a.service })}`;
+            const { data } = await adminRequest(await resolveAdminTarget(a), 'GET', `/status${query}`);
             print(a.json ? JSON.stringify(data, null, 2) : formatStatus(data as never));
             return 0;
           })(),

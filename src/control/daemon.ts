@@ -1938,9 +1938,19 @@ export class Daemon {
     return this.loops.running && this.loops.heartbeatAgeMs() < 5000;
   }
 
-  status(): Record<string, unknown> {
+  /**
+   * Everything status shows; with `service` (a name or address, as the intent commands take it; a
+   * removed one that drains too), that service only, as `ipvsadm -Ln -t VIP:PORT`.
+   */
+  status(service?: string): Record<string, unknown> {
     const configReals = realsByKey(this.config);
-    const views = this.serviceViews();
+    let views = this.serviceViews();
+    if (service !== undefined) {
+      const s = this.findService(service) ?? this.findRemovedService(service);
+      if (s === null) throw this.unknownService(service);
+      const identity = serviceIdentity(s);
+      views = views.filter((v) => serviceIdentity(v.config) === identity);
+    }
     const counters = this.loops.counters();
     const keyById = new Map([...this.reals.values()].map((x) => [x.id, x.key]));
     return {

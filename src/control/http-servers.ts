@@ -338,7 +338,7 @@ export async function startAdminServer(daemon: Daemon, limits: ListenerLimits = 
     }
     if (path === '/status') {
       only(req, 'GET');
-      json(res, 200, daemon.status());
+      json(res, 200, daemon.status(url.searchParams.get('service') ?? undefined));
       return;
     }
     if (path === '/reload') {

@@ -103,6 +103,12 @@ describe('admin API and CLI', () => {
     for (const r of lab.reals) expect(table.stdout).toContain(`-> ${r.ipv4}:80`);
     const json = JSON.parse((await daemon.cli(['status', '--json'])).stdout);
     expect(json.services[0].reals).toHaveLength(3);
+    // One service, as ipvsadm -Ln -t VIP:PORT; an unknown one is a user error.
+    const one = await daemon.cli(['status', `${lab.vip}:80`]);
+    expect([one.code, one.stdout.match(/^(TCP|UDP) /gm)?.length]).toEqual([0, 1]);
+    expect(one.stdout).toMatch(/TCP\s+10\.77\.0\.100:80\s+maglev\s+l2/);
+    const none = await daemon.cli(['status', 'nosuch']);
+    expect([none.code, none.stderr.trim()]).toEqual([1, 'dsrlb: unknown service "nosuch": name it (web) or give its address, VIP:PORT or tcp://VIP:PORT']);
 
     const explain = await daemon.cli(['explain', 'web', `${lab.client.ipv4}:40000`]);
     expect(explain.code).toBe(0);

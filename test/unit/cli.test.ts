@@ -273,7 +273,7 @@ describe('dsrlb CLI', () => {
   });
 
   it('calls an extra word after a command an unexpected argument, not an unknown command', async () => {
-    const r = await dsrlb(['status', 'extra']);
+    const r = await dsrlb(['status', 'web', 'extra']);
     expect(r.code).toBe(1);
     expect(r.stderr.trim()).toBe('dsrlb: unexpected argument "extra" for status (dsrlb status --help)');
     const w = await dsrlb(['weight', 'web', '10.0.0.1', '5', '6']);

@@ -120,6 +120,14 @@ describe('a removed service that drains', () => {
       const explainTarget = inside.explainTarget as (ref: string) => { s: { name: string }; dstPort: number };
       expect(explainTarget.call(daemon, 'old')).toMatchObject({ s: { name: 'old' }, dstPort: 80 });
       await expect(daemon.setIntent('nosuch', '10.0.1.1', { state: 'disabled' })).rejects.toMatchObject({ code: 'UNKNOWN_SERVICE' });
+      // status SERVICE (ipvsadm -Ln -t): that service alone, a removed one that drains too.
+      Object.assign(inside.loops as object, { localMac: new Uint8Array(6), size: 1 });
+      const only = (ref: string) => (daemon.status(ref) as { services: { name: string; removed: boolean }[] }).services.map((x) => [x.name, x.removed]);
+      expect(only('web')).toEqual([['web', false]]);
+      expect(only('10.99.0.100:80')).toEqual([['web', false]]);
+      expect(only('tcp://10.99.0.101:80')).toEqual([['old', true]]);
+      expect((daemon.status() as { services: unknown[] }).services).toHaveLength(2);
+      expect(() => daemon.status('nosuch')).toThrow(expect.objectContaining({ code: 'UNKNOWN_SERVICE' }));
     } finally {
       health.stop();
     }
