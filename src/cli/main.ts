@@ -161,7 +161,9 @@ export async function main(args: string[]): Promise<number> {
     .scriptName('dsrlb')
     // Numbers stay as typed, for the commands' own strict parsing (decimal digits only: no 0x10,
     // 1e3 or " 5"); so the numeric options declare no type, and help shows none rather than [string].
-    .parserConfiguration({ 'parse-numbers': false, 'parse-positional-numbers': false })
+    // No --no-X and no --a.b: they handed a boolean or an object to options read as strings
+    // (`decap --no-vip` ended in a TypeError); strict mode now calls them unknown.
+    .parserConfiguration({ 'parse-numbers': false, 'parse-positional-numbers': false, 'boolean-negation': false, 'dot-notation': false })
     .strict()
     .strictCommands()
     .recommendCommands()

@@ -151,6 +151,8 @@ interface RealRuntime {
 
 /** How often the next hops of IPIP reals are asked again (one `ip -batch` of `route get` for all). */
 const ROUTE_REFRESH_MS = 10_000;
+/** How often (housekeeping ticks, 1 s) the nftables drop table is looked for: one `nft list` (about 2 ms of CPU). */
+const DROP_TABLE_CHECK_TICKS = 5;
 /** A real's too-big errors are logged at most once in this long. */
 const TOO_BIG_LOG_MS = 600_000;
 /**
@@ -255,6 +257,9 @@ export class Daemon {
   private announcing: Promise<void> = Promise.resolve();
   /** Set when stop begins: announcing must not come back after its withdrawal. */
   private stopping = false;
+  /** Housekeeping ticks (1 s) since the start. */
+  private ticks = 0;
+  private checkingDropTable = false;
   /** Services the operator withdrew (`dsrlb withdraw`), by service identity. */
   private withdrawn = new Set<string>();
   /** This network namespace's one-daemon lock, held from before the first host change to the end of stop(). */
@@ -1001,6 +1006,7 @@ export class Daemon {
   /** Once a second: rates, and forgetting removed reals whose last flow is gone. */
   private tick(): void {
     this.warnUnresolvedMacs();
+    if (++this.ticks % DROP_TABLE_CHECK_TICKS === 0) void this.checkDropTable();
     let forget = false;
     const counters = this.loops.counters();
     // The oldest snapshot a loop still runs: a removed real's id is free only once none runs one that schedules onto it.
@@ -1038,6 +1044,31 @@ export class Daemon {
       // Forgotten reals are probed no more.
       this.syncHealthTargets();
       this.rebuild('removed real drained');
+    }
+  }
+
+  /**
+   * Puts the nftables drop table back when someone removed it: `systemctl reload nftables` and
+   * firewalld flush the whole ruleset, and then the kernel, holding the VIPs, answered every
+   * client packet the loops also forward with a RST. Logged as an error and counted.
+   */
+  private async checkDropTable(): Promise<void> {
+    if (this.checkingDropTable || !this.started || this.stopping) return;
+    this.checkingDropTable = true;
+    try {
+      if ((await this.host.dropTablePresent()) !== false) return;
+      await this.exclusive(async () => {
+        if (this.stopping || (await this.host.dropTablePresent()) !== false) return;
+        await this.host.apply(this.vips(), { disableGro: this.config.io === 'pcap' });
+        this.metrics.dropTableRestored.inc();
+        this.log.error('the nftables table inet dsrlb was removed from outside (an nftables or firewalld reload flushes the whole ruleset): put back; meanwhile the kernel answered the VIPs\' clients with resets', {
+          fix: 'exclude table inet dsrlb from the flush (nftables.conf: flush only your own tables), or reload dsrlb after the firewall',
+        });
+      });
+    } catch (err) {
+      this.log.error('could not put back the nftables table inet dsrlb', { error: (err as Error).message });
+    } finally {
+      this.checkingDropTable = false;
     }
   }
 

@@ -241,6 +241,8 @@ export class HostSetup {
   private adopted: HostState | null = null;
   /** Addresses this process added itself (a failed start removes only these). */
   private readonly ownAdded = new Set<string>();
+  /** The VIPs the nftables table this process last loaded guards (empty: not known to be in place). */
+  private rulesFor = new Set<string>();
   private ownGroDisabled = false;
   /** keepAddrOnDownBefore was recorded by this process (a failed start puts back only that). */
   private ownKeepAddrOnDown = false;
@@ -271,7 +273,9 @@ export class HostSetup {
       await left.adoptOwn();
       if (left.adopted === null) continue;
       this.log.warn('undoing the host changes a crashed run left on another interface', { interface: ifname, addresses: left.state.addedAddresses });
-      await left.undo();
+      // The table stays: it guards this interface's VIPs (a crashed run's, adopted next) too, until
+      // apply replaces it.
+      await left.undo({ keepTable: true });
     }
     await this.adoptOwn();
   }
@@ -319,8 +323,15 @@ export class HostSetup {
     // it (a restart under traffic reset them all) and to every SYN. One removed by this apply
     // keeps its rule until its address is gone.
     const toRemove = this.state.addedAddresses.filter((cidr) => !wanted.has(cidr));
-    const withoutPrefix = (cidr: string): string => cidr.slice(0, cidr.lastIndexOf('/'));
-    await this.runner(['nft', '-f', '-'], nftRuleset([...vips, ...toRemove.map(withoutPrefix)]));
+    const guarded = [...vips, ...toRemove.map(withoutPrefix)];
+    try {
+      await this.loadRules(guarded);
+    } catch (err) {
+      // The table in place guards them all already (an interface made again, its VIPs to put
+      // back): a failed nft must not keep them off it.
+      if (!guarded.every((vip) => this.rulesFor.has(vip))) throw err;
+      this.log.warn('could not load the nftables table; the one in place covers every VIP', { error: (err as Error).message });
+    }
     // Recorded before they are added: a crash in between must not leave a VIP no record names.
     const toAdd = [...wanted].filter((cidr) => !present.has(cidr));
     // Added again (its interface was made again): recorded once.
@@ -342,14 +353,18 @@ export class HostSetup {
       this.ownAdded.add(cidr);
       this.log.info('added VIP', { address: cidr, dev: this.devFor(cidr) });
     }
+    const stuck: string[] = [];
     for (const cidr of toRemove) {
-      await this.runner(this.addressCommand('del', cidr)).catch(() => undefined);
+      if (!(await this.removeAddress(cidr))) {
+        stuck.push(cidr);
+        continue;
+      }
       this.state.addedAddresses = this.state.addedAddresses.filter((a) => a !== cidr);
       this.ownAdded.delete(cidr);
       this.log.info('removed VIP', { address: cidr });
     }
     if (!holdsV6 && this.state.keepAddrOnDownBefore !== undefined) await this.restoreKeepAddrOnDown();
-    if (toRemove.length > 0) await this.runner(['nft', '-f', '-'], nftRuleset(vips));
+    if (toRemove.length > stuck.length) await this.loadRules([...vips, ...stuck.map(withoutPrefix)]);
     if (opts.disableGro && !this.state.groDisabled) {
       // libpcap gives no GSO metadata: keep the kernel from merging frames beyond the MTU. What
       // was set before is recorded, so stop puts it back as it was (GRO off stays off).
@@ -372,19 +387,63 @@ export class HostSetup {
     await this.save();
   }
 
+  /**
+   * Whether the nftables table is in place: false when nft says it is not (someone flushed the
+   * ruleset), null when nft could not tell (not run, timed out).
+   */
+  async dropTablePresent(): Promise<boolean | null> {
+    // The table names only, read from stdout: nft's error text is in the locale's language.
+    const listed = await this.runner(['nft', 'list', 'tables']).catch(() => null);
+    if (listed === null) return null;
+    const present = listed.stdout.split('\n').some((line) => line.trim() === `table inet ${NFT_TABLE}`);
+    if (!present) this.rulesFor.clear();
+    return present;
+  }
+
   /** Undo everything this daemon (or a crashed predecessor) added. */
-  async undo(): Promise<void> {
-    // The addresses first, then their drop rule (see apply).
-    for (const cidr of this.state.addedAddresses) {
-      await this.runner(this.addressCommand('del', cidr)).catch(() => undefined);
-    }
-    await this.runner(['nft', 'delete', 'table', 'inet', NFT_TABLE]).catch(() => undefined);
+  async undo(opts: { keepTable?: boolean } = {}): Promise<void> {
+    // The addresses first, then their drop rule (see apply). One that would not go keeps its rule
+    // and its record, for the next start to remove.
+    const stuck: string[] = [];
+    for (const cidr of this.state.addedAddresses) if (!(await this.removeAddress(cidr))) stuck.push(cidr);
+    if (stuck.length > 0) await this.loadRules(stuck.map(withoutPrefix)).catch(() => undefined);
+    else if (opts.keepTable !== true) await this.runner(['nft', 'delete', 'table', 'inet', NFT_TABLE]).catch(() => undefined);
+    if (opts.keepTable !== true || stuck.length > 0) this.rulesFor.clear();
     if (this.state.groDisabled) await this.restoreOffloads(this.state.offloadsBefore);
     if (this.state.keepAddrOnDownBefore !== undefined) await this.restoreKeepAddrOnDown();
-    this.log.info('host changes undone', { addresses: this.state.addedAddresses });
-    this.state = { interface: this.ifname, addedAddresses: [], groDisabled: false };
+    this.log.info('host changes undone', { addresses: this.state.addedAddresses.filter((c) => !stuck.includes(c)), ...(stuck.length > 0 ? { notRemoved: stuck } : {}) });
     this.ownAdded.clear();
+    if (stuck.length > 0) {
+      this.state = { interface: this.ifname, addedAddresses: stuck, groDisabled: false };
+      await this.save().catch(() => undefined);
+      return;
+    }
+    this.state = { interface: this.ifname, addedAddresses: [], groDisabled: false };
     await rm(this.statePath, { force: true });
+  }
+
+  /**
+   * Removes one VIP address; false when it is still there afterwards (the del failed: a timeout,
+   * EPERM), true when it is gone, also when it was gone before.
+   */
+  private async removeAddress(cidr: string): Promise<boolean> {
+    const failed = await this.runner(this.addressCommand('del', cidr)).then(
+      () => null,
+      (err: Error) => err,
+    );
+    if (failed === null) return true;
+    const still = await this.addressesOn(this.devFor(cidr)).then(
+      (present) => present.has(cidr),
+      () => true,
+    );
+    if (still) this.log.warn('could not remove a VIP: it stays, with its drop rule and in the record', { address: cidr, error: failed.message });
+    return !still;
+  }
+
+  /** Replaces the nftables table with one guarding `vips`, and remembers what it guards. */
+  private async loadRules(vips: readonly string[]): Promise<void> {
+    await this.runner(['nft', '-f', '-'], nftRuleset(vips));
+    this.rulesFor = new Set(vips);
   }
 
   /**
@@ -392,25 +451,26 @@ export class HostSetup {
    * stays as it was recorded (its VIPs, its nftables table), for the next start to adopt.
    */
   async undoOwn(): Promise<void> {
-    for (const cidr of this.ownAdded) {
-      await this.runner(this.addressCommand('del', cidr)).catch(() => undefined);
-    }
-    const kept = this.state.addedAddresses.filter((a) => !this.ownAdded.has(a));
+    // One that would not go stays guarded and recorded, as a crashed predecessor's (see undo).
+    const stuck: string[] = [];
+    for (const cidr of this.ownAdded) if (!(await this.removeAddress(cidr))) stuck.push(cidr);
+    const kept = this.state.addedAddresses.filter((a) => !this.ownAdded.has(a) || stuck.includes(a));
     if (this.ownGroDisabled && !(this.adopted?.groDisabled ?? false)) await this.restoreOffloads(this.state.offloadsBefore);
     // A value a crashed predecessor set stays set (its VIPs may stay too), recorded as it was.
     if (this.ownKeepAddrOnDown) await this.restoreKeepAddrOnDown();
-    if (this.adopted) {
-      await this.runner(['nft', '-f', '-'], nftRuleset(kept.map((c) => c.slice(0, c.lastIndexOf('/'))))).catch(() => undefined);
+    if (this.adopted || stuck.length > 0) {
+      await this.loadRules(kept.map(withoutPrefix)).catch(() => undefined);
       this.state = {
         interface: this.ifname,
         addedAddresses: kept,
-        groDisabled: this.adopted.groDisabled,
-        offloadsBefore: this.adopted.offloadsBefore,
+        groDisabled: this.adopted?.groDisabled ?? false,
+        offloadsBefore: this.adopted?.offloadsBefore,
         keepAddrOnDownBefore: this.state.keepAddrOnDownBefore,
       };
       await this.save().catch(() => undefined);
     } else {
       await this.runner(['nft', 'delete', 'table', 'inet', NFT_TABLE]).catch(() => undefined);
+      this.rulesFor.clear();
       await rm(this.statePath, { force: true });
     }
     this.log.info('host changes of this start undone', { addresses: [...this.ownAdded], keptFromPreviousRun: kept });
@@ -500,6 +560,11 @@ export class HostSetup {
   private async save(): Promise<void> {
     await writeRunRecord(this.statePath, this.state);
   }
+}
+
+/** "VIP/32" -> "VIP". */
+function withoutPrefix(cidr: string): string {
+  return cidr.slice(0, cidr.lastIndexOf('/'));
 }
 
 /** The whole nftables table, replaced atomically on every apply (nft -f is one transaction). */

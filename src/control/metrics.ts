@@ -38,6 +38,7 @@ export interface MetricsSource {
 export class DaemonMetrics {
   readonly registry = new client.Registry();
   readonly reloads: client.Counter<'result'>;
+  readonly dropTableRestored: client.Counter;
   readonly lastReloadSuccess: client.Gauge;
   private readonly lastReloadSuccessful: client.Gauge;
   readonly tableMovedSlots: client.Counter<'service'>;
@@ -117,6 +118,11 @@ export class DaemonMetrics {
     });
     this.reloads.inc({ result: 'success' }, 0);
     this.reloads.inc({ result: 'failure' }, 0);
+    this.dropTableRestored = new client.Counter({
+      name: 'dsrlb_drop_table_restored_total',
+      help: 'Times the nftables table inet dsrlb was found gone (removed from outside: an nftables or firewalld reload flushing the ruleset) and put back.',
+      registers: [registry],
+    });
     this.httpRefused = new client.Counter({
       name: 'dsrlb_http_connections_refused_total',
       help: 'Connections the metrics or admin listener closed as it accepted them, at its connection limit.',

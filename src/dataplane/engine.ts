@@ -613,9 +613,8 @@ export class Engine {
   private placeExisting(svc: number, entry: number, current: number, reused: boolean, flags: number, nowMs: number): number {
     const snap = this.snap;
     const flows = this.flows;
-    const hash = this.placementHash(svc);
     if (reused) {
-      const real = this.schedule(svc, hash);
+      const real = this.schedule(svc, this.placementHash(svc));
       if (real < 0) return -1;
       if (real !== current) flows.setReal(entry, real);
       flows.touch(entry, flags, nowMs);
@@ -635,7 +634,7 @@ export class Engine {
     // real never saw the connection (it answers with a reset): a TCP entry starts again in syn, as
     // one placed mid-stream does, so that it is not counted active on its new real for the
     // established timeout; a second packet makes it established again.
-    const real = this.consistentPick(svc, hash);
+    const real = this.consistentPick(svc, this.placementHash(svc));
     if (real < 0) return -1;
     flows.setReal(entry, real);
     if (flows.stateOf(entry) === FlowState.udp) flows.touch(entry, flags, nowMs);

@@ -570,10 +570,17 @@ function liveImpact(
     // while the real keeps flows (the engine's keepsEntry). Key: family << 8 | protocol, source
     // and destination words, client port << 16 | VIP port.
     addr.set(key.subarray(1, 9));
-    if (findService(snap1, key[0]! >>> 8, key[0]! & 0xff, addr, key[9]! & 0xffff) !== i1) {
-      taken++;
+    const family = key[0]! >>> 8;
+    const protocol = key[0]! & 0xff;
+    const vipPort = key[9]! & 0xffff;
+    if (findService(snap1, family, protocol, addr, vipPort) !== i1) {
+      // Taken by this change only when it brings the exact port in: one an earlier change took
+      // stays on its real all the same (the engine keeps it), and is no news here.
+      if (i0 < 0 || findService(b0.snapshot, family, protocol, addr, vipPort) === i0) taken++;
       landingElsewhere++;
-      if (keepsFlows(b0, i0, id) && !keepsFlows(b1, i1, id)) changingRealNow++;
+      // It moves (to that service's reals) when its real stops keeping flows, or when one-packet
+      // scheduling comes on and its entry goes.
+      if (keepsFlows(b0, i0, id) && (!keepsFlows(b1, i1, id) || opsNow)) changingRealNow++;
       continue;
     }
     // Only what this change does: flows the daemon already moves (a real down or disabled now) do not count.

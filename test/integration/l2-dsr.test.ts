@@ -191,12 +191,13 @@ describe.each(['afpacket', 'pcap', 'afpacketx2', 'afpacket:v2x2'])('L2 DSR with 
       const drained = lab.reals.find((r) => first.filter((x) => x === r.name).length >= 3)!;
       const drain = await daemon.cli(['drain', 'web', drained.ipv4]);
       expect(drain.code, drain.stderr).toBe(0);
+      let stream: Awaited<ReturnType<typeof startConnectStream>> | undefined;
       try {
         expect(await round()).toEqual(first);
         // New connections all through the restart: none may be refused or reset. The LB's kernel,
         // holding the VIP a moment without the drop rule (taken off before the VIP at stop, put
         // on after it at start), answered them, and every busy connection, with a RST.
-        const stream = await startConnectStream(lab, lab.client, lab.vip, 80);
+        stream = await startConnectStream(lab, lab.client, lab.vip, 80);
         expect(await daemon.stop('SIGTERM')).toBe(0);
         expect(daemon.logs.some((l) => l.includes('flows kept for the next start'))).toBe(true);
         daemon = await LabDaemon.start(lab, configPath);
@@ -210,6 +211,7 @@ describe.each(['afpacket', 'pcap', 'afpacketx2', 'afpacket:v2x2'])('L2 DSR with 
         expect(fresh.ok).toBe(60);
         expect(fresh.byReal[drained.name] ?? 0).toBe(0);
       } finally {
+        stream?.kill();
         client.stdin!.write('quit\n');
         const undrain = await daemon.cli(['undrain', 'web', drained.ipv4]);
         expect(undrain.code, undrain.stderr).toBe(0);
@@ -264,5 +266,20 @@ describe.each(['afpacket', 'pcap', 'afpacketx2', 'afpacket:v2x2'])('L2 DSR with 
       const r = await httpCount(30);
       expect(r.ok).toBe(30);
     }, 60_000);
+
+    it('puts its nftables table back within seconds when a firewall reload flushes the ruleset', async () => {
+      // systemctl reload nftables runs /etc/nftables.conf, whose first line is `flush ruleset`.
+      expect((await lab.exec(lab.lb, ['nft', 'flush', 'ruleset'])).code).toBe(0);
+      const tables = async () => (await lab.exec(lab.lb, ['nft', 'list', 'tables'])).stdout;
+      expect(await tables()).not.toContain('table inet dsrlb');
+      const deadline = Date.now() + 8000;
+      while (!(await tables()).includes('table inet dsrlb') && Date.now() < deadline) await sleep(200);
+      expect(await tables()).toContain('table inet dsrlb');
+      expect((await lab.exec(lab.lb, ['nft', 'list', 'table', 'inet', 'dsrlb'])).stdout).toContain(lab.vip);
+      expect(metricValue(await daemon.metrics(), 'dsrlb_drop_table_restored_total', '')).toBe(1);
+      expect(daemon.logs.some((l) => l.includes('was removed from outside'))).toBe(true);
+      const r = await httpCount(30);
+      expect(r.ok).toBe(30);
+    }, 30_000);
   }
 });

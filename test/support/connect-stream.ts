@@ -39,7 +39,7 @@ export async function startConnectStream(
   host: string,
   port: number,
   everyMs = 4,
-): Promise<{ stop: () => Promise<ConnectCounts> }> {
+): Promise<{ stop: () => Promise<ConnectCounts>; kill: () => void }> {
   const p = lab.spawn(ns, [process.execPath, '-e', SCRIPT, host, String(port), String(everyMs)], { stdio: ['pipe', 'pipe', 'inherit'] });
   const lines = createInterface({ input: p.stdout! })[Symbol.asyncIterator]();
   const first = await lines.next();
@@ -49,6 +49,10 @@ export async function startConnectStream(
       p.stdin!.write('stop\n');
       const last = await lines.next();
       return JSON.parse(String(last.value)) as ConnectCounts;
+    },
+    /** For a test's finally: ends the stream at once if it still runs (stop() was not reached). */
+    kill: () => {
+      if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
     },
   };
 }

@@ -101,6 +101,14 @@ describe('dsrlb CLI', () => {
     expect([bare.code, bare.stderr.trim()]).toEqual([1, 'dsrlb: Not enough arguments following: requests']);
   });
 
+  it('refuses --no-X and --a.b forms (yargs made booleans and objects of options read as strings): exit 1, no TypeError', async () => {
+    for (const args of [['decap', '--no-vip'], ['decap', '--vip', '10.0.0.1', '--no-interface'], ['decap', '--vip.x', '1'], ['decap', '--vip', '10.0.0.1', '--no-tun'], ['flows', '--limit.x', '3', '--admin', 'http://127.0.0.1:9']]) {
+      const r = await dsrlb(args);
+      expect([r.code, r.stderr.trim().split('\n').length], args.join(' ')).toEqual([1, 1]);
+      expect(r.stderr, args.join(' ')).toMatch(/^dsrlb: (Unknown argument|Missing required argument)/);
+    }
+  });
+
   it('exits 2 when the daemon cannot be reached', async () => {
     const r = await dsrlb(['status', '--admin', 'http://127.0.0.1:9']);
     expect(r.code).toBe(2);

@@ -14,7 +14,7 @@ import { MemoryIo } from '../../src/io/memory-io.js';
 import { VERDICT_PASS, VERDICT_TX } from '../../src/io/packet-io.js';
 import { SnapshotBuilder, type RealView, type ServiceView } from '../../src/control/snapshot-builder.js';
 import { addressWords, parseMac } from '../../src/control/addresses.js';
-import { ETH_ARP, ETH_IPV4, ETH_IPV6, ethernet, fromHex, hex, icmpEcho, ipv4, ipv6, tcp, udp } from '../support/packet-builder.js';
+import { ETH_ARP, ETH_IPV4, ETH_IPV6, ethernet, fromHex, hex, icmp, icmpEcho, ipv4, ipv6, tcp, udp } from '../support/packet-builder.js';
 
 const LB_MAC = '02:00:00:00:00:01';
 const CLIENT_MAC = '02:00:00:00:00:0c';
@@ -566,6 +566,47 @@ services:
     const [moved] = io.inject([tcpFrame(40000, ACK, [2], 8080)]);
     expect([realOf(moved!), engine.lastPlacement]).toEqual([3, Placement.rescheduled]);
     expect(counters[Counter.flowsRescheduled]).toBe(1);
+  });
+
+  it('sends a router\'s ICMP error about such a connection to its real, and explain of its closing entry names that real', () => {
+    const { engine, io, build } = setup(config(anyPort()));
+    io.inject([tcpFrame(40010, SYN, [], 8080), tcpFrame(40010, ACK, [], 8080)]);
+    build(config(anyPort() + alt));
+    // Fragmentation needed about the real's reply (VIP:8080 -> client:40010), from a router.
+    const reply = ipv4({ src: VIP, dst: '192.0.2.7', proto: 6, df: true }, tcp({ sport: 8080, dport: 40010, flags: ACK, seq: 5, ack: 6 }, [], { src: VIP, dst: '192.0.2.7' }));
+    const error = ethernet({ dst: LB_MAC, src: CLIENT_MAC, type: ETH_IPV4 }, ipv4({ src: '192.0.2.254', dst: VIP, proto: 1 }, icmp({ type: 3, code: 4, rest: 1400 }, reply.subarray(0, 28))));
+    const [toReal] = io.inject([error]);
+    expect(realOf(toReal!)).toBe(0);
+    // Its FIN: a new SYN would reuse the port (alt schedules it); the closing connection's own
+    // packets still go to its real.
+    io.inject([tcpFrame(40010, 0x11, [], 8080)]);
+    const p = new ParsedPacket();
+    p.reset();
+    p.family = 4;
+    p.ipProtocol = 6;
+    p.addr.set(addressWords('192.0.2.7'), 0);
+    p.addr.set(addressWords(VIP), 4);
+    p.srcPort = 40010;
+    p.dstPort = 8080;
+    // Real ids in config order: any's real is id 0, alt's id 1.
+    expect(engine.explain(p, 1_000_000)).toBe(1);
+    expect([engine.lastPlacement, engine.explainEntryReal]).toEqual([Placement.scheduled, 0]);
+  });
+
+  it('moves a UDP flow of the port-0 service to the exact-port service once one-packet scheduling comes on (its entry goes)', () => {
+    const udpAny = (ops: boolean) => `
+interface: eth0
+services:
+  - { name: any, vip: ${VIP}, port: 0, protocol: udp, ops: ${ops}, reals: [ { address: ${REALS[0]} } ] }
+`;
+    const dns = `  - { name: dns, vip: ${VIP}, port: 443, protocol: udp, reals: [ { address: ${REALS[3]} } ] }
+`;
+    const { io, build } = setup(config(udpAny(false)));
+    expect(realOf(io.inject([udpFrame(41000)])[0]!)).toBe(0);
+    build(config(udpAny(false) + dns));
+    expect(realOf(io.inject([udpFrame(41000)])[0]!)).toBe(0);
+    build(config(udpAny(true) + dns));
+    expect(realOf(io.inject([udpFrame(41000)])[0]!)).toBe(3);
   });
 });
 

@@ -91,6 +91,8 @@ describe('HostSetup', () => {
     expect(host.calls).toContain('ip addr del 203.0.113.10/32 dev lo');
     expect(host.calls).toContain('ip addr del 203.0.113.11/32 dev lo');
     expect(host.calls).toContain('ethtool -K d0 gro on');
+    // The table stays until apply replaces it: it guards this interface's adopted VIPs too.
+    expect(host.calls.some((c) => c.startsWith('nft delete'))).toBe(false);
     await expect(readFile(otherFile, 'utf8')).rejects.toThrow(/ENOENT/);
     expect(JSON.parse(await readFile(foreign, 'utf8')).addedAddresses).toEqual(['198.51.100.9/32']);
     // The VIP still wanted is this run's now: added, recorded, and undone at its stop.
@@ -159,6 +161,87 @@ describe('HostSetup', () => {
     at = host.calls.length;
     await setup.undo();
     expect(lines(at)).toEqual(['ip addr del 198.51.100.1/32 dev lo', 'ip addr del 198.51.100.3/32 dev lo', 'nft delete table inet dsrlb']);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('keeps a VIP whose removal failed guarded and recorded (apply, undo, undoOwn), and only such a failure', async () => {
+    // `ip addr del` refused (a timeout, EPERM) with the address still there: before, it left the
+    // record and the table, and the kernel held it unguarded for good.
+    const { dir, file } = await runDir(null);
+    const host = fakeHost([]);
+    let refuse = '';
+    const runner: CommandRunner = async (argv, stdin) => {
+      if (argv[1] === 'addr' && argv[2] === 'del' && argv[3] === refuse) throw new Error(`${argv.join(' ')}: RTNETLINK answers: Operation not permitted`);
+      return host.runner(argv, stdin);
+    };
+    const lines = (from: number) => host.calls.slice(from).filter((c) => !c.startsWith('ip -j'));
+    const setup = new HostSetup('eth0', quiet, runner, dir);
+    await setup.adopt();
+    await setup.apply(['198.51.100.1', '198.51.100.2'], { disableGro: false });
+    refuse = '198.51.100.2/32';
+    let at = host.calls.length;
+    await setup.apply(['198.51.100.1'], { disableGro: false });
+    // The table keeps guarding .2: loaded once, not narrowed.
+    expect(lines(at)).toEqual(['nft -f - <<198.51.100.1, 198.51.100.2']);
+    expect(JSON.parse(await readFile(file, 'utf8')).addedAddresses).toEqual(['198.51.100.1/32', '198.51.100.2/32']);
+    // At stop: .1 goes with the table kept for .2, and the record names .2 for the next start.
+    at = host.calls.length;
+    await setup.undo();
+    expect(lines(at)).toEqual(['ip addr del 198.51.100.1/32 dev lo', 'nft -f - <<198.51.100.2']);
+    expect(JSON.parse(await readFile(file, 'utf8')).addedAddresses).toEqual(['198.51.100.2/32']);
+    // The next start adopts it and removes it once it can.
+    refuse = '';
+    const next = new HostSetup('eth0', quiet, runner, dir);
+    await next.adopt();
+    await next.apply(['198.51.100.1'], { disableGro: false });
+    expect([...host.lo].sort()).toEqual(['198.51.100.1/32']);
+    // A failed start whose own VIP will not go: guarded and recorded as well.
+    refuse = '198.51.100.1/32';
+    await next.undo();
+    expect([...host.lo]).toEqual(['198.51.100.1/32']);
+    refuse = '';
+    await next.undo();
+    expect([...host.lo]).toEqual([]);
+    expect(await readdir(dir)).toEqual([]);
+    const failing = new HostSetup('eth0', quiet, runner, dir);
+    await failing.adopt();
+    await failing.apply(['198.51.100.3'], { disableGro: false });
+    refuse = '198.51.100.3/32';
+    at = host.calls.length;
+    await failing.undoOwn();
+    // (the refused del is not in the fake's calls) the table narrowed to it, not deleted.
+    expect(lines(at)).toEqual(['nft -f - <<198.51.100.3']);
+    expect(JSON.parse(await readFile(file, 'utf8')).addedAddresses).toEqual(['198.51.100.3/32']);
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('puts VIPs back on an interface made again though nft fails, when the table in place guards them all; not a new VIP', async () => {
+    const { dir } = await runDir(null);
+    const host = fakeHost([]);
+    let nftFails = false;
+    let tables = 'table inet dsrlb\n';
+    const runner: CommandRunner = async (argv, stdin) => {
+      if (argv[0] === 'nft' && argv[1] === 'list') return { stdout: tables };
+      if (nftFails && argv[0] === 'nft') throw new Error('nft -f -: no answer within 10 s (killed)');
+      return host.runner(argv, stdin);
+    };
+    const setup = new HostSetup('eth0', quiet, runner, dir);
+    await setup.adopt();
+    await setup.apply(['198.51.100.1', '198.51.100.2'], { disableGro: false });
+    host.lo.clear(); // the addresses went with the interface
+    nftFails = true;
+    await setup.apply(['198.51.100.1', '198.51.100.2'], { disableGro: false });
+    expect([...host.lo].sort()).toEqual(['198.51.100.1/32', '198.51.100.2/32']);
+    // A VIP the table does not guard yet is not added unguarded.
+    await expect(setup.apply(['198.51.100.1', '198.51.100.2', '198.51.100.3'], { disableGro: false })).rejects.toThrow(/killed/);
+    expect(host.lo.has('198.51.100.3/32')).toBe(false);
+    // Nor once the table was found gone (flushed from outside): then a failed nft is an error.
+    expect(await setup.dropTablePresent()).toBe(true);
+    tables = '';
+    expect(await setup.dropTablePresent()).toBe(false);
+    host.lo.clear();
+    await expect(setup.apply(['198.51.100.1', '198.51.100.2'], { disableGro: false })).rejects.toThrow(/killed/);
+    expect([...host.lo]).toEqual([]);
     await rm(dir, { recursive: true, force: true });
   });
 

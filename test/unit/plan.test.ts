@@ -249,6 +249,24 @@ describe('plan: live flows, checked against an engine holding them', () => {
     const anyDisabled = '  - { name: any, vip: 203.0.113.50, port: 0, reals: [ { address: 10.0.0.31, state: disabled } ] }';
     const moved = planChange(config({ reals: four(), more: any }), config({ reals: four(), more: `${anyDisabled}\n${exact}` }), live);
     expect(moved.services.find((s) => s.name === 'any')!.liveFlows).toEqual({ total: 2, changingRealNow: 2, landingElsewhereWithoutEntry: 2, takenByAnotherService: 1 });
+    // A later change that leaves both services as they are: the flow an earlier change took stays
+    // put and is no news (a deploy gate on warnings is not held up by old connections).
+    const both = config({ reals: four(), more: `${any}\n${exact}` });
+    const later = planChange(both, config({ reals: four(), more: `${any}\n${exact.replace('10.0.0.32 }', '10.0.0.32, weight: 50 }')}` }), live);
+    expect(later.services.find((s) => s.name === 'any')!.liveFlows).toEqual({ total: 2, changingRealNow: 0, landingElsewhereWithoutEntry: 1, takenByAnotherService: 0 });
+    expect(later.warnings.filter((w) => w.code.startsWith('LIVE_FLOWS'))).toEqual([]);
+  });
+
+  it('counts a UDP flow on a port an exact-port service took as moving when one-packet scheduling comes on for the port-0 service (its entry goes), as the engine does', () => {
+    const any = (ops: boolean) => `  - { name: any, vip: 203.0.113.50, port: 0, protocol: udp, ops: ${ops}, reals: [ { address: 10.0.0.31 } ] }`;
+    const exact = '  - { name: alt, vip: 203.0.113.50, port: 53, protocol: udp, reals: [ { address: 10.0.0.32 } ] }';
+    const keys = new Uint32Array(FLOW_KEY_WORDS);
+    flowKeyOf(prepareTuple({ family: 4, protocol: 'udp', clientAddress: '192.0.2.9', clientPort: 40000, vip: '203.0.113.50', vipPort: 53 }), keys, 0);
+    const live: LiveFlows = new Map([['udp|203.0.113.50|0', { keys, realAddresses: ['10.0.0.31'] }]]);
+    const before = config({ reals: four(), more: `${any(false)}\n${exact}` });
+    const report = planChange(before, config({ reals: four(), more: `${any(true)}\n${exact}` }), live);
+    // What the engine does is in engine.test.ts ('a service added on an exact port of a port-0 VIP').
+    expect(report.services.find((s) => s.name === 'any')!.liveFlows).toEqual({ total: 1, changingRealNow: 1, landingElsewhereWithoutEntry: 1, takenByAnotherService: 0 });
   });
 
   it('lets the live flows of a removed service drain, as the daemon does, unless a port-0 service of its VIP takes them', () => {
