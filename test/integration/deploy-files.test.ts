@@ -629,7 +629,7 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
 
   it('promtool check rules passes', async () => {
     const out = await mustRun('promtool', ['check', 'rules', ALERTS]);
-    expect(out).toContain('SUCCESS: 13 rules found');
+    expect(out).toContain('SUCCESS: 14 rules found');
   });
 
   it('promtool check config passes, with the rule file found relative to it', async () => {
@@ -653,7 +653,7 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
   it('every alert has a severity, a summary and a description, and names only exported metrics', () => {
     const all = rules();
     expect(all.map((r) => r.alert).sort()).toEqual([
-      'DsrlbConfigReloadFailed', 'DsrlbDown', 'DsrlbDropsRising', 'DsrlbFlowTableEvicting',
+      'DsrlbConfigReloadFailed', 'DsrlbDown', 'DsrlbDropTableRestored', 'DsrlbDropsRising', 'DsrlbFlowTableEvicting',
       'DsrlbFlowTableNearFull', 'DsrlbPacketLoopRestarted', 'DsrlbRealDown', 'DsrlbServiceAllRealsDown', 'DsrlbServiceMissingOnSomeLb', 'DsrlbServiceOnBackups', 'DsrlbServicePanic',
       'DsrlbTableFingerprintMismatch', 'DsrlbVipNoLongerAnnounced',
     ]);
@@ -735,6 +735,7 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             { series: `dsrlb_flow_table_evictions_total{${at}}`, values: '0 0 0 10x8' },
             // One loop restart at 2m.
             { series: `dsrlb_loop_restarts_total{${at}}`, values: '0 0 1x30' },
+            { series: `dsrlb_drop_table_restored_total{${at}}`, values: '0 0 0 1x30' },
             { series: `dsrlb_config_reloads_total{${at}, result="failure"}`, values: '0 0 1x20' },
             { series: `dsrlb_config_reloads_total{${at}, result="success"}`, values: '0x22' },
             // Refused at 2m, taken again at 6m.
@@ -786,6 +787,9 @@ describe('prometheus.yml and dsrlb-alerts.yml', () => {
             { eval_time: '1m', alertname: 'DsrlbPacketLoopRestarted', exp_alerts: [] },
             { eval_time: '3m', alertname: 'DsrlbPacketLoopRestarted', exp_alerts: [alert({ severity: 'warning' })] },
             { eval_time: '20m', alertname: 'DsrlbPacketLoopRestarted', exp_alerts: [] },
+            { eval_time: '2m', alertname: 'DsrlbDropTableRestored', exp_alerts: [] },
+            { eval_time: '4m', alertname: 'DsrlbDropTableRestored', exp_alerts: [alert({ severity: 'warning' })] },
+            { eval_time: '25m', alertname: 'DsrlbDropTableRestored', exp_alerts: [] },
             { eval_time: '1m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [] },
             { eval_time: '3m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [alert({ severity: 'warning' })] },
             { eval_time: '7m', alertname: 'DsrlbConfigReloadFailed', exp_alerts: [] },
