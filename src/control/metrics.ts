@@ -9,6 +9,9 @@ import { Counter as Slot } from '../dataplane/counters.js';
 import { DropReason, dropReasonLabels } from '../dataplane/drop-reasons.js';
 import { RealMetrics } from './real-metrics.js';
 
+/** The event-loop delay histogram's sampling interval (collectDefaultMetrics' eventLoopMonitoringPrecision). */
+const EVENT_LOOP_RESOLUTION_MS = 200;
+
 /** What the metrics need to know about each configured real, read at scrape time. */
 export interface MetricsRealView {
   readonly service: string;
@@ -52,10 +55,29 @@ export class DaemonMetrics {
     this.reals = new RealMetrics(src);
     // The event-loop delay histogram samples on a libuv timer (10 ms by default): 100 wake-ups a
     // second were most of an idle daemon's CPU. A 200 ms resolution still shows stalls.
-    client.collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 200 });
+    client.collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: EVENT_LOOP_RESOLUTION_MS });
     // prom-client names these gauges *_total, which Prometheus conventions (and promtool) reserve
     // for counters; the process_* and other nodejs_* defaults stay.
     for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) registry.removeSingleMetric(name);
+    // Node's delay histogram records each whole timer interval, the resolution included: an idle
+    // daemon read 0.200 s in every one of these, and a stall showed as 0.2 s more than it was.
+    // The same names, less the interval (stddev is not shifted by it).
+    for (const stat of ['min', 'max', 'mean', 'p50', 'p90', 'p99']) {
+      const name = `nodejs_eventloop_lag_${stat}_seconds`;
+      const original = registry.getSingleMetric(name) as client.Gauge | undefined;
+      if (original === undefined) continue;
+      registry.removeSingleMetric(name);
+      new client.Gauge({
+        name,
+        help: `${(original as unknown as { help: string }).help.replace(/\.$/, '')}, less the ${EVENT_LOOP_RESOLUTION_MS} ms sampling interval.`,
+        registers: [registry],
+        // Runs after nodejs_eventloop_lag_seconds's collect, which sets the original from the histogram.
+        async collect() {
+          const recorded = (await original.get()).values[0]?.value ?? 0;
+          this.set(Math.max(0, recorded - EVENT_LOOP_RESOLUTION_MS / 1000));
+        },
+      });
+    }
     const global = (name: string, help: string, slot: number): void => {
       new client.Counter({
         name,

@@ -176,3 +176,22 @@ describe('DaemonMetrics.text', () => {
     expect(m.contentType).toBe(m.registry.contentType);
   });
 });
+
+describe('DaemonMetrics: event-loop delay', () => {
+  it('reports the delay less the 200 ms sampling interval (an idle loop read 0.200 s)', async () => {
+    const { src } = randomSource(7, 1);
+    const m = new DaemonMetrics(src);
+    await m.text(); // the histogram starts afresh with each scrape
+    await new Promise((r) => setTimeout(r, 1100));
+    const text = await m.text();
+    const value = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
+    for (const stat of ['min', 'mean', 'p50', 'p99', 'max']) {
+      const v = value(`nodejs_eventloop_lag_${stat}_seconds`);
+      // An idle loop: a few ms at most; before, 0.2 and more.
+      expect(v, stat).toBeGreaterThanOrEqual(0);
+      expect(v, stat).toBeLessThan(0.1);
+    }
+    expect(text).toMatch(/^# HELP nodejs_eventloop_lag_p99_seconds The 99th percentile of the recorded event loop delays, less the 200 ms sampling interval\.$/m);
+    expect(text.match(/^# TYPE nodejs_eventloop_lag_p99_seconds /gm)).toHaveLength(1);
+  });
+});
