@@ -301,6 +301,10 @@ export async function main(args: string[]): Promise<number> {
               : data.announce && still.length > 0
                 ? ` (VIP ${String(data.vip)} stays withdrawn while ${still.join(', ')} is)`
                 : '';
+            if (data.unchanged === true) {
+              print(`${String(data.service)}: ${data.announce ? 'not withdrawn' : 'withdrawn already'} (no change)${note}`);
+              return 0;
+            }
             print(`${String(data.service)}: ${data.announce ? 'announced' : 'withdrawn'}${note}`);
             return 0;
           })(),

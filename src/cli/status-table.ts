@@ -46,6 +46,10 @@ interface ServiceStatus {
   droppingReason?: string | null;
   /** Removed by a reload, its flows draining. */
   removed?: boolean;
+  /** An announcement through BIRD is meant (announce.enabled and the service's announce); absent from older daemons. */
+  announce?: boolean;
+  announced?: boolean;
+  operatorWithdrawn?: boolean;
   reals: RealStatus[];
 }
 
@@ -97,7 +101,10 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
   for (const s of status.services) {
     const vip = s.vip.includes(':') ? `[${s.vip}]` : s.vip;
     // A removed service drops new flows by definition: REMOVED says it all.
-    const flags = s.removed ? 'REMOVED(draining)' : [s.panic ? 'PANIC(failOpen)' : '', s.onBackups ? 'ON_BACKUPS' : '', s.dropping ? 'DROPPING' : ''].filter(Boolean).join(' ');
+    // Where the VIP is meant to be announced: not announced now, by an operator or by the daemon
+    // (no eligible real, a stalled loop, not settled yet): the other LBs carry its traffic.
+    const announceFlag = s.announce !== true ? '' : s.operatorWithdrawn === true ? 'WITHDRAWN(operator)' : s.announced === false ? 'NOT_ANNOUNCED' : '';
+    const flags = s.removed ? 'REMOVED(draining)' : [s.panic ? 'PANIC(failOpen)' : '', s.onBackups ? 'ON_BACKUPS' : '', s.dropping ? 'DROPPING' : '', announceFlag].filter(Boolean).join(' ');
     if (s.dropping && s.droppingReason && !s.removed) notes.push(`${s.name}: dropping: ${s.droppingReason}`);
     const row = [`${s.protocol.toUpperCase().padEnd(4)} ${vip}:${s.port}`, `${s.scheduler}${schedulerFlags(s)}`, s.forwarding, s.name, flags];
     serviceRows.push(row);

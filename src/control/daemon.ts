@@ -87,6 +87,8 @@ export interface AnnounceResult {
   sharedWith: string[];
   /** Other services of the VIP still withdrawn: the VIP stays off until they are announced too. */
   stillWithdrawnBy: string[];
+  /** The operator's withdrawal was already as asked: nothing changed. */
+  unchanged: boolean;
 }
 
 /** What an intent verb did, to the service and real named canonically. */
@@ -663,16 +665,23 @@ export class Daemon {
     const s = this.findService(serviceRef);
     if (!s) throw this.unknownService(serviceRef);
     if (!this.config.announce.enabled) throw new DaemonError('ANNOUNCE_DISABLED', 'announce.enabled is false in the config: nothing is announced');
+    const sid = serviceIdentity(s);
+    // As undrain of a real not drained: said, exit 0, nothing written.
+    const unchanged = this.withdrawn.has(sid) !== announce;
     const withdrawn = new Set(this.withdrawn);
-    if (announce) withdrawn.delete(serviceIdentity(s));
-    else withdrawn.add(serviceIdentity(s));
-    await this.saveState(this.overrides, withdrawn);
-    this.withdrawn = withdrawn;
+    if (announce) withdrawn.delete(sid);
+    else withdrawn.add(sid);
+    if (!unchanged) {
+      await this.saveState(this.overrides, withdrawn);
+      this.withdrawn = withdrawn;
+    }
     const sharing = this.config.services.filter((x) => x.vip === s.vip && x !== s && x.announce);
     const stillWithdrawn = sharing.filter((x) => withdrawn.has(serviceIdentity(x))).map((x) => x.name);
-    this.log.info(announce ? 'operator: announce' : 'operator: withdraw', { service: s.name, vip: s.vip, sharedWith: sharing.map((x) => x.name) });
-    await this.syncAnnouncements();
-    return { service: s.name, announce, vip: s.vip, sharedWith: sharing.map((x) => x.name), stillWithdrawnBy: stillWithdrawn };
+    if (!unchanged) {
+      this.log.info(announce ? 'operator: announce' : 'operator: withdraw', { service: s.name, vip: s.vip, sharedWith: sharing.map((x) => x.name) });
+      await this.syncAnnouncements();
+    }
+    return { service: s.name, announce, vip: s.vip, sharedWith: sharing.map((x) => x.name), stillWithdrawnBy: stillWithdrawn, unchanged };
   }
 
   /** Every real frames may go to: the configured ones, and removed ones that still drain their flows. */
@@ -1513,7 +1522,10 @@ export class Daemon {
         config: { intent: o.configState, weight: o.configWeight },
       });
     }
-    for (const service of this.withdrawn) this.log.info('operator withdrawal from the state file in force', { service });
+    for (const sid of this.withdrawn) {
+      const [protocol, vip, port] = sid.split('|');
+      this.log.info('operator withdrawal from the state file in force', { service: this.config.services.find((x) => serviceIdentity(x) === sid)?.name ?? serviceAddressName(protocol as Protocol, vip!, Number(port)) });
+    }
   }
 
   /**
@@ -2009,6 +2021,8 @@ export class Daemon {
           dropping: report?.dropping ?? false,
           droppingReason: report?.dropping ? droppingReason(v) : null,
           tableFingerprint: report?.tableFingerprint ?? null,
+          // Whether an announcement is meant at all (announce.enabled and the service's announce).
+          announce: this.config.announce.enabled && v.config.announce && v.removed !== true,
           announced: this.announcer?.isAnnounced(v.config.vip) ?? false,
           announceDevice: this.announcer?.deviceOf(v.config.vip) ?? null,
           operatorWithdrawn: this.withdrawn.has(serviceIdentity(v.config)),

@@ -355,6 +355,9 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
     expect(w.code, w.stderr).toBe(0);
     await lab.waitForNexthops(VIP_WEB, [lb(0).ipv4], ROUTE_TIMEOUT_MS);
     expect((await d2.service('web')).announced).toBe(false);
+    expect((await d2.cli(['status', 'web'])).stdout).toMatch(/ web +WITHDRAWN\(operator\)/);
+    const again = await d2.cli(['withdraw', 'web']);
+    expect([again.code, again.stdout.trim()]).toEqual([0, 'web: withdrawn already (no change)']);
     expect(await lab.nexthops(VIP_EDGE)).toEqual(allLbs());
     const a = await d2.cli(['announce', 'web']);
     expect(a.code, a.stderr).toBe(0);

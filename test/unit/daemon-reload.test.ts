@@ -498,8 +498,12 @@ describe('reload: the state file', () => {
   it('drops a withdrawal when its service leaves the config, so a later service of that name starts announced', async () => {
     const d = daemonRunning(configText({ announce: true }));
     d.inside.announcer = { sync: async () => undefined, setFiles: () => undefined, isAnnounced: () => false };
-    await d.daemon.setAnnounce('web', false);
+    expect(await d.daemon.setAnnounce('web', false)).toMatchObject({ announce: false, unchanged: false });
     expect(saved('state.json').withdrawn).toEqual(['tcp|10.99.0.100|80']);
+    // Again: nothing to change, said so (the CLI prints "withdrawn already (no change)"), not logged again.
+    const logged = d.logs.filter((l) => l.msg === 'operator: withdraw').length;
+    expect(await d.daemon.setAnnounce('web', false)).toMatchObject({ announce: false, unchanged: true });
+    expect(d.logs.filter((l) => l.msg === 'operator: withdraw')).toHaveLength(logged);
     // Port 81: another service (identity) under the same name; web on port 80 is gone.
     const result = await d.reload(configText({ announce: true, port: 81 }));
     expect(result.ok).toBe(true);

@@ -145,6 +145,26 @@ describe('status table', () => {
     expect(text.split('\n').slice(7)).toEqual(['web 10.0.1.11: drain finished: no established flow left']);
   });
 
+  it('says under Flags when a VIP meant to be announced is not: withdrawn by an operator, or by the daemon', () => {
+    const text = formatStatus(
+      {
+        services: [
+          service('web', { announce: true, announced: false, operatorWithdrawn: true, reals: [] }),
+          service('api', { announce: true, announced: false, dropping: true, droppingReason: 'no real is up', reals: [] }),
+          service('dns', { announce: true, announced: true, reals: [] }),
+          service('ntp', { announce: false, announced: false, reals: [] }),
+        ],
+      },
+      now,
+    );
+    expect(table(text).map((r) => [r['Name'], r['Flags'] ?? ''])).toEqual([
+      ['web', 'WITHDRAWN(operator)'],
+      ['api', 'DROPPING NOT_ANNOUNCED'],
+      ['dns', ''],
+      ['ntp', ''],
+    ]);
+  });
+
   it('marks a service removed by a reload whose flows drain, without a dropping note', () => {
     const text = formatStatus({ services: [service('old', { removed: true, dropping: true, droppingReason: 'removed from the config', reals: [real('10.0.1.11', 'up', null)] })] }, now);
     expect(table(text)[0]).toMatchObject({ Name: 'old', Flags: 'REMOVED(draining)' });
