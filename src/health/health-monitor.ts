@@ -82,6 +82,8 @@ interface Watch {
   stopped: boolean;
   /** Its first probe has started (until then nextStartMs is the slot before the first). */
   probed: boolean;
+  /** Its last probe could not leave this host (ProbeOutcome.local). */
+  localFailing?: boolean;
 }
 
 /**
@@ -292,7 +294,11 @@ export class HealthMonitor extends EventEmitter {
   private onResult(watch: Watch, result: ProbeResult): void {
     watch.lastDurationMs = result.durationMs;
     const error = result.ok ? null : `${result.reason}: ${result.detail}`;
-    const flipped = watch.damper.record(result.ok, this.clock.now(), error);
+    // A probe that could not leave this host counts neither way (rise nor fall): logged once an episode.
+    const local = !result.ok && result.local === true;
+    if (local && !watch.localFailing) this.log?.warn('health probe cannot leave this host: the real\'s health is left as it was', { real: watch.target.key, error });
+    watch.localFailing = local;
+    const flipped = local ? false : watch.damper.record(result.ok, this.clock.now(), error);
     if (this.observer) {
       try {
         this.observer(watch.target.key, result);

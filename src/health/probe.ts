@@ -20,7 +20,16 @@ export interface ProbeTarget {
 /** What a prober reports. `detail` is a short human text for `lastError`. */
 export type ProbeOutcome =
   | { readonly ok: true }
-  | { readonly ok: false; readonly reason: ProbeReason; readonly detail: string };
+  | {
+      readonly ok: false;
+      readonly reason: ProbeReason;
+      readonly detail: string;
+      /**
+       * The probe could not leave this host (no route, the LB's own link down or its address
+       * gone): it says nothing about the real, whose health stays as it was (health-monitor.ts).
+       */
+      readonly local?: boolean;
+    };
 
 /** An outcome with its timing, as the monitor records and hands to observers. */
 export type ProbeResult = ProbeOutcome & { readonly startedAtMs: number; readonly durationMs: number };
@@ -89,11 +98,16 @@ export function failFromError(err: unknown): ProbeOutcome {
     case 'ECONNABORTED':
       return fail('reset', `connection reset (${code})`);
     case 'EHOSTUNREACH':
-    case 'ENETUNREACH':
     case 'EHOSTDOWN':
+      // The real did not answer ARP / neighbour discovery: about the real.
+      return fail('unreachable', `${code}`);
+    case 'ENETUNREACH':
     case 'ENETDOWN':
     case 'EADDRNOTAVAIL':
-      return fail('unreachable', `${code}`);
+      // No route, this host's link down, its source address gone (an IPv6 one tentative again
+      // after a flap): about this host. A flap of the LB's link took every real down with these,
+      // and the way back out of that reset the connections of the reals still marked down.
+      return { ok: false, reason: 'unreachable', detail: `${code} (on this host: the real's health is left as it was)`, local: true };
     case 'ETIMEDOUT':
       return fail('timeout', `${code}`);
     default:

@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { HealthCheckConfig } from '../../src/config/types.js';
 import { HealthMonitor, type HealthFactRecord, type HealthTarget } from '../../src/health/health-monitor.js';
 import { HttpProber } from '../../src/health/http-probe.js';
-import { OK, runProbe, timedOut, type ProbeOutcome, type ProbeResult, type Prober } from '../../src/health/probe.js';
+import { failFromError, OK, runProbe, timedOut, type ProbeOutcome, type ProbeResult, type Prober } from '../../src/health/probe.js';
 import { healthCheck } from '../support/health-check.js';
 import { createLogger } from '../../src/control/logger.js';
 
@@ -191,6 +191,34 @@ describe('HealthMonitor bookkeeping', () => {
     await waitUntil('the first probe answered', 2000, () => calls > 0);
     expect(monitor.fact('a')).toMatchObject({ state: 'down' });
     expect(lines).toEqual([expect.objectContaining({ level: 'error', msg: 'a health change listener failed', real: 'a', error: 'listener bug' })]);
+  });
+
+  it('leaves a real\'s health as it was while its probes cannot leave this host (ENETUNREACH, ENETDOWN, EADDRNOTAVAIL); EHOSTUNREACH is the real\'s', async () => {
+    // A flap of the LB's own link: every probe failed with ENETUNREACH, every real went down, and
+    // the way back out reset the connections of those still marked down.
+    const lines: Record<string, unknown>[] = [];
+    let error: string | null = null;
+    let probes = 0;
+    const prober: Prober = {
+      probe: async () => {
+        probes++;
+        return error === null ? OK : failFromError(Object.assign(new Error(error), { code: error }));
+      },
+    };
+    const monitor = new HealthMonitor({ probers: { tcp: prober }, log: createLogger((l) => lines.push(JSON.parse(l) as Record<string, unknown>)) });
+    cleanups.push(() => monitor.stop());
+    monitor.setTargets([{ key: 'a', service: 'web', address: '127.0.0.1', vip: '10.0.0.100', check: check({ port: 1, intervalMs: 20, timeoutMs: 10, fall: 2, rise: 1 }) }]);
+    await waitUntil('up', 2000, () => monitor.fact('a')?.state === 'up');
+    for (const code of ['ENETUNREACH', 'ENETDOWN', 'EADDRNOTAVAIL']) {
+      error = code;
+      const from = probes;
+      await waitUntil(`five probes failing with ${code}`, 2000, () => probes >= from + 5);
+      expect(monitor.fact('a')?.state, code).toBe('up');
+    }
+    // Logged once for the episode, not per probe.
+    expect(lines.filter((l) => l['msg'] === 'health probe cannot leave this host: the real\'s health is left as it was')).toHaveLength(1);
+    error = 'EHOSTUNREACH';
+    await waitUntil('down after fall failures of its own', 2000, () => monitor.fact('a')?.state === 'down');
   });
 
   it('setTargets keeps unchanged keys, keeps state over timing-only changes, restarts changed probes, stops removed ones', async () => {
