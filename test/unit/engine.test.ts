@@ -580,17 +580,9 @@ services:
     // Its FIN: a new SYN would reuse the port (alt schedules it); the closing connection's own
     // packets still go to its real.
     io.inject([tcpFrame(40010, 0x11, [], 8080)]);
-    const p = new ParsedPacket();
-    p.reset();
-    p.family = 4;
-    p.ipProtocol = 6;
-    p.addr.set(addressWords('192.0.2.7'), 0);
-    p.addr.set(addressWords(VIP), 4);
-    p.srcPort = 40010;
-    p.dstPort = 8080;
     // Real ids in config order: any's real is id 0, alt's id 1.
-    expect(engine.explain(p, 1_000_000)).toBe(1);
-    expect([engine.lastPlacement, engine.explainEntryReal]).toEqual([Placement.scheduled, 0]);
+    expect(explainAt(engine, 40010, 8080)).toEqual({ real: 1, placement: Placement.scheduled });
+    expect(engine.explainEntryReal).toBe(0);
   });
 
   it('moves a UDP flow of the port-0 service to the exact-port service once one-packet scheduling comes on (its entry goes)', () => {
