@@ -121,7 +121,9 @@ export function explainWhy(d: Record<string, unknown>): string {
   const kept = d.reason === 'flow-table' && d.panic !== true ? ' (its flows stay: onRealDown keep)' : '';
   if (d.real !== null && d.realHealth === 'down') notes.push(`${String(d.real)} is down${kept}`);
   const also = notes.length > 0 ? `; ${notes.join('; ')}` : '';
-  if (d.reason === 'flow-table') return `flow-table hit${state ? `, ${state}` : ''}${also}`;
+  // A connection the VIP's port-0 service placed before this port had a service of its own.
+  const other = typeof d.realService === 'string' ? `, a connection of service ${d.realService} (it keeps its real; new connections go to ${String(d.service)})` : '';
+  if (d.reason === 'flow-table') return `flow-table hit${state ? `, ${state}` : ''}${other}${also}`;
   if (d.real === null && d.dropping === true) return `new flows dropped: ${String(d.droppingReason)}`;
   const slot = typeof d.slot === 'number' ? ` slot ${d.slot}` : '';
   const article = state !== null && /^[aeiou]/.test(state) ? 'an' : 'a';

@@ -1634,6 +1634,9 @@ export class Daemon {
       servicePort: s.port,
       client: ip.family === 6 ? `[${ip.address}]:${port}` : `${ip.address}:${port}`,
       real: real?.address ?? null,
+      // Another service's real: a connection the VIP's port-0 service placed before this port got
+      // a service of its own keeps it (null otherwise).
+      realService: real !== undefined && real.serviceName !== s.name ? real.serviceName : null,
       reason: e.placement,
       scheduler: s.scheduler,
       // Client persistence: the prefix whose connections all go where this one does.

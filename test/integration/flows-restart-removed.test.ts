@@ -199,7 +199,7 @@ describe('a reload that adds a service on an exact port of a port-0 VIP', () => 
     const anyPort = ['  - name: anyport', `    vip: ${lab.vip}`, '    port: 0', '    protocol: tcp', '    reals:', `      - address: ${r0!.ipv4}`, `      - address: ${r1!.ipv4}`];
     const withoutWeb = (text: string) => text.replace(/ {2}- name: web\n(?: {4}.*\n| {6}.*\n)*/, '');
     await reload(withoutWeb(labConfig(lab, { reals: [r2!.ipv4], top: [`stateFile: ${dir}/dsrlb.state.json`], after: anyPort })));
-    const { client, opened } = await KeepAliveClient.open(lab, lab.client.ns, lab.vip, 20);
+    const { client, opened, ports } = await KeepAliveClient.open(lab, lab.client.ns, lab.vip, 20);
     try {
       expect(opened).toBe(20);
       const round = async () => (await client.round()).answers.map((a) => ('real' in a ? a.real : a.error));
@@ -209,6 +209,8 @@ describe('a reload that adds a service on an exact port of a port-0 VIP', () => 
       await sleep(SNAPSHOT_LAG_MS);
       // Before, the exact port took their packets: sent to real 2, which reset every connection.
       expect(await round()).toEqual(first);
+      const explained = await daemon!.cli(['explain', 'web', `${lab.client.ipv4}:${ports[0]}`]);
+      expect(explained.stdout).toContain('flow-table hit, established, a connection of service anyport (it keeps its real; new connections go to web)');
       const fresh = await httpCount(lab, 20);
       expect([fresh.ok, fresh.byReal[r2!.name]]).toEqual([20, 20]);
       expect(await round()).toEqual(first);

@@ -235,6 +235,12 @@ describe('dsrlb CLI', () => {
     expect(explainWhy({ ...base, real: '10.77.0.12' })).toBe('scheduler: maglev slot 43050, replacing a fin entry');
   });
 
+  it('explain of a connection the port-0 service placed before the port got a service of its own says whose it is', () => {
+    const base = { service: 'alt', reason: 'flow-table', scheduler: 'maglev', slot: null, flowState: 'established', panic: false, dropping: false, real: '10.77.0.11', realHealth: 'up' };
+    expect(explainWhy({ ...base, realService: 'any' })).toBe('flow-table hit, established, a connection of service any (it keeps its real; new connections go to alt)');
+    expect(explainWhy({ ...base, realService: null })).toBe('flow-table hit, established');
+  });
+
   it('explain of a service with client persistence names the client prefix the pick was hashed by', () => {
     const base = { service: 'web', reason: 'scheduler', scheduler: 'maglev', slot: 812, flowState: null, panic: false, dropping: false, real: '10.77.0.12', realHealth: 'up' };
     expect(explainWhy({ ...base, persistentClient: '192.0.2.0/24' })).toBe('scheduler: maglev slot 812 by client 192.0.2.0/24 (persistence)');
