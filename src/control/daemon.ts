@@ -1065,6 +1065,8 @@ export class Daemon {
     if (this.checkingDropTable || !this.started || this.stopping) return;
     this.checkingDropTable = true;
     try {
+      // Looked at outside the queue of changes (no wait behind a reload), and again in it: a
+      // change that ran meanwhile may have put the table back.
       if ((await this.host.dropTablePresent()) !== false) return;
       await this.exclusive(async () => {
         if (this.stopping || (await this.host.dropTablePresent()) !== false) return;
@@ -1417,8 +1419,7 @@ export class Daemon {
       const sid = key.slice(0, at);
       const service = services.get(sid);
       const real = key.slice(at + 1);
-      const [protocol, vip, port] = sid.split('|');
-      const serviceName = service?.name ?? serviceAddressName(protocol as Protocol, vip!, Number(port));
+      const serviceName = service?.name ?? identityAddressName(sid);
       this.log.info('operator intent dropped: the config changed this real', { service: serviceName, real, override: o });
       // A real the file removes (the usual end of a drain) is no news; one it changed is, and so is
       // one whose service the file no longer has (moved to another port, VIP or protocol).
@@ -1433,8 +1434,7 @@ export class Daemon {
     for (const sid of this.withdrawn) {
       if (services.has(sid)) continue;
       this.withdrawn.delete(sid);
-      const [protocol, vip, port] = sid.split('|');
-      this.log.info('withdrawal dropped: the service left the config', { service: serviceAddressName(protocol as Protocol, vip!, Number(port)) });
+      this.log.info('withdrawal dropped: the service left the config', { service: identityAddressName(sid) });
       changed = true;
     }
     return { changed, dropped };
@@ -1523,8 +1523,7 @@ export class Daemon {
       });
     }
     for (const sid of this.withdrawn) {
-      const [protocol, vip, port] = sid.split('|');
-      this.log.info('operator withdrawal from the state file in force', { service: this.config.services.find((x) => serviceIdentity(x) === sid)?.name ?? serviceAddressName(protocol as Protocol, vip!, Number(port)) });
+      this.log.info('operator withdrawal from the state file in force', { service: this.config.services.find((x) => serviceIdentity(x) === sid)?.name ?? identityAddressName(sid) });
     }
   }
 
@@ -2212,6 +2211,12 @@ function droppingReason(view: ServiceView | undefined): string {
     else group.push(r.address);
   }
   return [...groups].map(([why, addresses]) => `${addresses.join(', ')}: ${why}`).join('; ');
+}
+
+/** A service identity (serviceIdentity: `tcp|VIP|PORT`) in the CLI's address form, `tcp://VIP:PORT`. */
+function identityAddressName(sid: string): string {
+  const [protocol, vip, port] = sid.split('|');
+  return serviceAddressName(protocol as Protocol, vip!, Number(port));
 }
 
 /**

@@ -149,8 +149,7 @@ export async function startMetricsServer(daemon: Daemon, limits: ListenerLimits 
     // /healthz here too, as on the admin listener: a checker that reaches the metrics port needs
     // no admin access, and shares no connection slots with admin commands.
     if (req.method === 'GET' && req.url?.split('?')[0] === '/healthz') {
-      const ok = daemon.loopHealthy();
-      json(res, ok ? 200 : 503, { loop: ok ? 'running' : 'stalled' });
+      healthz(res, daemon);
       return;
     }
     if (req.url?.split('?')[0] === '/metrics') {
@@ -165,6 +164,12 @@ export async function startMetricsServer(daemon: Daemon, limits: ListenerLimits 
   logDrops(server, daemon, 'metrics', daemon.config.metrics.listen, limits.maxConnections);
   await listen(server, daemon.config.metrics.listen);
   return server;
+}
+
+/** GET /healthz, on either listener: 200 while every packet loop runs and beats, else 503. */
+function healthz(res: ServerResponse, daemon: Pick<Daemon, 'loopHealthy'>): void {
+  const ok = daemon.loopHealthy();
+  json(res, ok ? 200 : 503, { loop: ok ? 'running' : 'stalled' });
 }
 
 /** Serialized before the head is written: a body that cannot be (too large a string) is still a clean 500. */
@@ -332,8 +337,7 @@ export async function startAdminServer(daemon: Daemon, limits: ListenerLimits = 
     const path = url.pathname;
     if (path === '/healthz') {
       only(req, 'GET');
-      const ok = daemon.loopHealthy();
-      json(res, ok ? 200 : 503, { loop: ok ? 'running' : 'stalled' });
+      healthz(res, daemon);
       return;
     }
     const refusal = browserRefusal(req.headers, daemon.adminToken === null);

@@ -111,7 +111,7 @@ export function isVip(s: ForwardingSnapshot, family: number, addr: Uint32Array):
 /** True when real id `real` belongs to a service whose VIP is the packet's destination (addr words 4..7). */
 export function realServesVip(s: ForwardingSnapshot, real: number, family: number, addr: Uint32Array): boolean {
   const svc = s.realService[real]!;
-  return svc >= 0 && serviceHasVip(s, svc, family, addr);
+  return svc >= 0 && serviceHasVip(s, svc, family, addr, 4);
 }
 
 /**
@@ -124,22 +124,16 @@ export function realServesKey(s: ForwardingSnapshot, real: number, key: Uint32Ar
   const svc = s.realService[real]!;
   if (svc < 0) return false;
   const port = s.svcPort[svc]!;
-  const v = svc * 4;
-  return (
-    s.svcFamily[svc] === key[0]! >>> 8 &&
-    s.svcProtocol[svc] === (key[0]! & 0xff) &&
-    (port === 0 || port === (key[9]! & 0xffff)) &&
-    s.svcVip[v] === key[5] &&
-    s.svcVip[v + 1] === key[6] &&
-    s.svcVip[v + 2] === key[7] &&
-    s.svcVip[v + 3] === key[8]
-  );
+  return s.svcProtocol[svc] === (key[0]! & 0xff) && (port === 0 || port === (key[9]! & 0xffff)) && serviceHasVip(s, svc, key[0]! >>> 8, key, 5);
 }
 
-/** True when service `svc`'s VIP is the packet's destination (addr words 4..7) in `family`. */
-function serviceHasVip(s: ForwardingSnapshot, svc: number, family: number, addr: Uint32Array): boolean {
+/**
+ * True when service `svc`'s VIP is the destination in `family`: words at..at+3 of `addr` (4 in a
+ * ParsedPacket's addr, 5 in a flow-table key).
+ */
+function serviceHasVip(s: ForwardingSnapshot, svc: number, family: number, addr: Uint32Array, at: number): boolean {
   const v = svc * 4;
-  return s.svcFamily[svc] === family && s.svcVip[v] === addr[4] && s.svcVip[v + 1] === addr[5] && s.svcVip[v + 2] === addr[6] && s.svcVip[v + 3] === addr[7];
+  return s.svcFamily[svc] === family && s.svcVip[v] === addr[at] && s.svcVip[v + 1] === addr[at + 1] && s.svcVip[v + 2] === addr[at + 2] && s.svcVip[v + 3] === addr[at + 3];
 }
 
 /**
@@ -163,7 +157,7 @@ function findExact(s: ForwardingSnapshot, family: number, protocol: number, addr
   for (let probes = 0; probes <= mask; probes++) {
     const svc = s.lookupBuckets[b];
     if (svc < 0) return -1;
-    if (s.svcPort[svc] === port && s.svcProtocol[svc] === protocol && serviceHasVip(s, svc, family, addr)) return svc;
+    if (s.svcPort[svc] === port && s.svcProtocol[svc] === protocol && serviceHasVip(s, svc, family, addr, 4)) return svc;
     b = (b + 1) & mask;
   }
   return -1;
