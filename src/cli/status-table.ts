@@ -50,6 +50,10 @@ interface ServiceStatus {
   announce?: boolean;
   announced?: boolean;
   operatorWithdrawn?: boolean;
+  /** Eligible again after its reals were all out here: not announced until they are back (scale-out). */
+  announceWaitingForReals?: boolean;
+  /** Its failOpen panic over: the reals still down keep their flows while they may come up. */
+  panicEnding?: boolean;
   reals: RealStatus[];
 }
 
@@ -102,9 +106,10 @@ export function formatStatus(status: { services: ServiceStatus[]; loop?: LoopSta
     const vip = s.vip.includes(':') ? `[${s.vip}]` : s.vip;
     // A removed service drops new flows by definition: REMOVED says it all.
     // Where the VIP is meant to be announced: not announced now, by an operator or by the daemon
-    // (no eligible real, a stalled loop, not settled yet): the other LBs carry its traffic.
-    const announceFlag = s.announce !== true ? '' : s.operatorWithdrawn === true ? 'WITHDRAWN(operator)' : s.announced === false ? 'NOT_ANNOUNCED' : '';
-    const flags = s.removed ? 'REMOVED(draining)' : [s.panic ? 'PANIC(failOpen)' : '', s.onBackups ? 'ON_BACKUPS' : '', s.dropping ? 'DROPPING' : '', announceFlag].filter(Boolean).join(' ');
+    // (no eligible real, a stalled loop, not settled yet, its reals still coming back): the other LBs carry its traffic.
+    const announceFlag =
+      s.announce !== true ? '' : s.operatorWithdrawn === true ? 'WITHDRAWN(operator)' : s.announced !== false ? '' : s.announceWaitingForReals === true ? 'NOT_ANNOUNCED(reals_rising)' : 'NOT_ANNOUNCED';
+    const flags = s.removed ? 'REMOVED(draining)' : [s.panic ? 'PANIC(failOpen)' : '', s.panicEnding ? 'PANIC_ENDING(reals_rising)' : '', s.onBackups ? 'ON_BACKUPS' : '', s.dropping ? 'DROPPING' : '', announceFlag].filter(Boolean).join(' ');
     if (s.dropping && s.droppingReason && !s.removed) notes.push(`${s.name}: dropping: ${s.droppingReason}`);
     const row = [`${s.protocol.toUpperCase().padEnd(4)} ${vip}:${s.port}`, `${s.scheduler}${schedulerFlags(s)}`, s.forwarding, s.name, flags];
     serviceRows.push(row);

@@ -41,6 +41,7 @@ import { PathMtuSockets } from './path-mtu-sockets.js';
 import { RouteRefreshTrigger } from './route-refresh-trigger.js';
 import { lookupRoutes } from './route-lookup.js';
 import { VipAnnouncer } from './announcer.js';
+import { RecoveryHold, type RealsRecovery } from './recovery-hold.js';
 import { announceVips, type AnnouncementRounds } from './vip-announcements.js';
 
 export const CLOSE_TIMEOUT_MS = 10_000;
@@ -226,6 +227,13 @@ export class Daemon {
   /** Services (by identity) whose dropping has been warned of in this episode. */
   private readonly dropWarned = new Set<string>();
   private readonly firstSeenMs = new Map<string, number>();
+  /** VIPs withdrawn because no service of theirs could take new flows: back once the reals are (recovery-hold.ts). */
+  private readonly reannounceHold = new RecoveryHold();
+  /**
+   * Services whose failOpen panic ended with some reals still down: those keep their flows (shown to
+   * the builder as not proven either way) until they are back or had time to be (recovery-hold.ts).
+   */
+  private readonly panicEnding = new RecoveryHold();
   private rebuildQueued = false;
   private housekeeping: NodeJS.Timeout | null = null;
   private rates = new Map<number, { pps: number; bps: number; packets: number; bytes: number }>();
@@ -539,8 +547,50 @@ export class Daemon {
       v.eligible = true;
     }
     const wanted = new Map<string, boolean>();
-    for (const [vip, v] of vips) wanted.set(vip, loopOk && !v.blocked && v.eligible);
+    for (const [vip, v] of vips) {
+      // Nothing but its reals holds the VIP back: one not eligible is held until they are back.
+      const free = loopOk && !v.blocked;
+      if (free && !v.eligible) this.reannounceHold.hold(vip);
+      wanted.set(vip, free && v.eligible && this.mayComeBack(vip));
+    }
+    this.reannounceHold.keepOnly(new Set(vips.keys()));
     return wanted;
+  }
+
+  /**
+   * Whether an eligible VIP may be announced now: at once, unless it could take no new flows here
+   * before (its reals all found down or out) and its reals are still coming back (recovery-hold.ts).
+   */
+  private mayComeBack(vip: string): boolean {
+    if (!this.reannounceHold.isHeld(vip)) return true;
+    const services = this.config.services.filter((s) => s.vip === vip && s.announce && !this.withdrawn.has(serviceIdentity(s)));
+    const d = this.reannounceHold.decide(vip, this.recoveryOf(services), monotonicMs());
+    if (!d.over) {
+      if (d.began) this.log.info('VIP not announced yet: waiting for its reals to come up in this view', { vip });
+      return false;
+    }
+    if (d.waitedMs > 0) this.log.info('VIP may be announced again', { vip, waitedMs: Math.round(d.waitedMs), realsNotUp: d.notUp });
+    return true;
+  }
+
+  /** The wanted reals of `services` as this LB sees them (backups aside: they stand in for the others). */
+  private recoveryOf(services: readonly ServiceConfig[]): RealsRecovery {
+    let wanted = 0;
+    let up = 0;
+    let riseMs = 0;
+    for (const s of services) {
+      const sid = serviceIdentity(s);
+      const hc = s.healthCheck;
+      if (hc.type !== 'none') riseMs = Math.max(riseMs, (hc.rise + 1) * hc.intervalMs + hc.timeoutMs);
+      for (const r of s.reals) {
+        const key = RealRegistry.keyOf(sid, r.address);
+        const intent = this.intentOf(key, r.state, r.weight);
+        if (r.backup || intent.state !== 'active' || intent.weight === 0) continue;
+        wanted++;
+        if (this.healthOf(key) === 'up' && this.macOfReal(r) !== null) up++;
+      }
+    }
+    return { wanted, up, riseMs };
   }
 
   /**
@@ -928,6 +978,7 @@ export class Daemon {
           ...this.tunnelOf(r),
         });
       }
+      if (!removed && this.panicEnding.isHeld(sid)) keepRisingReals(reals);
       for (const rt of removedBy.get(sid) ?? []) {
         reals.push({
           id: rt.id,
@@ -1008,13 +1059,41 @@ export class Daemon {
       }
     }
     for (const sid of this.dropWarned) if (!dropping.has(sid)) this.dropWarned.delete(sid);
+    this.panicEnding.keepOnly(new Set(this.config.services.map(serviceIdentity)));
+    for (const s of services) {
+      const cfg = configs.get(s.name);
+      if (cfg === undefined) continue;
+      if (inPanic(s)) this.panicEnding.hold(serviceIdentity(cfg));
+      else this.endPanicWait(cfg, s.dropping);
+    }
     this.lastReports = services;
     this.send({ type: 'snapshot', snapshot });
+  }
+
+  /**
+   * After a failOpen panic: whether the reals still down may lose the flows the panic kept (see
+   * panicEnding). Asked at every rebuild and once a second; a rebuild follows the end of the wait.
+   */
+  private endPanicWait(cfg: ServiceConfig, dropping: boolean): void {
+    const sid = serviceIdentity(cfg);
+    if (!this.panicEnding.isHeld(sid)) return;
+    // Nothing back (whenAllDown changed by a reload, say): the wait starts with the first real up.
+    if (dropping) return this.panicEnding.hold(sid);
+    const recovery = this.recoveryOf([cfg]);
+    const d = this.panicEnding.decide(sid, recovery, monotonicMs());
+    if (!d.over) {
+      if (d.began) this.log.info('failOpen panic over: the reals still down keep their flows while they may still come up', { service: cfg.name, forMs: recovery.riseMs });
+      return;
+    }
+    if (d.notUp === 0) return;
+    this.log.info('reals not back after the failOpen panic: their flows move', { service: cfg.name, realsNotUp: d.notUp, waitedMs: Math.round(d.waitedMs) });
+    this.queueRebuild('failOpen panic over');
   }
 
   /** Once a second: rates, and forgetting removed reals whose last flow is gone. */
   private tick(): void {
     this.warnUnresolvedMacs();
+    for (const s of this.config.services) if (this.panicEnding.isWaiting(serviceIdentity(s))) this.endPanicWait(s, false);
     if (++this.ticks % DROP_TABLE_CHECK_TICKS === 0) void this.checkDropTable();
     let forget = false;
     const counters = this.loops.counters();
@@ -2026,6 +2105,10 @@ export class Daemon {
           // Whether an announcement is meant at all (announce.enabled and the service's announce).
           announce: this.config.announce.enabled && v.config.announce && v.removed !== true,
           announced: this.announcer?.isAnnounced(v.config.vip) ?? false,
+          // Eligible again after its reals were all out here, not announced until they are back.
+          announceWaitingForReals: this.reannounceHold.isWaiting(v.config.vip),
+          // Its failOpen panic over, the reals still down keeping their flows while they may come up.
+          panicEnding: v.removed !== true && this.panicEnding.isWaiting(serviceIdentity(v.config)),
           announceDevice: this.announcer?.deviceOf(v.config.vip) ?? null,
           operatorWithdrawn: this.withdrawn.has(serviceIdentity(v.config)),
           removed: v.removed === true,
@@ -2226,6 +2309,20 @@ function identityAddressName(sid: string): string {
 function stillSettling(view: ServiceView): boolean {
   const wanted = view.reals.filter(isWanted);
   return wanted.length > 0 && wanted.every((r) => r.health !== 'down' && (r.mac === null || r.health === 'unknown'));
+}
+
+/**
+ * A service whose failOpen panic just ended (a real is up again): its wanted reals still down are
+ * shown to the builder as not proven either way, as at start, so they keep the flows the panic kept
+ * (and mid-stream packets meet the panic's table) instead of losing them to the first real up: their
+ * probes may be what failed (a blocked LB, a dependency of every health endpoint).
+ */
+function keepRisingReals(reals: RealView[]): void {
+  if (!reals.some((r) => isWanted(r) && r.health === 'up' && r.mac !== null)) return;
+  for (let i = 0; i < reals.length; i++) {
+    const r = reals[i]!;
+    if (isWanted(r) && r.health === 'down') reals[i] = { ...r, health: 'unknown' };
+  }
 }
 
 /** A failOpen panic the daemon reports: not while no wanted real has been probed yet (ServiceBuildReport.unproven). */

@@ -2,7 +2,8 @@
 // answers (the check runs on another port, whose listener is stopped) in the middle of a paced
 // download. `keep`: the download finishes byte for byte from that real, which takes no new
 // connection meanwhile; `reschedule` (the default, after a reload): the flow moves to the other
-// real, which resets it, and the move is counted.
+// real, which resets it, and the move is counted. And the end of a failOpen panic, when every
+// check failed while the reals served: the flows stay where the panic kept them.
 
 import type { ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -109,5 +110,48 @@ describe('onRealDown', () => {
     expect(d.body.length).toBeLessThan(SIZE);
     expect(d.newWhileDown[d.real.name] ?? 0).toBe(0);
     expect(metricValue(await daemon.metrics(), 'dsrlb_flows_rescheduled_total', '')).toBeGreaterThan(moved);
+  }, 60_000);
+
+  it('reschedule, every check failing (a failOpen panic, the reals serving all along): the downloads on both reals finish byte for byte while the checks come back one after the other', async () => {
+    // onRealDown reschedule, whenAllDown failOpen: the defaults (the test before took them already).
+    await writeFile(configPath, configText('keep').replace('    onRealDown: keep\n', ''));
+    expect((await daemon.cli(['reload'])).code).toBe(0);
+    // Every check fails (a dependency of every health endpoint, a firewall on the LB): a panic,
+    // in which new connections go to both reals. (The connections of the real that fails first,
+    // while the other is still up, move as onRealDown says: they are not what this test is about.)
+    for (const r of lab.reals) await stopProcess(checkServers.get(r.name)!);
+    await daemon.waitFor('failOpen panic', (s) => s.services[0]!.panic, 5000);
+    const moved = metricValue(await daemon.metrics(), 'dsrlb_flows_rescheduled_total', '');
+    // Paced downloads until each real serves one (Maglev spreads them by source port).
+    const downloads: { done: Promise<{ code: number; stdout: string }>; body: string; real: string }[] = [];
+    for (let i = 0; i < 12 && new Set(downloads.map((d) => d.real)).size < lab.reals.length; i++) {
+      const headers = join(dir, `panic-headers-${i}`);
+      const body = join(dir, `panic-body-${i}`);
+      const done = lab.exec(lab.client, ['curl', '-s', '-D', headers, '-o', body, '-w', '%{http_code}', `http://${lab.vip}/bytes/${SIZE}?rate=${RATE}`], { timeoutMs: 30_000 });
+      let real: string | undefined;
+      for (let t = 0; t < 50 && real === undefined; t++) {
+        await sleep(50);
+        real = /^x-real: (\S+)/im.exec(await readFile(headers, 'utf8').catch(() => ''))?.[1];
+      }
+      if (real === undefined) throw new Error('no X-Real header in time');
+      downloads.push({ done, body, real });
+    }
+    expect(new Set(downloads.map((d) => d.real)).size).toBe(lab.reals.length);
+    // The checks come back one real at a time. Before, the first real up took the other's flows.
+    const [first, second] = lab.reals;
+    await startCheckServer(first!);
+    await daemon.waitFor(`${first!.name} up`, (s) => healthOf(s, first!) === 'up', 5000);
+    await sleep(SNAPSHOT_LAG_MS);
+    const ending = (await daemon.status()).services[0] as unknown as { panic: boolean; panicEnding: boolean };
+    expect([ending.panic, ending.panicEnding]).toEqual([false, true]);
+    await startCheckServer(second!);
+    await daemon.waitFor(`${second!.name} up`, (s) => healthOf(s, second!) === 'up', 5000);
+    for (const d of downloads) {
+      const r = await d.done;
+      expect([r.code, r.stdout.trim(), d.real]).toEqual([0, '200', d.real]);
+      expect((await readFile(d.body)).equals(patternBytes(SIZE))).toBe(true);
+    }
+    expect(metricValue(await daemon.metrics(), 'dsrlb_flows_rescheduled_total', '')).toBe(moved);
+    expect(daemon.logs.join('\n')).toContain('failOpen panic over: the reals still down keep their flows while they may still come up');
   }, 60_000);
 });

@@ -101,6 +101,78 @@ describe('announcing after a start', () => {
   });
 });
 
+describe('announcing again after a withdrawal for want of reals', () => {
+  it('waits for the reals still coming back in this view, as long as they may still rise, and not for a dead one forever', () => {
+    const facts = new Map<string, { state: 'up' | 'down'; settled: boolean }>([
+      [a, { state: 'up', settled: true }],
+      [b, { state: 'up', settled: true }],
+    ]);
+    const wanted = daemonWith(facts, { panic: false });
+    let nowNs = process.hrtime.bigint();
+    const clock = vi.spyOn(process.hrtime, 'bigint').mockImplementation(() => nowNs);
+    const after = (ms: number): void => {
+      nowNs += BigInt(ms) * 1_000_000n;
+    };
+    const dropping = (d: boolean): void => {
+      wanted.daemon.lastReports = [{ name: 'web', dropping: d, panic: false }];
+    };
+    try {
+      expect(wanted().get('10.93.0.100')).toBe(true);
+      // This LB's probes fail (blocked here only): both reals down, the service drops, the VIP goes.
+      facts.set(a, { state: 'down', settled: true });
+      facts.set(b, { state: 'down', settled: true });
+      dropping(true);
+      expect(wanted().get('10.93.0.100')).toBe(false);
+      // Unblocked: .11 rises first. Before, the VIP came back now and the peers' flows for .12 were reset here.
+      after(5_000);
+      facts.set(a, { state: 'up', settled: true });
+      dropping(false);
+      expect(wanted().get('10.93.0.100')).toBe(false);
+      expect((wanted.daemon.reannounceHold as { isWaiting(v: string): boolean }).isWaiting('10.93.0.100')).toBe(true);
+      after(1_500);
+      expect(wanted().get('10.93.0.100')).toBe(false);
+      // .12 up a probe phase later: every wanted real is up, the VIP goes back at once.
+      facts.set(b, { state: 'up', settled: true });
+      expect(wanted().get('10.93.0.100')).toBe(true);
+
+      // Again, but .12 is really dead: the VIP waits the rise time of the default check
+      // ((rise 2 + 1) x 2 s + 1 s = 7 s after the last real came up), then goes back without it.
+      facts.set(a, { state: 'down', settled: true });
+      facts.set(b, { state: 'down', settled: true });
+      dropping(true);
+      expect(wanted().get('10.93.0.100')).toBe(false);
+      after(3_000);
+      facts.set(a, { state: 'up', settled: true });
+      dropping(false);
+      expect(wanted().get('10.93.0.100')).toBe(false);
+      after(6_900);
+      expect(wanted().get('10.93.0.100')).toBe(false);
+      after(200);
+      expect(wanted().get('10.93.0.100')).toBe(true);
+    } finally {
+      clock.mockRestore();
+    }
+  });
+
+  it('does not hold a VIP back for a withdrawal that was not for its reals: an operator withdraw, a stalled loop', () => {
+    const facts = new Map([
+      [a, { state: 'up' as const, settled: true }],
+      [b, { state: 'down' as const, settled: true }],
+    ]);
+    const loops = { running: true, recovering: false, heartbeatAgeMs: () => 0 };
+    const wanted = daemonWith(facts, { panic: false }, undefined, loops);
+    expect(wanted().get('10.93.0.100')).toBe(true);
+    wanted.daemon.withdrawn = new Set([sid]);
+    expect(wanted().get('10.93.0.100')).toBe(false);
+    wanted.daemon.withdrawn = new Set();
+    expect(wanted().get('10.93.0.100')).toBe(true);
+    loops.heartbeatAgeMs = () => 2000;
+    expect(wanted().get('10.93.0.100')).toBe(false);
+    loops.heartbeatAgeMs = () => 0;
+    expect(wanted().get('10.93.0.100')).toBe(true);
+  });
+});
+
 describe('announcing and the packet loops', () => {
   it('withdraws for a stalled or lost loop, and keeps the VIP while a loop that ended is started again', () => {
     const facts = new Map([

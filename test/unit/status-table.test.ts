@@ -145,7 +145,7 @@ describe('status table', () => {
     expect(text.split('\n').slice(7)).toEqual(['web 10.0.1.11: drain finished: no established flow left']);
   });
 
-  it('says under Flags when a VIP meant to be announced is not: withdrawn by an operator, or by the daemon', () => {
+  it('says under Flags when a VIP meant to be announced is not (withdrawn by an operator, or by the daemon, or waiting for its reals), and when a panic is ending', () => {
     const text = formatStatus(
       {
         services: [
@@ -153,6 +153,8 @@ describe('status table', () => {
           service('api', { announce: true, announced: false, dropping: true, droppingReason: 'no real is up', reals: [] }),
           service('dns', { announce: true, announced: true, reals: [] }),
           service('ntp', { announce: false, announced: false, reals: [] }),
+          service('img', { announce: true, announced: false, announceWaitingForReals: true, reals: [] }),
+          service('dl', { announce: true, announced: true, panicEnding: true, reals: [] }),
         ],
       },
       now,
@@ -162,6 +164,8 @@ describe('status table', () => {
       ['api', 'DROPPING NOT_ANNOUNCED'],
       ['dns', ''],
       ['ntp', ''],
+      ['img', 'NOT_ANNOUNCED(reals_rising)'],
+      ['dl', 'PANIC_ENDING(reals_rising)'],
     ]);
   });
 
