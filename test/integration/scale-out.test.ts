@@ -48,6 +48,8 @@ interface LbConfigOptions {
   edgeRealState?: 'active' | 'disabled';
   /** An http health check on service web (its reals start down and come up one by one). */
   webHealthCheck?: boolean;
+  /** An http health check on service edge (whenAllDown: drop: withdrawn when its probes all fail). */
+  edgeHealthCheck?: boolean;
 }
 
 function lbConfig(lb: LbHost, opts: LbConfigOptions = {}): string {
@@ -76,6 +78,7 @@ function lbConfig(lb: LbHost, opts: LbConfigOptions = {}): string {
     '    protocol: tcp',
     '    scheduler: maglev',
     '    whenAllDown: drop',
+    ...(opts.edgeHealthCheck ? ['    healthCheck: { type: http, interval: 500ms, timeout: 400ms, rise: 2, fall: 2 }'] : []),
     '    reals:',
     ...reals(100, opts.edgeRealState ?? 'active'),
     '',
@@ -362,6 +365,61 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
     const a = await d2.cli(['announce', 'web']);
     expect(a.code, a.stderr).toBe(0);
     await lab.waitForNexthops(VIP_WEB, allLbs(), ROUTE_TIMEOUT_MS);
+  });
+
+  it("an LB whose probes alone failed takes the VIP back only once its reals are back in its view: 30 keep-alive connections keep their reals while they come back one by one", async () => {
+    const l1 = lb(0);
+    const d1 = daemon(l1);
+    await reload(l1, { edgeHealthCheck: true });
+    await d1.waitFor('edge checked and announced', (s) => {
+      const edge = s.services.find((x) => x.name === 'edge')!;
+      return edge.announced && edge.reals.every((r) => r.health.state === 'up');
+    });
+    // The probes from lb1 to every real dropped by a firewall on lb1 (its forwarding, AF_PACKET, passes).
+    const nft = (cmd: string) => lab.exec(l1.ns, ['nft', cmd]);
+    const reals = lab.reals.map((r) => r.ipv4);
+    const { client, opened } = await KeepAliveClient.open(lab, lab.client.ns, VIP_EDGE, 30, 10_000);
+    try {
+      expect(opened).toBe(30);
+      const first = await client.round();
+      expect(allAnswered(first)).toBe(true);
+      expect((await nft(`add table inet dsrt_probes; add set inet dsrt_probes reals { type ipv4_addr; }; add chain inet dsrt_probes out { type filter hook output priority 0; }; add rule inet dsrt_probes out ip daddr @reals tcp dport 80 drop; add element inet dsrt_probes reals { ${reals.join(', ')} }`)).code).toBe(0);
+      await lab.waitForNexthops(VIP_EDGE, [lb(1).ipv4], ROUTE_TIMEOUT_MS);
+      const withdrawn = await client.round();
+      expect(changed(first, withdrawn)).toEqual([]);
+      // Requests on every connection all along the return. The reals come back one by one (the
+      // last a second after the others): lb1 must not take the VIP back with a table of the first
+      // ones, or the connections ECMP moves to it for the last are placed elsewhere and reset.
+      let returning = true;
+      const duringReturn: KeepAliveRound[] = [];
+      const pump = (async () => {
+        while (returning) duringReturn.push(await client.round());
+      })();
+      const [last, ...others] = reals;
+      let backMs: number;
+      try {
+        const unblockedAt = Date.now();
+        expect((await nft(`delete element inet dsrt_probes reals { ${others.join(', ')} }`)).code).toBe(0);
+        await d1.waitFor('a real of edge up again', (s) => s.services.find((x) => x.name === 'edge')!.reals.some((r) => r.health.state === 'up'));
+        await new Promise((r) => setTimeout(r, 1000));
+        expect((await nft(`delete element inet dsrt_probes reals { ${last} }`)).code).toBe(0);
+        await lab.waitForNexthops(VIP_EDGE, allLbs(), ROUTE_TIMEOUT_MS);
+        backMs = Date.now() - unblockedAt;
+        await new Promise((r) => setTimeout(r, 1500));
+      } finally {
+        returning = false;
+        await pump;
+      }
+      expect(duringReturn.length).toBeGreaterThan(1);
+      for (const r of duringReturn) expect(changed(first, r)).toEqual([]);
+      expect((await d1.cli(['status', 'edge'])).stdout).not.toContain('NOT_ANNOUNCED');
+      expect(d1.logs.join('\n')).toContain('VIP not announced yet: waiting for its reals to come up in this view');
+      figures.probesBlockedOnOneLb = { connections: 30, rounds: duringReturn.length, routeBackAfterFirstUnblockMs: backMs };
+    } finally {
+      await client.close();
+      await nft('delete table inet dsrt_probes');
+      await reload(l1, {});
+    }
   });
 
   it('SIGTERM withdraws the routes before dsrlb exits: a client opening connections all along loses none', async () => {

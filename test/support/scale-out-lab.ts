@@ -201,6 +201,16 @@ export class LbDaemon {
     return JSON.parse(r.stdout) as Status;
   }
 
+  /** Resolves once `ok(status)` holds; throws (with the last log lines) after timeoutMs. */
+  async waitFor(what: string, ok: (s: Status) => boolean, timeoutMs = 10_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      if (ok(await this.status())) return;
+      await sleep(50);
+    }
+    throw new ScaleOutLabError(`${this.lb.name}: not ${what} within ${timeoutMs} ms:\n${this.logs.slice(-20).join('\n')}`);
+  }
+
   async service(name: string): Promise<ServiceStatus> {
     const s = (await this.status()).services.find((x) => x.name === name);
     if (!s) throw new ScaleOutLabError(`${this.lb.name}: no service ${name} in status`);
