@@ -5,7 +5,7 @@
 import { createServer, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import { realpath } from 'node:fs/promises';
-import { isIP } from 'node:net';
+import { isIP, type Socket } from 'node:net';
 import { isAbsolute, resolve } from 'node:path';
 import type { ListenAddress } from '../config/types.js';
 import { formatListen, isWeight, problemLines } from '../config/validate.js';
@@ -21,6 +21,12 @@ import { singleFlight } from './http-single-flight.js';
  */
 export interface ListenerLimits {
   readonly maxConnections: number;
+  /** Connections one address other than loopback may hold: one busy client cannot take every slot. */
+  readonly perSource: number;
+  /** Slots only loopback may take: the CLI on the LB gets in while other addresses hold the rest. */
+  readonly loopbackReserve: number;
+  /** Whether a peer address counts as loopback (a test stands in another); default isLoopback. */
+  readonly local?: (address: string) => boolean;
   /** From a request's first byte (a new connection's: its accept) to the end of its head. */
   readonly headersTimeoutMs: number;
   /** From a request's first byte to the end of its body; at least headersTimeoutMs (Node refuses less). */
@@ -53,16 +59,19 @@ const TIMEOUTS = {
 
 /**
  * 64 connections: a Prometheus server keeps one per target, so an HA pair, a second scraper and a
- * few curls stay under 10. At 64 descriptors of 65,536, the probes keep the rest.
+ * few curls stay under 10. At 64 descriptors of 65,536, the probes keep the rest. 16 from one
+ * address: a curl loop on one host leaves the scrapers theirs.
  */
-export const METRICS_LIMITS: ListenerLimits = { maxConnections: 64, ...TIMEOUTS };
+export const METRICS_LIMITS: ListenerLimits = { maxConnections: 64, perSource: 16, loopbackReserve: 8, ...TIMEOUTS };
 
 /**
  * 32 connections: the CLI opens one per command and closes it with the answer, and the daemon
  * carries out changes one at a time (Daemon.exclusive), so commands run side by side only queue;
  * 32 leaves room for scripts running a few at once beside an operator and a /healthz checker.
+ * An admin API on another address than loopback: 8 from any one address (a token or not, the
+ * connection is held until its head comes), and 8 slots kept for the CLI on the LB itself.
  */
-export const ADMIN_LIMITS: ListenerLimits = { maxConnections: 32, ...TIMEOUTS };
+export const ADMIN_LIMITS: ListenerLimits = { maxConnections: 32, perSource: 8, loopbackReserve: 8, ...TIMEOUTS };
 
 /** A refused connection is logged at once, then how many more each minute while they go on. */
 const DROP_LOG_INTERVAL_MS = 60_000;
@@ -79,16 +88,54 @@ function limitedServer(limits: ListenerLimits, onRequest: RequestListener): Serv
   );
   server.maxConnections = limits.maxConnections;
   server.timeout = limits.idleTimeoutMs;
+  limitBySource(server, limits);
   return server;
+}
+
+/**
+ * Node's maxConnections counts every peer alike: silent connections from one address (each held
+ * until its head's timeout) shut out every other client, the operator on the LB too. Here a peer
+ * other than loopback may hold `perSource` connections, and all of them together leave
+ * `loopbackReserve` slots free; a connection over either is closed as it is accepted and counted
+ * as Node's refusals are (a 'drop' event).
+ */
+function limitBySource(server: Server, limits: ListenerLimits): void {
+  const local = limits.local ?? isLoopback;
+  const bySource = new Map<string, number>();
+  let remote = 0;
+  server.on('connection', (socket: Socket) => {
+    const from = socket.remoteAddress ?? '';
+    if (local(from)) return;
+    const held = bySource.get(from) ?? 0;
+    if (held >= limits.perSource || remote >= limits.maxConnections - limits.loopbackReserve) {
+      socket.destroy();
+      server.emit('drop', { remoteAddress: from, bySource: held >= limits.perSource });
+      return;
+    }
+    bySource.set(from, held + 1);
+    remote++;
+    socket.once('close', () => {
+      remote--;
+      const left = bySource.get(from)! - 1;
+      if (left === 0) bySource.delete(from);
+      else bySource.set(from, left);
+    });
+  });
+}
+
+/** 127.0.0.0/8 and ::1, as an IPv4 or IPv4-mapped peer address. */
+export function isLoopback(address: string): boolean {
+  const v4 = address.startsWith('::ffff:') ? address.slice(7) : address;
+  return address === '::1' || (isIP(v4) === 4 && v4.startsWith('127.'));
 }
 
 /**
  * Logs the connections Node refused at the limit: the first at once, with the peer; then, while
  * they go on, their count once a minute (an attack refuses a thousand a second).
  */
-function logDrops(server: Server, daemon: Pick<Daemon, 'log' | 'metrics'>, listener: 'metrics' | 'admin', at: ListenAddress, maxConnections: number): void {
+function logDrops(server: Server, daemon: Pick<Daemon, 'log' | 'metrics'>, listener: 'metrics' | 'admin', at: ListenAddress, limits: ListenerLimits): void {
   const log = daemon.log;
-  const fields = { listen: formatListen(at), maxConnections };
+  const fields = { listen: formatListen(at), maxConnections: limits.maxConnections };
   let more = 0;
   let timer: NodeJS.Timeout | null = null;
   const summary = (): void => {
@@ -98,13 +145,15 @@ function logDrops(server: Server, daemon: Pick<Daemon, 'log' | 'metrics'>, liste
     more = 0;
     timer = setTimeout(summary, DROP_LOG_INTERVAL_MS).unref();
   };
-  server.on('drop', (data?: { remoteAddress?: string }) => {
+  server.on('drop', (data?: { remoteAddress?: string; bySource?: boolean }) => {
     daemon.metrics.httpRefused.inc({ listener });
     if (timer !== null) {
       more++;
       return;
     }
-    log.warn(`${listener} listener holds its limit of connections: refusing new ones`, { ...fields, from: data?.remoteAddress ?? null });
+    const from = data?.remoteAddress ?? null;
+    if (data?.bySource === true) log.warn(`${listener} listener: one address holds its limit of connections: refusing its new ones`, { ...fields, from, perSource: limits.perSource });
+    else log.warn(`${listener} listener holds its limit of connections: refusing new ones`, { ...fields, from });
     timer = setTimeout(summary, DROP_LOG_INTERVAL_MS).unref();
   });
   server.on('close', () => {
@@ -161,7 +210,7 @@ export async function startMetricsServer(daemon: Daemon, limits: ListenerLimits 
     res.writeHead(404, { 'content-type': 'text/plain' });
     res.end('not found: try /metrics or /healthz\n');
   });
-  logDrops(server, daemon, 'metrics', daemon.config.metrics.listen, limits.maxConnections);
+  logDrops(server, daemon, 'metrics', daemon.config.metrics.listen, limits);
   await listen(server, daemon.config.metrics.listen);
   return server;
 }
@@ -423,7 +472,7 @@ export async function startAdminServer(daemon: Daemon, limits: ListenerLimits = 
     }
     json(res, 404, { error: 'NOT_FOUND', message: `no route ${req.method} ${path}` });
   };
-  logDrops(server, daemon, 'admin', at, limits.maxConnections);
+  logDrops(server, daemon, 'admin', at, limits);
   await listen(server, at);
   return server;
 }

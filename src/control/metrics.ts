@@ -147,7 +147,7 @@ export class DaemonMetrics {
     });
     this.httpRefused = new client.Counter({
       name: 'dsrlb_http_connections_refused_total',
-      help: 'Connections the metrics or admin listener closed as it accepted them, at its connection limit.',
+      help: 'Connections the metrics or admin listener closed as it accepted them, at its connection limit or at the limit of one peer address.',
       labelNames: ['listener'],
       registers: [registry],
     });

@@ -9,11 +9,13 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Daemon } from '../../src/control/daemon.js';
-import { ADMIN_LIMITS, METRICS_LIMITS, startAdminServer, startMetricsServer, type ListenerLimits } from '../../src/control/http-servers.js';
+import { ADMIN_LIMITS, isLoopback, METRICS_LIMITS, startAdminServer, startMetricsServer, type ListenerLimits } from '../../src/control/http-servers.js';
 import { createLogger } from '../../src/control/logger.js';
 
 const LIMITS: ListenerLimits = {
   maxConnections: 3,
+  perSource: 3,
+  loopbackReserve: 0,
   headersTimeoutMs: 150,
   requestTimeoutMs: 150,
   keepAliveTimeoutMs: 2_000,
@@ -97,8 +99,8 @@ function connections(server: Server): Promise<number> {
 }
 
 /** A connected socket, with whether the server closed it and what it sent. */
-async function open(port: number): Promise<{ socket: Socket; closed: () => boolean; received: () => string; closedAt: Promise<number> }> {
-  const socket = connect(port, '127.0.0.1');
+async function open(port: number, localAddress?: string): Promise<{ socket: Socket; closed: () => boolean; received: () => string; closedAt: Promise<number> }> {
+  const socket = connect({ port, host: '127.0.0.1', localAddress });
   sockets.push(socket);
   let closed = false;
   let received = '';
@@ -189,6 +191,44 @@ describe('connection limit', () => {
     renders[1]!.resolve('dsrlb_up 1\n');
     expect((await again).status).toBe(200);
     expect(fresh.map((f) => f.closed())).toEqual([false, false]);
+  });
+});
+
+describe('limits by peer address', () => {
+  it('tells loopback peers from others', () => {
+    expect(['127.0.0.1', '127.1.2.3', '::1', '::ffff:127.0.0.1'].map(isLoopback)).toEqual([true, true, true, true]);
+    expect(['10.0.0.1', '::ffff:10.0.0.1', '2001:db8::1', '::', '128.0.0.1', ''].map(isLoopback)).toEqual([false, false, false, false, false, false]);
+  });
+
+  it('lets one address hold perSource connections, all others together leave the loopback reserve free, and counts what it closes', async () => {
+    const { daemon, logLines, refused } = standIn();
+    // 127.0.0.2-4 stand in for other hosts: only 127.0.0.1 counts as loopback here.
+    const limits: ListenerLimits = { ...LIMITS, maxConnections: 6, perSource: 2, loopbackReserve: 2, local: (a) => a === '127.0.0.1' };
+    const { server, port } = await started(startMetricsServer(daemon, limits));
+    const a = [await open(port, '127.0.0.2'), await open(port, '127.0.0.2'), await open(port, '127.0.0.2')];
+    await a[2]!.closedAt;
+    const b = [await open(port, '127.0.0.3'), await open(port, '127.0.0.3')];
+    // Four held by others: a fifth from a third address would take the reserve.
+    const c = await open(port, '127.0.0.4');
+    await c.closedAt;
+    // The operator on the LB gets in (before, silent connections from elsewhere shut it out).
+    const local = [await open(port), await open(port)];
+    await until('the server holds 4 + 2', async () => (await connections(server)) === 6);
+    expect((await exchange(local[1]!.socket, '/healthz')).status).toBe(200);
+    expect([...a.slice(0, 2), ...b].map((x) => x.closed())).toEqual([false, false, false, false]);
+    expect(refused).toEqual(['metrics', 'metrics']);
+    const warnings = logLines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.level === 'warn');
+    expect(warnings).toEqual([expect.objectContaining({ msg: 'metrics listener: one address holds its limit of connections: refusing its new ones', from: '127.0.0.2', perSource: 2 })]);
+    // One of .3's closes: .4 gets its slot.
+    b[0]!.socket.destroy();
+    await until('the server let it go', async () => (await connections(server)) === 5);
+    const d = await open(port, '127.0.0.4');
+    await until('the server holds it', async () => (await connections(server)) === 6);
+    expect((await exchange(d.socket, '/healthz')).status).toBe(200);
+  });
+
+  it('in force: 16 (metrics) and 8 (admin) from one address, 8 slots kept for loopback on each', () => {
+    expect([METRICS_LIMITS.perSource, METRICS_LIMITS.loopbackReserve, ADMIN_LIMITS.perSource, ADMIN_LIMITS.loopbackReserve]).toEqual([16, 8, 8, 8]);
   });
 });
 
