@@ -563,6 +563,9 @@ export class Daemon {
    */
   private mayComeBack(vip: string): boolean {
     if (!this.reannounceHold.isHeld(vip)) return true;
+    // Decided against the table the loops run, as settling is: the facts of a queued rebuild are
+    // not in it yet (announced on them, the last real's flows met a table without it: 3 of 30 reset).
+    if (this.rebuildQueued) return false;
     const services = this.config.services.filter((s) => s.vip === vip && s.announce && !this.withdrawn.has(serviceIdentity(s)));
     const d = this.reannounceHold.decide(vip, this.recoveryOf(services), monotonicMs());
     if (!d.over) {

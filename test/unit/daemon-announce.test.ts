@@ -131,8 +131,12 @@ describe('announcing again after a withdrawal for want of reals', () => {
       expect((wanted.daemon.reannounceHold as { isWaiting(v: string): boolean }).isWaiting('10.93.0.100')).toBe(true);
       after(1_500);
       expect(wanted().get('10.93.0.100')).toBe(false);
-      // .12 up a probe phase later: every wanted real is up, the VIP goes back at once.
+      // .12 up a probe phase later: every wanted real is up, the VIP goes back as soon as the
+      // loops run a table with it (not while its rebuild is queued).
       facts.set(b, { state: 'up', settled: true });
+      wanted.daemon.rebuildQueued = true;
+      expect(wanted().get('10.93.0.100')).toBe(false);
+      wanted.daemon.rebuildQueued = false;
       expect(wanted().get('10.93.0.100')).toBe(true);
 
       // Again, but .12 is really dead: the VIP waits the rise time of the default check
