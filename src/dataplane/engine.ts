@@ -6,7 +6,7 @@ import { randomBytes } from 'node:crypto';
 import './inlining-budget.js';
 import { consistentPick, midStreamPick } from './consistent-pick.js';
 import { Counter, REAL_BASE, REAL_STRIDE, RealCounter } from './counters.js';
-import { completePartialChecksum } from './checksum.js';
+import { completePartialChecksum, ipv4HeaderChecksum } from './checksum.js';
 import { FragmentTable } from './fragment-table.js';
 import { DropReason } from './drop-reasons.js';
 import { tunnelFlowLabel } from './flow-hash.js';
@@ -402,6 +402,7 @@ export class Engine {
     let fragmentSegments = false;
     if (udp && headerL3Bytes + gsoSize + overhead > mtu) {
       if ((pkt.family === 4 && pkt.dontFragment !== 0) || (pkt.family === 6 && headerL3Bytes + gsoSize > tooBigMtu(6, overhead, mtu))) {
+        this.quoteFirstSegment(buf, headerL3Bytes + gsoSize);
         this.sendTooBig(batch, buf, overhead, mtu, nowMs);
         return -DropReason.packetTooBig;
       }
@@ -410,6 +411,7 @@ export class Engine {
       // Too big is said only when the client can go below its segments: an IPv6 client is never
       // told less than 1280, so at 1280 (a tunnel MTU under 1320) its segments are cut smaller here.
       if ((pkt.family === 6 || pkt.dontFragment !== 0) && headerL3Bytes + gsoSize > tooBigMtu(pkt.family, overhead, mtu)) {
+        this.quoteFirstSegment(buf, headerL3Bytes + gsoSize);
         this.sendTooBig(batch, buf, overhead, mtu, nowMs);
         return -DropReason.packetTooBig;
       }
@@ -491,6 +493,30 @@ export class Engine {
     for (let g = 1; g <= gap; g++) scratch[pos - g] = 0;
     this.pushExtra(batch, pos, len);
     this.counters[Counter.icmpTooBigSent]++;
+  }
+
+  /**
+   * A GSO super-frame about to be answered with too-big (and dropped): its IP length made its
+   * first segment's, so the error quotes a packet the client sent, not the merged one (7,292
+   * bytes for five segments, which Linux takes but a stricter stack may not match).
+   */
+  private quoteFirstSegment(buf: Uint8Array, segmentL3Bytes: number): void {
+    const pkt = this.pkt;
+    const l3 = pkt.l3Offset;
+    const l3Bytes = Math.min(segmentL3Bytes, pkt.l3End - l3);
+    // The quote ends with the segment too (the frame is dropped after: nothing else reads l3End).
+    pkt.l3End = l3 + l3Bytes;
+    if (pkt.family === 4) {
+      buf[l3 + 2] = l3Bytes >> 8;
+      buf[l3 + 3] = l3Bytes & 0xff;
+      const sum = ipv4HeaderChecksum(buf, l3, (buf[l3]! & 0x0f) * 4);
+      buf[l3 + 10] = sum >> 8;
+      buf[l3 + 11] = sum & 0xff;
+    } else {
+      const payload = l3Bytes - 40;
+      buf[l3 + 4] = payload >> 8;
+      buf[l3 + 5] = payload & 0xff;
+    }
   }
 
   private pushExtra(batch: PacketBatch, offset: number, length: number): void {

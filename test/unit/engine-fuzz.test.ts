@@ -968,6 +968,22 @@ class FuzzRun {
     if (!bytesEqual(e.subarray(l3 + srcAt, l3 + srcAt + addrBytes), vip) || !bytesEqual(e.subarray(l3 + srcAt + addrBytes, l3 + srcAt + 2 * addrBytes), client)) return fail('addresses are not VIP -> client');
     if (v4 ? client[0] === 0 || client[0]! >= 224 : client[0] === 0xff || client.every((b) => b === 0)) return fail('sent to a source that is no single host');
     const innerLength = ref.l3End - ref.l3Offset;
+    // About a GSO frame: its first segment as the client sent it (headers + gso_size) is what it quotes.
+    const gso = (slot.flags & FRAME_GSO) !== 0;
+    const segmentLength = gso ? Math.min(innerLength, ref.payloadOffset - ref.l3Offset + get16le(slot.vnet!, VNET.gsoSize)) : innerLength;
+    const sent = input.slice(l3, l3 + segmentLength);
+    if (gso && v4) {
+      sent[2] = segmentLength >> 8;
+      sent[3] = segmentLength & 0xff;
+      sent[10] = 0;
+      sent[11] = 0;
+      const sum = ~fold16(ones16(sent, 0, (sent[0]! & 0x0f) * 4, 0)) & 0xffff;
+      sent[10] = sum >> 8;
+      sent[11] = sum & 0xff;
+    } else if (gso) {
+      sent[4] = (segmentLength - 40) >> 8;
+      sent[5] = (segmentLength - 40) & 0xff;
+    }
     let mtu: number;
     let quoteAt: number;
     if (v4) {
@@ -978,7 +994,7 @@ class FuzzRun {
       if (fold16(ones16(e, icmp, e.length, 0)) !== 0xffff) return fail('ICMP checksum does not verify');
       mtu = u16(e, icmp + 6);
       quoteAt = icmp + 8;
-      if (e.length - quoteAt !== Math.min(innerLength, 548)) return fail(`quotes ${e.length - quoteAt} bytes of ${innerLength}`);
+      if (e.length - quoteAt !== Math.min(segmentLength, 548)) return fail(`quotes ${e.length - quoteAt} bytes of ${segmentLength}`);
     } else {
       if (e.length - l2 > 1280) return fail(`${e.length - l2} bytes, over 1280`);
       if (e[l3] !== 0x60 || u16(e, l3 + 4) !== e.length - l2 - 40 || e[l3 + 6] !== 58) return fail('IPv6 header (version, payload length or next header)');
@@ -988,12 +1004,12 @@ class FuzzRun {
       if (p === null || !l4ChecksumVerifies(e, p)) return fail('ICMPv6 checksum does not verify');
       mtu = u32(e, icmp + 4);
       quoteAt = icmp + 8;
-      if (e.length - quoteAt !== Math.min(innerLength, 1232)) return fail(`quotes ${e.length - quoteAt} bytes of ${innerLength}`);
+      if (e.length - quoteAt !== Math.min(segmentLength, 1232)) return fail(`quotes ${e.length - quoteAt} bytes of ${segmentLength}`);
     }
-    if (!bytesEqual(e.subarray(quoteAt), input.subarray(l3, l3 + e.length - quoteAt))) return fail('the quote is not the input packet');
+    if (!bytesEqual(e.subarray(quoteAt), sent.subarray(0, e.length - quoteAt))) return fail('the quote is not the input packet (its first segment, of a GSO frame)');
     if (!this.setup.tooBigMtus[ref.family as 4 | 6].has(mtu)) return fail(`announces MTU ${mtu}, none of ${[...this.setup.tooBigMtus[ref.family as 4 | 6]]}`);
     // About a GSO frame: its segments (headers + gso_size) are what does not fit.
-    const tooBig = (slot.flags & FRAME_GSO) !== 0 ? ref.payloadOffset - ref.l3Offset + get16le(slot.vnet!, VNET.gsoSize) : innerLength;
+    const tooBig = gso ? ref.payloadOffset - ref.l3Offset + get16le(slot.vnet!, VNET.gsoSize) : innerLength;
     if (mtu >= tooBig) return fail(`announces MTU ${mtu} for packets of ${tooBig} bytes`);
     this.count(`icmp-error${ref.family}`);
     if ((slot.flags & FRAME_GSO) !== 0) this.count('icmp-error-gso');

@@ -10,7 +10,7 @@ import { Counter, createCounters, MAX_REAL_IDS } from '../../src/dataplane/count
 import { DropReason } from '../../src/dataplane/drop-reasons.js';
 import { parseFrame } from '../../src/dataplane/packet-parser.js';
 import { ParsedPacket, PARSE_OK } from '../../src/dataplane/parsed-packet.js';
-import { l4Checksum } from '../../src/dataplane/checksum.js';
+import { ipv4HeaderChecksum, l4Checksum } from '../../src/dataplane/checksum.js';
 import { MemoryIo } from '../../src/io/memory-io.js';
 import { FRAME_CSUM_PARTIAL, FRAME_GSO, FRAME_HAS_VNET_HDR, VERDICT_CONSUMED, VERDICT_PASS, VERDICT_TX } from '../../src/io/packet-io.js';
 import { SnapshotBuilder, type ServiceView } from '../../src/control/snapshot-builder.js';
@@ -318,6 +318,11 @@ describe('engine: UDP GSO (UDP_SEGMENT, as QUIC stacks send) to an IPIP real', (
     expect([m.icmpType, m.icmpCode]).toEqual([3, 4]);
     expect((out[0]![m.l4Offset + 6]! << 8) | out[0]![m.l4Offset + 7]!).toBe(1480);
     expect(counters[Counter.gsoSegmented]).toBe(0);
+    // It quotes the first datagram as the client sent it (20 + 8 + 1460), not the merged train
+    // (2,948), with its header checksum made again.
+    const quote = m.l4Offset + 8;
+    expect((out[0]![quote + 2]! << 8) | out[0]![quote + 3]!).toBe(1488);
+    expect(ipv4HeaderChecksum(out[0]!, quote, 20)).toBe((out[0]![quote + 10]! << 8) | out[0]![quote + 11]!);
   });
 
   it('drops a GSO type that does not match the packet (TCP segmentation asked of a UDP datagram) as gsoUnsupported', () => {
@@ -575,11 +580,14 @@ describe('engine: 6in6 on a link of MTU 1300 (tunnel MTU 1260, under IPv6\'s 128
     expect(out.map((f) => f.length - 14)).toEqual([1300, 1300, 1300, 40 + 60 + 60]);
   });
 
-  it('still tells a client whose segments exceed 1280 to go down to 1280', () => {
+  it('still tells a client whose segments exceed 1280 to go down to 1280, quoting its first segment', () => {
     const { io, counters } = setup(1300);
-    io.inject([Uint8Array.from([...vnetHeader(1400, true), ...segment6(3 * 1400)])], [GSO_FLAGS]);
+    const out = io.inject([Uint8Array.from([...vnetHeader(1400, true), ...segment6(3 * 1400)])], [GSO_FLAGS]);
     expect(io.lastVerdicts()[0]).toBe(-DropReason.packetTooBig);
     expect(counters[Counter.icmpTooBigSent]).toBe(1);
+    // The quoted IPv6 header's payload length: 20 (TCP) + 1400, the merged frame's 4,220 before.
+    const quote = parsed(out[0]!).l4Offset + 8;
+    expect((out[0]![quote + 4]! << 8) | out[0]![quote + 5]!).toBe(1420);
   });
 });
 
