@@ -24,7 +24,7 @@ import { Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter } from '../d
 import { timeoutsOf } from './flow-timeouts.js';
 import type { LoopEvent, LoopRequest } from '../dataplane/loop-runner.js';
 import { LoopGroup } from './loop-group.js';
-import { isWanted, type HealthFact } from '../health/eligibility.js';
+import { isWanted, type HealthFact, type RealStanding } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
 import { addressWords, clientPrefixText, formatMac, normalizedAddress, wordsToAddress } from './addresses.js';
 import { COMMAND_TIMEOUT_MS, HostSetup, RUN_DIR, systemRunner, writeFileAside } from './host-setup.js';
@@ -41,7 +41,7 @@ import { PathMtuSockets } from './path-mtu-sockets.js';
 import { RouteRefreshTrigger } from './route-refresh-trigger.js';
 import { lookupRoutes } from './route-lookup.js';
 import { VipAnnouncer } from './announcer.js';
-import { RecoveryHold, type RealsRecovery } from './recovery-hold.js';
+import { RECOVERY_CAP_MS, RecoveryHold, type RealsRecovery } from './recovery-hold.js';
 import { announceVips, type AnnouncementRounds } from './vip-announcements.js';
 
 export const CLOSE_TIMEOUT_MS = 10_000;
@@ -234,6 +234,10 @@ export class Daemon {
    * the builder as not proven either way) until they are back or had time to be (recovery-hold.ts).
    */
   private readonly panicEnding = new RecoveryHold();
+  /** By service identity: the ids of the reals a panic kept flows on that have not been up since. */
+  private readonly panicKept = new Map<string, Set<number>>();
+  /** VIPs the last announcement round held back for their reals (status: NOT_ANNOUNCED(reals_rising)). */
+  private heldForReals = new Set<string>();
   private rebuildQueued = false;
   private housekeeping: NodeJS.Timeout | null = null;
   private rates = new Map<number, { pps: number; bps: number; packets: number; bytes: number }>();
@@ -547,14 +551,27 @@ export class Daemon {
       v.eligible = true;
     }
     const wanted = new Map<string, boolean>();
+    const heldBack = new Set<string>();
     for (const [vip, v] of vips) {
-      // Nothing but its reals holds the VIP back: one not eligible is held until they are back.
+      // Nothing but its reals holds the VIP back: one not eligible for want of reals (wanted ones
+      // not up) is held until they are back; one whose reals the operator took out is not.
       const free = loopOk && !v.blocked;
-      if (free && !v.eligible) this.reannounceHold.hold(vip);
-      wanted.set(vip, free && v.eligible && this.mayComeBack(vip));
+      if (free && !v.eligible) {
+        if (this.recoveryOf(this.announcedServicesOf(vip)).wanted > 0) this.reannounceHold.hold(vip);
+        else this.reannounceHold.forget(vip);
+      }
+      const announce = free && v.eligible && this.mayComeBack(vip);
+      if (free && v.eligible && !announce) heldBack.add(vip);
+      wanted.set(vip, announce);
     }
     this.reannounceHold.keepOnly(new Set(vips.keys()));
+    this.heldForReals = heldBack;
     return wanted;
+  }
+
+  /** The VIP's services meant to be announced and not withdrawn by an operator. */
+  private announcedServicesOf(vip: string): ServiceConfig[] {
+    return this.config.services.filter((s) => s.vip === vip && s.announce && !this.withdrawn.has(serviceIdentity(s)));
   }
 
   /**
@@ -566,8 +583,7 @@ export class Daemon {
     // Decided against the table the loops run, as settling is: the facts of a queued rebuild are
     // not in it yet (announced on them, the last real's flows met a table without it: 3 of 30 reset).
     if (this.rebuildQueued) return false;
-    const services = this.config.services.filter((s) => s.vip === vip && s.announce && !this.withdrawn.has(serviceIdentity(s)));
-    const d = this.reannounceHold.decide(vip, this.recoveryOf(services), monotonicMs());
+    const d = this.reannounceHold.decide(vip, this.recoveryOf(this.announcedServicesOf(vip)), monotonicMs());
     if (!d.over) {
       if (d.began) this.log.info('VIP not announced yet: waiting for its reals to come up in this view', { vip });
       return false;
@@ -981,7 +997,8 @@ export class Daemon {
           ...this.tunnelOf(r),
         });
       }
-      if (!removed && this.panicEnding.isHeld(sid)) keepRisingReals(reals);
+      const kept = removed ? undefined : this.panicKept.get(sid);
+      if (kept !== undefined) keepRisingReals(reals, kept);
       for (const rt of removedBy.get(sid) ?? []) {
         reals.push({
           id: rt.id,
@@ -1062,12 +1079,18 @@ export class Daemon {
       }
     }
     for (const sid of this.dropWarned) if (!dropping.has(sid)) this.dropWarned.delete(sid);
-    this.panicEnding.keepOnly(new Set(this.config.services.map(serviceIdentity)));
-    for (const s of services) {
+    const configured = new Set(this.config.services.map(serviceIdentity));
+    this.panicEnding.keepOnly(configured);
+    for (const sid of this.panicKept.keys()) if (!configured.has(sid)) this.panicKept.delete(sid);
+    for (const [i, s] of services.entries()) {
       const cfg = configs.get(s.name);
-      if (cfg === undefined) continue;
-      if (inPanic(s)) this.panicEnding.hold(serviceIdentity(cfg));
-      else this.endPanicWait(cfg, s.dropping);
+      if (cfg === undefined || views[i]!.removed === true) continue;
+      const sid = serviceIdentity(cfg);
+      // With onRealDown keep a down real keeps its flows anyway: nothing to wait for.
+      if (inPanic(s) && cfg.onRealDown === 'reschedule') {
+        this.panicEnding.hold(sid);
+        this.panicKept.set(sid, new Set(views[i]!.reals.filter(isWanted).map((r) => r.id)));
+      } else this.endPanicWait(cfg, s.dropping);
     }
     this.lastReports = services;
     this.send({ type: 'snapshot', snapshot });
@@ -1079,18 +1102,44 @@ export class Daemon {
    */
   private endPanicWait(cfg: ServiceConfig, dropping: boolean): void {
     const sid = serviceIdentity(cfg);
-    if (!this.panicEnding.isHeld(sid)) return;
-    // Nothing back (whenAllDown changed by a reload, say): the wait starts with the first real up.
-    if (dropping) return this.panicEnding.hold(sid);
+    const kept = this.panicKept.get(sid);
+    if (kept === undefined) return;
+    // Only the reals the panic kept flows on that are still down, wanted and in the config: one
+    // seen up since falls as any real does, one the operator took out loses its flows as it says.
+    for (const id of kept) {
+      const r = this.realById(sid, id);
+      if (r === null || r.removed || !isWanted(r) || this.healthOf(r.key) !== 'down') kept.delete(id);
+    }
+    // Dropping (the operator took every real out, or a reload said whenAllDown: drop): nothing is
+    // kept across that. And none left to wait for: no wait.
+    // (Neither case had a real shown otherwise: keepRisingReals needs one up.)
+    if (dropping || kept.size === 0) {
+      this.panicEnding.forget(sid);
+      this.panicKept.delete(sid);
+      return;
+    }
     const recovery = this.recoveryOf([cfg]);
     const d = this.panicEnding.decide(sid, recovery, monotonicMs());
     if (!d.over) {
-      if (d.began) this.log.info('failOpen panic over: the reals still down keep their flows while they may still come up', { service: cfg.name, forMs: recovery.riseMs });
+      if (d.began) this.log.info('failOpen panic over: the reals still down keep their flows while they may still come up', { service: cfg.name, realsDown: kept.size, atMostMs: Math.min(recovery.riseMs, RECOVERY_CAP_MS) });
       return;
     }
-    if (d.notUp === 0) return;
-    this.log.info('reals not back after the failOpen panic: their flows move', { service: cfg.name, realsNotUp: d.notUp, waitedMs: Math.round(d.waitedMs) });
+    this.panicKept.delete(sid);
+    this.log.info('reals not back after the failOpen panic: their flows move', { service: cfg.name, realsNotUp: kept.size, waitedMs: Math.round(d.waitedMs) });
     this.queueRebuild('failOpen panic over');
+  }
+
+  /** A configured real of the service by id, with its intent in force; null when none has it. */
+  private realById(sid: string, id: number): (RealStanding & { key: string }) | null {
+    for (const rt of this.reals.values()) {
+      if (rt.id !== id || rt.service !== sid) continue;
+      if (rt.removed) return { key: rt.key, intent: 'drain', weight: 0, health: this.healthOf(rt.key), removed: true };
+      const cfg = this.config.services.find((s) => serviceIdentity(s) === sid)?.reals.find((r) => r.address === rt.address);
+      if (cfg === undefined) return null;
+      const intent = this.intentOf(rt.key, cfg.state, cfg.weight);
+      return { key: rt.key, intent: intent.state, weight: intent.weight, health: this.healthOf(rt.key), removed: false };
+    }
+    return null;
   }
 
   /** Once a second: rates, and forgetting removed reals whose last flow is gone. */
@@ -2109,7 +2158,7 @@ export class Daemon {
           announce: this.config.announce.enabled && v.config.announce && v.removed !== true,
           announced: this.announcer?.isAnnounced(v.config.vip) ?? false,
           // Eligible again after its reals were all out here, not announced until they are back.
-          announceWaitingForReals: this.reannounceHold.isWaiting(v.config.vip),
+          announceWaitingForReals: this.heldForReals.has(v.config.vip),
           // Its failOpen panic over, the reals still down keeping their flows while they may come up.
           panicEnding: v.removed !== true && this.panicEnding.isWaiting(serviceIdentity(v.config)),
           announceDevice: this.announcer?.deviceOf(v.config.vip) ?? null,
@@ -2320,11 +2369,11 @@ function stillSettling(view: ServiceView): boolean {
  * (and mid-stream packets meet the panic's table) instead of losing them to the first real up: their
  * probes may be what failed (a blocked LB, a dependency of every health endpoint).
  */
-function keepRisingReals(reals: RealView[]): void {
+function keepRisingReals(reals: RealView[], kept: ReadonlySet<number>): void {
   if (!reals.some((r) => isWanted(r) && r.health === 'up' && r.mac !== null)) return;
   for (let i = 0; i < reals.length; i++) {
     const r = reals[i]!;
-    if (isWanted(r) && r.health === 'down') reals[i] = { ...r, health: 'unknown' };
+    if (kept.has(r.id) && isWanted(r) && r.health === 'down') reals[i] = { ...r, health: 'unknown' };
   }
 }
 

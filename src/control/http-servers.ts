@@ -25,8 +25,8 @@ export interface ListenerLimits {
   readonly perSource: number;
   /** Slots only loopback may take: the CLI on the LB gets in while other addresses hold the rest. */
   readonly loopbackReserve: number;
-  /** Whether a peer address counts as loopback (a test stands in another); default isLoopback. */
-  readonly local?: (address: string) => boolean;
+  /** Whether a peer counts as this host (a test stands in another); default sameHost. */
+  readonly local?: (remote: string, local: string) => boolean;
   /** From a request's first byte (a new connection's: its accept) to the end of its head. */
   readonly headersTimeoutMs: number;
   /** From a request's first byte to the end of its body; at least headersTimeoutMs (Node refuses less). */
@@ -100,33 +100,61 @@ function limitedServer(limits: ListenerLimits, onRequest: RequestListener): Serv
  * as Node's refusals are (a 'drop' event).
  */
 function limitBySource(server: Server, limits: ListenerLimits): void {
-  const local = limits.local ?? isLoopback;
+  const local = limits.local ?? sameHost;
   const bySource = new Map<string, number>();
   let remote = 0;
   server.on('connection', (socket: Socket) => {
     const from = socket.remoteAddress ?? '';
-    if (local(from)) return;
-    const held = bySource.get(from) ?? 0;
+    if (local(from, socket.localAddress ?? '')) return;
+    const source = sourceKey(from);
+    const held = bySource.get(source) ?? 0;
     if (held >= limits.perSource || remote >= limits.maxConnections - limits.loopbackReserve) {
       socket.destroy();
-      server.emit('drop', { remoteAddress: from, bySource: held >= limits.perSource });
+      server.emit('drop', { remoteAddress: from, limit: held >= limits.perSource ? 'source' : 'remote' });
       return;
     }
-    bySource.set(from, held + 1);
+    bySource.set(source, held + 1);
     remote++;
     socket.once('close', () => {
       remote--;
-      const left = bySource.get(from)! - 1;
-      if (left === 0) bySource.delete(from);
-      else bySource.set(from, left);
+      const left = bySource.get(source)! - 1;
+      if (left === 0) bySource.delete(source);
+      else bySource.set(source, left);
     });
   });
+}
+
+/**
+ * This host: loopback, or a peer whose address is the one it connected to (the CLI on the LB to an
+ * admin.listen on the host's own address; Linux drops packets from outside that claim a local
+ * source, so a TCP peer cannot fake it).
+ */
+export function sameHost(remote: string, local: string): boolean {
+  return isLoopback(remote) || (remote !== '' && remote === local);
 }
 
 /** 127.0.0.0/8 and ::1, as an IPv4 or IPv4-mapped peer address. */
 export function isLoopback(address: string): boolean {
   const v4 = address.startsWith('::ffff:') ? address.slice(7) : address;
   return address === '::1' || (isIP(v4) === 4 && v4.startsWith('127.'));
+}
+
+/** What one peer is for the per-source limit: its IPv4 address, or its IPv6 /64 (one host's usual share). */
+export function sourceKey(address: string): string {
+  if (isIP(address) !== 6 || address.startsWith('::ffff:')) return address;
+  const words = expandIpv6(address);
+  return words === null ? address : `${words.slice(0, 4).join(':')}::/64`;
+}
+
+/** The eight 16-bit words of an IPv6 address, as hex without leading zeros; null if malformed. */
+function expandIpv6(address: string): string[] | null {
+  const [head, tail, extra] = address.split('::');
+  if (extra !== undefined) return null;
+  const left = head ? head.split(':') : [];
+  const right = tail !== undefined && tail !== '' ? tail.split(':') : [];
+  const fill = tail === undefined ? 0 : 8 - left.length - right.length;
+  const words = [...left, ...Array<string>(fill).fill('0'), ...right];
+  return words.length === 8 ? words.map((w) => Number.parseInt(w, 16).toString(16)) : null;
 }
 
 /**
@@ -145,14 +173,15 @@ function logDrops(server: Server, daemon: Pick<Daemon, 'log' | 'metrics'>, liste
     more = 0;
     timer = setTimeout(summary, DROP_LOG_INTERVAL_MS).unref();
   };
-  server.on('drop', (data?: { remoteAddress?: string; bySource?: boolean }) => {
+  server.on('drop', (data?: { remoteAddress?: string; limit?: 'source' | 'remote' }) => {
     daemon.metrics.httpRefused.inc({ listener });
     if (timer !== null) {
       more++;
       return;
     }
     const from = data?.remoteAddress ?? null;
-    if (data?.bySource === true) log.warn(`${listener} listener: one address holds its limit of connections: refusing its new ones`, { ...fields, from, perSource: limits.perSource });
+    if (data?.limit === 'source') log.warn(`${listener} listener: one address holds its limit of connections: refusing its new ones`, { ...fields, from, perSource: limits.perSource });
+    else if (data?.limit === 'remote') log.warn(`${listener} listener: other hosts hold every slot not kept for this host: refusing their new ones`, { ...fields, from, remoteLimit: limits.maxConnections - limits.loopbackReserve });
     else log.warn(`${listener} listener holds its limit of connections: refusing new ones`, { ...fields, from });
     timer = setTimeout(summary, DROP_LOG_INTERVAL_MS).unref();
   });

@@ -7,11 +7,13 @@
 //   (9 of 15 in a walk-through);
 // - the end of a failOpen panic: the flows the panic kept on the reals still down moved and were
 //   reset (43 of 50 in a walk-through), and mid-stream packets met another table.
-// So the wait ends once every wanted real is up, or none has come up for a while: a real that
-// started answering up to one interval after the last one rose has risen by then (rise + 1
-// intervals and a timeout), or at the cap.
+// So the wait ends once every wanted real is up, or once the others have had the time to rise
+// since the first was back: a real that began answering with it, at another probe phase, has risen
+// within (rise + 1) intervals and a timeout. It does not start again with each real up: in an
+// outage every LB withdrew, the VIP is nowhere meanwhile, and a rolling restart of 8 reals 4 s
+// apart held it 28 s that way. A real that comes back later than that is placed as any real up.
 
-/** The longest a wait lasts once a real is back, however the others trickle in. */
+/** The longest a wait lasts once a real is back, whatever the check's timing. */
 export const RECOVERY_CAP_MS = 30_000;
 
 /** The reals waited for, as this LB sees them now. */
@@ -20,16 +22,8 @@ export interface RealsRecovery {
   readonly wanted: number;
   /** Of them, up with their MAC known: taking new flows now. */
   readonly up: number;
-  /** The longest a real of these services takes to rise once it answers: (rise + 1) x interval + timeout. */
+  /** How long the others may take to rise once one is back: (rise + 1) x interval + timeout. */
   readonly riseMs: number;
-}
-
-interface Held {
-  /** When a real was back (the VIP could take new flows, the panic ended); null while none is. */
-  backSinceMs: number | null;
-  /** The last time a real came up. */
-  lastRiseMs: number;
-  up: number;
 }
 
 export type HoldDecision =
@@ -39,41 +33,39 @@ export type HoldDecision =
 
 /** Waits by key: a VIP (its announcement), a service identity (its panic's end). */
 export class RecoveryHold {
-  private readonly held = new Map<string, Held>();
+  /** When a real was back (the VIP could take new flows, the panic ended); null while none is. */
+  private readonly held = new Map<string, number | null>();
 
   /** None of the reals can take new flows here: what follows their return waits (again). */
   hold(key: string): void {
-    const h = this.held.get(key);
-    if (h === undefined) this.held.set(key, { backSinceMs: null, lastRiseMs: 0, up: 0 });
-    else h.backSinceMs = null;
+    this.held.set(key, null);
+  }
+
+  /** No wait for this key (nothing to protect: the operator took the reals out, say). */
+  forget(key: string): void {
+    this.held.delete(key);
   }
 
   isHeld(key: string): boolean {
     return this.held.has(key);
   }
 
-  /** Held with a real back: waiting for the others (status says so). */
+  /** Held with a real back: waiting for the others. */
   isWaiting(key: string): boolean {
-    return (this.held.get(key)?.backSinceMs ?? null) !== null;
+    return (this.held.get(key) ?? null) !== null;
   }
 
   /**
-   * A real is back: whether the wait is over. It is once every wanted real is up, or no real came
-   * up for `riseMs`, or RECOVERY_CAP_MS passed; the hold ends then. Nothing held never waits.
+   * A real is back: whether the wait is over. It is once every wanted real is up, or `riseMs`
+   * (at most RECOVERY_CAP_MS) after the first was back; the hold ends then. Nothing held never waits.
    */
   decide(key: string, now: RealsRecovery, nowMs: number): HoldDecision {
-    const h = this.held.get(key);
-    if (h === undefined) return { over: true, waitedMs: 0, notUp: 0 };
-    const began = h.backSinceMs === null;
-    if (h.backSinceMs === null) {
-      h.backSinceMs = nowMs;
-      h.lastRiseMs = nowMs;
-    } else if (now.up > h.up) {
-      h.lastRiseMs = nowMs;
-    }
-    h.up = now.up;
-    const waitedMs = nowMs - h.backSinceMs;
-    if (now.up < now.wanted && nowMs - h.lastRiseMs < now.riseMs && waitedMs < RECOVERY_CAP_MS) return { over: false, began };
+    if (!this.held.has(key)) return { over: true, waitedMs: 0, notUp: 0 };
+    let backSinceMs = this.held.get(key) ?? null;
+    const began = backSinceMs === null;
+    if (backSinceMs === null) this.held.set(key, (backSinceMs = nowMs));
+    const waitedMs = nowMs - backSinceMs;
+    if (now.up < now.wanted && waitedMs < Math.min(now.riseMs, RECOVERY_CAP_MS)) return { over: false, began };
     this.held.delete(key);
     return { over: true, waitedMs, notUp: Math.max(0, now.wanted - now.up) };
   }

@@ -116,10 +116,13 @@ describe('onRealDown', () => {
     // onRealDown reschedule, whenAllDown failOpen: the defaults (the test before took them already).
     await writeFile(configPath, configText('keep').replace('    onRealDown: keep\n', ''));
     expect((await daemon.cli(['reload'])).code).toBe(0);
-    // Every check fails (a dependency of every health endpoint, a firewall on the LB): a panic,
-    // in which new connections go to both reals. (The connections of the real that fails first,
-    // while the other is still up, move as onRealDown says: they are not what this test is about.)
-    for (const r of lab.reals) await stopProcess(checkServers.get(r.name)!);
+    // Every check fails (a dependency of every health endpoint, a firewall): a panic, in which new
+    // connections go to both reals. (The connections of the real that fails first, while the other
+    // is still up, move as onRealDown says: they are not what this test is about.) The check port
+    // is dropped on each real, so that it comes back at an instant the test chooses.
+    const checks = (r: LabHost, on: boolean) =>
+      lab.exec(r, ['nft', on ? 'delete table inet dsrt_check' : `add table inet dsrt_check; add chain inet dsrt_check in { type filter hook input priority 0; }; add rule inet dsrt_check in tcp dport ${CHECK_PORT} drop`]);
+    for (const r of lab.reals) expect((await checks(r, false)).code).toBe(0);
     await daemon.waitFor('failOpen panic', (s) => s.services[0]!.panic, 5000);
     const moved = metricValue(await daemon.metrics(), 'dsrlb_flows_rescheduled_total', '');
     // Paced downloads until each real serves one (Maglev spreads them by source port).
@@ -137,14 +140,14 @@ describe('onRealDown', () => {
       downloads.push({ done, body, real });
     }
     expect(new Set(downloads.map((d) => d.real)).size).toBe(lab.reals.length);
-    // The checks come back one real at a time. Before, the first real up took the other's flows.
+    // The checks come back one real at a time, the second as soon as the panic is seen over (well
+    // within the wait: (rise 1 + 1) x 500 ms + 300 ms after the first). Before, the first real up
+    // took the other's flows.
     const [first, second] = lab.reals;
-    await startCheckServer(first!);
-    await daemon.waitFor(`${first!.name} up`, (s) => healthOf(s, first!) === 'up', 5000);
-    await sleep(SNAPSHOT_LAG_MS);
-    const ending = (await daemon.status()).services[0] as unknown as { panic: boolean; panicEnding: boolean };
-    expect([ending.panic, ending.panicEnding]).toEqual([false, true]);
-    await startCheckServer(second!);
+    expect((await checks(first!, true)).code).toBe(0);
+    await daemon.waitFor('the panic ending', (s) => (s.services[0] as unknown as { panicEnding: boolean }).panicEnding, 5000);
+    expect(healthOf(await daemon.status(), second!)).toBe('down');
+    expect((await checks(second!, true)).code).toBe(0);
     await daemon.waitFor(`${second!.name} up`, (s) => healthOf(s, second!) === 'up', 5000);
     for (const d of downloads) {
       const r = await d.done;

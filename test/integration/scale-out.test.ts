@@ -78,7 +78,8 @@ function lbConfig(lb: LbHost, opts: LbConfigOptions = {}): string {
     '    protocol: tcp',
     '    scheduler: maglev',
     '    whenAllDown: drop',
-    ...(opts.edgeHealthCheck ? ['    healthCheck: { type: http, interval: 500ms, timeout: 400ms, rise: 2, fall: 2 }'] : []),
+    // A reals' wait of (rise 2 + 1) x 1 s + 500 ms = 3.5 s after the first is back.
+    ...(opts.edgeHealthCheck ? ['    healthCheck: { type: http, interval: 1s, timeout: 500ms, rise: 2, fall: 2 }'] : []),
     '    reals:',
     ...reals(100, opts.edgeRealState ?? 'active'),
     '',
@@ -388,8 +389,9 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
       const withdrawn = await client.round();
       expect(changed(first, withdrawn)).toEqual([]);
       // Requests on every connection all along the return. The reals come back one by one (the
-      // last a second after the others): lb1 must not take the VIP back with a table of the first
-      // ones, or the connections ECMP moves to it for the last are placed elsewhere and reset.
+      // last after the others were seen up; it rises within 2.3 s, in the 3.5 s wait): lb1 must not
+      // take the VIP back with a table of the first ones, or the connections ECMP moves to it for
+      // the last are placed elsewhere and reset.
       let returning = true;
       const duringReturn: KeepAliveRound[] = [];
       const pump = (async () => {
@@ -401,7 +403,7 @@ describe('scale-out: two dsrlb LBs behind an ECMP router (BIRD 2, BGP + BFD)', (
         const unblockedAt = Date.now();
         expect((await nft(`delete element inet dsrt_probes reals { ${others.join(', ')} }`)).code).toBe(0);
         await d1.waitFor('a real of edge up again', (s) => s.services.find((x) => x.name === 'edge')!.reals.some((r) => r.health.state === 'up'));
-        await new Promise((r) => setTimeout(r, 1000));
+        await new Promise((r) => setTimeout(r, 300));
         expect((await nft(`delete element inet dsrt_probes reals { ${last} }`)).code).toBe(0);
         await lab.waitForNexthops(VIP_EDGE, allLbs(), ROUTE_TIMEOUT_MS);
         backMs = Date.now() - unblockedAt;

@@ -158,6 +158,23 @@ describe('announcing again after a withdrawal for want of reals', () => {
     }
   });
 
+  it('does not hold a VIP back when the operator took every real out (disabled): its view was whole', () => {
+    const facts = new Map<string, { state: 'up' | 'down'; settled: boolean }>([
+      [a, { state: 'up', settled: true }],
+      [b, { state: 'down', settled: true }],
+    ]);
+    const wanted = daemonWith(facts, { panic: false });
+    expect(wanted().get('10.93.0.100')).toBe(true);
+    const overrides = wanted.daemon.overrides as Map<string, unknown>;
+    for (const k of [a, b]) overrides.set(k, { state: 'disabled', configState: 'active', configWeight: 100 });
+    wanted.daemon.lastReports = [{ name: 'web', dropping: true, panic: false }];
+    expect(wanted().get('10.93.0.100')).toBe(false);
+    // Enabled again, .12 still dead: back at once (before: 7 s later, waiting for .12).
+    overrides.clear();
+    wanted.daemon.lastReports = [{ name: 'web', dropping: false, panic: false }];
+    expect(wanted().get('10.93.0.100')).toBe(true);
+  });
+
   it('does not hold a VIP back for a withdrawal that was not for its reals: an operator withdraw, a stalled loop', () => {
     const facts = new Map([
       [a, { state: 'up' as const, settled: true }],

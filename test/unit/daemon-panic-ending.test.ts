@@ -53,7 +53,14 @@ services:
   /** The reals new flows go to. */
   const takingNew = () => (inside.lastReports as { candidates: number[] }[])[0]!.candidates.map((id) => REALS.find((a) => idOf.get(a) === id));
   const tick = () => (inside.tick as () => void).call(daemon);
-  return { daemon, health, logs, status, keeping, takingNew, tick };
+  /** An operator's intent on a real, as `dsrlb disable` sets it (null: back to the config's). */
+  const intent = (address: string, state: 'disabled' | null) => {
+    const overrides = inside.overrides as Map<string, unknown>;
+    const key = [...(inside.reals as Map<string, { address: string }>).entries()].find(([, r]) => r.address === address)![0];
+    if (state === null) overrides.delete(key);
+    else overrides.set(key, { state, configState: 'active', configWeight: 100 });
+  };
+  return { daemon, health, logs, status, keeping, takingNew, tick, intent };
 }
 
 describe('the end of a failOpen panic', () => {
@@ -87,11 +94,11 @@ describe('the end of a failOpen panic', () => {
       d.daemon.rebuild('health');
       expect(d.takingNew()).toEqual(['10.93.0.11', '10.93.0.12']);
       expect(d.keeping()).toEqual(REALS);
-      // .13 is really dead: (rise 2 + 1) x 1 s + 500 ms after .12 rose, its flows move.
-      after(3_400);
+      // .13 is really dead: (rise 2 + 1) x 1 s + 500 ms after .11 was back, its flows move.
+      after(2_300);
       d.tick();
       expect(d.keeping()).toEqual(REALS);
-      after(200);
+      after(300);
       d.tick();
       expect(d.keeping()).toEqual(['10.93.0.11', '10.93.0.12']);
       expect(d.status().panicEnding).toBe(false);
@@ -99,6 +106,64 @@ describe('the end of a failOpen panic', () => {
     } finally {
       clock.mockRestore();
       d.daemon.health.stop();
+    }
+  });
+
+  it('keeps no flows for a real that was up after the panic and then fell: it falls as any real does', () => {
+    const d = daemonWith();
+    try {
+      d.daemon.rebuild('start');
+      for (const a of REALS) d.health.set(a, 'down');
+      d.daemon.rebuild('health');
+      d.health.set('10.93.0.11', 'up');
+      d.daemon.rebuild('health');
+      d.health.set('10.93.0.12', 'up');
+      d.daemon.rebuild('health');
+      expect(d.status().panicEnding).toBe(true);
+      // .12 crashes during the wait: before, it was shown 'unknown' again and kept its (now dead) flows.
+      d.health.set('10.93.0.12', 'down');
+      d.daemon.rebuild('health');
+      expect(d.keeping()).toEqual(['10.93.0.11', '10.93.0.13']);
+    } finally {
+      d.daemon.health.stop();
+    }
+  });
+
+  it('waits for nothing once the service drops (every real disabled) or with onRealDown keep', () => {
+    const d = daemonWith();
+    try {
+      d.daemon.rebuild('start');
+      for (const a of REALS) d.health.set(a, 'down');
+      d.daemon.rebuild('health');
+      d.health.set('10.93.0.11', 'up');
+      d.daemon.rebuild('health');
+      expect(d.status().panicEnding).toBe(true);
+      // An hour of maintenance with every real disabled, then enabled: no "panic over" an hour late,
+      // and the reals still down are no longer kept (they kept nothing across the drop).
+      for (const a of REALS) d.intent(a, 'disabled');
+      d.daemon.rebuild('intent');
+      expect(d.status().panicEnding).toBe(false);
+      for (const a of REALS) d.intent(a, null);
+      d.daemon.rebuild('intent');
+      expect(d.status().panicEnding).toBe(false);
+      expect(d.keeping()).toEqual(['10.93.0.11']);
+      expect(d.logs.filter((l) => l.msg === 'failOpen panic over: the reals still down keep their flows while they may still come up')).toHaveLength(1);
+    } finally {
+      d.daemon.health.stop();
+    }
+    const k = daemonWith('keep');
+    try {
+      k.daemon.rebuild('start');
+      for (const a of REALS) k.health.set(a, 'down');
+      k.daemon.rebuild('health');
+      k.health.set('10.93.0.11', 'up');
+      k.daemon.rebuild('health');
+      // A down real keeps its flows with keep anyway: no wait, no log that would say they move.
+      expect(k.status().panicEnding).toBe(false);
+      expect(k.keeping()).toEqual(REALS);
+      expect(k.logs.filter((l) => l.msg.includes('failOpen panic over') || l.msg.includes('their flows move'))).toEqual([]);
+    } finally {
+      k.daemon.health.stop();
     }
   });
 

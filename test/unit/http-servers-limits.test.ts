@@ -9,7 +9,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Daemon } from '../../src/control/daemon.js';
-import { ADMIN_LIMITS, isLoopback, METRICS_LIMITS, startAdminServer, startMetricsServer, type ListenerLimits } from '../../src/control/http-servers.js';
+import { ADMIN_LIMITS, isLoopback, METRICS_LIMITS, sameHost, sourceKey, startAdminServer, startMetricsServer, type ListenerLimits } from '../../src/control/http-servers.js';
 import { createLogger } from '../../src/control/logger.js';
 
 const LIMITS: ListenerLimits = {
@@ -198,6 +198,19 @@ describe('limits by peer address', () => {
   it('tells loopback peers from others', () => {
     expect(['127.0.0.1', '127.1.2.3', '::1', '::ffff:127.0.0.1'].map(isLoopback)).toEqual([true, true, true, true]);
     expect(['10.0.0.1', '::ffff:10.0.0.1', '2001:db8::1', '::', '128.0.0.1', ''].map(isLoopback)).toEqual([false, false, false, false, false, false]);
+    // The CLI on the LB to an admin API on the host's own address connects from that address.
+    expect(sameHost('10.0.0.5', '10.0.0.5')).toBe(true);
+    expect(sameHost('10.0.0.6', '10.0.0.5')).toBe(false);
+    expect(sameHost('', '')).toBe(false);
+  });
+
+  it('counts an IPv6 peer by its /64 (one host may use any address of it), an IPv4 peer by its address', () => {
+    expect(sourceKey('2001:db8:1:2:aaaa::1')).toBe(sourceKey('2001:db8:1:2::bbbb'));
+    expect(sourceKey('2001:db8:1:2::1')).toBe('2001:db8:1:2::/64');
+    expect(sourceKey('2001:db8:1:3::1')).not.toBe(sourceKey('2001:db8:1:2::1'));
+    expect(sourceKey('fe80::1')).toBe('fe80:0:0:0::/64');
+    expect(sourceKey('10.0.0.1')).toBe('10.0.0.1');
+    expect(sourceKey('::ffff:10.0.0.1')).toBe('::ffff:10.0.0.1');
   });
 
   it('lets one address hold perSource connections, all others together leave the loopback reserve free, and counts what it closes', async () => {
@@ -219,6 +232,7 @@ describe('limits by peer address', () => {
     expect(refused).toEqual(['metrics', 'metrics']);
     const warnings = logLines.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.level === 'warn');
     expect(warnings).toEqual([expect.objectContaining({ msg: 'metrics listener: one address holds its limit of connections: refusing its new ones', from: '127.0.0.2', perSource: 2 })]);
+    // (The refusal at the others' share is counted in the minute's summary: one log line a minute.)
     // One of .3's closes: .4 gets its slot.
     b[0]!.socket.destroy();
     await until('the server let it go', async () => (await connections(server)) === 5);
