@@ -9,6 +9,9 @@ import {
   FRAME_CSUM_PARTIAL,
   FRAME_GSO,
   FRAME_HAS_VNET_HDR,
+  EXTRA_BUDGET,
+  EXTRA_SEGMENT_OVERHEAD_BYTES,
+  gsoSegmentsOf,
   VERDICT_PASS,
   VERDICT_TX,
   VIRTIO_NET_HDR_GSO_ECN,
@@ -144,6 +147,11 @@ const VNET_FLAGS = 0;
 const VNET_GSO_TYPE = 1;
 const VNET_HDR_LEN_FIELD = 2;
 const VNET_CSUM_START = 6;
+const VNET_GSO_SIZE = 4;
+/** admit(): the frame is in the batch; it is in and the batch is full; it is not in: send the batch first. */
+const ADMITTED = 0;
+const ADMITTED_FULL = 1;
+const FLUSH_FIRST = 2;
 const VIRTIO_NET_HDR_F_NEEDS_CSUM = 1;
 const ETHERTYPE_VLAN = 0x8100;
 const VLAN_TAG_BYTES = 4;
@@ -275,6 +283,9 @@ export class AfPacketIo implements PacketIo {
   private rxFrames = 0;
   private rxBlocks = 0;
   private rxTruncated = 0;
+  /** What the GSO frames of the batch being filled might need of its extra area (EXTRA_BUDGET). */
+  private extraFramesNeeded = 0;
+  private extraBytesNeeded = 0;
   private rxOutgoingSkipped = 0;
   private rxOtherHost = 0;
   private rxVlanRestored = 0;
@@ -531,13 +542,16 @@ export class AfPacketIo implements PacketIo {
         break;
       }
       const nextOffset = u32[(frame + LAYOUT.frameNextOffset) >>> 2]!;
-      if (this.admit(frame, blockEnd)) {
+      let admitted = this.admit(frame, blockEnd);
+      for (let pass = 0; pass < 2 && admitted !== ADMITTED; pass++) {
         this.flush(this.batchHeadroom);
         if (this.closed) return;
         // Every frame of the blocks before this one is sent: they can go back now.
         this.releaseBlocks(this.heldBlocks - 1);
         batch.count = 0;
         this.batchHeadroom = this.blockSizeBytes;
+        // Not in yet (its segments would not have fitted beside the others'): in a batch of its own now.
+        admitted = admitted === FLUSH_FIRST ? this.admit(frame, blockEnd) : ADMITTED;
       }
       if (nextOffset === 0) break;
       frame += nextOffset;
@@ -593,13 +607,17 @@ export class AfPacketIo implements PacketIo {
           this.batchHeadroom = frameSize;
           continue;
         }
-        if (this.admit(frame, frame + frameSize)) {
+        let admitted = this.admit(frame, frame + frameSize);
+        for (let pass = 0; pass < 2 && admitted !== ADMITTED; pass++) {
           this.flush(this.batchHeadroom);
           if (this.closed) return;
-          released = this.release(released, held);
-          held = 0;
+          // The frame not in yet stays held until its own batch is sent.
+          const waiting = admitted === FLUSH_FIRST ? 1 : 0;
+          released = this.release(released, held - waiting);
+          held = waiting;
           batch.count = 0;
           this.batchHeadroom = frameSize;
+          admitted = waiting === 1 ? this.admit(frame, frame + frameSize) : ADMITTED;
         }
       }
       if (batch.count > 0) this.flush(this.batchHeadroom);
@@ -668,9 +686,11 @@ export class AfPacketIo implements PacketIo {
 
   /**
    * Decodes the ring frame at `frame` (its slot or block ending at `limit`) into the batch, or
-   * counts why not. Returns true when the batch is full.
+   * counts why not. Returns ADMITTED, ADMITTED_FULL (send the batch now), or FLUSH_FIRST: a GSO
+   * frame whose segments might not fit the batch's extra area beside the others' (send the batch,
+   * then admit it again).
    */
-  private admit(frame: number, limit: number): boolean {
+  private admit(frame: number, limit: number): number {
     const u8 = this.ringBytes;
     const u32 = this.ringWords;
     const vnetLen = this.vnetLen;
@@ -683,38 +703,50 @@ export class AfPacketIo implements PacketIo {
 
     if (mac - vnetLen < headerEnd || mac + snaplen > limit || snaplen < MAC_ADDRESSES_BYTES) {
       this.rxMalformed++;
-      return false;
+      return ADMITTED;
     }
     const pktType = u8[frame + this.fieldPacketType];
     if (pktType === PACKET_OUTGOING) {
       this.rxOutgoingSkipped++;
-      return false;
+      return ADMITTED;
     }
     if (pktType === PACKET_OTHERHOST) {
       // A frame a switch flooded to us (or one seen in promiscuous mode) belongs to another host.
       this.rxOtherHost++;
-      return false;
+      return ADMITTED;
     }
     if (snaplen < wireLength) {
       this.rxTruncated++;
-      return false;
+      return ADMITTED;
     }
     let length = snaplen;
     if ((status & TP_STATUS_VLAN_VALID) !== 0) {
       if (mac - vnetLen - VLAN_TAG_BYTES < headerEnd) {
         this.rxMalformed++;
-        return false;
+        return ADMITTED;
       }
       mac = this.restoreVlanTag(this.ringBytes, frame, mac, status);
       length += VLAN_TAG_BYTES;
     }
+    const flags = this.frameFlags(mac, status, length);
+    if ((flags & FRAME_GSO) !== 0) {
+      const gsoSize = vnetLen !== 0 ? u8[mac - VNET_HDR_LEN + VNET_GSO_SIZE]! | (u8[mac - VNET_HDR_LEN + VNET_GSO_SIZE + 1]! << 8) : 0;
+      const segments = gsoSegmentsOf(length, gsoSize, this.mtu);
+      const frames = this.extraFramesNeeded + segments;
+      const bytes = this.extraBytesNeeded + length + segments * EXTRA_SEGMENT_OVERHEAD_BYTES;
+      if (batch.count > 0 && (frames > EXTRA_BUDGET.frames || bytes > EXTRA_BUDGET.bytes)) {
+        return FLUSH_FIRST;
+      }
+      this.extraFramesNeeded = frames;
+      this.extraBytesNeeded = bytes;
+    }
     const slot = batch.count++;
     batch.offsets[slot] = mac;
     batch.lengths[slot] = length;
-    batch.flags[slot] = this.frameFlags(mac, status, length);
+    batch.flags[slot] = flags;
     const room = mac - vnetLen - headerEnd;
     if (room < this.batchHeadroom) this.batchHeadroom = room;
-    return batch.count === batch.capacity;
+    return batch.count === batch.capacity ? ADMITTED_FULL : ADMITTED;
   }
 
   /** FRAME_* flags from the virtio_net_hdr before `mac` (or from tp_status without one). */
@@ -771,6 +803,8 @@ export class AfPacketIo implements PacketIo {
     const vnetLen = this.vnetLen;
     const bufLength = batch.buf.length;
     batch.headroom = headroom;
+    this.extraFramesNeeded = 0;
+    this.extraBytesNeeded = 0;
     // A stale VERDICT_TX from the previous batch must never resend old bytes. A loop, not
     // fill(): TypedArray fill is a C++ builtin (a call out of the optimized code per batch).
     const verdicts = batch.verdicts;

@@ -218,6 +218,25 @@ describe('L3 DSR (IPIP)', () => {
     console.log('too-big sent:', metricValue(m, 'dsrlb_icmp_too_big_sent_total', ''), 'GSO frames segmented:', metricValue(m, 'dsrlb_gso_segmented_total', ''));
   }, 120_000);
 
+  it('loses no GSO super-frame inside the LB on fast uploads through the IPIP real (batch_full stays 0)', async () => {
+    // A fast sender fills several ring blocks a wake-up with 64 KiB super-frames, each cut into
+    // ~45 encapsulated segments: all frames of a batch share one extra area (512 frames, 1 MiB),
+    // and the ones that no longer fit were dropped whole (a walk-through: 109 dropped, 5,573
+    // segments retransmitted by the client in two 64 MiB uploads).
+    const drops = () => daemon.metrics().then((m) => metricValue(m, 'dsrlb_dropped_packets_total', 'reason="batch_full"'));
+    const before = await drops();
+    const segmentedBefore = metricValue(await daemon.metrics(), 'dsrlb_gso_segmented_total', '');
+    for (let i = 0; i < 2; i++) {
+      const { status, reply } = await upload(48_000_000);
+      expect(status).toBe('200');
+      expect(reply.bytes).toBe(48_000_000);
+    }
+    const segmented = metricValue(await daemon.metrics(), 'dsrlb_gso_segmented_total', '') - segmentedBefore;
+    console.log('48 MB uploads x 2: GSO frames segmented', segmented, 'batch_full', (await drops()) - before);
+    expect(segmented).toBeGreaterThan(100);
+    expect((await drops()) - before).toBe(0);
+  }, 180_000);
+
   it('completes a 2 MB upload without any ICMP when the real clamps its MSS (dsrlb-realserver --mss)', async () => {
     const setup = await lab.exec(ipipReal, ['sh', join(ROOT, 'deploy/linux/dsrlb-realserver'), 'setup', '--vip', lab.vip, '--mss', '1400']);
     expect(setup.code, setup.stdout + setup.stderr).toBe(0);
