@@ -3,6 +3,7 @@
 
 import { realpath } from 'node:fs/promises';
 import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import yargs, { type Argv } from 'yargs';
 import { hideBin } from 'yargs/helpers';
 import { formatProblems, parseClientEndpoint } from '../config/validate.js';
@@ -436,3 +437,10 @@ export async function main(args: string[]): Promise<number> {
 }
 
 export { hideBin };
+
+// Run as a script (`node dist/cli/main.js decap ...`, as a unit file may say): as bin/dsrlb.js
+// runs it, less its --no-memory-reducer. It only exported main(), so such a command did nothing
+// and exited 0: a real that never decapsulated, with nothing said.
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(await realpath(process.argv[1]).catch(() => process.argv[1]!)).href) {
+  process.exitCode = await main(hideBin(process.argv));
+}

@@ -177,6 +177,9 @@ export function isSingleHostSource(buf: Uint8Array, family: number, l3: number):
   return false;
 }
 
+/** The IPv4 don't-fragment bit in the flags/fragment-offset word. */
+const IPV4_DF_FLAG = 0x4000;
+
 /**
  * Turns the ICMP echo request (type 8) / ICMPv6 echo request (128) parsed into `pkt` into its
  * reply in place: Ethernet addresses swapped, IP addresses swapped (the reply comes from the VIP),
@@ -224,7 +227,14 @@ export function buildEchoReply(buf: Uint8Array, pkt: ParsedPacket): number {
   if (family === 4) {
     const oldTtlWord = (buf[l3 + 8] << 8) | buf[l3 + 9];
     buf[l3 + 8] = REPLY_TTL;
-    const ipChecksum = incrementalUpdate16((buf[l3 + 10] << 8) | buf[l3 + 11], oldTtlWord, (REPLY_TTL << 8) | IPPROTO_ICMP);
+    let ipChecksum = incrementalUpdate16((buf[l3 + 10] << 8) | buf[l3 + 11], oldTtlWord, (REPLY_TTL << 8) | IPPROTO_ICMP);
+    // DF off, as Linux sends echo replies (its ICMP socket does no PMTU discovery): a router on a
+    // smaller MTU back to the client fragments the reply, where with the request's DF it sent
+    // fragmentation-needed to the VIP and the ping was lost for good (a large-ping MTU check).
+    const oldFlagsWord = (buf[l3 + 6] << 8) | buf[l3 + 7];
+    const flagsWord = oldFlagsWord & ~IPV4_DF_FLAG;
+    buf[l3 + 6] = flagsWord >> 8;
+    ipChecksum = incrementalUpdate16(ipChecksum, oldFlagsWord, flagsWord);
     buf[l3 + 10] = ipChecksum >> 8;
     buf[l3 + 11] = ipChecksum & 0xff;
   } else {

@@ -44,6 +44,17 @@ describe('dsrlb CLI', () => {
     expect((await run(viaArgv[0]!, [...viaArgv.slice(1), '--version'])).stdout).toBe(r.stdout);
   });
 
+  it('runs as `node dist/cli/main.js` too, the compiled file itself (before: nothing ran, exit 0)', async () => {
+    const main = resolve(import.meta.dirname, '../../dist/cli/main.js');
+    expect((await run(process.execPath, [main, '--version'])).stdout.trim()).toMatch(/^\d+\.\d+\.\d+/);
+    const r = await run(process.execPath, [main, 'validate', '-c', '/nonexistent/dsrlb.yaml']).then(
+      () => ({ code: 0, stderr: '' }),
+      (e: { code: number; stderr: string }) => e,
+    );
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('/nonexistent/dsrlb.yaml');
+  });
+
   it('validate: exit 0 for a good config, exit 1 with every problem as path: message', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'dsrlb-cli-'));
     const good = join(dir, 'good.yaml');

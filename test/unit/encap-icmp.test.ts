@@ -166,7 +166,7 @@ describe('parseEmbeddedFlow', () => {
 });
 
 describe('buildEchoReply', () => {
-  it('turns an IPv4 echo request with VLAN 100 and TOS 0x10 into the reply in place: MACs and IPs swapped, TTL 64, type 0', () => {
+  it('turns an IPv4 echo request with VLAN 100 and TOS 0x10 into the reply in place: MACs and IPs swapped, TTL 64, DF off (as Linux answers), type 0', () => {
     const request = toLb(ETH_IPV4, ipv4({ src: CLIENT4, dst: VIP4, proto: 1, id: 0x5555, df: true, ttl: 63, tos: 0x10 }, icmpEcho({ id: 0x1234, seq: 1 }, 'abcdefgh')), 0x2064);
     expect(hex(request)).toBe(
       hex(fromHex('0200000000fe 020000000001 8100 2064 0800  4510 0024 5555 4000 3f01 802e c6336407 cb00710a  0800 5435 1234 0001 6162636465666768')),
@@ -176,13 +176,13 @@ describe('buildEchoReply', () => {
     expect(length).toBe(request.length);
     const expected = `
       020000000001 0200000000fe 8100 2064 0800
-      4510 0024 5555 4000 4001 7f2e cb00710a c6336407      # VIP -> client, TTL 64, checksum 7f2e
+      4510 0024 5555 0000 4001 bf2e cb00710a c6336407      # VIP -> client, TTL 64, no DF, checksum bf2e
       0000 5c35 1234 0001 6162636465666768                 # echo reply, checksum 5c35
     `;
     expect(hex(buf.subarray(8, 8 + length))).toBe(hex(fromHex(expected)));
     const built = ethernet(
       { dst: CLIENT_MAC, src: LB_MAC, type: ETH_IPV4, vlan: 0x2064 },
-      ipv4({ src: VIP4, dst: CLIENT4, proto: 1, id: 0x5555, df: true, ttl: 64, tos: 0x10 }, icmpEcho({ id: 0x1234, seq: 1, reply: true }, 'abcdefgh')),
+      ipv4({ src: VIP4, dst: CLIENT4, proto: 1, id: 0x5555, df: false, ttl: 64, tos: 0x10 }, icmpEcho({ id: 0x1234, seq: 1, reply: true }, 'abcdefgh')),
     );
     expect(hex(built)).toBe(hex(fromHex(expected)));
   });

@@ -1032,7 +1032,9 @@ class FuzzRun {
     const a = v4 ? 12 : 8;
     const n = v4 ? 4 : 16;
     const allowed: number[] = [v4 ? l3 + 8 : l3 + 7, l4, l4 + 2, l4 + 3];
-    if (v4) allowed.push(l3 + 10, l3 + 11);
+    // IPv4: the checksum, and the flags byte, whose DF bit (and only it) goes off.
+    if (v4) allowed.push(l3 + 10, l3 + 11, l3 + 6);
+    if (v4 && out[l3 + 6] !== (input[l3 + 6]! & ~0x40)) this.fail(slot, i, `echo reply flags byte ${out[l3 + 6]}, request ${input[l3 + 6]}: only DF goes off`);
     for (let k = 0; k < 2 * n; k++) allowed.push(l3 + a + k);
     for (let k = 0; k < 12; k++) allowed.push(k);
     const changed = diffOutside(out, input.subarray(0, ref.l3End), allowed);
