@@ -27,13 +27,14 @@ function destination(row: FlowRowView): string {
   return row.real.includes(':') ? `[${row.real}]:${port}` : `${row.real}:${port}`;
 }
 
-export function formatFlows(listing: { total: number; flows: readonly FlowRowView[] }): string {
+/** `limited`: a --limit other than 0 was given (the hint to pass --limit 0 is for it alone). */
+export function formatFlows(listing: { total: number; flows: readonly FlowRowView[] }, limited = true): string {
   const rows = [['pro', 'expire', 'state', 'source', 'virtual', 'destination', 'service']];
   for (const f of listing.flows) rows.push([f.protocol.toUpperCase(), expire(f.expiresInMs), IPVS_STATE[f.state] ?? f.state.toUpperCase(), f.client, f.vip, destination(f), f.service]);
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
   const lines = rows.map((r) => r.map((cell, c) => (c === r.length - 1 ? cell : cell.padEnd(widths[c]!))).join(' '));
   const shown = listing.flows.length;
-  const more = shown < listing.total ? ` (--limit 0 lists them all)` : '';
+  const more = shown < listing.total ? (limited ? ' (--limit 0 lists them all)' : ' (1,000,000 at most: narrow by --real or --client)') : '';
   lines.push(`${shown} of ${listing.total} flow${listing.total === 1 ? '' : 's'} shown${more}`);
   return `${lines.join('\n')}\n`;
 }

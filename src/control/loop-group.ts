@@ -606,14 +606,20 @@ export class LoopGroup {
   flowsNow(keep: ((rec: Int32Array, base: number) => boolean) | null, limit: number): { batch: FlowBatch; matched: number } {
     const atMs = monotonicMs();
     let matched = 0;
+    let complete = true;
     const parts: { batch: FlowBatch; atMs: number }[] = [];
     for (const l of this.loops) {
       if (!l.running || l.flowRecords === null) continue;
       const r = scanRecords(l.flowRecords, this.lastTimeouts ?? l.settings.timeouts, atMs, keep, limit, true);
       matched += r.matched;
+      if (r.matched > limit) complete = false;
       parts.push({ batch: r.batch, atMs });
     }
-    return { batch: merged(parts, atMs), matched };
+    const batch = merged(parts, atMs);
+    // A flow two loops hold (a hand-over's grace copy; a UDP flow whose fragments the fanout hash
+    // gave to the other loop) is one flow: counted once when every match was read, which the
+    // listing dedups anyway. (Cut by the limit, the sum of the loops' matches is all there is.)
+    return { batch, matched: complete ? batch.count : matched };
   }
 
   /** `carried` with every living loop's flows, for a loop that was not among them when they were carried. */
