@@ -2077,7 +2077,7 @@ export class Daemon {
       const graceMs = this.loops.size > 1 ? HANDOFF_GRACE_MS : null;
       const answers = await this.loops.ask((id) => ({ type: 'adoptFlows', id, flows, graceMs }), HANDOFF_ASK_MS);
       const adopted = Math.max(0, ...answers.map((e) => (e.type === 'adopted' ? e.count : 0)));
-      this.log.info('flows taken over from the daemon before', { saved: saved.count, ofRealsGone: saved.count - n, adopted, stoppedForMs: gapMs });
+      this.log.info('flows taken over from the daemon before', { saved: saved.count, ofRealsGone: saved.count - n, adopted, stoppedForMs: Math.round(gapMs) });
       if (restored.reals.length > 0) {
         this.log.info('removed before the restart: draining again', { reals: restored.reals, services: restored.services });
         // Probed as draining removed reals are; a removed service's only once its flows are in the loops (drainingServices).
