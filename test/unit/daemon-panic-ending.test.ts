@@ -60,7 +60,15 @@ services:
     if (state === null) overrides.delete(key);
     else overrides.set(key, { state, configState: 'active', configWeight: 100 });
   };
-  return { daemon, health, logs, status, keeping, takingNew, tick, intent };
+  /** Every real down (a failOpen panic), then `first` up again: the panic ends. */
+  const panicThenUp = (first: string) => {
+    daemon.rebuild('start');
+    for (const a of REALS) health.set(a, 'down');
+    daemon.rebuild('health');
+    health.set(first, 'up');
+    daemon.rebuild('health');
+  };
+  return { daemon, health, logs, status, keeping, takingNew, tick, intent, panicThenUp };
 }
 
 describe('the end of a failOpen panic', () => {
@@ -112,11 +120,7 @@ describe('the end of a failOpen panic', () => {
   it('keeps no flows for a real that was up after the panic and then fell: it falls as any real does', () => {
     const d = daemonWith();
     try {
-      d.daemon.rebuild('start');
-      for (const a of REALS) d.health.set(a, 'down');
-      d.daemon.rebuild('health');
-      d.health.set('10.93.0.11', 'up');
-      d.daemon.rebuild('health');
+      d.panicThenUp('10.93.0.11');
       d.health.set('10.93.0.12', 'up');
       d.daemon.rebuild('health');
       expect(d.status().panicEnding).toBe(true);
@@ -132,11 +136,7 @@ describe('the end of a failOpen panic', () => {
   it('waits for nothing once the service drops (every real disabled) or with onRealDown keep', () => {
     const d = daemonWith();
     try {
-      d.daemon.rebuild('start');
-      for (const a of REALS) d.health.set(a, 'down');
-      d.daemon.rebuild('health');
-      d.health.set('10.93.0.11', 'up');
-      d.daemon.rebuild('health');
+      d.panicThenUp('10.93.0.11');
       expect(d.status().panicEnding).toBe(true);
       // An hour of maintenance with every real disabled, then enabled: no "panic over" an hour late,
       // and the reals still down are no longer kept (they kept nothing across the drop).
@@ -153,11 +153,7 @@ describe('the end of a failOpen panic', () => {
     }
     const k = daemonWith('keep');
     try {
-      k.daemon.rebuild('start');
-      for (const a of REALS) k.health.set(a, 'down');
-      k.daemon.rebuild('health');
-      k.health.set('10.93.0.11', 'up');
-      k.daemon.rebuild('health');
+      k.panicThenUp('10.93.0.11');
       // A down real keeps its flows with keep anyway: no wait, no log that would say they move.
       expect(k.status().panicEnding).toBe(false);
       expect(k.keeping()).toEqual(REALS);
@@ -170,11 +166,7 @@ describe('the end of a failOpen panic', () => {
   it('ends the wait the moment every real is up, and starts it again with a new panic', () => {
     const d = daemonWith();
     try {
-      d.daemon.rebuild('start');
-      for (const a of REALS) d.health.set(a, 'down');
-      d.daemon.rebuild('health');
-      d.health.set('10.93.0.13', 'up');
-      d.daemon.rebuild('health');
+      d.panicThenUp('10.93.0.13');
       expect(d.status().panicEnding).toBe(true);
       // Down again before the others rose: a panic again, as before.
       d.health.set('10.93.0.13', 'down');
