@@ -15,6 +15,7 @@ import {
   VERDICT_PASS,
   VERDICT_TX,
   VIRTIO_NET_HDR_GSO_ECN,
+  VIRTIO_NET_HDR_GSO_UDP_L4,
   VNET_HDR_LEN,
   createPacketBatch,
   type PacketBatch,
@@ -719,27 +720,30 @@ export class AfPacketIo implements PacketIo {
       this.rxTruncated++;
       return ADMITTED;
     }
-    let length = snaplen;
-    if ((status & TP_STATUS_VLAN_VALID) !== 0) {
-      if (mac - vnetLen - VLAN_TAG_BYTES < headerEnd) {
-        this.rxMalformed++;
-        return ADMITTED;
-      }
-      mac = this.restoreVlanTag(this.ringBytes, frame, mac, status);
-      length += VLAN_TAG_BYTES;
+    const vlan = (status & TP_STATUS_VLAN_VALID) !== 0;
+    if (vlan && mac - vnetLen - VLAN_TAG_BYTES < headerEnd) {
+      this.rxMalformed++;
+      return ADMITTED;
     }
+    const length = vlan ? snaplen + VLAN_TAG_BYTES : snaplen;
+    // The flags and the GSO budget from the frame as the kernel left it, before its tag is put
+    // back: a frame sent back for a batch of its own (FLUSH_FIRST) is admitted again, and putting
+    // its tag back twice scrambled its virtio_net_hdr and MACs.
     const flags = this.frameFlags(mac, status, length);
     if ((flags & FRAME_GSO) !== 0) {
-      const gsoSize = vnetLen !== 0 ? u8[mac - VNET_HDR_LEN + VNET_GSO_SIZE]! | (u8[mac - VNET_HDR_LEN + VNET_GSO_SIZE + 1]! << 8) : 0;
-      const segments = gsoSegmentsOf(length, gsoSize, this.mtu);
+      const vnet = mac - VNET_HDR_LEN;
+      const gsoSize = vnetLen !== 0 ? u8[vnet + VNET_GSO_SIZE]! | (u8[vnet + VNET_GSO_SIZE + 1]! << 8) : 0;
+      // A UDP train's datagrams are never cut smaller: too big for a tunnel, each goes as two
+      // outer fragments (or more, which the engine then refuses as batch_full: rare).
+      const perSegment = vnetLen !== 0 && (u8[vnet + VNET_GSO_TYPE]! & ~VIRTIO_NET_HDR_GSO_ECN) === VIRTIO_NET_HDR_GSO_UDP_L4 ? 2 : 1;
+      const segments = gsoSegmentsOf(length, gsoSize, this.mtu) * perSegment;
       const frames = this.extraFramesNeeded + segments;
       const bytes = this.extraBytesNeeded + length + segments * EXTRA_SEGMENT_OVERHEAD_BYTES;
-      if (batch.count > 0 && (frames > EXTRA_BUDGET.frames || bytes > EXTRA_BUDGET.bytes)) {
-        return FLUSH_FIRST;
-      }
+      if (batch.count > 0 && (frames > EXTRA_BUDGET.frames || bytes > EXTRA_BUDGET.bytes)) return FLUSH_FIRST;
       this.extraFramesNeeded = frames;
       this.extraBytesNeeded = bytes;
     }
+    if (vlan) mac = this.restoreVlanTag(this.ringBytes, frame, mac, status);
     const slot = batch.count++;
     batch.offsets[slot] = mac;
     batch.lengths[slot] = length;
