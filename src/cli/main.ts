@@ -240,7 +240,7 @@ export async function main(args: string[]): Promise<number> {
             if (a.real !== undefined) q.set('real', a.real);
             if (a.client !== undefined) q.set('client', a.client);
             const { data } = await adminRequest(await resolveAdminTarget(a), 'GET', `/flows?${q.toString()}`);
-            print(a.json ? JSON.stringify(data, null, 2) : formatFlows(data as never, Number(a.limit) !== 0));
+            print(a.json ? JSON.stringify(data, null, 2) : formatFlows(data as never, Number(a.limit) !== 0 && Number(a.limit) < 1_000_000));
             return 0;
           })(),
         ),
