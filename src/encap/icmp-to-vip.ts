@@ -235,6 +235,15 @@ export function buildEchoReply(buf: Uint8Array, pkt: ParsedPacket): number {
     const flagsWord = oldFlagsWord & ~IPV4_DF_FLAG;
     buf[l3 + 6] = flagsWord >> 8;
     ipChecksum = incrementalUpdate16(ipChecksum, oldFlagsWord, flagsWord);
+    // A request with DF from a Linux ping socket has IP id 0: the replies, which a router may now
+    // fragment, must not all share it (their fragments would meet in the client's reassembly). The
+    // echo identifier and sequence give each reply of a ping run its own.
+    if (buf[l3 + 4] === 0 && buf[l3 + 5] === 0 && l4 + 8 <= pkt.l3End) {
+      const id = (((buf[l4 + 4] << 8) | buf[l4 + 5]) ^ ((buf[l4 + 6] << 8) | buf[l4 + 7])) || 1;
+      buf[l3 + 4] = id >> 8;
+      buf[l3 + 5] = id & 0xff;
+      ipChecksum = incrementalUpdate16(ipChecksum, 0, id);
+    }
     buf[l3 + 10] = ipChecksum >> 8;
     buf[l3 + 11] = ipChecksum & 0xff;
   } else {

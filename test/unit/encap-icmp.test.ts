@@ -4,6 +4,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { DropReason } from '../../src/dataplane/drop-reasons.js';
+import { fold16, ones16 } from '../../src/dataplane/checksum.js';
 import { parseFrame } from '../../src/dataplane/packet-parser.js';
 import { PARSE_OK, ParsedPacket } from '../../src/dataplane/parsed-packet.js';
 import { FLOW_KEY_WORDS, buildEchoReply, parseEmbeddedFlow } from '../../src/encap/icmp-to-vip.js';
@@ -187,6 +188,17 @@ describe('buildEchoReply', () => {
     expect(hex(built)).toBe(hex(fromHex(expected)));
   });
 
+  it('gives a reply to a request with IP id 0 (a Linux ping socket with DF) an id of its own, from the echo id and sequence', () => {
+    const ids = [1, 2, 3].map((seq) => {
+      const { buf, pkt } = parsed(toLb(ETH_IPV4, ipv4({ src: CLIENT4, dst: VIP4, proto: 1, id: 0, df: true }, icmpEcho({ id: 0x1234, seq }, 'abcdefgh'))));
+      buildEchoReply(buf, pkt);
+      const l3 = pkt.l3Offset;
+      expect(fold16(ones16(buf, l3, l3 + 20, 0))).toBe(0xffff);
+      return (buf[l3 + 4]! << 8) | buf[l3 + 5]!;
+    });
+    expect(ids).toEqual([0x1235, 0x1236, 0x1237]);
+  });
+
   it('turns an ICMPv6 echo request into the reply: type 129, hop limit 64, traffic class and flow label kept', () => {
     const request = toLb(
       ETH_IPV6,
@@ -248,7 +260,8 @@ describe('buildEchoReply', () => {
       const length = buildEchoReply(buf, pkt);
       const built = ethernet(
         { dst: CLIENT_MAC, src: LB_MAC, type: ETH_IPV4 },
-        ipv4({ src: VIP4, dst: CLIENT4, proto: 1, ttl: 64 }, icmpEcho({ id, seq: 0xffff - id, reply: true }, [id & 0xff, 0xf7])),
+        // The request's IP id is 0: the reply's is made from the echo id and sequence (here 0xffff).
+        ipv4({ src: VIP4, dst: CLIENT4, proto: 1, ttl: 64, id: 0xffff }, icmpEcho({ id, seq: 0xffff - id, reply: true }, [id & 0xff, 0xf7])),
       );
       expect(hex(buf.subarray(8, 8 + length)), `id ${id}`).toBe(hex(built));
     }

@@ -1034,6 +1034,12 @@ class FuzzRun {
     const allowed: number[] = [v4 ? l3 + 8 : l3 + 7, l4, l4 + 2, l4 + 3];
     // IPv4: the checksum, and the flags byte, whose DF bit (and only it) goes off.
     if (v4) allowed.push(l3 + 10, l3 + 11, l3 + 6);
+    // And an IP id of 0 (a ping socket's with DF): made from the echo id and sequence.
+    if (v4 && input[l3 + 4] === 0 && input[l3 + 5] === 0) {
+      allowed.push(l3 + 4, l3 + 5);
+      const id = (((input[l4 + 4]! << 8) | input[l4 + 5]!) ^ ((input[l4 + 6]! << 8) | input[l4 + 7]!)) || 1;
+      if (((out[l3 + 4]! << 8) | out[l3 + 5]!) !== id) this.fail(slot, i, `echo reply IP id ${(out[l3 + 4]! << 8) | out[l3 + 5]!}, expected ${id}`);
+    }
     if (v4 && out[l3 + 6] !== (input[l3 + 6]! & ~0x40)) this.fail(slot, i, `echo reply flags byte ${out[l3 + 6]}, request ${input[l3 + 6]}: only DF goes off`);
     for (let k = 0; k < 2 * n; k++) allowed.push(l3 + a + k);
     for (let k = 0; k < 12; k++) allowed.push(k);
