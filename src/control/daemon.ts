@@ -24,7 +24,7 @@ import { Counter, MAX_REAL_IDS, REAL_BASE, REAL_STRIDE, RealCounter } from '../d
 import { timeoutsOf } from './flow-timeouts.js';
 import type { LoopEvent, LoopRequest } from '../dataplane/loop-runner.js';
 import { LoopGroup } from './loop-group.js';
-import { isWanted, type HealthFact, type RealStanding } from '../health/eligibility.js';
+import { isWanted, type HealthFact } from '../health/eligibility.js';
 import { HealthMonitor, type HealthTarget } from '../health/health-monitor.js';
 import { addressWords, clientPrefixText, formatMac, normalizedAddress, wordsToAddress } from './addresses.js';
 import { COMMAND_TIMEOUT_MS, HostSetup, RUN_DIR, systemRunner, writeFileAside } from './host-setup.js';
@@ -603,13 +603,18 @@ export class Daemon {
       if (hc.type !== 'none') riseMs = Math.max(riseMs, (hc.rise + 1) * hc.intervalMs + hc.timeoutMs);
       for (const r of s.reals) {
         const key = RealRegistry.keyOf(sid, r.address);
-        const intent = this.intentOf(key, r.state, r.weight);
-        if (r.backup || intent.state !== 'active' || intent.weight === 0) continue;
+        if (r.backup || !this.wantedByIntent(key, r)) continue;
         wanted++;
         if (this.healthOf(key) === 'up' && this.macOfReal(r) !== null) up++;
       }
     }
     return { wanted, up, riseMs };
+  }
+
+  /** A configured real the intent in force leaves taking new flows (isWanted, health aside). */
+  private wantedByIntent(key: string, r: RealConfig): boolean {
+    const intent = this.intentOf(key, r.state, r.weight);
+    return intent.state === 'active' && intent.weight > 0;
   }
 
   /**
@@ -1102,14 +1107,17 @@ export class Daemon {
    */
   private endPanicWait(cfg: ServiceConfig, dropping: boolean): void {
     const sid = serviceIdentity(cfg);
-    const kept = this.panicKept.get(sid);
-    if (kept === undefined) return;
+    const panicKept = this.panicKept.get(sid);
+    if (panicKept === undefined) return;
     // Only the reals the panic kept flows on that are still down, wanted and in the config: one
     // seen up since falls as any real does, one the operator took out loses its flows as it says.
-    for (const id of kept) {
-      const r = this.realById(sid, id);
-      if (r === null || r.removed || !isWanted(r) || this.healthOf(r.key) !== 'down') kept.delete(id);
+    const kept = new Set<number>();
+    for (const r of cfg.reals) {
+      const key = RealRegistry.keyOf(sid, r.address);
+      const id = this.reals.get(key)?.id;
+      if (id !== undefined && panicKept.has(id) && this.wantedByIntent(key, r) && this.healthOf(key) === 'down') kept.add(id);
     }
+    this.panicKept.set(sid, kept);
     // Dropping (the operator took every real out, or a reload said whenAllDown: drop): nothing is
     // kept across that. And none left to wait for: no wait.
     // (Neither case had a real shown otherwise: keepRisingReals needs one up.)
@@ -1129,23 +1137,10 @@ export class Daemon {
     this.queueRebuild('failOpen panic over');
   }
 
-  /** A configured real of the service by id, with its intent in force; null when none has it. */
-  private realById(sid: string, id: number): (RealStanding & { key: string }) | null {
-    for (const rt of this.reals.values()) {
-      if (rt.id !== id || rt.service !== sid) continue;
-      if (rt.removed) return { key: rt.key, intent: 'drain', weight: 0, health: this.healthOf(rt.key), removed: true };
-      const cfg = this.config.services.find((s) => serviceIdentity(s) === sid)?.reals.find((r) => r.address === rt.address);
-      if (cfg === undefined) return null;
-      const intent = this.intentOf(rt.key, cfg.state, cfg.weight);
-      return { key: rt.key, intent: intent.state, weight: intent.weight, health: this.healthOf(rt.key), removed: false };
-    }
-    return null;
-  }
-
   /** Once a second: rates, and forgetting removed reals whose last flow is gone. */
   private tick(): void {
     this.warnUnresolvedMacs();
-    for (const s of this.config.services) if (this.panicEnding.isWaiting(serviceIdentity(s))) this.endPanicWait(s, false);
+    if (this.panicKept.size > 0) for (const s of this.config.services) if (this.panicEnding.isWaiting(serviceIdentity(s))) this.endPanicWait(s, false);
     if (++this.ticks % DROP_TABLE_CHECK_TICKS === 0) void this.checkDropTable();
     let forget = false;
     const counters = this.loops.counters();

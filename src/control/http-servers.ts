@@ -9,6 +9,7 @@ import { isIP, type Socket } from 'node:net';
 import { isAbsolute, resolve } from 'node:path';
 import type { ListenAddress } from '../config/types.js';
 import { formatListen, isWeight, problemLines } from '../config/validate.js';
+import { clientPrefixText } from './addresses.js';
 import { DaemonError, type Daemon, type IntentChange } from './daemon.js';
 import { singleFlight } from './http-single-flight.js';
 
@@ -142,19 +143,11 @@ export function isLoopback(address: string): boolean {
 /** What one peer is for the per-source limit: its IPv4 address, or its IPv6 /64 (one host's usual share). */
 export function sourceKey(address: string): string {
   if (isIP(address) !== 6 || address.startsWith('::ffff:')) return address;
-  const words = expandIpv6(address);
-  return words === null ? address : `${words.slice(0, 4).join(':')}::/64`;
-}
-
-/** The eight 16-bit words of an IPv6 address, as hex without leading zeros; null if malformed. */
-function expandIpv6(address: string): string[] | null {
-  const [head, tail, extra] = address.split('::');
-  if (extra !== undefined) return null;
-  const left = head ? head.split(':') : [];
-  const right = tail !== undefined && tail !== '' ? tail.split(':') : [];
-  const fill = tail === undefined ? 0 : 8 - left.length - right.length;
-  const words = [...left, ...Array<string>(fill).fill('0'), ...right];
-  return words.length === 8 ? words.map((w) => Number.parseInt(w, 16).toString(16)) : null;
+  try {
+    return clientPrefixText(address, 64);
+  } catch {
+    return address; // a form ipaddr does not take (a zone id): the address alone
+  }
 }
 
 /**

@@ -208,7 +208,7 @@ describe('limits by peer address', () => {
     expect(sourceKey('2001:db8:1:2:aaaa::1')).toBe(sourceKey('2001:db8:1:2::bbbb'));
     expect(sourceKey('2001:db8:1:2::1')).toBe('2001:db8:1:2::/64');
     expect(sourceKey('2001:db8:1:3::1')).not.toBe(sourceKey('2001:db8:1:2::1'));
-    expect(sourceKey('fe80::1')).toBe('fe80:0:0:0::/64');
+    expect(sourceKey('fe80::1')).toBe('fe80::/64');
     expect(sourceKey('10.0.0.1')).toBe('10.0.0.1');
     expect(sourceKey('::ffff:10.0.0.1')).toBe('::ffff:10.0.0.1');
   });
